@@ -1,0 +1,164 @@
+"""Finite-difference checks of hand-written gradients.
+
+For a function f and an input element x_i, the central difference
+
+    ∂f/∂x_i ≈ (f(x + ε e_i) − f(x − ε e_i)) / 2ε
+
+has error O(ε²), so in float64 with ε = 1e-6 it agrees with a correct
+analytic gradient to about 1e-9 relative. ``gradcheck`` builds the whole
+Jacobian both ways and compares; with ``fast=True`` it compares a single
+random directional derivative vᵀJu (two forward passes, one backward), which
+scales to large inputs. ``gradgradcheck`` applies the same test to the
+gradient itself, checking second derivatives.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minidl import backend
+from minidl.autograd import grad, no_grad
+from minidl.tensor import Tensor
+
+
+class GradcheckError(AssertionError):
+    """The analytic and numerical gradients disagree (the message says where)."""
+
+
+def _outputs_of(fn, inputs):
+    out = fn(*inputs)
+    return [out] if isinstance(out, Tensor) else [o for o in out if o is not None]
+
+
+def _checked_inputs(inputs):
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    wrt = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    if not wrt:
+        raise ValueError("gradcheck: no input has requires_grad=True; nothing to check")
+    for x in wrt:
+        if x.dtype != np.float64:
+            raise TypeError(f"gradcheck: input of shape {x.shape} is {x.dtype}; finite differences need "
+                            "float64 (use mdl.tensor(..., dtype='float64') or x.double())")
+    return inputs, wrt
+
+
+def _numeric_jacobian_column(fn, inputs, x, i, eps, weights):
+    """d(Σ_k w_k·out_k)/dx_i by central difference, for each output's weights w."""
+    flat = x.data.reshape(-1)  # a view: writing into it moves x
+    original = flat[i].item()
+    flat[i] = original + eps  # fn may itself need the graph (gradgradcheck), so no no_grad here
+    plus = _outputs_of(fn, inputs)
+    flat[i] = original - eps
+    minus = _outputs_of(fn, inputs)
+    flat[i] = original
+    return [(p.data - m.data).reshape(-1) / (2 * eps) for p, m in zip(plus, minus)]
+
+
+def _describe(which, x, index, analytic, numeric):
+    rel = abs(analytic - numeric) / max(abs(numeric), 1e-12)
+    where = np.unravel_index(index, x.shape) if x.ndim else ()
+    return (f"{which}: gradient mismatch for input {x.shape} at element {tuple(int(i) for i in where)}: "
+            f"analytic {analytic:.10g}, numeric {numeric:.10g}, relative error {rel:.3g}")
+
+
+def _jacobians(fn, inputs, wrt, eps):
+    """Analytic and numeric Jacobians, one (outputs × input) matrix per checked input."""
+    outputs = _outputs_of(fn, inputs)
+    sizes = [o.data.size for o in outputs]
+    analytic = [np.zeros((sum(sizes), x.data.size)) for x in wrt]
+    row = 0
+    for o_index, out in enumerate(outputs):
+        for k in range(out.data.size):
+            seed = [Tensor(out.xp.zeros(o.shape, o.dtype)) for o in outputs]
+            seed[o_index].data.reshape(-1)[k] = 1.0
+            grads = grad(outputs, wrt, grad_outputs=seed, retain_graph=True)
+            for j, g in enumerate(grads):
+                if g is not None:
+                    analytic[j][row] = backend.to_numpy(g.data).reshape(-1)
+            row += 1
+    numeric = [np.zeros_like(a) for a in analytic]
+    for j, x in enumerate(wrt):
+        for i in range(x.data.size):
+            columns = _numeric_jacobian_column(fn, inputs, x, i, eps, None)
+            if columns:  # no outputs at all: an empty Jacobian, nothing to compare
+                numeric[j][:, i] = np.concatenate([backend.to_numpy(c) for c in columns])
+    return analytic, numeric
+
+
+def _directional(fn, inputs, wrt, eps, rng):
+    """(vᵀ J u analytic, numeric) for random u over the inputs and v over the outputs."""
+    outputs = _outputs_of(fn, inputs)
+    v = [Tensor(backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype)) for o in outputs]
+    u = [backend.to_device(rng.standard_normal(x.shape), x.device) for x in wrt]
+    grads = grad(outputs, wrt, grad_outputs=v, retain_graph=True)
+    analytic = sum(float((g.data * d).sum()) for g, d in zip(grads, u) if g is not None)
+    saved = [x.data.copy() for x in wrt]
+
+    def weighted(sign):
+        for x, base, d in zip(wrt, saved, u):
+            x.data[...] = base + sign * eps * d
+        outs = _outputs_of(fn, inputs)
+        return sum(float((o.data * w.data).sum()) for o, w in zip(outs, v))
+
+    numeric = (weighted(+1) - weighted(-1)) / (2 * eps)
+    for x, base in zip(wrt, saved):
+        x.data[...] = base
+    return analytic, numeric
+
+
+def max_relative_error(fn, inputs, eps=1e-6, fast=False, seed=0) -> float:
+    """The largest |analytic − numeric| / max(|numeric|, 1) over every checked entry."""
+    inputs, wrt = _checked_inputs(inputs)
+    if fast:
+        a, n = _directional(fn, inputs, wrt, eps, np.random.default_rng(seed))
+        return abs(a - n) / max(abs(n), 1.0)
+    analytic, numeric = _jacobians(fn, inputs, wrt, eps)
+    return max((np.abs(a - n) / np.maximum(np.abs(n), 1.0)).max(initial=0.0) for a, n in zip(analytic, numeric))
+
+
+def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> bool:
+    """Check ``fn``'s gradients against central differences; True or GradcheckError.
+
+    ``fn(*inputs)`` returns a Tensor or a tuple of Tensors; every input with
+    ``requires_grad=True`` (float64) is checked. An entry passes when
+    |analytic − numeric| ≤ atol + rtol·|numeric|. ``fast=True`` checks one
+    random directional derivative vᵀJu instead of the full Jacobian.
+    """
+    inputs, wrt = _checked_inputs(inputs)
+    if fast:
+        a, n = _directional(fn, inputs, wrt, eps, np.random.default_rng(seed))
+        if abs(a - n) > atol + rtol * abs(n):
+            raise GradcheckError(f"gradcheck (fast): directional derivative vᵀJu analytic {a:.10g}, "
+                                 f"numeric {n:.10g}, relative error {abs(a - n) / max(abs(n), 1e-12):.3g}")
+        return True
+    analytic, numeric = _jacobians(fn, inputs, wrt, eps)
+    for x, a, n in zip(wrt, analytic, numeric):
+        excess = np.abs(a - n) - (atol + rtol * np.abs(n))
+        if excess.size and excess.max() > 0:
+            row, col = np.unravel_index(np.argmax(excess), excess.shape)
+            raise GradcheckError(_describe(f"gradcheck (output element {row})", x, col, a[row, col], n[row, col]))
+    return True
+
+
+def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> bool:
+    """Check second derivatives: gradcheck of x ↦ vᵀ ∂fn/∂x built with create_graph=True.
+
+    ``grad_outputs`` (the v) defaults to fixed random tensors; the function
+    under test is the gradient itself, so its Jacobian is the Hessian-vector
+    product that higher-order methods (AdaHessian) rely on. A gradient that
+    does not depend on the inputs at all (fn piecewise linear, like relu)
+    has a zero second derivative and nothing to compare.
+    """
+    inputs, wrt = _checked_inputs(inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed + 1)
+        with no_grad():
+            outs = _outputs_of(fn, inputs)
+        grad_outputs = [Tensor(backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype))
+                        for o in outs]
+
+    def first_derivative(*args):
+        outs = _outputs_of(fn, args)
+        grads = grad(outs, wrt, grad_outputs=grad_outputs, create_graph=True)
+        return tuple(g for g in grads if g is not None and g.requires_grad)
+
+    return gradcheck(first_derivative, inputs, eps=eps, atol=atol, rtol=rtol, fast=fast, seed=seed)
