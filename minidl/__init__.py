@@ -10,6 +10,7 @@ from minidl.autograd import (AnomalyError, Function, detect_anomaly, enable_grad
 from minidl.backend import gpu_available, manual_seed
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from minidl.ops import concatenate, maximum, minimum, stack, where
+from minidl.serialization import load, save
 from minidl.tensor import (Tensor, arange, as_tensor, full, ones, ones_like, rand, rand_like, randn,
                            randn_like, tensor, zeros, zeros_like)
 
@@ -18,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AnomalyError", "Function", "GradcheckError", "Tensor", "arange", "as_tensor", "concatenate",
     "detect_anomaly", "enable_grad", "full", "gpu_available", "grad", "gradcheck", "gradgradcheck",
-    "is_grad_enabled", "manual_seed", "maximum", "minimum", "no_grad", "ones", "ones_like", "rand",
-    "rand_like", "randn", "randn_like", "set_grad_enabled", "stack", "tensor", "where", "zeros",
+    "is_grad_enabled", "load", "manual_seed", "maximum", "minimum", "no_grad", "ones", "ones_like", "rand",
+    "rand_like", "randn", "randn_like", "save", "set_grad_enabled", "stack", "tensor", "where", "zeros",
     "zeros_like", "__version__",
 ]

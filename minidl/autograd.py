@@ -50,14 +50,23 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__} has no backward")
 
     def __call__(self, *inputs: Tensor):
+        # The hot path of the whole engine: keep it a handful of Python operations.
         if backend._cupy is not None:
             _check_same_device(self, inputs)
         ys = self.forward(*[x.data for x in inputs])
-        single = not isinstance(ys, tuple)
-        if single:
-            ys = (ys,)
-        record = _grad_enabled and any(x.requires_grad for x in inputs)
-        outputs = [Tensor(y, requires_grad=record) for y in ys]
+        record = _grad_enabled and any([x.requires_grad for x in inputs])
+        if type(ys) is not tuple:  # one output: the common case
+            out = Tensor(ys, record)
+            if _anomaly:
+                _check_finite(self, (ys,), "forward")
+            if record:
+                self.inputs = inputs
+                self.outputs = (weakref.ref(out),)
+                out.creator = self
+                if _anomaly:
+                    self.created_at = _user_frame()
+            return out
+        outputs = tuple(Tensor(y, record) for y in ys)
         if _anomaly:
             _check_finite(self, ys, "forward")
         if record:
@@ -66,11 +75,10 @@ class Function:
             for index, out in enumerate(outputs):
                 out.creator = self
                 out.output_index = index
-            if not single:  # a missing output gradient is filled with zeros of this shape
-                self.output_meta = [(y.shape, y.dtype) for y in ys]
+            self.output_meta = [(y.shape, y.dtype) for y in ys]  # to fill missing output grads with zeros
             if _anomaly:
                 self.created_at = _user_frame()
-        return outputs[0] if single else tuple(outputs)
+        return outputs
 
     def output(self, index: int = 0) -> Tensor:
         """The output Tensor itself, for a backward written in terms of y (exp, tanh...)."""
@@ -240,7 +248,8 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             gys = pending.pop(fn, None)
             if gys is None:
                 continue
-            gxs = fn.backward(*_fill_missing(fn, gys))
+            gys = _fill_missing(fn, gys)
+            gxs = _backward_blaming_node(fn, gys) if _anomaly else fn.backward(*gys)
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
             if _anomaly:
@@ -256,6 +265,17 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     if captured is not None:
         return [captured[id(x)] for x in inputs]
     return None
+
+
+def _backward_blaming_node(fn, gys):
+    """fn.backward with the checks of the ops inside it paused, so that a NaN or Inf
+    it makes is reported as fn's (with the user's line that created fn), not as a Div's."""
+    global _anomaly
+    _anomaly = False
+    try:
+        return fn.backward(*gys)
+    finally:
+        _anomaly = True
 
 
 def _add_pending(pending, out: Tensor, g: Tensor):

@@ -41,16 +41,18 @@ def _checked_inputs(inputs):
     return inputs, wrt
 
 
-def _numeric_jacobian_column(fn, inputs, x, i, eps, weights):
-    """d(Σ_k w_k·out_k)/dx_i by central difference, for each output's weights w."""
+def _numeric_jacobian_column(fn, inputs, x, i, eps):
+    """Column i of each output's Jacobian, d out / dx_i, by central difference."""
     flat = x.data.reshape(-1)  # a view: writing into it moves x
     original = flat[i].item()
-    flat[i] = original + eps  # fn may itself need the graph (gradgradcheck), so no no_grad here
-    plus = _outputs_of(fn, inputs)
+    # fn may itself need the graph (gradgradcheck), so no no_grad here; outputs are
+    # copied because a view of x (reshape, transpose) would move with the next nudge.
+    flat[i] = original + eps
+    plus = [o.data.copy() for o in _outputs_of(fn, inputs)]
     flat[i] = original - eps
-    minus = _outputs_of(fn, inputs)
+    minus = [o.data.copy() for o in _outputs_of(fn, inputs)]
     flat[i] = original
-    return [(p.data - m.data).reshape(-1) / (2 * eps) for p, m in zip(plus, minus)]
+    return [(p - m).reshape(-1) / (2 * eps) for p, m in zip(plus, minus)]
 
 
 def _describe(which, x, index, analytic, numeric):
@@ -66,19 +68,20 @@ def _jacobians(fn, inputs, wrt, eps):
     sizes = [o.data.size for o in outputs]
     analytic = [np.zeros((sum(sizes), x.data.size)) for x in wrt]
     row = 0
-    for o_index, out in enumerate(outputs):
+    for out in outputs:
         for k in range(out.data.size):
-            seed = [Tensor(out.xp.zeros(o.shape, o.dtype)) for o in outputs]
-            seed[o_index].data.reshape(-1)[k] = 1.0
-            grads = grad(outputs, wrt, grad_outputs=seed, retain_graph=True)
-            for j, g in enumerate(grads):
-                if g is not None:
-                    analytic[j][row] = backend.to_numpy(g.data).reshape(-1)
+            if out.requires_grad:  # an output cut from the graph has a zero analytic row
+                seed = Tensor(out.xp.zeros(out.shape, out.dtype))
+                seed.data.reshape(-1)[k] = 1.0
+                grads = grad([out], wrt, grad_outputs=[seed], retain_graph=True)
+                for j, g in enumerate(grads):
+                    if g is not None:
+                        analytic[j][row] = backend.to_numpy(g.data).reshape(-1)
             row += 1
     numeric = [np.zeros_like(a) for a in analytic]
     for j, x in enumerate(wrt):
         for i in range(x.data.size):
-            columns = _numeric_jacobian_column(fn, inputs, x, i, eps, None)
+            columns = _numeric_jacobian_column(fn, inputs, x, i, eps)
             if columns:  # no outputs at all: an empty Jacobian, nothing to compare
                 numeric[j][:, i] = np.concatenate([backend.to_numpy(c) for c in columns])
     return analytic, numeric
@@ -89,7 +92,8 @@ def _directional(fn, inputs, wrt, eps, rng):
     outputs = _outputs_of(fn, inputs)
     v = [Tensor(backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype)) for o in outputs]
     u = [backend.to_device(rng.standard_normal(x.shape), x.device) for x in wrt]
-    grads = grad(outputs, wrt, grad_outputs=v, retain_graph=True)
+    live = [(o, w) for o, w in zip(outputs, v) if o.requires_grad]  # the rest have zero gradient
+    grads = grad([o for o, _ in live], wrt, grad_outputs=[w for _, w in live], retain_graph=True) if live else []
     analytic = sum(float((g.data * d).sum()) for g, d in zip(grads, u) if g is not None)
     saved = [x.data.copy() for x in wrt]
 
@@ -144,9 +148,10 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,
 
     ``grad_outputs`` (the v) defaults to fixed random tensors; the function
     under test is the gradient itself, so its Jacobian is the Hessian-vector
-    product that higher-order methods (AdaHessian) rely on. A gradient that
-    does not depend on the inputs at all (fn piecewise linear, like relu)
-    has a zero second derivative and nothing to compare.
+    product that higher-order methods (AdaHessian) rely on. A gradient
+    computed without a graph (relu's saved mask) counts as a zero second
+    derivative, which the finite differences then confirm, or refute when a
+    backward used constants where it needed differentiable ops.
     """
     inputs, wrt = _checked_inputs(inputs)
     if grad_outputs is None:
@@ -159,6 +164,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3,
     def first_derivative(*args):
         outs = _outputs_of(fn, args)
         grads = grad(outs, wrt, grad_outputs=grad_outputs, create_graph=True)
-        return tuple(g for g in grads if g is not None and g.requires_grad)
+        return tuple(g for g in grads if g is not None)
 
     return gradcheck(first_derivative, inputs, eps=eps, atol=atol, rtol=rtol, fast=fast, seed=seed)

@@ -8,23 +8,27 @@ var → 2(x − x̄)/(n − ddof).
 from __future__ import annotations
 
 import builtins
-
-import numpy as np
+import math
 
 from minidl.autograd import Function
 from minidl.ops.shape import broadcast_to, reshape
 from minidl.tensor import Tensor
 
 
-def _normalize_axis(axis, ndim):
-    """A tuple of non-negative axes (all axes for None), with a clear error when out of range."""
+def _normalize_axis(axis, ndim, op="reduction", shape=None):
+    """A tuple of non-negative axes (all axes for None), with a clear error when out of range.
+
+    A 0-d tensor accepts axis 0 or -1, as PyTorch does, and has no axis to reduce.
+    """
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    limit = builtins.max(ndim, 1)
     for a in axes:
-        if not -ndim <= a < builtins.max(ndim, 1):
-            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
-    return tuple(sorted(a % builtins.max(ndim, 1) for a in axes))
+        if not -limit <= a < limit:
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor of shape {shape} "
+                             f"({ndim} dimensions); use an axis from {-limit} to {limit - 1}")
+    return tuple(sorted(a % ndim for a in axes)) if ndim else ()
 
 
 def _kept_shape(in_shape, axes):
@@ -41,9 +45,9 @@ class Reduction(Function):
         return gy if self.keepdims else reshape(gy, self.kept_shape)
 
     def prepare(self, x):
-        self.axes = _normalize_axis(self.axis, x.ndim)
+        self.axes = _normalize_axis(self.axis, x.ndim, type(self).__name__.lower(), x.shape)
         self.kept_shape = _kept_shape(x.shape, self.axes)
-        self.count = int(np.prod([x.shape[a] for a in self.axes], dtype=np.int64))
+        self.count = math.prod([x.shape[a] for a in self.axes])
 
 
 class Sum(Reduction):

@@ -1,0 +1,47 @@
+"""Small shared helpers for the benchmark scripts (not part of the minidl package)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+
+
+def best_time(fn, repeat: int = 5, number: int = 1, warmup: int = 2) -> float:
+    """The fastest of ``repeat`` timings of ``number`` calls, in seconds per call.
+
+    The minimum is the measurement least disturbed by other work on the
+    machine; every system compared in one run is timed the same way.
+    """
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def machine_name() -> str:
+    return os.environ.get("MINIDL_MACHINE") or socket.gethostname() or "cpu"
+
+
+def machine_info() -> dict:
+    import numpy as np
+    return {"machine": machine_name(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
+
+
+def save_results(name: str, results: dict) -> str:
+    """Write results to benchmarks/results/<machine>_<name>.json (atomically) and return the path."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{machine_name()}_{name}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"info": machine_info(), **results}, f, indent=2)
+    os.replace(tmp, path)
+    return path

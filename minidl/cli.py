@@ -1,0 +1,84 @@
+"""The ``minidl`` command.
+
+    minidl gradcheck            check every op's gradient against finite differences
+    minidl train ...            train a model on bundled or local data
+    minidl diagnose ...         the textbook's debugging recipe on a model
+    minidl optimizers           every optimizer's trajectory on 2-D test functions
+    minidl lr-find ...          the learning-rate range test
+    minidl --version
+
+Each command's work lives in the module that owns the concept; this file
+only parses arguments and imports that module when the command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def gradcheck_command(args) -> int:
+    """Check every op in minidl.op_cases; print a table; exit 1 if any fails."""
+    from minidl.gradcheck import max_relative_error
+    from minidl.op_cases import cases
+
+    rows, failed = [], 0
+    for name, fn, inputs in cases(args.seed):
+        if args.only and name not in args.only:
+            continue
+        shapes = " ".join("x".join(map(str, x.shape)) or "()" for x in inputs)
+        try:
+            err = max_relative_error(fn, inputs, eps=args.eps)
+            ok = err <= args.tolerance
+        except Exception as exc:  # an op that raises is a failure to report, not a crash
+            err, ok = float("nan"), False
+            shapes += f"  ({type(exc).__name__}: {exc})"
+        failed += not ok
+        rows.append((name, shapes, err, ok))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'op':<{width}}  {'max rel. error':>14}  {'pass':<4}  inputs")
+    for name, shapes, err, ok in rows:
+        print(f"{name:<{width}}  {err:>14.2e}  {'yes' if ok else 'NO':<4}  {shapes}")
+    print(f"\n{len(rows) - failed} passed, {failed} failed (float64 central differences, eps={args.eps:g})")
+    return 1 if failed else 0
+
+
+def _add_gradcheck(sub):
+    p = sub.add_parser("gradcheck", help="check every op's backward against finite differences")
+    p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    p.add_argument("--tolerance", type=float, default=1e-5, help="largest relative error that passes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", nargs="*", help="check only these ops")
+    p.set_defaults(run=gradcheck_command)
+
+
+def _add_optional_commands(sub):
+    """Commands whose modules may register themselves (train, diagnose, optimizers, lr-find, bench)."""
+    for module_name in ("minidl.train.cli", "minidl.optim.cli"):
+        try:
+            module = __import__(module_name, fromlist=["add_commands"])
+        except ImportError:
+            continue
+        module.add_commands(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from minidl import __version__
+    parser = argparse.ArgumentParser(prog="minidl", description="minidl: a deep-learning engine written to be read")
+    parser.add_argument("--version", action="version", version=f"minidl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_gradcheck(sub)
+    _add_optional_commands(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Datasets: anything with a length and an item per index.
+
+A dataset item is a tuple of NumPy arrays, one per field (for example
+``(image, label)``). ``DataLoader`` stacks items into batches. A dataset that
+can gather many items at once (``TensorDataset``) offers ``get_batch(indices)``
+so that a batch is one fancy-indexing call per field instead of a Python loop.
+
+    ds = TensorDataset(x, y)          # x: (N, ...), y: (N,)
+    len(ds)                           # N
+    ds[3]                             # (x[3], y[3])
+    ds.get_batch(np.array([0, 5]))    # (x[[0, 5]], y[[0, 5]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Dataset:
+    """Base class: subclasses define ``__len__`` and ``__getitem__(index)``.
+
+    ``__getitem__`` returns a tuple of arrays (or numbers), one per field.
+    Override ``get_batch(indices)`` too when many items can be gathered at
+    once faster than one by one.
+    """
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def get_batch(self, indices: np.ndarray) -> tuple:
+        """The items at ``indices`` stacked field by field (the generic, item-by-item way)."""
+        items = [self[int(i)] for i in indices]
+        if not items:
+            raise ValueError(f"{type(self).__name__}.get_batch: no indices given")
+        if not isinstance(items[0], tuple):
+            items = [(item,) for item in items]
+        return tuple(np.stack([np.asarray(item[f]) for item in items]) for f in range(len(items[0])))
+
+
+def _as_numpy(array, position: int) -> np.ndarray:
+    if hasattr(array, "numpy") and callable(array.numpy):  # a minidl Tensor (or similar)
+        array = array.numpy()
+    array = np.asarray(array)
+    if array.ndim == 0:
+        raise ValueError(
+            f"TensorDataset: array {position} is a scalar; every array needs a first axis "
+            "that indexes the samples")
+    return array
+
+
+class TensorDataset(Dataset):
+    """Samples are the rows of one or more arrays of equal length.
+
+    ``TensorDataset(x, y)``: item ``i`` is ``(x[i], y[i])``. Arrays keep their
+    dtypes (use float32 features and int64 labels, as ``minidl.data``'s
+    loaders return them); minidl Tensors are converted to NumPy.
+    """
+
+    def __init__(self, *arrays):
+        if not arrays:
+            raise ValueError("TensorDataset needs at least one array, e.g. TensorDataset(x, y)")
+        self.arrays = tuple(_as_numpy(a, i) for i, a in enumerate(arrays))
+        lengths = [len(a) for a in self.arrays]
+        if len(set(lengths)) != 1:
+            shapes = ", ".join(str(a.shape) for a in self.arrays)
+            raise ValueError(
+                f"TensorDataset: arrays must have the same length along axis 0, got shapes {shapes}")
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def __getitem__(self, index):
+        return tuple(a[index] for a in self.arrays)
+
+    def get_batch(self, indices: np.ndarray) -> tuple:
+        return tuple(a[indices] for a in self.arrays)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.arrays)
+        return f"TensorDataset({fields})"

@@ -1,0 +1,148 @@
+"""Train/validation/test splits and oversampling of minority classes.
+
+    (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = train_val_test_split(
+        x, y, ratios=(0.8, 0.1, 0.1), stratify=True, seed=0)
+    x_tr, y_tr = oversample_minority(x_tr, y_tr, seed=0)   # training split only
+
+Order matters: split first, then oversample (or augment, or fit a
+Standardizer) on the training split alone. Oversampling before the split
+copies the same minority samples into training *and* validation/test, so the
+model is evaluated on samples it memorized and the reported score is too good.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minidl import backend
+
+
+def _generator(seed) -> np.random.Generator:
+    """A generator from a seed, a Generator, or minidl's global one (seed=None)."""
+    if seed is None:
+        return backend.rng("cpu")
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(seed)
+
+
+def _split_sizes(n: int, ratios: np.ndarray) -> np.ndarray:
+    """Integer sizes summing to ``n``, closest to ``n * ratios`` (largest remainder)."""
+    exact = n * ratios
+    sizes = np.floor(exact).astype(np.int64)
+    leftover = n - int(sizes.sum())
+    order = np.argsort(-(exact - sizes), kind="stable")
+    sizes[order[:leftover]] += 1
+    return sizes
+
+
+def _stratified_counts(class_sizes: np.ndarray, split_sizes: np.ndarray, ratios: np.ndarray) -> np.ndarray:
+    """counts[c, s]: samples of class c in split s.
+
+    Row sums are the class sizes and column sums the split sizes (so the
+    splits have exactly the sizes of an unstratified split); each count is its
+    exact share ``class_size * ratio`` rounded, the largest remainders first.
+    """
+    exact = class_sizes[:, None] * ratios[None, :]
+    counts = np.floor(exact).astype(np.int64)
+    remainder = exact - counts
+    row_deficit = class_sizes - counts.sum(axis=1)
+    col_deficit = split_sizes - counts.sum(axis=0)
+    # Hand out the missing units one at a time to the cell with the largest
+    # remainder whose class and split both still lack samples.
+    while row_deficit.sum() > 0:
+        allowed = (row_deficit[:, None] > 0) & (col_deficit[None, :] > 0)
+        c, s = np.unravel_index(np.argmax(np.where(allowed, remainder, -np.inf)), remainder.shape)
+        counts[c, s] += 1
+        remainder[c, s] -= 1.0
+        row_deficit[c] -= 1
+        col_deficit[s] -= 1
+    return counts
+
+
+def train_val_test_split(*arrays, ratios=(0.8, 0.1, 0.1), stratify=None, seed=None):
+    """Split arrays of equal length into training, validation and test parts.
+
+    Args:
+        *arrays: arrays indexed by sample along axis 0 (e.g. ``x, y``).
+        ratios: the fractions (train, validation, test); non-negative, summing to 1.
+            A zero gives an empty part.
+        stratify: ``None`` for a plain random split; ``True`` to keep the class
+            proportions of the last array (the labels) in every part; or an
+            array of labels to stratify by.
+        seed: an int, a ``numpy.random.Generator``, or ``None`` for minidl's
+            global generator (set by ``minidl.manual_seed``).
+
+    Returns:
+        ``(train, val, test)``, each a tuple with one array per input array.
+        Part sizes are ``n * ratios`` rounded so they sum to ``n``; with
+        stratification every class is split in the same ratios, rounded to
+        whole samples (each class's count in a part is its exact share
+        ``class_size * ratio`` rounded up or down).
+    """
+    if not arrays:
+        raise ValueError("train_val_test_split: give at least one array, e.g. train_val_test_split(x, y)")
+    arrays = tuple(np.asarray(a) for a in arrays)
+    n = len(arrays[0])
+    if any(a.ndim == 0 or len(a) != n for a in arrays):
+        raise ValueError("train_val_test_split: arrays must have the same length along axis 0, got shapes "
+                         + ", ".join(str(a.shape) for a in arrays))
+    ratios = np.asarray(ratios, dtype=np.float64)
+    if ratios.shape != (3,) or np.any(ratios < 0) or not np.isclose(ratios.sum(), 1.0, atol=1e-6):
+        raise ValueError(f"train_val_test_split: ratios must be three non-negative fractions "
+                         f"(train, val, test) summing to 1, got {tuple(ratios.tolist())}")
+    ratios = ratios / ratios.sum()
+    rng = _generator(seed)
+    sizes = _split_sizes(n, ratios)
+
+    if stratify is None or stratify is False:
+        order = rng.permutation(n)
+        bounds = np.cumsum(sizes)[:-1]
+        parts = np.split(order, bounds)
+    else:
+        labels = arrays[-1] if stratify is True else np.asarray(stratify)
+        if labels.shape[:1] != (n,) or labels.ndim != 1:
+            raise ValueError(f"train_val_test_split: stratify needs one label per sample, a 1-D array of "
+                             f"length {n}; got shape {labels.shape}")
+        classes, class_of = np.unique(labels, return_inverse=True)
+        members = [rng.permutation(np.flatnonzero(class_of == c)) for c in range(len(classes))]
+        counts = _stratified_counts(np.array([len(m) for m in members]), sizes, ratios)
+        parts = [[], [], []]
+        for c, idx in enumerate(members):
+            for s, chunk in enumerate(np.split(idx, np.cumsum(counts[c])[:-1])):
+                parts[s].append(chunk)
+        # Shuffle inside each part so the classes are interleaved, not in blocks.
+        parts = [rng.permutation(np.concatenate(p)) for p in parts]
+    return tuple(tuple(a[idx] for a in arrays) for idx in parts)
+
+
+def oversample_minority(x, y, seed=None, ratio: float = 1.0):
+    """Repeat samples of the smaller classes until each has ``ratio`` x the largest class's count.
+
+    Apply it AFTER splitting, to the training split only. Oversampling before
+    the split puts copies of the same minority samples in training and in
+    validation/test, so evaluation measures memorization and looks better than
+    the model is. Validation and test keep the real class distribution.
+
+    Extra samples are drawn with replacement from each class (originals are
+    all kept). Returns ``(x, y)`` new arrays, shuffled, with the dtypes of the
+    inputs. ``seed``: an int, a Generator, or ``None`` for minidl's generator.
+    """
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if y.ndim != 1 or x.ndim == 0 or len(x) != len(y):
+        raise ValueError(f"oversample_minority: x must have one row per label in the 1-D y; "
+                         f"got x {x.shape}, y {y.shape}")
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"oversample_minority: ratio must be in (0, 1], got {ratio}")
+    if len(y) == 0:
+        return x.copy(), y.copy()
+    rng = _generator(seed)
+    classes, class_of, class_sizes = np.unique(y, return_inverse=True, return_counts=True)
+    target = int(np.ceil(ratio * class_sizes.max()))
+    extra = []
+    for c, size in enumerate(class_sizes):
+        if size < target:
+            extra.append(rng.choice(np.flatnonzero(class_of == c), size=target - size, replace=True))
+    index = np.concatenate([np.arange(len(y))] + extra)
+    index = rng.permutation(index)
+    return x[index], y[index]

@@ -1,0 +1,442 @@
+"""Module and Parameter: the containers every layer is built from.
+
+A :class:`Module` holds three kinds of state, each registered automatically
+when assigned as an attribute (in insertion order, so ``parameters()`` and
+``state_dict()`` list things in the order the layer defined them):
+
+- parameters: :class:`Parameter` tensors the optimizer updates;
+- buffers: Tensors without gradient that belong to the model (BatchNorm's
+  running mean and variance), registered with ``register_buffer``;
+- child modules, whose state is reached with dotted names (``"0.weight"``).
+
+``state_dict()`` returns an ``OrderedDict`` of name → a *copy* of the array
+(NumPy on the CPU, CuPy on the GPU: on the device the value lives on), so a
+saved snapshot never changes when training goes on. ``load_state_dict``
+copies values *into* the existing arrays, so an optimizer holding the
+parameters keeps working after a load.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from minidl import backend
+from minidl.tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that is a trainable parameter of a Module (``requires_grad=True`` by default).
+
+    ``Parameter(t)`` shares ``t``'s array; ``Parameter(array)`` wraps the array itself.
+    """
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        if data is None:
+            data = np.zeros((0,), np.float32)
+        if isinstance(data, Tensor):
+            data = data.data
+        elif not hasattr(data, "dtype"):
+            data = np.asarray(data, dtype=np.float32)
+        super().__init__(data, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class StateDictError(ValueError, RuntimeError):
+    """load_state_dict got a state that does not fit the module (missing, unexpected or mis-shaped keys).
+
+    It is a ValueError (bad input) and a RuntimeError (what PyTorch raises here).
+    """
+
+
+_hook_ids = itertools.count()
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class _HookHandle:
+    """Returned by ``register_forward_hook``; ``remove()`` takes the hook off."""
+
+    def __init__(self, hooks: OrderedDict, key: int):
+        self.hooks, self.key = hooks, key
+
+    def remove(self):
+        self.hooks.pop(self.key, None)
+
+
+class Module:
+    """Base class of every layer and model. Subclasses define ``forward``.
+
+    ``module(x)`` calls ``forward(x)`` (and then any forward hooks). Assigning a
+    Parameter or a Module as an attribute registers it; ``register_buffer``
+    registers a Tensor that is state but not trained. ``training`` is True
+    after construction and switched by ``train()`` / ``eval()``.
+    """
+
+    # A Module may declare itself indivisible: tools that cut a model into
+    # segments (gradient checkpointing) must never split it. See Residual.
+    checkpoint_atomic = False
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            result = hook(self, args, out)
+            if result is not None:
+                out = result
+        return out
+
+    def register_forward_hook(self, hook) -> _HookHandle:
+        """Call ``hook(module, inputs, output)`` after every forward (for activation statistics).
+
+        A hook that returns a value replaces the output. Returns a handle with ``remove()``.
+        """
+        key = next(_hook_ids)
+        self._forward_hooks[key] = hook
+        return _HookHandle(self._forward_hooks, key)
+
+    # ------------------------------------------------------------ registration
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning "
+                                 f"attribute {name!r}")
+        params, buffers, modules = self._parameters, self._buffers, self._modules
+        if isinstance(value, Parameter):
+            _forget(self, name)
+            params[name] = value
+        elif isinstance(value, Module):
+            _forget(self, name)
+            modules[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign an nn.Parameter "
+                                f"or None, not {type(value).__name__} (wrap it: nn.Parameter(value))")
+            params[name] = None  # the name stays registered (e.g. a layer built with bias=False)
+        elif name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a Tensor or None, "
+                                f"not {type(value).__name__}")
+            buffers[name] = value
+        elif name in modules:
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}.{name} is a submodule: assign a Module or None, "
+                                f"not {type(value).__name__}")
+            modules[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        # Only called when normal lookup fails: look in the registries.
+        d = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if table in d and name in d[table]:
+                return d[table][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for table in (self._parameters, self._buffers, self._modules):
+            if name in table:
+                del table[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter({name!r}): expected a Parameter or None, "
+                            f"got {type(param).__name__}; wrap it: nn.Parameter(tensor)")
+        _forget(self, name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Register state that is saved and moved with the module but not trained (no gradient).
+
+        ``persistent=False`` keeps it out of ``state_dict()``.
+        """
+        if tensor is not None and not isinstance(tensor, Tensor):
+            if not hasattr(tensor, "dtype"):
+                raise TypeError(f"register_buffer({name!r}): expected a Tensor or an array, "
+                                f"got {type(tensor).__name__}")
+            tensor = Tensor(tensor)
+        _forget(self, name)
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module({name!r}): expected a Module, got {type(module).__name__}")
+        _forget(self, name)
+        self._modules[name] = module
+
+    # ------------------------------------------------------------ traversal
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """Yield (dotted name, module) for this module and every descendant, depth first."""
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is None:
+                continue
+            yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+
+    def modules(self):
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        seen = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self):
+        for _, child in self.named_children():
+            yield child
+
+    def _named_members(self, table: str, prefix: str, recurse: bool):
+        seen = set()
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
+            for name, value in getattr(module, table).items():
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))  # a parameter shared by two layers is listed once
+                yield (f"{module_prefix}.{name}" if module_prefix else name), value
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        """Yield (dotted name, Parameter), in definition order; shared parameters once."""
+        yield from self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True):
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        yield from self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True):
+        for _, buf in self.named_buffers(recurse=recurse):
+            yield buf
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Total number of scalar parameters (only those with requires_grad when asked)."""
+        return sum(p.size for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def apply(self, fn):
+        """Call ``fn(module)`` on every descendant, then on self (as PyTorch); returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # ------------------------------------------------------------ modes and gradients
+    def train(self, mode: bool = True):
+        """Training mode (Dropout drops, BatchNorm uses batch statistics) for self and descendants."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train(mode): mode must be True or False, got {mode!r}")
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        """Evaluation mode: Dropout is the identity, BatchNorm uses its running statistics."""
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True):
+        """Forget every parameter's gradient (``p.grad = None``; with set_to_none=False, zeros)."""
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = Tensor(p.xp.zeros_like(p.data))
+
+    def requires_grad_(self, requires_grad: bool = True):
+        """Freeze (False) or unfreeze (True) every parameter, e.g. for fine-tuning."""
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    # ------------------------------------------------------------ state
+    def _state_items(self, prefix: str = ""):
+        """(name, tensor) of every parameter and persistent buffer, duplicates included."""
+        for module_prefix, module in self.named_modules(prefix=prefix, remove_duplicate=False):
+            dot = f"{module_prefix}." if module_prefix else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    yield dot + name, p
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    yield dot + name, b
+
+    def state_dict(self, prefix: str = "") -> OrderedDict:
+        """OrderedDict of dotted name → a copy of the array (NumPy or CuPy, on its own device).
+
+        Parameters come first within each module, then its persistent buffers,
+        in definition order. The arrays are copies: training on does not change them.
+        """
+        return OrderedDict((name, t.xp.array(t.data, copy=True)) for name, t in self._state_items(prefix))
+
+    def load_state_dict(self, state, strict: bool = True) -> IncompatibleKeys:
+        """Copy values from ``state`` (name → NumPy/CuPy array or Tensor) into this module in place.
+
+        Every check is made before anything is copied, so a failed load leaves the
+        module unchanged. Mis-shaped keys always raise StateDictError; missing and
+        unexpected keys raise it when ``strict`` (the message lists every problem),
+        and are returned as ``(missing_keys, unexpected_keys)`` otherwise.
+        Values are cast to each parameter's dtype and moved to its device.
+        """
+        if not hasattr(state, "keys"):
+            raise TypeError(f"load_state_dict: expected a mapping of name -> array, got {type(state).__name__}")
+        own = OrderedDict(self._state_items())
+        missing = [name for name in own if name not in state]
+        unexpected = [name for name in state if name not in own]
+        mis_shaped = []
+        for name, target in own.items():
+            if name in state:
+                got = tuple(_shape_of(state[name]))
+                if got != tuple(target.shape):
+                    mis_shaped.append((name, tuple(target.shape), got))
+        if mis_shaped or (strict and (missing or unexpected)):
+            raise StateDictError(_load_error(type(self).__name__, missing, unexpected, mis_shaped, strict))
+        for name, target in own.items():
+            if name in state:
+                value = state[name]
+                value = value.data if isinstance(value, Tensor) else value
+                if not hasattr(value, "dtype") or not hasattr(value, "shape"):
+                    value = np.asarray(value)  # e.g. a torch tensor or a list
+                value = backend.to_device(value, target.device)
+                target.data[...] = value.astype(target.dtype, copy=False)
+        return IncompatibleKeys(missing, unexpected)
+
+    # ------------------------------------------------------------ devices and dtypes
+    def to(self, device=None, dtype=None):
+        """Move (and/or cast) every parameter and buffer in place; the Parameter objects stay the same.
+
+        ``to("cuda")``, ``to(np.float64)``, ``to("cpu", dtype="float32")``. Only
+        floating-point tensors are cast (an integer step counter stays integer).
+        Gradients move along. Returns self.
+        """
+        if device is not None and dtype is None and not _looks_like_device(device):
+            device, dtype = None, device
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            if dtype.kind != "f":
+                raise TypeError(f"Module.to: dtype must be floating point, got {dtype}")
+        if device is not None:
+            backend.parse_device(device)  # a clear error for a bad device string, before any change
+
+        def convert(array):
+            if device is not None:
+                array = backend.to_device(array, device)
+            if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+                array = array.astype(dtype)
+            return array
+
+        for module in self.modules():
+            for table in (module._parameters, module._buffers):
+                for t in table.values():
+                    if t is None:
+                        continue
+                    t.data = convert(t.data)
+                    if t.grad is not None:
+                        t.grad = Tensor(convert(t.grad.data))
+        return self
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, index: int = 0):
+        return self.to(f"cuda:{index}")
+
+    def double(self):
+        """Cast floating parameters and buffers to float64 in place (for gradient checks)."""
+        return self.to(dtype=np.float64)
+
+    def float(self):
+        return self.to(dtype=np.float32)
+
+    def half(self):
+        return self.to(dtype=np.float16)
+
+    # ------------------------------------------------------------ repr
+    def extra_repr(self) -> str:
+        """The text inside the parentheses of this module's repr line (override in layers)."""
+        return ""
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + _indent(repr(child), 2) for name, child in self._modules.items()]
+        lines = extra_lines + child_lines
+        text = type(self).__name__ + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                text += extra_lines[0]
+            else:
+                text += "\n  " + "\n  ".join(lines) + "\n"
+        return text + ")"
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+
+def _forget(module: Module, name: str) -> None:
+    """Drop ``name`` from every registry and the instance dict before it is registered anew."""
+    for table in (module._parameters, module._buffers, module._modules):
+        table.pop(name, None)
+    module._non_persistent.discard(name)
+    module.__dict__.pop(name, None)
+
+
+def _indent(text: str, spaces: int) -> str:
+    lines = text.split("\n")
+    return "\n".join([lines[0]] + [" " * spaces + line for line in lines[1:]])
+
+
+def _shape_of(value):
+    if hasattr(value, "shape"):
+        return tuple(value.shape)
+    return np.shape(value)
+
+
+def _looks_like_device(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        backend.parse_device(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _load_error(owner, missing, unexpected, mis_shaped, strict) -> str:
+    lines = [f"load_state_dict for {owner}: the state does not fit the module:"]
+    if strict and missing:
+        lines.append(f"  missing keys ({len(missing)}): " + ", ".join(missing))
+    if strict and unexpected:
+        lines.append(f"  unexpected keys ({len(unexpected)}): " + ", ".join(unexpected))
+    for name, expected, got in mis_shaped:
+        lines.append(f"  mis-shaped key {name}: the module expects shape {expected}, the state has {got}")
+    lines.append("  Was the state saved from a model built with the same layer sizes? "
+                 "Use strict=False to load the matching keys only (shapes must still agree).")
+    return "\n".join(lines)

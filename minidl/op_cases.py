@@ -1,0 +1,106 @@
+"""One small random-input case for every differentiable op.
+
+``minidl gradcheck`` runs :func:`minidl.gradcheck.max_relative_error` on each
+case and prints the table; the test suite runs the same cases, so adding an
+op here puts it under both. Inputs are float64 (finite differences need
+it), shaped to exercise broadcasting and every argument worth checking.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import minidl.functional as F
+from minidl.tensor import Tensor
+
+
+def _t(rng, *shape, positive=False, spread=1.0):
+    data = rng.standard_normal(shape) * spread
+    if positive:
+        data = np.abs(data) + 0.5
+    return Tensor(data, requires_grad=True)
+
+
+def _away_from_kinks(rng, *shape):
+    """Values at least 0.1 away from 0, so relu/abs/clip are differentiable at every point."""
+    data = rng.standard_normal(shape)
+    data += np.sign(data) * 0.1
+    return Tensor(data, requires_grad=True)
+
+
+def _distinct(rng, *shape):
+    """A random permutation of well-separated values: max/min/pooling have no ties."""
+    data = rng.permutation(np.arange(np.prod(shape), dtype=np.float64) * 0.37).reshape(shape)
+    return Tensor(data, requires_grad=True)
+
+
+def cases(seed: int = 0):
+    """A list of (name, fn, inputs): fn(*inputs) is what gets checked."""
+    rng = np.random.default_rng(seed)
+    t = lambda *s, **k: _t(rng, *s, **k)  # noqa: E731
+    targets = rng.integers(0, 4, size=5)
+    out = [
+        ("add", F.add, [t(3, 4), t(4)]),
+        ("sub", F.sub, [t(3, 1), t(1, 4)]),
+        ("mul", F.mul, [t(2, 3), t(2, 1)]),
+        ("div", F.div, [t(3, 4), t(4, positive=True)]),
+        ("neg", F.neg, [t(3)]),
+        ("pow", F.pow, [t(3, 4, positive=True), t(4)]),
+        ("pow_scalar", lambda x: F.pow(x, 3), [t(3, 4)]),
+        ("exp", F.exp, [t(3, 4)]),
+        ("log", F.log, [t(3, 4, positive=True)]),
+        ("sqrt", F.sqrt, [t(3, 4, positive=True)]),
+        ("abs", F.abs, [_away_from_kinks(rng, 3, 4)]),
+        ("clip", lambda x: F.clip(x, -0.05, 0.05), [_away_from_kinks(rng, 3, 4)]),
+        ("maximum", F.maximum, [_distinct(rng, 3, 4), t(4)]),
+        ("minimum", F.minimum, [_distinct(rng, 3, 4), t(4)]),
+        ("where", lambda a, b: F.where(a.data > 0, a, b), [t(3, 4), t(4)]),
+        ("relu", F.relu, [_away_from_kinks(rng, 3, 4)]),
+        ("leaky_relu", lambda x: F.leaky_relu(x, 0.1), [_away_from_kinks(rng, 3, 4)]),
+        ("elu", F.elu, [_away_from_kinks(rng, 3, 4)]),
+        ("gelu", F.gelu, [t(3, 4)]),
+        ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [t(3, 4)]),
+        ("softplus", F.softplus, [t(3, 4)]),
+        ("tanh", F.tanh, [t(3, 4)]),
+        ("sigmoid", F.sigmoid, [t(3, 4)]),
+        ("softmax", F.softmax, [t(3, 4)]),
+        ("log_softmax", lambda x: F.log_softmax(x, axis=0), [t(3, 4)]),
+        ("logsumexp", F.logsumexp, [t(3, 4)]),
+        ("sum", lambda x: F.sum(x, axis=1), [t(3, 4)]),
+        ("mean", lambda x: F.mean(x, axis=(0, 2), keepdims=True), [t(2, 3, 4)]),
+        ("max", lambda x: F.max(x, axis=0), [_distinct(rng, 3, 4)]),
+        ("min", lambda x: F.min(x, axis=-1), [_distinct(rng, 3, 4)]),
+        ("var", lambda x: F.var(x, axis=1, ddof=1), [t(3, 4)]),
+        ("reshape", lambda x: F.reshape(x, (4, 3)), [t(3, 4)]),
+        ("transpose", lambda x: F.transpose(x, (2, 0, 1)), [t(2, 3, 4)]),
+        ("broadcast_to", lambda x: F.broadcast_to(x, (3, 4)), [t(1, 4)]),
+        ("getitem", lambda x: F.getitem(x, (np.array([0, 2, 0]), slice(1, 3))), [t(3, 4)]),
+        ("concatenate", lambda a, b: F.concatenate([a, b], axis=1), [t(3, 2), t(3, 4)]),
+        ("stack", lambda a, b: F.stack([a, b], axis=1), [t(3, 4), t(3, 4)]),
+        ("pad", lambda x: F.pad(x, ((1, 0), (2, 1))), [t(3, 4)]),
+        ("matmul", F.matmul, [t(2, 3, 4), t(4, 5)]),
+        ("linear", F.linear, [t(5, 4), t(3, 4), t(3)]),
+    ]
+    out += _layer_cases(rng, t, targets)
+    return out
+
+
+def _layer_cases(rng, t, targets):
+    """Cases for the conv, pooling, normalization, regularization and loss ops."""
+    out = [
+        ("conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), [t(2, 3, 7), t(4, 3, 3), t(4)]),
+        ("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1), [t(2, 2, 5, 5), t(3, 2, 3, 3), t(3)]),
+        ("max_pool2d", lambda x: F.max_pool2d(x, 2), [_distinct(rng, 2, 2, 4, 4)]),
+        ("avg_pool2d", lambda x: F.avg_pool2d(x, 2, stride=1), [t(2, 2, 4, 4)]),
+        ("batch_norm", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), [t(6, 3), t(3), t(3)]),
+        ("layer_norm", lambda x, w, b: F.layer_norm(x, (4,), w, b), [t(3, 4), t(4), t(4)]),
+        ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), [t(2, 4, 3), t(4), t(4)]),
+        ("embedding", lambda w: F.embedding(np.array([[0, 2], [2, 1]]), w), [t(3, 4)]),
+        ("cross_entropy", lambda z: F.cross_entropy(z, targets, label_smoothing=0.1), [t(5, 4)]),
+        ("nll_loss", lambda z: F.nll_loss(F.log_softmax(z), targets), [t(5, 4)]),
+        ("mse_loss", lambda a, b: F.mse_loss(a, b), [t(3, 4), t(3, 4)]),
+        ("l1_loss", lambda a, b: F.l1_loss(a, b), [_away_from_kinks(rng, 3, 4), Tensor(np.zeros((3, 4)))]),
+        ("binary_cross_entropy_with_logits",
+         lambda z: F.binary_cross_entropy_with_logits(z, Tensor((rng.random((3, 4)) > 0.5).astype(float))),
+         [t(3, 4)]),
+    ]
+    return [case for case in out if hasattr(F, case[0])]

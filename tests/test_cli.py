@@ -1,0 +1,26 @@
+"""The minidl command: gradcheck table and version."""
+import subprocess
+import sys
+
+import minidl
+from minidl.cli import main
+
+
+def test_gradcheck_command_passes_and_prints_a_table(capsys):
+    assert main(["gradcheck", "--only", "matmul", "softmax", "relu"]) == 0
+    out = capsys.readouterr().out
+    assert "max rel. error" in out
+    lines = [line for line in out.splitlines() if line.split()[:1] in (["matmul"], ["softmax"], ["relu"])]
+    assert len(lines) == 3 and all(" yes " in line for line in lines)
+    assert "3 passed, 0 failed" in out
+
+
+def test_gradcheck_command_reports_a_failure(capsys):
+    # An absurd tolerance makes every op fail: the command must say so and exit 1.
+    assert main(["gradcheck", "--only", "exp", "--tolerance", "-1"]) == 1
+    assert "0 passed, 1 failed" in capsys.readouterr().out
+
+
+def test_version_through_python_m():
+    out = subprocess.run([sys.executable, "-m", "minidl", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"minidl {minidl.__version__}"
