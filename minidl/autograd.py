@@ -237,7 +237,10 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
         elif x.creator is None or x.retains_grad:
             _accumulate_leaf(x, g, create_graph)
 
-    pending = {}  # Function -> list of gradients of its outputs, summed over uses
+    # Function -> (gradients of its outputs summed over uses, those output Tensors). Holding the
+    # outputs keeps them alive until their creator's backward, which may read them (exp, tanh)
+    # after every consumer has been released.
+    pending = {}
     with set_grad_enabled(create_graph):
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
@@ -245,10 +248,10 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             if out.creator is not None:
                 _add_pending(pending, out, g)
         for fn in _topological_order({out.creator for out in outputs if out.creator is not None}):
-            gys = pending.pop(fn, None)
-            if gys is None:
+            entry = pending.pop(fn, None)
+            if entry is None:
                 continue
-            gys = _fill_missing(fn, gys)
+            gys = _fill_missing(fn, entry[0])
             gxs = _backward_blaming_node(fn, gys) if _anomaly else fn.backward(*gys)
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
@@ -279,11 +282,16 @@ def _backward_blaming_node(fn, gys):
 
 
 def _add_pending(pending, out: Tensor, g: Tensor):
-    slots = pending.get(out.creator)
-    if slots is None:
-        slots = pending[out.creator] = [None] * len(getattr(out.creator, "output_meta", (0,)))
+    entry = pending.get(out.creator)
+    if entry is None:
+        entry = pending[out.creator] = ([None] * len(getattr(out.creator, "output_meta", (0,))), [])
+    slots = entry[0]
     old = slots[out.output_index]
-    slots[out.output_index] = g if old is None else old + g
+    if old is None:
+        slots[out.output_index] = g
+        entry[1].append(out)
+    else:
+        slots[out.output_index] = old + g
 
 
 def _fill_missing(fn, gys):

@@ -5,6 +5,7 @@
     minidl diagnose ...         the textbook's debugging recipe on a model
     minidl optimizers           every optimizer's trajectory on 2-D test functions
     minidl lr-find ...          the learning-rate range test
+    minidl bench ...            the roofline: measured ceilings and where every op sits
     minidl --version
 
 Each command's work lives in the module that owns the concept; this file
@@ -53,7 +54,7 @@ def _add_gradcheck(sub):
 
 def _add_optional_commands(sub):
     """Commands whose modules may register themselves (train, diagnose, optimizers, lr-find, bench)."""
-    for module_name in ("minidl.train.cli", "minidl.optim.cli"):
+    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:

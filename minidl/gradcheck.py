@@ -43,15 +43,15 @@ def _checked_inputs(inputs):
 
 def _numeric_jacobian_column(fn, inputs, x, i, eps):
     """Column i of each output's Jacobian, d out / dx_i, by central difference."""
-    flat = x.data.reshape(-1)  # a view: writing into it moves x
-    original = flat[i].item()
+    at = np.unravel_index(i, x.shape)  # element i in C order, whatever x's memory layout
+    original = x.data[at].item()
     # fn may itself need the graph (gradgradcheck), so no no_grad here; outputs are
     # copied because a view of x (reshape, transpose) would move with the next nudge.
-    flat[i] = original + eps
+    x.data[at] = original + eps
     plus = [o.data.copy() for o in _outputs_of(fn, inputs)]
-    flat[i] = original - eps
+    x.data[at] = original - eps
     minus = [o.data.copy() for o in _outputs_of(fn, inputs)]
-    flat[i] = original
+    x.data[at] = original
     return [(p - m).reshape(-1) / (2 * eps) for p, m in zip(plus, minus)]
 
 

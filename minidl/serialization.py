@@ -31,7 +31,8 @@ def _encode(value, key, tensors):
     if isinstance(value, Tensor):
         value = value.data
     if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
-        tensors[key] = np.ascontiguousarray(backend.to_numpy(value))
+        array = backend.to_numpy(value)
+        tensors[key] = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d 1-d
         return {"__tensor__": key}
     if isinstance(value, dict):
         for k in value:

@@ -148,6 +148,8 @@ class Tensor:
     def astype(self, dtype) -> "Tensor":
         """A copy converted to ``dtype``; gradients flow back converted to the source dtype."""
         from minidl.autograd import Cast
+        if np.dtype(dtype).kind not in _FLOAT_KINDS:  # an integer or bool copy carries no gradient
+            return Tensor(self.data.astype(dtype))
         return Cast(dtype)(self)
 
     def double(self) -> "Tensor":
@@ -262,14 +264,24 @@ def full(shape, value, dtype=None, device="cpu", requires_grad=False) -> Tensor:
 
 def randn(*shape, dtype=None, device="cpu", requires_grad=False) -> Tensor:
     """Standard normal samples from minidl's seeded generator (see manual_seed)."""
-    return _make(lambda xp, s, d: backend.rng(device).standard_normal(s, dtype=d),
+    return _make(lambda xp, s, d: _drawn(backend.rng(device).standard_normal, s, d),
                  shape, dtype, device, requires_grad)
 
 
 def rand(*shape, dtype=None, device="cpu", requires_grad=False) -> Tensor:
     """Uniform samples on [0, 1) from minidl's seeded generator."""
-    return _make(lambda xp, s, d: backend.rng(device).random(s, dtype=d),
-                 shape, dtype, device, requires_grad)
+    def draw(xp, s, d):
+        u = _drawn(backend.rng(device).random, s, d)
+        # a float32 draw just below 1 can round up to 1 in float16: keep the interval half-open
+        return u if d in (np.float32, np.float64) else xp.minimum(u, np.nextafter(d.type(1), d.type(0)))
+    return _make(draw, shape, dtype, device, requires_grad)
+
+
+def _drawn(sample, shape, dtype):
+    """Generators draw float32 or float64 only; other dtypes (float16) are drawn as float32 and cast."""
+    if dtype in (np.float32, np.float64):
+        return sample(shape, dtype=dtype)
+    return sample(shape, dtype=np.float32).astype(dtype)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl import backend
+
 
 class Dataset:
     """Base class: subclasses define ``__len__`` and ``__getitem__(index)``.
@@ -42,7 +44,7 @@ class Dataset:
 def _as_numpy(array, position: int) -> np.ndarray:
     if hasattr(array, "numpy") and callable(array.numpy):  # a minidl Tensor (or similar)
         array = array.numpy()
-    array = np.asarray(array)
+    array = backend.to_numpy(array)  # NumPy as is; a CuPy array is copied to the host
     if array.ndim == 0:
         raise ValueError(
             f"TensorDataset: array {position} is a scalar; every array needs a first axis "

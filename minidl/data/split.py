@@ -39,24 +39,45 @@ def _stratified_counts(class_sizes: np.ndarray, split_sizes: np.ndarray, ratios:
     """counts[c, s]: samples of class c in split s.
 
     Row sums are the class sizes and column sums the split sizes (so the
-    splits have exactly the sizes of an unstratified split); each count is its
-    exact share ``class_size * ratio`` rounded, the largest remainders first.
+    parts have exactly the sizes of an unstratified split); each count is its
+    exact share ``class_size * ratio`` rounded down or up. Which cells round up
+    is a bipartite matching between the classes' and the parts' missing units
+    (augmenting paths), tried in order of largest remainder first.
     """
     exact = class_sizes[:, None] * ratios[None, :]
     counts = np.floor(exact).astype(np.int64)
     remainder = exact - counts
-    row_deficit = class_sizes - counts.sum(axis=1)
-    col_deficit = split_sizes - counts.sum(axis=0)
-    # Hand out the missing units one at a time to the cell with the largest
-    # remainder whose class and split both still lack samples.
-    while row_deficit.sum() > 0:
-        allowed = (row_deficit[:, None] > 0) & (col_deficit[None, :] > 0)
-        c, s = np.unravel_index(np.argmax(np.where(allowed, remainder, -np.inf)), remainder.shape)
-        counts[c, s] += 1
-        remainder[c, s] -= 1.0
-        row_deficit[c] -= 1
-        col_deficit[s] -= 1
-    return counts
+    can_round_up = remainder > 1e-9
+    rounded_up = np.zeros_like(can_round_up)
+    spare = split_sizes - counts.sum(axis=0)   # units each part still takes
+    preference = np.argsort(-remainder, axis=1, kind="stable")
+
+    def place(c, visited):
+        """Round up one cell of class c, moving other classes' units along if needed."""
+        for s in preference[c]:
+            if not can_round_up[c, s] or rounded_up[c, s] or s in visited:
+                continue
+            visited.add(s)
+            if spare[s] > 0:
+                spare[s] -= 1
+                rounded_up[c, s] = True
+                return True
+            for other in np.flatnonzero(rounded_up[:, s]):
+                if place(other, visited):       # other class moves its unit out of part s
+                    rounded_up[other, s] = False
+                    rounded_up[c, s] = True
+                    return True
+        return False
+
+    for c in np.argsort(-remainder.max(axis=1, initial=0.0), kind="stable"):
+        for _ in range(int(class_sizes[c] - counts[c].sum())):
+            if not place(c, set()):
+                # No exact rounding with these part sizes: take the part with room
+                # whose share is closest (keeps sizes exact; never seen in practice).
+                s = int(np.argmax(np.where(spare > 0, remainder[c], -np.inf)))
+                counts[c, s] += 1
+                spare[s] -= 1
+    return counts + rounded_up
 
 
 def train_val_test_split(*arrays, ratios=(0.8, 0.1, 0.1), stratify=None, seed=None):

@@ -92,6 +92,8 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         out = self.forward(*args, **kwargs)
+        if not self._forward_hooks:  # the common case: one dict check, nothing else
+            return out
         for hook in list(self._forward_hooks.values()):
             result = hook(self, args, out)
             if result is not None:
@@ -337,9 +339,13 @@ class Module:
         Gradients move along. Returns self.
         """
         if device is not None and dtype is None and not _looks_like_device(device):
-            device, dtype = None, device
+            device, dtype = None, device  # to(np.float64): the one argument is a dtype
         if dtype is not None:
-            dtype = np.dtype(dtype)
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError:
+                raise ValueError(f"Module.to: {dtype!r} is neither a device ('cpu', 'cuda', 'cuda:N') "
+                                 "nor a dtype") from None
             if dtype.kind != "f":
                 raise TypeError(f"Module.to: dtype must be floating point, got {dtype}")
         if device is not None:

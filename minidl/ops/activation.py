@@ -12,6 +12,7 @@ import math
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.elementwise import exp, where
+from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.tensor import Tensor
 
@@ -169,6 +170,7 @@ class Softmax(Function):
         self.axis = axis
 
     def forward(self, x):
+        _check_axis("softmax", x, self.axis)
         xp = xp_of(x)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
         e /= e.sum(axis=self.axis, keepdims=True)
@@ -180,13 +182,20 @@ class Softmax(Function):
 
 
 class LogSoftmax(Function):
-    """y = x − logsumexp(x);  dx = dy − softmax(x) Σ_j dy_j."""
+    """y = (x − m) − ln Σ e^(x − m), m = max x;  dx = dy − softmax(x) Σ_j dy_j.
+
+    Subtracting m first, not x − logsumexp(x), keeps float32 exact near ±1000:
+    m + ln Σ would round to the float32 spacing at 1000 (6e-5) before the difference.
+    """
 
     def __init__(self, axis=-1):
         self.axis = axis
 
     def forward(self, x):
-        return x - _logsumexp(x, self.axis)
+        _check_axis("log_softmax", x, self.axis)
+        shifted = x - _finite_max(x, self.axis)
+        xp = xp_of(x)
+        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
 
     def backward(self, gy):
         softmax_x = exp(self.output())
@@ -200,24 +209,36 @@ class LogSumExp(Function):
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
+        _check_axis("logsumexp", x, self.axis)
         y = _logsumexp(x, self.axis)
         return y if self.keepdims else y.squeeze(axis=self.axis)
 
     def backward(self, gy):
         x = self.inputs[0]
-        y = self.output()
         if not self.keepdims:
-            axes = (self.axis,) if isinstance(self.axis, int) else tuple(self.axis)
-            kept = tuple(1 if i in [a % x.ndim for a in axes] else n for i, n in enumerate(x.shape))
-            y, gy = y.reshape(kept), gy.reshape(kept)
-        return gy * exp(x - y)
+            axes = _normalize_axis(self.axis, x.ndim)  # axis may be None, negative or a tuple
+            gy = gy.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+        # softmax(x), not e^(x − y): y ≈ 1000 is rounded to float32's spacing there (6e-5)
+        return gy * Softmax(self.axis)(x)
+
+
+def _check_axis(op, x, axis):
+    """A ValueError naming the op and the shape when ``axis`` does not exist in x."""
+    if not (type(axis) is int and -x.ndim <= axis < x.ndim):  # the common case costs one test
+        _normalize_axis(axis, x.ndim, op, x.shape)
+
+
+def _finite_max(x, axis):
+    """max x over axis (keepdims), 0 where it is ±inf: a row of all −inf stays −inf instead of NaN."""
+    xp = xp_of(x)
+    m = x.max(axis=axis, keepdims=True)
+    return xp.where(xp.isfinite(m), m, 0)
 
 
 def _logsumexp(x, axis):
     """logsumexp with keepdims=True; the max shift keeps e^(·) ≤ 1 (no overflow at ±1000)."""
     xp = xp_of(x)
-    m = x.max(axis=axis, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, 0)  # a row of all −inf stays −inf instead of NaN
+    m = _finite_max(x, axis)
     return m + xp.log(xp.exp(x - m).sum(axis=axis, keepdims=True))
 
 

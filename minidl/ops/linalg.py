@@ -27,10 +27,14 @@ class MatMul(Function):
         try:
             return a @ b
         except ValueError:
-            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align: "
-                             f"a's last axis ({a.shape[-1]}) must equal b's "
-                             f"{'only' if b.ndim == 1 else 'second-to-last'} axis "
-                             f"({b.shape[0] if b.ndim == 1 else b.shape[-2]})") from None
+            inner = b.shape[0] if b.ndim == 1 else b.shape[-2]
+            if a.shape[-1] != inner:
+                reason = (f"a's last axis ({a.shape[-1]}) must equal b's "
+                          f"{'only' if b.ndim == 1 else 'second-to-last'} axis ({inner})")
+            else:
+                reason = (f"the batch axes {a.shape[:-2]} and {b.shape[:-2]} do not broadcast "
+                          "(NumPy rule: trailing axes must be equal or 1)")
+            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align: {reason}") from None
 
     def backward(self, gy):
         a, b = self.inputs

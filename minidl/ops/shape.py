@@ -55,10 +55,16 @@ class Transpose(Function):
 
 
 def transpose(x: Tensor, *axes) -> Tensor:
-    """NumPy's transpose: no axes reverses them; ``transpose(x, 1, 0, 2)`` permutes."""
-    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+    """NumPy's transpose: no axes reverses them; ``transpose(x, 1, 0, 2)`` permutes.
+
+    Two separate axes swap those two, as PyTorch's ``transpose(dim0, dim1)``
+    does: on a matrix ``transpose(0, 1)`` is its transpose, while the tuple
+    ``transpose((0, 1))`` stays NumPy's identity permutation.
+    """
+    permutation = len(axes) == 1 and isinstance(axes[0], (tuple, list))
+    if permutation:
         axes = tuple(axes[0])
-    if len(axes) == 2 and x.ndim != 2:  # PyTorch's transpose(dim0, dim1): swap two axes
+    if len(axes) == 2 and not (permutation and x.ndim == 2):  # PyTorch's transpose(dim0, dim1)
         perm = list(range(x.ndim))
         perm[axes[0]], perm[axes[1]] = perm[axes[1]], perm[axes[0]]
         axes = tuple(perm)

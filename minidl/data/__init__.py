@@ -1,0 +1,31 @@
+"""Data: datasets, loaders, splits, standardization, augmentation, bundled and IDX data.
+
+    from minidl import data
+    x, y = data.digits(flatten=True)                                   # bundled, no download
+    (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = data.train_val_test_split(
+        x, y, ratios=(0.8, 0.1, 0.1), stratify=True, seed=0)
+    scaler = data.Standardizer().fit(x_tr)                             # training split only
+    loader = data.DataLoader(data.TensorDataset(scaler.transform(x_tr), y_tr),
+                             batch_size=64, shuffle=True, seed=0)
+    for xb, yb in loader: ...                                          # NumPy arrays
+
+Everything here is NumPy: float32 features, int64 labels. The training loop
+moves batches to the device.
+"""
+from minidl.data.dataset import Dataset, TensorDataset
+from minidl.data.datasets import (digits, gaussian_blobs, polynomial_coefficients, polynomial_features,
+                                  polynomial_regression, polynomial_target, two_spirals)
+from minidl.data.idx import load_idx, mnist
+from minidl.data.loader import DataLoader
+from minidl.data.preprocess import Standardizer
+from minidl.data.split import oversample_minority, train_val_test_split
+from minidl.data.transforms import (Compose, FrequencyMasking, GaussianNoise, RandomCrop,
+                                    RandomHorizontalFlip, TimeMasking, Transform)
+
+__all__ = [
+    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "RandomCrop",
+    "RandomHorizontalFlip", "Standardizer", "TensorDataset", "TimeMasking", "Transform", "digits",
+    "gaussian_blobs", "load_idx", "mnist", "oversample_minority", "polynomial_coefficients",
+    "polynomial_features", "polynomial_regression", "polynomial_target", "train_val_test_split",
+    "two_spirals",
+]

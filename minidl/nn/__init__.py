@@ -1,0 +1,25 @@
+"""Layers and models: ``from minidl import nn``.
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    logits = model(x);  model.parameters();  model.state_dict();  model.eval()
+
+Every layer keeps PyTorch's constructor signature, weight names and layouts
+and default initialization (each documented in its docstring), so models
+and state dicts carry over. Initializers and the textbook's bias rules are in
+:mod:`minidl.nn.init`.
+"""
+from minidl.nn import init
+from minidl.nn.containers import Identity, ModuleList, Sequential
+from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from minidl.nn.layers import (ELU, GELU, Dropout, Embedding, Flatten, LeakyReLU, Linear, ReLU, Residual,
+                              Sigmoid, Softmax, Tanh)
+from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
+from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from minidl.nn.recurrent import GRU, LSTM, RNN
+
+__all__ = [
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten",
+    "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
+    "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
+    "Softmax", "StateDictError", "Tanh", "init",
+]

@@ -1,0 +1,181 @@
+"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm.
+
+Each normalizes with a mean μ and variance σ² taken over some axes, then
+scales and shifts per channel (or per feature):
+
+    y = (x − μ) / √(σ² + eps) · γ + β
+
+BatchNorm takes μ, σ² over the batch (and spatial axes) while training and
+keeps exponential running averages of them in buffers; in evaluation it uses
+those running averages, so one example's output does not depend on the rest
+of its batch. LayerNorm takes them over each example's last axes, GroupNorm
+over groups of channels of each example: both behave the same in training
+and evaluation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import minidl.functional as F
+from minidl import backend
+from minidl.nn import init
+from minidl.nn.layers import check_dtype, empty_parameter
+from minidl.nn.module import Module
+from minidl.tensor import Tensor
+
+
+def _affine_parameters(module, shape, affine, bias, device, dtype):
+    """weight γ = 1 and bias β = 0 of ``shape`` (β only when ``bias``), or None for both without affine."""
+    module.register_parameter("weight", init.ones_(empty_parameter(shape, device, dtype)) if affine else None)
+    module.register_parameter("bias", empty_parameter(shape, device, dtype) if affine and bias else None)
+
+
+def _reset_affine(module):
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
+class _BatchNorm(Module):
+    """Shared by BatchNorm1d and BatchNorm2d (they differ only in the input shapes they accept)."""
+
+    input_ndims: tuple = ()
+    layouts = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
+        super().__init__()
+        if num_features <= 0:
+            raise ValueError(f"{type(self).__name__}: num_features must be positive, got {num_features}")
+        check_dtype(type(self).__name__, dtype)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
+        if track_running_stats:
+            xp = backend.xp_for(device or "cpu")
+            float_type = np.dtype(dtype or np.float32)
+            self.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
+            self.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
+            self.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+        self.reset_parameters()
+
+    def reset_running_stats(self):
+        if self.track_running_stats:
+            self.running_mean.data[...] = 0
+            self.running_var.data[...] = 1
+            self.num_batches_tracked.data[...] = 0
+
+    def reset_parameters(self):
+        self.reset_running_stats()
+        _reset_affine(self)
+
+    def forward(self, x):
+        if x.ndim not in self.input_ndims or x.shape[1] != self.num_features:
+            raise ValueError(f"{type(self).__name__}({self.num_features}): expected input {self.layouts} with "
+                             f"C={self.num_features}, got shape {x.shape}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        update = self.training and self.track_running_stats
+        if update and self.momentum is None:  # a cumulative average of all batches seen so far
+            momentum = 1.0 / (int(self.num_batches_tracked.data) + 1)
+        # running_mean/var are None without tracking; with it F.batch_norm updates them in
+        # place while training and normalizes with them in evaluation.
+        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         self.training or not self.track_running_stats, momentum, self.eps)
+        if update:
+            self.num_batches_tracked.data += 1
+        return y
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) inputs, per channel C.
+
+    Training: μ, σ² over N (and L); running_mean ← (1 − momentum)·running_mean +
+    momentum·μ and running_var likewise with the unbiased batch variance
+    (momentum=None: a cumulative average). Evaluation: μ, σ² = the running values.
+    Defaults: weight γ = 1, bias β = 0, running_mean 0, running_var 1, eps 1e-5, momentum 0.1.
+    """
+
+    input_ndims = (2, 3)
+    layouts = "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) inputs, per channel C (statistics over N, H, W).
+
+    Training uses the batch's statistics and updates the running averages
+    (see BatchNorm1d); evaluation uses the running averages.
+    Defaults: weight γ = 1, bias β = 0, running_mean 0, running_var 1, eps 1e-5, momentum 0.1.
+    """
+
+    input_ndims = (4,)
+    layouts = "(N, C, H, W)"
+
+
+class LayerNorm(Module):
+    """Normalization over each example's last axes (``normalized_shape``), the same in training and evaluation.
+
+    μ, σ² over the last len(normalized_shape) axes; y = (x − μ)/√(σ² + eps)·γ + β
+    with γ, β of shape normalized_shape. Defaults: γ = 1, β = 0, eps 1e-5.
+    """
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        check_dtype("LayerNorm", dtype)
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
+
+    def reset_parameters(self):
+        _reset_affine(self)
+
+    def forward(self, x):
+        n = len(self.normalized_shape)
+        if x.shape[x.ndim - n:] != self.normalized_shape or x.ndim < n:
+            raise ValueError(f"LayerNorm{self.normalized_shape}: the input's last axes must have shape "
+                             f"{self.normalized_shape}, got input shape {x.shape}")
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+
+class GroupNorm(Module):
+    """Normalization over groups of channels of each example: (N, C, ...) with C split into num_groups.
+
+    μ, σ² over each group's channels and all spatial positions; then a per-channel
+    γ, β. Independent of the batch size (the same in training and evaluation).
+    Defaults: γ = 1, β = 0, eps 1e-5.
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device=None, dtype=None, *, bias: bool = True):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by "
+                             f"num_groups ({num_groups})")
+        check_dtype("GroupNorm", dtype)
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        _affine_parameters(self, (num_channels,), affine, bias, device, dtype)
+
+    def reset_parameters(self):
+        _reset_affine(self)
+
+    def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}): expected input (N, C, ...) "
+                             f"with C={self.num_channels}, got shape {x.shape}")
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")

@@ -1,0 +1,155 @@
+"""Normalization: batch norm, layer norm, group norm.
+
+All three standardize x over some axes and then apply a per-feature affine
+map; they differ only in the axes:
+
+    batch norm   over the batch and spatial axes, one statistic per channel
+    layer norm   over the trailing ``normalized_shape`` axes of each sample
+    group norm   over each group of channels (and space) of each sample
+
+The standardization is one op, :class:`Normalize`, with the closed-form
+gradient; the affine part is ordinary broadcasting arithmetic.
+"""
+from __future__ import annotations
+
+from minidl.autograd import Function, is_grad_enabled
+from minidl.backend import xp_of
+from minidl.ops.reduction import mean
+from minidl.ops.shape import reshape
+from minidl.tensor import Tensor, as_tensor
+
+
+class Normalize(Function):
+    """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
+    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩).
+
+    The variance is the biased one (divided by n), as every normalization
+    layer uses. First-order backward reuses the saved x̂ and s; when the
+    backward is itself recorded (create_graph) x̂ and s are rebuilt from x
+    with Tensor ops, so that dx can be differentiated again.
+    """
+
+    def __init__(self, axes, eps):
+        self.axes, self.eps = axes, eps
+
+    def forward(self, x):
+        xp = xp_of(x)
+        self.mean = x.mean(axis=self.axes, keepdims=True)
+        centered = x - self.mean
+        self.var = (centered * centered).mean(axis=self.axes, keepdims=True)
+        self.inv_std = 1 / xp.sqrt(self.var + self.eps)
+        return centered * self.inv_std
+
+    def backward(self, gy):
+        axes = self.axes
+        if is_grad_enabled():
+            x = self.inputs[0]
+            centered = x - mean(x, axis=axes, keepdims=True)
+            inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
+            x_hat = centered * inv_std
+        else:
+            inv_std = Tensor(self.inv_std)
+            x_hat = self.output()
+            if x_hat is None:  # the output was dropped by the caller: recompute it from the saved statistics
+                x_hat = Tensor((self.inputs[0].data - self.mean) * self.inv_std)
+        return inv_std * (gy - mean(gy, axis=axes, keepdims=True)
+                          - x_hat * mean(gy * x_hat, axis=axes, keepdims=True))
+
+
+def _affine(op, y, weight, bias, shape, expected):
+    """y · weight + bias, each reshaped to ``shape`` for broadcasting; checked against ``expected``."""
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != tuple(expected):
+            raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
+    if weight is not None:
+        y = y * reshape(as_tensor(weight), shape)
+    if bias is not None:
+        y = y + reshape(as_tensor(bias), shape)
+    return y
+
+
+def _array(value):
+    return value.data if isinstance(value, Tensor) else value
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5) -> Tensor:
+    """Batch normalization of x (N, C), (N, C, L) or (N, C, H, W), one statistic per channel.
+
+    Training (or no running statistics): y = (x − μ_B)/√(σ²_B + ε) · γ + β with the
+    batch's mean and biased variance, and, in training, the running statistics are
+    updated in place (PyTorch's rule, unbiased variance):
+        running_mean ← (1 − momentum)·running_mean + momentum·μ_B
+        running_var  ← (1 − momentum)·running_var  + momentum·σ²_B · n/(n − 1)
+    Evaluation: y = (x − running_mean)/√(running_var + ε) · γ + β.
+    ``running_mean``/``running_var`` are Tensors (their ``.data`` is updated) or raw arrays.
+    """
+    x = as_tensor(x)
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: input must be (N, C) or (N, C, ...) with a channel axis, "
+                         f"got shape {x.shape}")
+    channels = x.shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and tuple(stat.shape) != (channels,):
+            raise ValueError(f"batch_norm: {name} must have shape ({channels},), one value per channel of "
+                             f"the input {x.shape}, got {tuple(stat.shape)}")
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    if training or running_mean is None or running_var is None:
+        count = x.size // max(channels, 1)
+        if training and count <= 1:
+            raise ValueError(f"batch_norm: training needs more than one value per channel to estimate a "
+                             f"variance, got input of shape {x.shape}; use a larger batch or eval mode")
+        normalize = Normalize(axes, eps)
+        y = normalize(x)
+        if training:
+            _update_running(running_mean, normalize.mean, momentum, 1.0)
+            _update_running(running_var, normalize.var, momentum, count / max(count - 1, 1))
+    else:
+        xp = x.xp
+        mean_array = _array(running_mean).reshape(shape).astype(x.dtype, copy=False)
+        inv_std = (1 / xp.sqrt(_array(running_var).reshape(shape) + eps)).astype(x.dtype, copy=False)
+        y = (x - Tensor(mean_array)) * Tensor(inv_std)
+    return _affine("batch_norm", y, weight, bias, shape, (channels,))
+
+
+def _update_running(stat, batch_value, momentum, correction):
+    """stat ← (1 − momentum)·stat + momentum·correction·batch_value, in place."""
+    if stat is None:
+        return
+    array = _array(stat)
+    array *= 1 - momentum
+    array += (batch_value.reshape(array.shape) * (momentum * correction)).astype(array.dtype, copy=False)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
+    """Layer normalization over the trailing ``normalized_shape`` axes of x (PyTorch's layout).
+
+    y = (x − μ)/√(σ² + ε) · γ + β, μ and σ² over those axes of each sample;
+    γ and β have shape ``normalized_shape``.
+    """
+    x = as_tensor(x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or x.shape[x.ndim - len(shape):] != shape or len(shape) > x.ndim:
+        raise ValueError(f"layer_norm: normalized_shape {shape} must equal the trailing axes of the input, "
+                         f"got input of shape {x.shape}")
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    y = Normalize(axes, eps)(x)
+    return _affine("layer_norm", y, weight, bias, shape, shape)
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5) -> Tensor:
+    """Group normalization of x (N, C, ...): channels split into ``num_groups`` groups,
+    each group of each sample standardized over its channels and spatial positions;
+    γ and β have one value per channel (C,).
+    """
+    x = as_tensor(x)
+    if x.ndim < 2:
+        raise ValueError(f"group_norm: input must be (N, C, ...), got shape {x.shape}")
+    channels = x.shape[1]
+    if not isinstance(num_groups, int) or num_groups < 1 or channels % num_groups:
+        raise ValueError(f"group_norm: num_groups must divide the {channels} channels of the input "
+                         f"{x.shape}, got {num_groups!r}")
+    grouped = reshape(x, x.shape[0], num_groups, -1)
+    y = reshape(Normalize((2,), eps)(grouped), x.shape)
+    return _affine("group_norm", y, weight, bias, (1, channels) + (1,) * (x.ndim - 2), (channels,))

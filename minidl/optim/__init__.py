@@ -1,0 +1,37 @@
+"""Optimizers, learning-rate schedules, and training-curvature tools.
+
+Every optimizer is its update equation written as a plain function of arrays
+(``sgd_update``, ``adam_update``...; the docstrings give the equations and the
+papers) plus a small class that keeps its state:
+
+    opt = optim.Adam(model.parameters(), lr=1e-3)
+    loss.backward();  opt.step();  opt.zero_grad()
+
+Family by family: ``sgd`` (SGD, NAG, SGDM), ``adaptive`` (AdaGrad, RMSProp,
+AdaDelta), ``adam`` (Adam, AdamW, AMSGrad, NAdam, RAdam), ``layerwise``
+(LARS, LAMB, NovoGrad), ``adahessian``, ``averaging`` (Lookahead, SWA,
+Ranger, RangerLARS). ``schedules`` holds the learning-rate schedules,
+``lr_finder`` the learning-rate range test, ``curvature`` Hessian tools and
+the gradient noise scale.
+"""
+from minidl.optim import schedules
+from minidl.optim.adahessian import AdaHessian
+from minidl.optim.adam import AMSGrad, Adam, AdamW, NAdam, RAdam
+from minidl.optim.adaptive import AdaDelta, AdaGrad, RMSProp
+from minidl.optim.averaging import SWA, Lookahead, Ranger, RangerLARS, update_bn
+from minidl.optim.curvature import (gradient_noise_scale, hessian_trace, hessian_vector_product,
+                                    top_hessian_eigenvalue)
+from minidl.optim.layerwise import LAMB, LARS, NovoGrad
+from minidl.optim.lr_finder import lr_range_test
+from minidl.optim.optimizer import (Optimizer, clip_grad_norm_, clip_grad_value_, l1_penalty,
+                                    weight_decay_groups)
+from minidl.optim.schedules import LRScheduler
+from minidl.optim.sgd import NAG, SGD, SGDM
+
+__all__ = [
+    "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adam", "AdamW", "LAMB", "LARS", "LRScheduler",
+    "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
+    "SGD", "SGDM", "SWA", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale", "hessian_trace",
+    "hessian_vector_product", "l1_penalty", "lr_range_test", "schedules", "top_hessian_eigenvalue",
+    "update_bn", "weight_decay_groups",
+]

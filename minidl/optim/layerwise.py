@@ -1,0 +1,152 @@
+"""Layer-wise adaptive rates for large batches: LARS, LAMB, NovoGrad.
+
+With very large batches the learning rate must grow, and one global rate
+becomes wrong for some layers: where ‖g‖ is large compared with ‖w‖, a step
+of lr·g wipes the layer out; where it is small, nothing moves. These
+optimizers scale each layer's step by a *trust ratio* built from norms of
+that layer only, so every layer moves by a similar fraction of its size.
+
+- LARS (You, Gitman & Ginsburg 2017): SGD with momentum, each layer's rate
+  scaled by η‖w‖/(‖g‖ + λ‖w‖).
+- LAMB (You et al. 2020): the same idea on Adam's direction; trained BERT
+  with batches of 64k.
+- NovoGrad (Ginsburg et al. 2019): Adam with one second moment per layer
+  (a scalar) instead of one per weight: less memory, and the gradient is
+  normalized per layer before it enters the momentum.
+"""
+from __future__ import annotations
+
+from minidl.backend import xp_of
+from minidl.optim.adam import adam_direction
+from minidl.optim.optimizer import Optimizer, check_betas, check_eps, check_nonnegative, check_unit
+
+
+def trust_ratio(numerator, denominator):
+    """numerator / denominator, or 1 when either is zero (a new or a converged layer).
+
+    Both are 0-d arrays; the result stays on the device (no sync on a GPU).
+    """
+    xp = xp_of(numerator)
+    ok = (numerator > 0) & (denominator > 0)
+    return xp.where(ok, numerator / xp.where(ok, denominator, 1), 1)
+
+
+def norm(x):
+    """The Euclidean norm ‖x‖ as a 0-d array of x's dtype."""
+    return xp_of(x).linalg.norm(x.reshape(-1))
+
+
+def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt=True):
+    """One LARS step, in place on w and the momentum buffer b.
+
+        local ← η‖w‖ / (‖g‖ + λ‖w‖)          1 when a norm is zero; 1 (and λ = 0) if not adapt
+        b ← μb + lr·local·(g + λw)
+        w ← w − b
+    With η = 1, μ = 0, λ = 0 this is the book's w ← w − lr·(‖w‖/‖g‖)·g.
+    """
+    if not adapt:
+        local, weight_decay = 1.0, 0.0
+    else:
+        w_norm = norm(w)
+        local = trust_coefficient * trust_ratio(w_norm, norm(g) + weight_decay * w_norm)
+    step = g + weight_decay * w if weight_decay else g
+    b *= momentum
+    b += (lr * local) * step
+    w -= b
+
+
+class LARS(Optimizer):
+    """``LARS(params, lr, momentum=0.9, trust_coefficient=0.001, weight_decay=0)``: see :func:`lars_update`.
+
+    1-D parameters (biases, normalization scales) skip the adaptation and the
+    weight decay, as in the paper's implementation: their local rate is 1.
+    """
+
+    def __init__(self, params, lr, momentum=0.9, trust_coefficient=0.001, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, trust_coefficient=trust_coefficient,
+                                      weight_decay=weight_decay))
+
+    def check_group(self, group):
+        super().check_group(group)
+        group["momentum"] = check_unit(self.name, "momentum", group["momentum"])
+        group["trust_coefficient"] = check_nonnegative(self.name, "trust_coefficient", group["trust_coefficient"])
+
+    def update(self, w, g, state, group):
+        if "b" not in state:
+            state["b"] = xp_of(w).zeros_like(w)
+        lars_update(w, g, state["b"], lr=group["lr"], momentum=group["momentum"],
+                    trust_coefficient=group["trust_coefficient"], weight_decay=group["weight_decay"],
+                    adapt=w.ndim > 1)
+
+
+def lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, weight_decay):
+    """One LAMB step, in place on w, m, v.
+
+        r ← the Adam direction m̂/(√v̂ + ε)      (:func:`minidl.optim.adam.adam_direction`)
+        u ← r + λw                               decoupled weight decay
+        trust ← ‖w‖ / ‖u‖                        per layer; 1 when a norm is zero
+        w ← w − lr·trust·u
+    """
+    r = adam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps)
+    u = r + weight_decay * w if weight_decay else r
+    trust = trust_ratio(norm(w), norm(u))
+    w -= (lr * trust) * u
+
+
+class LAMB(Optimizer):
+    """``LAMB(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0)``: see :func:`lamb_update`."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def check_group(self, group):
+        super().check_group(group)
+        group["betas"] = check_betas(self.name, group["betas"])
+        group["eps"] = check_eps(self.name, group["eps"])
+
+    def update(self, w, g, state, group):
+        if "t" not in state:
+            state.update(t=0, m=xp_of(w).zeros_like(w), v=xp_of(w).zeros_like(w))
+        state["t"] += 1
+        beta1, beta2 = group["betas"]
+        lamb_update(w, g, state["m"], state["v"], t=state["t"], lr=group["lr"], beta1=beta1, beta2=beta2,
+                    eps=group["eps"], weight_decay=group["weight_decay"])
+
+
+def novograd_update(w, g, m, v, *, lr, beta1, beta2, eps, weight_decay, first):
+    """One NovoGrad step, in place on w and m; returns the new per-layer v (a 0-d array).
+
+        v ← ‖g‖²  on the first step, then  v ← β₂v + (1 − β₂)‖g‖²      one number per layer
+        m ← β₁m + g/(√v + ε) + λw
+        w ← w − lr·m
+    The gradient itself is never modified.
+    """
+    g_norm2 = norm(g) ** 2
+    v = g_norm2 if first else beta2 * v + (1 - beta2) * g_norm2
+    m *= beta1
+    m += g / (xp_of(w).sqrt(v) + eps)
+    if weight_decay:
+        m += weight_decay * w
+    w -= lr * m
+    return v
+
+
+class NovoGrad(Optimizer):
+    """``NovoGrad(params, lr, betas=(0.95, 0.98), eps=1e-8, weight_decay=0)``: see :func:`novograd_update`."""
+
+    def __init__(self, params, lr, betas=(0.95, 0.98), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def check_group(self, group):
+        super().check_group(group)
+        group["betas"] = check_betas(self.name, group["betas"])
+        group["eps"] = check_eps(self.name, group["eps"])
+
+    def update(self, w, g, state, group):
+        first = "m" not in state
+        if first:
+            state.update(m=xp_of(w).zeros_like(w), v=xp_of(w).zeros((), w.dtype))
+        beta1, beta2 = group["betas"]
+        v = novograd_update(w, g, state["m"], state["v"], lr=group["lr"], beta1=beta1, beta2=beta2,
+                            eps=group["eps"], weight_decay=group["weight_decay"], first=first)
+        state["v"] = xp_of(w).asarray(v, dtype=w.dtype)  # a 0-d array: checkpoints keep its exact dtype

@@ -1,0 +1,31 @@
+"""Training: the loop, callbacks, metrics, checkpoints, curves and the debugging recipe.
+
+    from minidl.train import Trainer, EarlyStopping, ModelCheckpoint, JSONLLogger
+    trainer = Trainer(model, optimizer, train_loader, val_loader,
+                      callbacks=[EarlyStopping(patience=5), ModelCheckpoint("runs/exp")], seed=0)
+    trainer.fit(epochs=20)
+    plot_curves(trainer.history, "runs/exp/curves.png", steps=trainer.steps)
+
+The command line does all of it in one go: ``minidl train`` (see docs/training.md).
+"""
+from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
+from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from minidl.train.curves import make_figure, plot_curves
+from minidl.train.diagnostics import (CheckResult, check_dropout_batchnorm, check_initial_loss,
+                                      compare_with_zeroed_inputs, diagnose, format_report,
+                                      format_statistics, layer_statistics, overfit_small_batch)
+from minidl.train.metrics import (accuracy, classification_report, confusion_matrix, macro_f1,
+                                  macro_precision, macro_recall, per_class_precision_recall_f1,
+                                  precision_recall_f1)
+from minidl.train.models import build_model
+from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
+
+__all__ = [
+    "CSVLogger", "Callback", "CheckResult", "CheckpointError", "EarlyStopping", "JSONLLogger",
+    "ModelCheckpoint", "NonFiniteLossError", "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
+    "check_initial_loss", "classification_report", "compare_with_zeroed_inputs", "confusion_matrix",
+    "diagnose", "fit", "format_report", "format_statistics", "layer_statistics", "load_checkpoint",
+    "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",
+    "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
+    "save_checkpoint", "seed_everything",
+]

@@ -1,0 +1,272 @@
+"""Callbacks: small objects the training loop calls at fixed points of a run.
+
+    trainer = Trainer(model, opt, train_loader, val_loader, callbacks=[
+        EarlyStopping(monitor="val_loss", patience=5, restore_best=True),
+        ModelCheckpoint("runs/exp", monitor="val_accuracy"),
+        JSONLLogger("runs/exp/metrics.jsonl"), CSVLogger("runs/exp/metrics.csv"),
+    ])
+
+The hooks, in the order a run calls them::
+
+    on_train_begin(trainer)
+      on_epoch_begin(trainer, epoch)
+        on_step_end(trainer, step, logs)       after every optimizer step
+        on_evaluate(trainer, logs)             after every validation (a history record)
+      on_epoch_end(trainer, epoch, logs)
+    on_train_end(trainer)
+
+``logs`` is the record just added to ``trainer.history``: ``step``, ``epoch``,
+``train_loss``, ``lr`` and, with validation data, ``val_loss`` and
+``val_<metric>``. A callback stops the run by setting
+``trainer.stop_training = True``. Callbacks with state (a patience counter, the
+best value so far) save it in the training checkpoint through
+``state_dict``/``load_state_dict``, so a resumed run stops where the
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+
+
+class Callback:
+    """Base class: every hook does nothing; override the ones you need."""
+
+    def on_train_begin(self, trainer):
+        pass
+
+    def on_epoch_begin(self, trainer, epoch: int):
+        pass
+
+    def on_step_end(self, trainer, step: int, logs: dict):
+        pass
+
+    def on_evaluate(self, trainer, logs: dict):
+        pass
+
+    def on_epoch_end(self, trainer, epoch: int, logs: dict):
+        pass
+
+    def on_train_end(self, trainer):
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- monitoring a value
+class _Monitor:
+    """Tracks the best value of one logged quantity; ``mode`` 'min', 'max' or 'auto'."""
+
+    def __init__(self, monitor: str, mode: str, min_delta: float, owner: str):
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"{owner}: mode must be 'auto', 'min' or 'max', got {mode!r}")
+        if min_delta < 0:
+            raise ValueError(f"{owner}: min_delta must be >= 0, got {min_delta}")
+        if mode == "auto":  # losses and errors go down, everything else (accuracy, F1) goes up
+            mode = "min" if ("loss" in monitor or "error" in monitor) else "max"
+        self.monitor, self.mode, self.min_delta, self.owner = monitor, mode, float(min_delta), owner
+        self.best = math.inf if mode == "min" else -math.inf
+
+    def value(self, logs: dict):
+        """The monitored value in ``logs``, or None when this record does not have it."""
+        if self.monitor not in logs:
+            return None
+        value = float(logs[self.monitor])
+        return value if math.isfinite(value) else None
+
+    def improved(self, value: float) -> bool:
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def missing_message(self, logs: dict) -> str:
+        return (f"{self.owner}: monitor={self.monitor!r} is not in the logged values "
+                f"({', '.join(sorted(logs))}); pass validation data or monitor one of those")
+
+
+class EarlyStopping(Callback):
+    """Stop when the monitored value has not improved for ``patience`` evaluations.
+
+    The text's early stopping: keep training while the validation score
+    improves; when it has not improved for ``patience`` checks, stop, and with
+    ``restore_best=True`` put back the weights of the best check -- the model
+    then generalizes like the best point on the validation curve, not like the
+    last. An improvement must beat the best by more than ``min_delta``.
+    """
+
+    def __init__(self, monitor: str = "val_loss", patience: int = 5, min_delta: float = 0.0,
+                 mode: str = "auto", restore_best: bool = True, verbose: bool = False):
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
+        self.tracker = _Monitor(monitor, mode, min_delta, "EarlyStopping")
+        self.patience, self.restore_best, self.verbose = patience, bool(restore_best), verbose
+        self.wait = 0
+        self.best_step = None
+        self.best_state = None
+        self.stopped_step = None
+
+    @property
+    def best(self) -> float:
+        return self.tracker.best
+
+    def on_evaluate(self, trainer, logs):
+        value = self.tracker.value(logs)
+        if value is None:
+            if self.tracker.monitor not in logs:
+                raise KeyError(self.tracker.missing_message(logs))
+            value = math.inf if self.tracker.mode == "min" else -math.inf  # NaN counts as no improvement
+        if self.tracker.improved(value):
+            self.tracker.best, self.wait, self.best_step = value, 0, trainer.step
+            if self.restore_best:
+                self.best_state = trainer.model.state_dict()
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            trainer.stop_training = True
+            self.stopped_step = trainer.step
+            if self.verbose:
+                print(f"early stopping at step {trainer.step}: {self.tracker.monitor} has not improved for "
+                      f"{self.wait} evaluations (best {self.tracker.best:.4g} at step {self.best_step})")
+
+    def on_train_end(self, trainer):
+        # Restore when this callback stopped the run or the run went to its last epoch; not when
+        # something else interrupted it (max_steps, a user's stop), since that run may be resumed.
+        finished = self.stopped_step is not None or getattr(trainer, "completed", False)
+        if self.restore_best and self.best_state is not None and finished:
+            trainer.model.load_state_dict(self.best_state)
+
+    def state_dict(self):
+        state = {"best": self.tracker.best, "wait": self.wait, "best_step": self.best_step,
+                 "stopped_step": self.stopped_step}
+        if self.best_state is not None:
+            state["best_state"] = dict(self.best_state)
+        return state
+
+    def load_state_dict(self, state):
+        self.tracker.best = float(state["best"])
+        self.wait, self.best_step = int(state["wait"]), state.get("best_step")
+        self.stopped_step = state.get("stopped_step")
+        self.best_state = state.get("best_state")
+
+
+class ModelCheckpoint(Callback):
+    """Write full training checkpoints: ``best`` when the monitored value improves, ``last`` every epoch.
+
+    Both are complete checkpoints (model, optimizer, schedule, loader position,
+    random states), written atomically: a run that crashes or stops on a NaN
+    leaves the previous files whole. Resume from either with
+    ``trainer.load_checkpoint(path)`` or ``minidl train --resume path``.
+    """
+
+    def __init__(self, dirpath, monitor: str = "val_loss", mode: str = "auto", save_best: bool = True,
+                 save_last: bool = True, best_name: str = "best.safetensors",
+                 last_name: str = "last.safetensors"):
+        self.dirpath = os.fspath(dirpath)
+        self.tracker = _Monitor(monitor, mode, 0.0, "ModelCheckpoint")
+        self.save_best, self.save_last = bool(save_best), bool(save_last)
+        self.best_path = os.path.join(self.dirpath, best_name)
+        self.last_path = os.path.join(self.dirpath, last_name)
+        self.best_step = None
+        self.last_saved_step = None
+
+    @property
+    def best(self) -> float:
+        return self.tracker.best
+
+    def on_evaluate(self, trainer, logs):
+        if not self.save_best:
+            return
+        value = self.tracker.value(logs)
+        if value is None and self.tracker.monitor not in logs:
+            raise KeyError(self.tracker.missing_message(logs))
+        if value is not None and self.tracker.improved(value):
+            self.tracker.best, self.best_step = value, trainer.step
+            trainer.save_checkpoint(self.best_path)
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        if self.save_last:
+            trainer.save_checkpoint(self.last_path)
+            self.last_saved_step = trainer.step
+
+    def on_train_end(self, trainer):
+        # A run stopped mid-epoch (by a callback or max_steps) still leaves a resumable last
+        # checkpoint. The trainer calls this before other callbacks' on_train_end, so the file holds
+        # the weights the run ended with, not weights EarlyStopping restores afterwards.
+        if self.save_last and trainer.step > 0 and trainer.step != self.last_saved_step:
+            trainer.save_checkpoint(self.last_path)
+            self.last_saved_step = trainer.step
+
+    def state_dict(self):
+        return {"best": self.tracker.best, "best_step": self.best_step}
+
+    def load_state_dict(self, state):
+        self.tracker.best, self.best_step = float(state["best"]), state.get("best_step")
+
+
+# ---------------------------------------------------------------- loggers
+def _plain(value):
+    """A JSON/CSV-friendly copy of a logged value (NumPy scalars become Python numbers)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class JSONLLogger(Callback):
+    """Append every history record to a JSON Lines file (one JSON object per line).
+
+    Each line is written and flushed as it happens, so the file can be read
+    (``tail -f``, pandas.read_json(lines=True)) while training runs, and a
+    resumed run appends to it. ``append=False`` starts the file afresh.
+    """
+
+    def __init__(self, path, append: bool = True):
+        self.path = os.fspath(path)
+        self.append = append
+
+    def on_train_begin(self, trainer):
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        if not self.append and trainer.step == 0 and os.path.exists(self.path):
+            os.remove(self.path)
+
+    def on_evaluate(self, trainer, logs):
+        self.write(logs)
+
+    def write(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+
+
+class CSVLogger(Callback):
+    """Append every history record to a CSV file; the first record's keys become the header."""
+
+    def __init__(self, path, append: bool = True):
+        self.path = os.fspath(path)
+        self.append = append
+        self.fields = None
+
+    def on_train_begin(self, trainer):
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        if not self.append and trainer.step == 0 and os.path.exists(self.path):
+            os.remove(self.path)
+        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                self.fields = next(csv.reader(f), None)
+
+    def on_evaluate(self, trainer, logs):
+        new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        if self.fields is None or new_file:
+            self.fields = list(logs)
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore", restval="")
+            if new_file:
+                writer.writeheader()
+            writer.writerow({k: _plain(v) for k, v in logs.items()})

@@ -1,0 +1,302 @@
+"""``minidl train`` and ``minidl diagnose``.
+
+    minidl train                                   # an MLP on the bundled digits, about 10 seconds
+    minidl train --data spirals --epochs 200 --lr 0.01
+    minidl train --data mnist:~/data/mnist --model cnn --device cuda
+    minidl train --resume runs/digits-mlp-.../last.safetensors --epochs 40
+    minidl diagnose --data digits --model mlp      # the debugging recipe on a fresh model
+
+A run writes into its folder (``--out``, by default ``runs/<data>-<model>-<time>``):
+``metrics.jsonl`` (one line per validation, then the test result),
+``curves.png``, ``model.safetensors`` (the final weights, a plain state dict),
+``standardizer.safetensors`` (the input statistics of the training split),
+and the resumable checkpoints ``last.safetensors`` and ``best.safetensors``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import math
+import os
+import sys
+import time
+
+from minidl.train import data_sources
+
+DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "schedule": "cosine",
+            "epochs": 20, "batch_size": 32, "seed": 0, "weight_decay": 0.0, "label_smoothing": 0.0,
+            "clip_norm": None, "accumulate": 1, "dropout": 0.0}
+SCHEDULES = ("constant", "cosine", "warmup-cosine", "step", "exponential", "polynomial", "cyclical",
+             "inverse-sqrt")
+# Settings that define a run: a resumed run takes them from its checkpoint unless given again.
+RUN_SETTINGS = tuple(DEFAULTS)
+
+
+# ---------------------------------------------------------------- argument types
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (at least 1), got {value}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _nonnegative_float(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _data_spec(text):
+    if text in ("digits", "spirals") or (text.startswith("mnist:") and len(text) > len("mnist:")):
+        return text
+    raise argparse.ArgumentTypeError(f"expected digits, spirals or mnist:PATH (a folder with the MNIST IDX "
+                                     f"files), got {text!r}")
+
+
+# ---------------------------------------------------------------- optimizers and schedules
+def optimizer_classes() -> dict:
+    """Lower-case name -> optimizer class, for every minidl.optim optimizer built from ``params``."""
+    from minidl import optim
+    found = {}
+    for name in getattr(optim, "__all__", dir(optim)):
+        cls = getattr(optim, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, optim.Optimizer)) or cls is optim.Optimizer:
+            continue
+        params = list(inspect.signature(cls.__init__).parameters)
+        if len(params) > 1 and params[1] == "params":  # wrappers (Lookahead) take an optimizer instead
+            found[name.lower()] = cls
+    return found
+
+
+def make_optimizer(name: str, parameters, lr: float | None, weight_decay: float = 0.0):
+    classes = optimizer_classes()
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in classes:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(sorted(classes))}")
+    cls = classes[key]
+    signature = inspect.signature(cls.__init__).parameters
+    if lr is None:
+        default = signature["lr"].default if "lr" in signature else inspect.Parameter.empty
+        lr = default if default is not inspect.Parameter.empty else 0.05
+    options = {"lr": lr}
+    if weight_decay:
+        if "weight_decay" not in signature:
+            raise ValueError(f"optimizer {name!r} has no weight_decay option")
+        options["weight_decay"] = weight_decay
+    return cls(parameters, **options)
+
+
+def make_schedule(name: str, lr: float, total_steps: int):
+    """The schedule ``f(t)`` called ``name`` over ``total_steps`` optimizer steps (None for constant)."""
+    from minidl.optim import schedules as S
+    total = max(int(total_steps), 1)
+    tenth = max(total // 10, 1)
+    builders = {
+        "constant": lambda: None,
+        "cosine": lambda: S.cosine_restarts(lr, total),
+        "warmup-cosine": lambda: S.warmup(S.cosine_restarts(lr, total), tenth),
+        "step": lambda: S.step_decay(lr, 0.1, max(total // 3, 1)),
+        "exponential": lambda: S.exponential(lr, 0.01 ** (1.0 / total)),
+        "polynomial": lambda: S.polynomial(lr, total, 2),
+        "cyclical": lambda: S.cyclical(lr / 10, lr, max(total // 8, 1)),
+        "inverse-sqrt": lambda: S.inverse_sqrt(lr, tenth),
+    }
+    if name not in builders:
+        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    return builders[name]()
+
+
+# ---------------------------------------------------------------- minidl train
+def _settings(args, saved: dict | None) -> dict:
+    """Each run setting: given on the command line, else from the resumed checkpoint, else the default."""
+    out = {}
+    for key in RUN_SETTINGS:
+        given = getattr(args, key)
+        if given is not None:
+            out[key] = given
+        elif saved and key in saved:
+            out[key] = saved[key]
+        else:
+            out[key] = DEFAULTS[key]
+    return out
+
+
+def _run_folder(args, settings) -> str:
+    if args.out:
+        return args.out
+    if args.resume:
+        return os.path.dirname(os.path.abspath(args.resume))
+    data = settings["data"].split(":")[0]
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.join("runs", f"{data}-{settings['model']}-{stamp}")
+    folder, n = base, 1
+    while os.path.exists(folder):
+        n += 1
+        folder = f"{base}-{n}"
+    return folder
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"minidl train: error: {message}", file=sys.stderr)
+    return code
+
+
+def train_command(args) -> int:
+    import minidl as mdl
+    from minidl.data import DataLoader, TensorDataset
+    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, Trainer, plot_curves
+    from minidl.train.callbacks import EarlyStopping
+    from minidl.train.checkpoint import read_checkpoint, unpack
+    from minidl.train.models import build_model
+    from minidl.train.trainer import seed_everything
+
+    started = time.perf_counter()
+    saved = None
+    if args.resume:
+        try:
+            saved = (unpack(read_checkpoint(args.resume).get("extra")) or {}).get("settings")
+        except (FileNotFoundError, ValueError) as exc:
+            return _fail(str(exc))
+    s = _settings(args, saved)
+    seed_everything(s["seed"])
+    try:
+        data = data_sources.load(s["data"], seed=s["seed"])
+        model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
+        if args.device:
+            model.to(args.device)
+        optimizer = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
+        lr = float(optimizer.param_groups[0]["lr"])
+        train_loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=s["batch_size"],
+                                  shuffle=True, seed=s["seed"])
+        val_loader = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
+        test_loader = DataLoader(TensorDataset(data.x_test, data.y_test), batch_size=512)
+        steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
+        schedule = make_schedule(s["schedule"], lr, s["epochs"] * steps_per_epoch)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        return _fail(str(exc))
+
+    out = _run_folder(args, s)
+    os.makedirs(out, exist_ok=True)
+    callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
+    if args.patience:
+        callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
+    trainer = Trainer(model, optimizer, train_loader, val_loader, scheduler=schedule, callbacks=callbacks,
+                      max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
+                      label_smoothing=s["label_smoothing"], progress=not args.quiet,
+                      metrics=("accuracy", "f1"))
+    trainer.extra = {"settings": s}
+    if args.resume:
+        try:
+            trainer.load_checkpoint(args.resume)
+        except (ValueError, FileNotFoundError) as exc:
+            return _fail(f"cannot resume: {exc}")
+    print(f"{s['model']} on {data.name}: {model.num_parameters():,} parameters, {len(data.x_train)} training / "
+          f"{len(data.x_val)} validation / {len(data.x_test)} test samples, {s['optimizer']} lr={lr:g} "
+          f"({s['schedule']}), {s['epochs']} epochs of {len(train_loader)} batches"
+          + (f", resuming at step {trainer.step}" if args.resume else "") + f"\nwriting to {out}")
+    try:
+        trainer.fit(s["epochs"])
+    except NonFiniteLossError as exc:
+        print(f"minidl train: {exc}", file=sys.stderr)
+        return 1
+
+    test = trainer.evaluate(test_loader)
+    JSONLLogger(os.path.join(out, "metrics.jsonl")).write({"split": "test", "step": trainer.step, **test})
+    mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
+    mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
+    plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
+                title=f"{s['model']} on {data.name}")
+    best = next((cb for cb in callbacks if isinstance(cb, ModelCheckpoint)), None)
+    print(f"test accuracy: {test['accuracy']:.2%}  (loss {test['loss']:.4f}, macro F1 {test['f1']:.3f}); "
+          f"best validation accuracy {best.best:.2%} at step {best.best_step}")
+    print(f"wrote {out}/: model.safetensors, curves.png, metrics.jsonl, last.safetensors, best.safetensors "
+          f"({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def _add_train(sub):
+    p = sub.add_parser("train", help="train a model on bundled or local data",
+                       description="Train a model; with no options an MLP on the bundled digits.")
+    p.add_argument("--data", type=_data_spec, help="digits (bundled, default), spirals, or mnist:PATH")
+    p.add_argument("--model", choices=("mlp", "cnn"), help="mlp (default) or cnn (images only)")
+    p.add_argument("--optimizer", help="any minidl.optim optimizer by name: adam (default), sgd, adamw, ...")
+    p.add_argument("--lr", type=_positive_float, help="learning rate (default: the optimizer's own, 0.05 for SGD)")
+    p.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule (default cosine)")
+    p.add_argument("--epochs", type=_positive_int, help="total epochs, counting a resumed run's (default 20)")
+    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, help="samples per batch (default 32)")
+    p.add_argument("--weight-decay", dest="weight_decay", type=_nonnegative_float, help="L2 weight decay")
+    p.add_argument("--label-smoothing", dest="label_smoothing", type=_nonnegative_float)
+    p.add_argument("--dropout", type=_nonnegative_float, help="dropout after each hidden layer")
+    p.add_argument("--clip-norm", dest="clip_norm", type=_positive_float, help="clip gradients to this global norm")
+    p.add_argument("--accumulate", type=_positive_int, help="micro-batches per optimizer step")
+    p.add_argument("--patience", type=_positive_int, help="early stopping after this many epochs without "
+                   "a better validation accuracy (restores the best weights)")
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default 0)")
+    p.add_argument("--out", help="run folder (default runs/<data>-<model>-<time>)")
+    p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=train_command)
+
+
+# ---------------------------------------------------------------- minidl diagnose
+def diagnose_command(args) -> int:
+    import minidl as mdl
+    from minidl.train.diagnostics import diagnose, format_report
+    from minidl.train.models import build_model
+    from minidl.train.trainer import seed_everything
+
+    seed_everything(args.seed)
+    try:
+        data = data_sources.load(args.data, seed=args.seed)
+        model = build_model(args.model, data.sample_shape, data.num_classes, dropout=args.dropout)
+        if args.weights:
+            model.load_state_dict(mdl.load(args.weights))
+        if args.device:
+            model.to(args.device)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"minidl diagnose: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"diagnosing {args.model} on {data.name} ({model.num_parameters():,} parameters)\n")
+    report = diagnose(model, data.x_train, data.y_train, data.x_val, data.y_val, num_classes=data.num_classes,
+                      overfit_steps=args.steps, baseline_steps=args.steps, seed=args.seed)
+    print(format_report(report))
+    failed = [c.name for c in report["checks"] if c.passed is False]
+    print(f"\n{len(report['checks']) - len(failed)} of {len(report['checks'])} checks passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _add_diagnose(sub):
+    p = sub.add_parser("diagnose", help="the textbook's debugging recipe on a model",
+                       description="Initial loss vs ln K, overfitting two samples, real vs zeroed inputs, "
+                                   "per-layer statistics, dropout-with-BatchNorm warning.")
+    p.add_argument("--data", type=_data_spec, default="digits", help="digits (default), spirals, or mnist:PATH")
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    p.add_argument("--dropout", type=_nonnegative_float, default=0.0)
+    p.add_argument("--weights", help="a model.safetensors to load instead of fresh weights")
+    p.add_argument("--steps", type=_positive_int, default=150, help="steps of the overfit and baseline runs")
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=diagnose_command)
+
+
+def add_commands(subparsers) -> None:
+    """Register ``train`` and ``diagnose`` with the ``minidl`` command's subparsers."""
+    _add_train(subparsers)
+    _add_diagnose(subparsers)

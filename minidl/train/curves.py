@@ -1,0 +1,100 @@
+"""Training curves as a PNG: loss, metric and learning rate against the optimizer step.
+
+    plot_curves(trainer.history, "runs/exp/curves.png", steps=trainer.steps)
+
+Three panels, the ones to look at after every run:
+
+- loss: the training loss of every step (faint) and its average between
+  validations, with the validation loss. A validation loss that turns up while
+  the training loss goes on down is overfitting; both flat and high is
+  underfitting (or a learning rate that is too small);
+- metric: training and validation accuracy (or the first validation metric);
+- learning rate: what the schedule did.
+
+Drawn with matplotlib's Agg backend (no display needed) and written
+atomically, so a half-written PNG never replaces a good one.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+from minidl.serialization import atomic_write
+
+
+def _new_figure(**kwargs):
+    """A Figure drawn by the Agg canvas, whatever backend pyplot uses (none needed, no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _series(history, key):
+    points = [(r["step"], r[key]) for r in history if key in r and r[key] is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def make_figure(history: list[dict], steps: dict | None = None, title: str | None = None):
+    """A matplotlib Figure with the loss, metric and learning-rate panels (not shown, not saved)."""
+    fig = _new_figure(figsize=(13, 3.8), layout="constrained")
+    ax_loss, ax_metric, ax_lr = fig.subplots(1, 3)
+
+    if steps and steps.get("step"):
+        ax_loss.plot(steps["step"], steps["loss"], color="tab:blue", alpha=0.25, linewidth=0.8,
+                     label="train (each step)")
+    for key, style in (("train_loss", dict(color="tab:blue", marker="o", markersize=3)),
+                       ("val_loss", dict(color="tab:orange", marker="o", markersize=3))):
+        x, y = _series(history, key)
+        if x:
+            ax_loss.plot(x, y, label=key.replace("_", " "), **style)
+    ax_loss.set(xlabel="step", ylabel="loss", title="loss")
+    if any(v > 0 for v in (steps or {}).get("loss", [])) or any("train_loss" in r for r in history):
+        ax_loss.set_yscale("log")
+
+    metric_keys = []
+    if history:
+        val_metrics = [k for k in history[-1] if k.startswith("val_") and k != "val_loss"]
+        metric_keys = (["train_accuracy"] if any("train_accuracy" in r for r in history) else []) + val_metrics
+    for key in metric_keys:
+        x, y = _series(history, key)
+        if x:
+            ax_metric.plot(x, y, marker="o", markersize=3, label=key.replace("_", " "))
+    ax_metric.set(xlabel="step", title="metric")
+    if not metric_keys:
+        ax_metric.text(0.5, 0.5, "no metric\n(regression or no validation data)", ha="center", va="center",
+                       transform=ax_metric.transAxes, color="gray")
+
+    if steps and steps.get("step"):
+        ax_lr.plot(steps["step"], steps["lr"], color="tab:green")
+    else:
+        x, y = _series(history, "lr")
+        ax_lr.plot(x, y, color="tab:green", marker="o", markersize=3)
+    ax_lr.set(xlabel="step", title="learning rate")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+
+    for ax in (ax_loss, ax_metric):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax_lr.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_curves(history: list[dict], path, steps: dict | None = None, title: str | None = None) -> str:
+    """Draw the curves of a run and write them to ``path`` as a PNG (atomically). Returns the path."""
+    if not history and not (steps and steps.get("step")):
+        raise ValueError("plot_curves: nothing to plot; the history is empty (train at least one step)")
+    fig = make_figure(history, steps, title)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+
+    atomic_write(path, write)
+    return os.fspath(path)

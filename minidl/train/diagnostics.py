@@ -1,0 +1,353 @@
+"""The textbook's debugging list, as functions (and as ``minidl diagnose``).
+
+Before a long run, check that the model and the pipeline can learn at all:
+
+1. Initial loss: with K balanced classes and a fresh model that has no
+   preference, every class gets probability 1/K and the cross-entropy is
+   -ln(1/K) = ln K (2.30 for 10 classes). Far above: the last layer's
+   weights are too large (confident wrong guesses); far below: the labels leak
+   into the input or the classes are not balanced.
+2. Overfit two samples: any network worth training drives the loss on two
+   samples to almost zero within a few hundred steps. If it cannot, the
+   gradient does not reach the weights (a detached tensor, a frozen layer, a
+   wrong sign) or the loss is wired wrongly.
+3. Real data beats zeroed inputs: train once on the real inputs and once on
+   all-zero inputs. If both reach the same validation loss, the model ignores
+   its input (a pipeline bug: inputs and labels shuffled apart, the wrong
+   tensor fed in) and learns only the class frequencies.
+4. Per-layer statistics: the mean and standard deviation of each layer's
+   output, the fraction of ReLU units that are zero for every sample ("dead"),
+   and ``||g|| / ||w||`` for each weight. Activations that shrink or grow
+   layer after layer, or ratios far below 1e-6, point at initialization;
+   mostly dead ReLUs at a learning rate that was too high or a bad bias.
+5. Dropout with BatchNorm: dropout changes the variance of a layer's input
+   between training and test, so BatchNorm's running statistics, collected
+   with dropout on, do not match at test time (the "variance shift"). Use one
+   or the other, or put dropout after the last BatchNorm only.
+
+Every check leaves the model as it found it (weights, gradients, mode).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidl import backend, nn
+from minidl.autograd import no_grad
+from minidl.tensor import Tensor
+
+
+@dataclass
+class CheckResult:
+    """One check: ``passed`` is True, False, or None for a warning-only finding."""
+
+    name: str
+    passed: bool | None
+    value: float | None
+    expected: str
+    message: str
+
+    def __str__(self):
+        tag = {True: "PASS", False: "FAIL", None: "WARN"}[self.passed]
+        value = "" if self.value is None else f"{self.value:.4g}  "
+        return f"[{tag}] {self.name}: {value}(expected {self.expected})\n       {self.message}"
+
+
+# ---------------------------------------------------------------- helpers
+def _device(model) -> str:
+    for p in model.parameters():
+        return p.device
+    return "cpu"
+
+
+def _dtype(model):
+    for p in model.parameters():
+        return p.dtype
+    return np.float32
+
+
+def _inputs(model, x, y=None):
+    device = _device(model)
+    x = x.data if isinstance(x, Tensor) else np.asarray(x) if not hasattr(x, "dtype") else x
+    x = backend.to_device(x, device)
+    if x.dtype.kind == "f":
+        x = x.astype(_dtype(model), copy=False)
+    if y is None:
+        return Tensor(x)
+    y = y.data if isinstance(y, Tensor) else np.asarray(y) if not hasattr(y, "dtype") else y
+    return Tensor(x), Tensor(backend.to_device(y, device))
+
+
+def _cross_entropy(logits, target):
+    from minidl.ops.loss import cross_entropy
+    return cross_entropy(logits, target)
+
+
+class _Preserved:
+    """Context: the model's weights, gradients and train/eval mode are the same afterwards."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.state = self.model.state_dict()
+        self.mode = self.model.training
+        self.grads = [(p, p.grad) for p in self.model.parameters()]
+        return self
+
+    def __exit__(self, *exc):
+        self.model.load_state_dict(self.state)
+        self.model.train(self.mode)
+        for p, g in self.grads:
+            p.grad = g
+        return False
+
+
+def _adam(model, lr):
+    from minidl.optim import Adam
+    return Adam(model.parameters(), lr=lr)
+
+
+# ---------------------------------------------------------------- 1. initial loss
+def check_initial_loss(model, x, y, num_classes: int | None = None, loss_fn=None,
+                       tolerance: float = 0.25) -> CheckResult:
+    """Is the loss of the untrained model close to ln K? (relative ``tolerance``)."""
+    loss_fn = loss_fn or _cross_entropy
+    with _Preserved(model), no_grad():
+        model.eval()
+        xt, yt = _inputs(model, x, y)
+        logits = model(xt)
+        loss = float(loss_fn(logits, yt).item())
+        k = int(num_classes or logits.shape[1])
+    expected = math.log(k)
+    ok = abs(loss - expected) <= tolerance * expected
+    if ok:
+        message = "the untrained model spreads its probability evenly over the classes"
+    elif loss > expected:
+        message = ("the untrained model is confidently wrong: scale down the last layer's initial weights "
+                   "(small normal or the default), and set its bias to zero or to the log class priors")
+    else:
+        message = ("the loss starts below ln K: the classes are imbalanced (compare with the entropy of the "
+                   "class frequencies) or the labels leak into the inputs")
+    return CheckResult("initial loss ≈ ln K", ok, loss, f"≈ ln {k} = {expected:.4g} ± {tolerance:.0%}", message)
+
+
+# ---------------------------------------------------------------- 2. overfit two samples
+def overfit_small_batch(model, x, y, n: int = 2, steps: int = 200, lr: float = 1e-2, loss_fn=None,
+                        target: float = 0.05, optimizer_fn=None) -> CheckResult:
+    """Train on ``n`` samples for ``steps`` steps (Adam, eval mode: no dropout noise); pass if loss < target.
+
+    The samples are taken from different classes when the labels allow it.
+    ``result.value`` is the final loss; ``result.losses`` the whole curve.
+    """
+    loss_fn = loss_fn or _cross_entropy
+    x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
+    index = _distinct_class_indices(y, n)
+    with _Preserved(model):
+        model.eval()  # regularization off: this checks capacity and the gradient path only
+        xt, yt = _inputs(model, x[index], y[index])
+        optimizer = optimizer_fn(model) if optimizer_fn else _adam(model, lr)
+        losses = []
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = loss_fn(model(xt), yt)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.item()))
+        with no_grad():
+            final = float(loss_fn(model(xt), yt).item())
+    losses.append(final)
+    ok = math.isfinite(final) and final < target
+    message = (f"the loss on {n} samples fell from {losses[0]:.3g} to {final:.3g}" if ok else
+               f"the loss on {n} samples only went from {losses[0]:.3g} to {final:.3g}: the gradient does not "
+               "reach the weights (a detached tensor, a frozen layer), the loss is wired wrongly, or the "
+               "model is far too small")
+    result = CheckResult(f"overfit {n} samples", ok, final, f"< {target:g} after {steps} steps", message)
+    result.losses = losses
+    return result
+
+
+def _distinct_class_indices(y, n):
+    if len(y) < n:
+        raise ValueError(f"overfit_small_batch: need at least {n} samples, got {len(y)}")
+    chosen, seen = [], set()
+    if y.ndim == 1 and y.dtype.kind in "iu":
+        for i, label in enumerate(y.tolist()):
+            if label not in seen:
+                seen.add(label)
+                chosen.append(i)
+            if len(chosen) == n:
+                return np.array(chosen)
+    rest = [i for i in range(len(y)) if i not in chosen]
+    return np.array(chosen + rest[:n - len(chosen)])
+
+
+# ---------------------------------------------------------------- 3. real versus zeroed inputs
+def compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps: int = 150, batch_size: int = 64,
+                               lr: float = 1e-3, loss_fn=None, seed: int = 0, margin: float = 0.05) -> CheckResult:
+    """Train from the same initial weights on real and on all-zero inputs; real must reach a lower validation loss.
+
+    Both runs see the same batches in the same order; only the inputs differ.
+    Pass when the real-data validation loss is below the zeroed one by more
+    than ``margin`` (relative). ``result.real`` and ``result.zeroed`` hold both losses.
+    """
+    loss_fn = loss_fn or _cross_entropy
+    x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
+    x_val, y_val = np.asarray(backend.to_numpy(x_val)), np.asarray(backend.to_numpy(y_val))
+    order_rng = np.random.default_rng(seed)
+    batches = [order_rng.integers(0, len(x), size=min(batch_size, len(x))) for _ in range(steps)]
+    val_losses = {}
+    with _Preserved(model) as kept:
+        for kind in ("real", "zeroed"):
+            model.load_state_dict(kept.state)
+            model.train()
+            optimizer = _adam(model, lr)
+            scale = 0.0 if kind == "zeroed" else 1.0
+            for index in batches:
+                xt, yt = _inputs(model, x[index] * scale, y[index])
+                optimizer.zero_grad()
+                loss_fn(model(xt), yt).backward()
+                optimizer.step()
+            model.eval()
+            with no_grad():
+                xv, yv = _inputs(model, x_val * scale, y_val)
+                val_losses[kind] = float(loss_fn(model(xv), yv).item())
+    real, zeroed = val_losses["real"], val_losses["zeroed"]
+    ok = math.isfinite(real) and real < zeroed * (1.0 - margin)
+    message = (f"validation loss {real:.3g} on real inputs against {zeroed:.3g} on zeroed inputs" if ok else
+               f"validation loss {real:.3g} on real inputs is no better than {zeroed:.3g} on zeroed inputs: the "
+               "model ignores its input (check that inputs and labels stay paired, and that the right tensor "
+               "is fed to the model)")
+    result = CheckResult("real data beats zeroed inputs", ok, real, f"< {zeroed:.4g} (zeroed inputs)", message)
+    result.real, result.zeroed = real, zeroed
+    return result
+
+
+# ---------------------------------------------------------------- 4. per-layer statistics
+def layer_statistics(model, x, y, loss_fn=None) -> list[dict]:
+    """One forward and backward pass on ``(x, y)``; a row of statistics per leaf layer.
+
+    Each row: ``layer`` (dotted name), ``type``, ``shape`` (output), ``mean`` and
+    ``std`` of the output, ``dead`` (ReLU layers: fraction of units that are 0
+    for every sample of the batch), ``grad_ratio`` (``||g|| / ||w||`` of the
+    layer's weight, or None), ``grad_std`` (std of that gradient).
+    The model's gradients and mode are restored afterwards.
+    """
+    loss_fn = loss_fn or _cross_entropy
+    rows, handles = [], []
+
+    def hook_for(name, module):
+        def hook(mod, inputs, output):
+            out = backend.to_numpy(output.data).astype(np.float64)
+            row = {"layer": name, "type": type(mod).__name__, "shape": tuple(out.shape),
+                   "mean": float(out.mean()), "std": float(out.std()), "dead": None,
+                   "grad_ratio": None, "grad_std": None, "module": mod}
+            if isinstance(mod, nn.ReLU) and out.ndim >= 2:
+                row["dead"] = float(np.mean(np.all(out <= 0, axis=0)))
+            rows.append(row)
+        return hook
+
+    leaves = [(name, m) for name, m in model.named_modules() if name and not any(True for _ in m.children())]
+    if not leaves:
+        leaves = [("model", model)]
+    with _Preserved(model):
+        for p in model.parameters():
+            p.grad = None
+        for name, module in leaves:
+            handles.append(module.register_forward_hook(hook_for(name, module)))
+        try:
+            model.train()
+            xt, yt = _inputs(model, x, y)
+            loss_fn(model(xt), yt).backward()
+        finally:
+            for h in handles:
+                h.remove()
+        for row in rows:
+            weight = row["module"]._parameters.get("weight")
+            if weight is not None and weight.grad is not None:
+                w = backend.to_numpy(weight.data).astype(np.float64)
+                g = backend.to_numpy(weight.grad.data).astype(np.float64)
+                w_norm = np.linalg.norm(w)
+                row["grad_ratio"] = float(np.linalg.norm(g) / w_norm) if w_norm > 0 else math.inf
+                row["grad_std"] = float(g.std())
+    for row in rows:
+        del row["module"]
+    return rows
+
+
+def format_statistics(rows: list[dict]) -> str:
+    """The rows of :func:`layer_statistics` as an aligned text table."""
+    header = ("layer", "type", "output", "mean", "std", "dead ReLU", "||g||/||w||")
+    table = [header]
+    for r in rows:
+        table.append((r["layer"], r["type"], "x".join(map(str, r["shape"])), f"{r['mean']:+.3f}",
+                      f"{r['std']:.3f}", "" if r["dead"] is None else f"{r['dead']:.0%}",
+                      "" if r["grad_ratio"] is None else f"{r['grad_ratio']:.2e}"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def statistics_warnings(rows: list[dict]) -> list[str]:
+    """Plain-language findings from the statistics table (empty when nothing looks wrong)."""
+    found = []
+    for r in rows:
+        if r["dead"] is not None and r["dead"] > 0.5:
+            found.append(f"{r['layer']}: {r['dead']:.0%} of the ReLU units are dead on this batch "
+                         "(a learning rate too high, or large negative biases)")
+        if r["std"] < 1e-3 and r["type"] not in ("Dropout",):
+            found.append(f"{r['layer']}: output std {r['std']:.1e} -- the signal has vanished "
+                         "(weights initialized too small? use Xavier for tanh, Kaiming for ReLU)")
+        if r["std"] > 1e3:
+            found.append(f"{r['layer']}: output std {r['std']:.1e} -- the signal explodes (weights too large)")
+        if r["grad_ratio"] is not None and r["grad_ratio"] < 1e-7:
+            found.append(f"{r['layer']}: ||g||/||w|| = {r['grad_ratio']:.1e} -- the gradient vanishes here")
+    return found
+
+
+# ---------------------------------------------------------------- 5. dropout with batch norm
+def check_dropout_batchnorm(model, warn: bool = True) -> CheckResult:
+    """Warn (``warnings.warn`` and a WARN result) when the model has both Dropout and BatchNorm layers."""
+    kinds = {type(m) for m in model.modules()}
+    has_dropout = any(issubclass(k, nn.Dropout) for k in kinds)
+    has_bn = any(issubclass(k, (nn.BatchNorm1d, nn.BatchNorm2d)) for k in kinds)
+    if has_dropout and has_bn:
+        message = ("the model uses Dropout and BatchNorm together: dropout changes the variance of BatchNorm's "
+                   "input between training and evaluation, so its running statistics do not fit at test time "
+                   "(variance shift). Use one of the two, or put dropout only after the last BatchNorm.")
+        if warn:
+            warnings.warn(message, UserWarning, stacklevel=2)
+        return CheckResult("dropout with batch norm", None, None, "one of the two", message)
+    return CheckResult("dropout with batch norm", True, None, "one of the two",
+                       "the model does not combine Dropout with BatchNorm")
+
+
+# ---------------------------------------------------------------- all of it
+def diagnose(model, x, y, x_val=None, y_val=None, num_classes: int | None = None, overfit_steps: int = 200,
+             baseline_steps: int = 150, stats_batch: int = 256, seed: int = 0) -> dict:
+    """Run every check; returns ``{"checks": [CheckResult...], "statistics": rows, "warnings": [...]}``.
+
+    ``x_val, y_val`` enable the zeroed-input comparison. The model is left unchanged.
+    """
+    x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
+    checks = [check_dropout_batchnorm(model, warn=False),
+              check_initial_loss(model, x[:stats_batch * 4], y[:stats_batch * 4], num_classes),
+              overfit_small_batch(model, x, y, steps=overfit_steps)]
+    if x_val is not None and y_val is not None:
+        checks.append(compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps=baseline_steps, seed=seed))
+    rows = layer_statistics(model, x[:stats_batch], y[:stats_batch])
+    return {"checks": checks, "statistics": rows, "warnings": statistics_warnings(rows)}
+
+
+def format_report(report: dict) -> str:
+    """The result of :func:`diagnose` as text: the checks, the statistics table, the warnings."""
+    parts = [str(c) for c in report["checks"]]
+    parts.append("\nper-layer statistics (one training-mode batch):\n" + format_statistics(report["statistics"]))
+    if report["warnings"]:
+        parts.append("\n".join("warning: " + w for w in report["warnings"]))
+    return "\n".join(parts)

@@ -1,0 +1,122 @@
+"""The parts of the training loop that are not the loop: errors, seeding, batches, settings.
+
+Kept apart from :mod:`minidl.train.trainer` so that the loop itself reads in one go.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from minidl import backend
+from minidl.tensor import Tensor
+from minidl.train.metrics import METRICS
+
+NON_FINITE_HINT = ("Try a learning rate 10x lower, clip the gradients (max_grad_norm=1.0; "
+                   "--clip-norm 1.0 on the command line), check the inputs for NaN or huge values, "
+                   "and run one step under minidl.detect_anomaly() to find the op that produced it.")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or infinite; raised before the update, so the weights are those of the last good step."""
+
+    def __init__(self, message: str, step: int, loss: float):
+        super().__init__(message)
+        self.step, self.loss = step, loss
+
+
+def seed_everything(seed: int) -> None:
+    """One seed for every random source: minidl's generators, NumPy's global one and Python's ``random``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    backend.manual_seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    random.seed(int(seed))
+
+
+def default_loss(logits, target, label_smoothing=0.0):
+    from minidl.ops.loss import cross_entropy  # late import: the loss module is optional until used
+    return cross_entropy(logits, target, label_smoothing=label_smoothing)
+
+
+def batch_to_tensors(batch, device: str, dtype=None):
+    """A loader batch ``(x, y)`` of NumPy arrays as Tensors on ``device``; float arrays cast to ``dtype``."""
+    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        size = len(batch) if hasattr(batch, "__len__") else "?"
+        raise ValueError(f"Trainer: every batch must be a tuple (inputs, targets); got {type(batch).__name__} "
+                         f"of length {size}")
+    out = []
+    for array in batch[:2]:
+        array = array.data if isinstance(array, Tensor) else array
+        array = backend.to_device(array if hasattr(array, "dtype") else np.asarray(array), device)
+        if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+            array = array.astype(dtype)
+        out.append(Tensor(array))
+    return out[0], out[1]
+
+
+def progress_bar(loader, epoch: int, epochs: int):
+    """A tqdm bar over one epoch of ``loader``, starting at the loader's position (after a resume)."""
+    from tqdm.auto import tqdm
+    try:
+        total = len(loader)
+    except TypeError:
+        total = None
+    initial = 0
+    if total is not None and callable(getattr(loader, "state_dict", None)):
+        batch = loader.state_dict()["batch"]
+        initial = batch if batch < total else 0
+    return tqdm(total=total, initial=initial, desc=f"epoch {epoch + 1}/{epochs}", unit="batch",
+                leave=True, dynamic_ncols=True)
+
+
+def fresh_running() -> dict:
+    return {"loss": 0.0, "count": 0, "correct": 0, "classified": 0, "batch_loss": 0.0, "batches": 0}
+
+
+def is_classification(y: Tensor, out: Tensor) -> bool:
+    return y.dtype.kind in "iu" and y.ndim == 1 and out.ndim == 2
+
+
+def check_positive_int(value, name: str, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"Trainer: {name} must be an int >= {low}, got {value!r}")
+
+
+def metric_functions(metrics) -> dict:
+    if metrics is None:
+        return {}
+    if isinstance(metrics, dict):
+        return dict(metrics)
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    out = {}
+    for name in metrics:
+        if name not in METRICS:
+            raise ValueError(f"Trainer: unknown metric {name!r}; choose from {sorted(METRICS)} "
+                             "or pass {name: fn(y_true, scores)}")
+        out[name] = METRICS[name]
+    return out
+
+
+def needs_create_graph(optimizer) -> bool:
+    """AdaHessian differentiates the gradient again, so its backward must record the graph."""
+    if getattr(optimizer, "requires_create_graph", False):
+        return True
+    try:
+        from minidl.optim import AdaHessian
+    except ImportError:
+        return False
+    return isinstance(optimizer, AdaHessian)
+
+
+def as_scheduler(scheduler, optimizer):
+    """An LRScheduler as given, or a plain schedule f(t) wrapped in one."""
+    if scheduler is None or callable(getattr(scheduler, "step", None)):
+        return scheduler
+    if callable(scheduler):
+        from minidl.optim import LRScheduler
+        return LRScheduler(optimizer, scheduler)
+    raise TypeError(f"Trainer: scheduler must be an LRScheduler or a function f(t) -> lr, "
+                    f"got {type(scheduler).__name__}")

@@ -1,0 +1,428 @@
+"""The training loop: ``Trainer`` and ``fit``.
+
+    trainer = Trainer(model, optim.Adam(model.parameters(), lr=1e-3), train_loader, val_loader,
+                      scheduler=schedules.cosine_restarts(1e-3, T0=1000), max_grad_norm=1.0,
+                      callbacks=[EarlyStopping(patience=5)], seed=0)
+    history = trainer.fit(epochs=20)        # a list of records, one per validation
+    trainer.evaluate(test_loader)           # {"loss": ..., "accuracy": ..., "f1": ...}
+
+One optimizer step, the textbook's loop with its safety checks::
+
+    for each of k micro-batches (gradient accumulation, k = accumulation_steps):
+        x, y   = batch moved to the model's device
+        loss   = loss_fn(model(x), y)            (label smoothing passed to the loss)
+        stop if loss is NaN or infinite          (before any update: the weights stay good)
+        (loss / k).backward()                    gradients add up over the k micro-batches
+    clip the gradients (global norm or value)    optional
+    optimizer.step(); optimizer.zero_grad(); scheduler.step()
+
+Dividing each micro-batch loss by k makes k micro-batches of b samples give
+the gradient of one batch of k*b samples (for a loss that is a mean), at the
+memory cost of b. Validation runs every ``eval_every`` steps and at the end of
+every epoch; each validation appends a record to ``trainer.history`` and
+calls the callbacks. ``trainer.save_checkpoint`` / ``load_checkpoint`` store
+and restore the whole run, so a resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from minidl import backend
+from minidl.autograd import no_grad
+from minidl.tensor import Tensor
+from minidl.train import checkpoint as ckpt
+from minidl.train.callbacks import Callback, ModelCheckpoint
+from minidl.train.loop_helpers import (NON_FINITE_HINT, NonFiniteLossError, as_scheduler, batch_to_tensors,
+                                       check_positive_int, default_loss, fresh_running, is_classification,
+                                       metric_functions, needs_create_graph, progress_bar, seed_everything)
+
+__all__ = ["NonFiniteLossError", "Trainer", "fit", "seed_everything"]
+
+class Trainer:
+    """Train ``model`` with ``optimizer`` on ``train_loader``; validate on ``val_loader``.
+
+    Args:
+        model: a Module. Moved to ``device`` when one is given; batches (NumPy
+            arrays from the loader) are moved to the model's device.
+        optimizer: anything with ``step()``, ``zero_grad()`` and ``param_groups``
+            (``state_dict()``/``load_state_dict()`` for checkpoints).
+        train_loader, val_loader: iterables of ``(x, y)`` batches; a
+            ``DataLoader`` also resumes mid-epoch from a checkpoint.
+        loss_fn: ``loss_fn(outputs, targets)`` returning a scalar Tensor;
+            cross-entropy by default.
+        metrics: names from ``minidl.train.metrics.METRICS`` ("accuracy",
+            "precision", "recall", "f1") or ``{name: fn(y_true, scores)}``;
+            computed on validation data. Used only for integer targets.
+        scheduler: an ``LRScheduler``, or a plain schedule ``f(t) -> lr``
+            (wrapped in one); stepped after every optimizer step.
+        max_grad_norm, max_grad_value: gradient clipping by global norm, or by value.
+        accumulation_steps: micro-batches per optimizer step.
+        label_smoothing: passed to the loss (``loss_fn(out, y, label_smoothing=...)``)
+            in training; validation loss is computed without it, so it stays the
+            plain cross-entropy and comparable between runs.
+        eval_every: validate every this many optimizer steps (and at every epoch end).
+        callbacks: ``Callback`` objects (early stopping, checkpoints, loggers).
+        seed: seeds every random source now (see :func:`seed_everything`).
+        progress: show a tqdm progress bar with loss, validation metric and lr.
+        create_graph: backward with ``create_graph=True`` (AdaHessian needs it;
+            None: on for AdaHessian, off otherwise).
+    """
+
+    def __init__(self, model, optimizer, train_loader, val_loader=None, *, loss_fn=None,
+                 metrics=("accuracy",), scheduler=None, device=None, max_grad_norm=None,
+                 max_grad_value=None, accumulation_steps: int = 1, label_smoothing: float = 0.0,
+                 eval_every: int | None = None, callbacks=(), seed: int | None = None,
+                 progress: bool = True, create_graph: bool | None = None):
+        if seed is not None:
+            seed_everything(seed)
+        check_positive_int(accumulation_steps, "accumulation_steps")
+        if eval_every is not None:
+            check_positive_int(eval_every, "eval_every")
+        for name, value in (("max_grad_norm", max_grad_norm), ("max_grad_value", max_grad_value)):
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"Trainer: {name} must be a positive number or None, got {value!r}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"Trainer: label_smoothing must be in [0, 1), got {label_smoothing}")
+        for name in ("step", "zero_grad"):
+            if not callable(getattr(optimizer, name, None)):
+                raise TypeError(f"Trainer: optimizer must have {name}(), got {type(optimizer).__name__}")
+        bad = [c for c in callbacks if not isinstance(c, Callback)]
+        if bad:
+            raise TypeError(f"Trainer: callbacks must be Callback instances, got {type(bad[0]).__name__}")
+        if device is not None:
+            model.to(device)
+        self.model, self.optimizer = model, optimizer
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.loss_fn = loss_fn if loss_fn is not None else default_loss
+        self.metrics = metric_functions(metrics)
+        self.scheduler = as_scheduler(scheduler, optimizer)
+        self.max_grad_norm, self.max_grad_value = max_grad_norm, max_grad_value
+        self.accumulation_steps, self.label_smoothing = int(accumulation_steps), float(label_smoothing)
+        self.eval_every, self.callbacks, self.progress = eval_every, list(callbacks), progress
+        self.create_graph = needs_create_graph(optimizer) if create_graph is None else bool(create_graph)
+        # Position and records of the run; all of it goes into a checkpoint.
+        self.step = 0            # optimizer steps taken
+        self.epoch = 0           # epochs completed
+        self._batches_in_epoch = 0  # micro-batches of the current epoch trained on
+        self.history: list[dict] = []                       # one record per validation
+        self.steps = {"step": [], "loss": [], "lr": []}     # one entry per optimizer step (for curves)
+        self._running = fresh_running()                    # sums since the last record
+        self._elapsed = 0.0
+        self._clock = None       # perf_counter() at the (virtual) start of the run, while fit runs
+        self.stop_training = False
+        self.completed = False
+        self.extra = None        # anything JSON-like the caller wants in every checkpoint (run settings)
+
+    # ------------------------------------------------------------ the loop
+    @property
+    def device(self) -> str:
+        for p in self.model.parameters():
+            return p.device
+        return "cpu"
+
+    @property
+    def lr(self) -> float:
+        groups = getattr(self.optimizer, "param_groups", None)
+        return float(groups[0]["lr"]) if groups else float("nan")
+
+    def fit(self, epochs: int, max_steps: int | None = None) -> list[dict]:
+        """Train until ``epochs`` epochs are complete (counting those of a resumed run).
+
+        ``max_steps`` stops after that many optimizer steps in all (mid-epoch
+        if need be; the run can be resumed from a checkpoint). Returns ``history``.
+        """
+        check_positive_int(epochs, "epochs", allow_zero=True)
+        if max_steps is not None:
+            check_positive_int(max_steps, "max_steps", allow_zero=True)
+        self.stop_training, self.completed = False, False
+        if callable(getattr(self.train_loader, "load_state_dict", None)):
+            # Continue from the loader's own position (mid-epoch after a stop or a resume).
+            self.train_loader.load_state_dict(self.train_loader.state_dict())
+        start = time.perf_counter() - self._elapsed
+        self._clock = start
+        self._call("on_train_begin")
+        if self._epoch_batches_done():  # resumed from a checkpoint taken after an epoch's last step
+            self._end_epoch()
+        while self.epoch < epochs and not self.stop_training:
+            self._call("on_epoch_begin", self.epoch)
+            if not self._run_epoch(epochs, max_steps):
+                break
+            self._end_epoch()
+            if max_steps is not None and self.step >= max_steps:
+                break
+        self.completed = self.epoch >= epochs
+        self._elapsed = time.perf_counter() - start
+        self._clock = None
+        # Checkpoints first: "last" must hold the weights the run ended with, before
+        # EarlyStopping's on_train_end puts the best ones back.
+        ordered = sorted(self.callbacks, key=lambda c: not isinstance(c, ModelCheckpoint))
+        for cb in ordered:
+            cb.on_train_end(self)
+        return self.history
+
+    def _run_epoch(self, epochs: int, max_steps: int | None) -> bool:
+        """One pass over the training loader; False when the run was stopped mid-epoch."""
+        self.model.train()
+        bar = self._progress_bar(epochs)
+        k, pending = self.accumulation_steps, 0
+        try:
+            for batch in self.train_loader:
+                self._micro_batch(batch, k)
+                pending += 1
+                if bar is not None:
+                    bar.update(1)
+                if pending == k:
+                    self._optimizer_step(pending)
+                    pending = 0
+                    if bar is not None and self.step % 5 == 0:
+                        bar.set_postfix_str(self._postfix(), refresh=False)
+                    if self.stop_training or (max_steps is not None and self.step >= max_steps):
+                        return self._epoch_batches_done()
+            if pending:  # an epoch that does not divide into k micro-batches ends with a shorter step
+                self._optimizer_step(pending)
+            return not self.stop_training
+        finally:
+            if bar is not None:
+                bar.set_postfix_str(self._postfix(), refresh=False)
+                bar.close()
+
+    def _epoch_batches_done(self) -> bool:
+        """Has every batch of the current epoch been trained on (its end not yet processed)?"""
+        try:
+            n = len(self.train_loader)
+        except TypeError:
+            return False
+        return n > 0 and self._batches_in_epoch >= n
+
+    def _end_epoch(self) -> None:
+        self.epoch += 1
+        self._batches_in_epoch = 0
+        if not self.history or self.history[-1]["step"] != self.step:
+            self._record(epoch=float(self.epoch))
+        self._call("on_epoch_end", self.epoch - 1, self.history[-1])
+
+    def _micro_batch(self, batch, k: int) -> None:
+        x, y = self._to_device(batch)
+        out = self.model(x)
+        loss = self._loss(out, y, smoothing=self.label_smoothing)
+        value = float(loss.item())
+        if not math.isfinite(value):
+            self._stop_non_finite("loss", value)
+        (loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
+        self._batches_in_epoch += 1
+        r = self._running
+        r["loss"] += value * len(y)
+        r["count"] += len(y)
+        r["batch_loss"] += value
+        r["batches"] += 1
+        if is_classification(y, out):
+            r["correct"] += int((out.data.argmax(axis=1) == y.data).sum())
+            r["classified"] += len(y)
+
+    def _optimizer_step(self, micro_batches: int) -> None:
+        params = [p for g in self._param_groups() for p in g["params"] if p.grad is not None]
+        if micro_batches < self.accumulation_steps:
+            # Gradients were scaled by 1/k; a shorter last group of m micro-batches needs k/m more.
+            scale = self.accumulation_steps / micro_batches
+            for p in params:
+                p.grad = Tensor(p.grad.data * scale)
+        if self.max_grad_value is not None:
+            from minidl.optim import clip_grad_value_
+            clip_grad_value_(params, self.max_grad_value)
+        if self.max_grad_norm is not None:
+            from minidl.optim import clip_grad_norm_
+            norm = float(clip_grad_norm_(params, self.max_grad_norm))
+            if not math.isfinite(norm):
+                self._stop_non_finite("gradient norm", norm)
+        lr = self.lr
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+        r = self._running
+        step_loss = r["batch_loss"] / max(r["batches"], 1)
+        r["batch_loss"], r["batches"] = 0.0, 0
+        self.steps["step"].append(self.step)
+        self.steps["loss"].append(step_loss)
+        self.steps["lr"].append(lr)
+        self._call("on_step_end", self.step, {"step": self.step, "loss": step_loss, "lr": lr})
+        if self.eval_every is not None and self.step % self.eval_every == 0:
+            self._record()
+
+    def _stop_non_finite(self, what: str, value: float):
+        """Drop the partial gradients (the weights stay those of the last good step) and stop."""
+        self.optimizer.zero_grad()
+        self.model.zero_grad()
+        step = self.step + 1
+        where = f"step {step} (epoch {self.epoch + 1})"
+        best = next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint) and cb.best_step is not None),
+                    None)
+        saved = f" The best checkpoint is intact: {best.best_path} (step {best.best_step})." if best else ""
+        raise NonFiniteLossError(
+            f"training stopped: the {what} is {value} at {where}, learning rate {self.lr:g}. "
+            f"The update was not applied, so the weights are those after step {step - 1}.{saved} "
+            + NON_FINITE_HINT, step=step, loss=value)
+
+    # ------------------------------------------------------------ records and validation
+    def _record(self, epoch: float | None = None) -> dict:
+        """Close the running training averages, validate, append a history record, call on_evaluate."""
+        r = self._running
+        epoch = self._epoch_progress() if epoch is None else epoch
+        record = {"step": self.step, "epoch": round(epoch, 4)}
+        if r["count"]:
+            record["train_loss"] = r["loss"] / r["count"]
+        if r["classified"]:
+            record["train_accuracy"] = r["correct"] / r["classified"]
+        record["lr"] = self._last_lr()
+        if self.val_loader is not None:
+            for name, value in self.evaluate(self.val_loader).items():
+                record[f"val_{name}"] = value
+        record["time"] = round(time.perf_counter() - self._clock, 3)
+        self._running = fresh_running()
+        self.history.append(record)
+        self._call("on_evaluate", record)
+        return record
+
+    def _epoch_progress(self) -> float:
+        """Completed epochs plus the fraction of the current one (from the loader's position)."""
+        state = getattr(self.train_loader, "state_dict", None)
+        try:
+            n = len(self.train_loader)
+        except TypeError:
+            return float(self.epoch)
+        if state is None or n == 0:
+            return float(self.epoch)
+        return self.epoch + min(state()["batch"], n) / n
+
+    def evaluate(self, loader) -> dict:
+        """Mean loss and every metric over ``loader`` in eval mode, without gradients.
+
+        The loss is the plain loss (no label smoothing). Metrics need integer
+        targets and 2-D outputs (class scores); otherwise only the loss is returned.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        total, count, outputs, targets = 0.0, 0, [], []
+        try:
+            with no_grad():
+                for batch in loader:
+                    x, y = self._to_device(batch)
+                    out = self.model(x)
+                    total += float(self._loss(out, y, smoothing=0.0).item()) * len(y)
+                    count += len(y)
+                    if self.metrics and is_classification(y, out):
+                        outputs.append(backend.to_numpy(out.data))
+                        targets.append(backend.to_numpy(y.data))
+        finally:
+            self.model.train(was_training)
+        if count == 0:
+            raise ValueError("Trainer.evaluate: the loader yielded no samples")
+        result = {"loss": total / count}
+        if outputs:
+            scores, labels = np.concatenate(outputs), np.concatenate(targets)
+            for name, fn in self.metrics.items():
+                result[name] = float(fn(labels, scores))
+        return result
+
+    def predict(self, loader) -> np.ndarray:
+        """The model's outputs for every batch of ``loader`` (eval mode, NumPy, concatenated)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with no_grad():
+                outs = [backend.to_numpy(self.model(self._to_device(b)[0]).data) for b in loader]
+        finally:
+            self.model.train(was_training)
+        return np.concatenate(outs)
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """The loop's own state: counters, records, running sums and every callback's state."""
+        return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self._batches_in_epoch,
+                "history": self.history, "steps": self.steps,
+                "running": dict(self._running),
+                "elapsed": self._elapsed if self._clock is None else time.perf_counter() - self._clock,
+                "callbacks": [cb.state_dict() for cb in self.callbacks]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self._batches_in_epoch = int(state.get("batches_in_epoch", 0))
+        self.history = [dict(r) for r in state["history"]]
+        self.steps = {k: list(v) for k, v in state["steps"].items()}
+        self._running = {**fresh_running(), **state["running"]}
+        self._elapsed = float(state.get("elapsed", 0.0))
+        saved = state.get("callbacks", [])
+        if len(saved) != len(self.callbacks):
+            raise ValueError(f"Trainer.load_state_dict: the checkpoint has {len(saved)} callback states but "
+                             f"this trainer has {len(self.callbacks)} callbacks; resume with the same callbacks")
+        for cb, cb_state in zip(self.callbacks, saved):
+            cb.load_state_dict(cb_state)
+
+    def save_checkpoint(self, path, extra=None) -> None:
+        """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
+        ckpt.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
+                             self.state_dict(), extra=self.extra if extra is None else extra)
+
+    def load_checkpoint(self, path) -> dict:
+        """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly."""
+        state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader)
+        if state.get("trainer"):
+            self.load_state_dict(state["trainer"])
+        return state
+
+    # ------------------------------------------------------------ helpers
+    def _param_groups(self):
+        groups = getattr(self.optimizer, "param_groups", None)
+        if groups is None:
+            return [{"params": list(self.model.parameters())}]
+        return groups
+
+    def _loss(self, out, y, smoothing: float):
+        if smoothing:
+            return self.loss_fn(out, y, label_smoothing=smoothing)
+        return self.loss_fn(out, y)
+
+    def _to_device(self, batch):
+        return batch_to_tensors(batch, self.device, self._param_dtype())
+
+    def _param_dtype(self):
+        for p in self.model.parameters():
+            return p.dtype
+        return None
+
+    def _progress_bar(self, epochs: int):
+        return progress_bar(self.train_loader, self.epoch, epochs) if self.progress else None
+
+    def _postfix(self) -> str:
+        parts = []
+        if self.steps["loss"]:
+            parts.append(f"loss={self.steps['loss'][-1]:.4f}")
+        if self.history:
+            last = self.history[-1]
+            metric = next((k for k in last if k.startswith("val_") and k != "val_loss"), "val_loss")
+            if metric in last:
+                parts.append(f"{metric}={last[metric]:.4f}")
+        parts.append(f"lr={self._last_lr():.3g}")
+        return ", ".join(parts)
+
+    def _last_lr(self) -> float:
+        """The learning rate of the last step taken (the schedule has already moved on to the next)."""
+        return self.steps["lr"][-1] if self.steps["lr"] else self.lr
+
+    def _call(self, hook: str, *args) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+
+def fit(model, optimizer, train_loader, val_loader=None, epochs: int = 1, **options) -> Trainer:
+    """Build a :class:`Trainer` with ``options``, train for ``epochs`` and return the trainer."""
+    max_steps = options.pop("max_steps", None)
+    trainer = Trainer(model, optimizer, train_loader, val_loader, **options)
+    trainer.fit(epochs, max_steps=max_steps)
+    return trainer
+
+

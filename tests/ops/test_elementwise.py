@@ -1,0 +1,267 @@
+"""Elementwise ops: forward against NumPy, gradients against finite differences, on broadcast shapes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import minidl as mdl
+import minidl.functional as F
+
+FEW = settings(max_examples=15, deadline=None)
+seeds = st.integers(0, 2**32 - 1)
+# Pairs of shapes that broadcast against each other: 0-d, size-1 dims and stretched dims.
+pair_shapes = hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=1, max_side=3)
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
+
+
+def values(rng, shape, kind="any"):
+    """float64 test values; 'positive' for log/sqrt/pow bases, 'nonzero' keeps 0.3 from a kink or pole."""
+    x = rng.standard_normal(shape)
+    if kind == "positive":
+        return np.abs(x) + 0.5
+    if kind == "nonzero":
+        return np.where(x >= 0, x + 0.3, x - 0.3)
+    return x
+
+
+def leaf(array, device="cpu"):
+    return mdl.tensor(array, requires_grad=True, device=device)
+
+
+# name: (minidl op, NumPy formula, kind of a, kind of b, smooth?)
+BINARY = {
+    "add": (F.add, np.add, "any", "any", True),
+    "sub": (F.sub, np.subtract, "any", "any", True),
+    "mul": (F.mul, np.multiply, "any", "any", True),
+    "div": (F.div, np.divide, "any", "nonzero", True),
+    "pow": (F.pow, np.power, "positive", "any", True),
+    "maximum": (mdl.maximum, np.maximum, "any", "any", False),
+    "minimum": (mdl.minimum, np.minimum, "any", "any", False),
+}
+# name: (minidl op, NumPy formula, kind of x, smooth?)
+UNARY = {
+    "neg": (F.neg, np.negative, "any", True),
+    "exp": (F.exp, np.exp, "any", True),
+    "log": (F.log, np.log, "positive", True),
+    "sqrt": (F.sqrt, np.sqrt, "positive", True),
+    "abs": (F.abs, np.abs, "nonzero", False),
+    "square": (lambda x: x ** 2, np.square, "any", True),
+    "cube": (lambda x: x ** 3, lambda a: a ** 3, "any", True),
+    "pow_half": (lambda x: x ** 0.5, np.sqrt, "positive", True),
+    "pow_neg": (lambda x: x ** -1.5, lambda a: a ** -1.5, "positive", True),
+    "clip": (lambda x: F.clip(x, -0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5), "any", False),
+    "clip_lo": (lambda x: x.clip(0.2), lambda a: np.maximum(a, 0.2), "any", False),
+}
+
+
+def _away_from_clip_kinks(x):
+    for kink in (-0.5, 0.2, 0.5):
+        x = np.where(np.abs(x - kink) < 0.03, x + 0.07, x)
+    return x
+
+
+# ---------------------------------------------------------------- binary ops
+@pytest.mark.parametrize("name", BINARY)
+@FEW
+@given(shapes=pair_shapes, seed=seeds)
+def test_binary_forward_and_gradcheck(name, shapes, seed):
+    op, np_op, kind_a, kind_b, smooth = BINARY[name]
+    rng = np.random.default_rng(seed)
+    sa, sb = shapes.input_shapes
+    a, b = values(rng, sa, kind_a), values(rng, sb, kind_b)
+    if name in ("maximum", "minimum"):  # a on a grid of 0.1, b halfway between: never a tie
+        a, b = rng.integers(-20, 20, sa) * 0.1, rng.integers(-20, 20, sb) * 0.1 + 0.05
+    ta, tb = leaf(a), leaf(b)
+    out = op(ta, tb)
+    assert out.shape == shapes.result_shape and out.dtype == np.float64
+    np.testing.assert_allclose(out.numpy(), np_op(a, b), rtol=1e-12)
+    assert mdl.gradcheck(op, [ta, tb])
+    if smooth:
+        assert mdl.gradgradcheck(op, [ta, tb])
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("sa, sb", [((0, 3), (3,)), ((0, 1), (1, 3)), ((2, 0), (2, 1)), ((0,), ())])
+def test_binary_on_empty_batches(name, sa, sb):
+    op, np_op, kind_a, kind_b, _ = BINARY[name]
+    rng = np.random.default_rng(0)
+    a, b = values(rng, sa, kind_a), values(rng, sb, kind_b)
+    ta, tb = leaf(a), leaf(b)
+    out = op(ta, tb)
+    assert out.shape == np.broadcast_shapes(sa, sb)
+    out.backward(grad=np.zeros(out.shape))
+    assert ta.grad.shape == sa and tb.grad.shape == sb
+    np.testing.assert_array_equal(tb.grad.numpy(), np.zeros(sb))  # summed over nothing
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_broadcast_mismatch_names_the_op_and_shapes(name):
+    op = BINARY[name][0]
+    with pytest.raises(ValueError) as info:
+        op(mdl.ones(2, 3), mdl.ones(4, 5))
+    message = str(info.value)
+    assert name in message and "(2, 3)" in message and "(4, 5)" in message
+
+
+def test_where_broadcast_mismatch_names_the_op():
+    with pytest.raises(ValueError, match=r"where.*\(2, 3\).*\(4,\)"):
+        mdl.where(np.ones((2, 3), bool), mdl.ones(2, 3), mdl.ones(4))
+
+
+# ---------------------------------------------------------------- unary ops
+@pytest.mark.parametrize("name", UNARY)
+@FEW
+@given(shape=shapes, seed=seeds)
+def test_unary_forward_and_gradcheck(name, shape, seed):
+    op, np_op, kind, smooth = UNARY[name]
+    x = values(np.random.default_rng(seed), shape, kind)
+    if name.startswith("clip"):
+        x = _away_from_clip_kinks(x)
+    t = leaf(x)
+    out = op(t)
+    assert out.shape == shape and out.dtype == np.float64
+    np.testing.assert_allclose(out.numpy(), np_op(x), rtol=1e-12)
+    assert mdl.gradcheck(op, [t])
+    if smooth:
+        assert mdl.gradgradcheck(op, [t])
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_on_an_empty_batch(name):
+    op, np_op, kind, _ = UNARY[name]
+    t = leaf(np.ones((0, 3)))
+    out = op(t)
+    assert out.shape == (0, 3)
+    out.backward(grad=np.zeros((0, 3)))
+    assert t.grad.shape == (0, 3)
+
+
+# ---------------------------------------------------------------- where
+@FEW
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=3), seed=seeds)
+def test_where_forward_and_gradcheck(shapes, seed):
+    sc, sa, sb = shapes.input_shapes
+    rng = np.random.default_rng(seed)
+    cond = rng.random(sc) < 0.5
+    a, b = values(rng, sa), values(rng, sb)
+    ta, tb = leaf(a), leaf(b)
+    fn = lambda x, y: mdl.where(cond, x, y)  # noqa: E731
+    np.testing.assert_array_equal(fn(ta, tb).numpy(), np.where(cond, a, b))
+    assert mdl.gradcheck(fn, [ta, tb])
+    assert mdl.gradcheck(lambda x, y: mdl.where(mdl.tensor(cond), x * x, y.exp()), [ta, tb])
+
+
+def test_where_sends_the_gradient_only_to_the_chosen_branch():
+    a, b = leaf(np.array([1.0, 2.0, 3.0])), leaf(np.array([10.0, 20.0, 30.0]))
+    mdl.where(a > 1.5, a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 0.0, 0.0])
+
+
+# ---------------------------------------------------------------- kinks, ties and hand-derived values
+def test_maximum_and_minimum_split_ties_evenly():
+    a, b = leaf(np.array([1.0, 2.0, 3.0])), leaf(np.array([1.0, 0.0, 5.0]))
+    mdl.maximum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.5, 1.0, 0.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [0.5, 0.0, 1.0])
+    a.grad = b.grad = None
+    mdl.minimum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [0.5, 1.0, 0.0])
+
+
+def test_maximum_with_a_scalar_is_relu_like():
+    x = leaf(np.array([-1.0, 0.0, 2.0]))
+    y = mdl.maximum(x, 0.0)
+    np.testing.assert_array_equal(y.numpy(), [0.0, 0.0, 2.0])
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.5, 1.0])
+
+
+def test_abs_has_zero_gradient_at_zero():
+    x = leaf(np.array([-2.0, 0.0, 3.0]))
+    abs(x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [-1.0, 0.0, 1.0])
+
+
+def test_clip_passes_the_gradient_inside_and_on_the_bounds():
+    x = leaf(np.array([-2.0, -1.0, 0.0, 1.0, 2.0]))
+    y = F.clip(x, -1.0, 1.0)
+    np.testing.assert_array_equal(y.numpy(), [-1.0, -1.0, 0.0, 1.0, 1.0])
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def test_reflected_operators_with_python_and_numpy_operands():
+    v = np.array([1.0, 2.0, 4.0])
+    x = leaf(v)
+    y = (2 - x) + 3 / x + 2 ** x + 5 * x + (1 + x) + np.ones(3) * x
+    np.testing.assert_allclose(y.numpy(), (2 - v) + 3 / v + 2 ** v + 5 * v + (1 + v) + v)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), -1 - 3 / v ** 2 + np.log(2) * 2 ** v + 5 + 1 + 1)
+
+
+def test_power_by_hand():
+    x = leaf(np.array([2.0]))
+    (x ** 3).backward()
+    assert x.grad.item() == 12.0
+    x.grad = None
+    (x ** -1).backward()
+    assert x.grad.item() == -0.25
+    x.grad = None
+    e = leaf(np.array([3.0]))
+    (x ** e).backward()  # d/de 2^e = 2^e ln 2
+    assert x.grad.item() == pytest.approx(12.0) and e.grad.item() == pytest.approx(8 * np.log(2))
+
+
+# ---------------------------------------------------------------- float32 stays float32
+FLOAT32_CASES = {
+    "x*2.0": lambda x: x * 2.0, "2.0*x": lambda x: 2.0 * x, "x+1": lambda x: x + 1,
+    "1-x": lambda x: 1 - x, "x/3": lambda x: x / 3, "3/x": lambda x: 3 / x,
+    "x**2": lambda x: x ** 2, "x**0.5": lambda x: x ** 0.5, "x**-1": lambda x: x ** -1,
+    "2**x": lambda x: 2 ** x, "-x": lambda x: -x, "exp": F.exp, "log": F.log, "sqrt": F.sqrt,
+    "abs": F.abs, "clip": lambda x: F.clip(x, 0.5, 1.5), "maximum": lambda x: mdl.maximum(x, 1.0),
+    "minimum": lambda x: mdl.minimum(x, 1.0), "where": lambda x: mdl.where(x > 1, x, 0.0),
+    "x*x": lambda x: x * x, "x/x.exp()": lambda x: x / x.exp(),
+}
+
+
+@pytest.mark.parametrize("name", FLOAT32_CASES)
+def test_float32_stays_float32_forward_and_backward(name):
+    x = mdl.tensor([0.5, 1.25, 2.0], requires_grad=True)
+    y = FLOAT32_CASES[name](x)
+    assert y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+# ---------------------------------------------------------------- on each device
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "pow", "maximum"])
+def test_binary_on_device(device, name):
+    op, np_op, kind_a, kind_b, _ = BINARY[name]
+    rng = np.random.default_rng(1)
+    a, b = values(rng, (2, 3), kind_a), values(rng, (3,), kind_b) + 0.1
+    ta, tb = leaf(a, device), leaf(b, device)
+    out = op(ta, tb)
+    assert out.device == ta.device
+    np.testing.assert_allclose(out.numpy(), np_op(a, b), rtol=1e-12)
+    out.sum().backward()
+    cpu_a, cpu_b = leaf(a), leaf(b)
+    op(cpu_a, cpu_b).sum().backward()
+    assert ta.grad.device == ta.device
+    np.testing.assert_allclose(ta.grad.numpy(), cpu_a.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(tb.grad.numpy(), cpu_b.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "abs", "square", "clip"])
+def test_unary_on_device(device, name):
+    op, np_op, kind, _ = UNARY[name]
+    x = values(np.random.default_rng(2), (4,), kind)
+    t = leaf(x, device)
+    y = op(t)
+    np.testing.assert_allclose(y.numpy(), np_op(x), rtol=1e-12)
+    y.sum().backward()
+    cpu = leaf(x)
+    op(cpu).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), cpu.grad.numpy(), rtol=1e-12)

@@ -1,0 +1,171 @@
+"""Reductions: every axis form (None, int, negative, tuple) with keepdims, ties, ddof, empty axes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import minidl as mdl
+import minidl.functional as F
+
+FEW = settings(max_examples=20, deadline=None)
+seeds = st.integers(0, 2**32 - 1)
+shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+
+REDUCTIONS = {
+    "sum": (F.sum, np.sum),
+    "mean": (F.mean, np.mean),
+    "max": (F.max, np.max),
+    "min": (F.min, np.min),
+    "var": (F.var, np.var),
+    "var_ddof1": (lambda x, axis=None, keepdims=False, **kw: F.var(x, axis, keepdims, ddof=1, **kw),
+                  lambda x, axis=None, keepdims=False: np.var(x, axis=axis, keepdims=keepdims, ddof=1)),
+}
+SMOOTH = {"sum", "mean", "var", "var_ddof1"}
+
+
+@st.composite
+def axis_for(draw, ndim):
+    """None, one axis (maybe negative) or a tuple of distinct axes (maybe negative)."""
+    one = st.integers(-ndim, ndim - 1)
+    return draw(st.one_of(st.none(), one, st.lists(one, min_size=1, max_size=ndim, unique_by=lambda a: a % ndim)
+                          .map(tuple)))
+
+
+def distinct_values(rng, shape):
+    """A permutation of well-separated values: max/min have no ties, so finite differences apply."""
+    n = int(np.prod(shape))
+    return rng.permutation(np.arange(n, dtype=np.float64) * 0.37 - n * 0.15).reshape(shape)
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+@FEW
+@given(shape=shapes, seed=seeds, data=st.data())
+def test_forward_and_gradcheck_over_every_axis_form(name, shape, seed, data):
+    op, np_op = REDUCTIONS[name]
+    axis = data.draw(axis_for(len(shape)), label="axis")
+    keepdims = data.draw(st.booleans(), label="keepdims")
+    x = distinct_values(np.random.default_rng(seed), shape)
+    if name == "var_ddof1":  # needs more than one element in each reduced group
+        reduced = np.prod([shape[a] for a in np.atleast_1d(axis if axis is not None else range(len(shape)))])
+        if reduced < 2:
+            return
+    t = mdl.tensor(x, requires_grad=True)
+    y = op(t, axis, keepdims)
+    expected = np_op(x, axis=axis, keepdims=keepdims)
+    assert y.shape == np.shape(expected) and y.dtype == np.float64
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-12, atol=1e-12)
+    fn = lambda a: op(a, axis, keepdims)  # noqa: E731
+    assert mdl.gradcheck(fn, [t])
+    if name in SMOOTH:
+        assert mdl.gradgradcheck(lambda a: fn(a * a), [t])
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var"])
+def test_dim_and_keepdim_aliases(name):
+    x = mdl.tensor(np.random.default_rng(0).standard_normal((2, 3, 4)))
+    op = REDUCTIONS[name][0]
+    for axis in (1, -1, (0, 2)):
+        np.testing.assert_array_equal(op(x, dim=axis, keepdim=True).numpy(), op(x, axis, True).numpy())
+        np.testing.assert_array_equal(getattr(x, name)(dim=axis).numpy(), op(x, axis).numpy())
+
+
+def test_methods_match_functions():
+    x = mdl.tensor(np.arange(6.0).reshape(2, 3))
+    assert x.sum().item() == 15.0 and x.mean().item() == 2.5
+    np.testing.assert_array_equal(x.max(axis=0).numpy(), [3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(x.min(axis=1, keepdims=True).numpy(), [[0.0], [3.0]])
+
+
+# ---------------------------------------------------------------- ties, ddof, by hand
+def test_max_and_min_split_ties_evenly():
+    x = mdl.tensor(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]), requires_grad=True)
+    x.max(axis=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]])
+    x.grad = None
+    x.max().backward()  # over everything: the two 3s share
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [0, 0, 0]])
+    x.grad = None
+    x.min(axis=0).backward(grad=np.array([1.0, 10.0, 100.0]))
+    np.testing.assert_allclose(x.grad.numpy(), [[1, 0, 0], [0, 10, 100]])
+
+
+@pytest.mark.parametrize("ddof", [0, 1, 2])
+def test_var_with_ddof_matches_numpy_and_the_hand_gradient(ddof):
+    v = np.array([1.0, 2.0, 4.0, 7.0])
+    x = mdl.tensor(v, requires_grad=True)
+    y = x.var(ddof=ddof)
+    assert y.item() == pytest.approx(np.var(v, ddof=ddof), rel=1e-14)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (v - v.mean()) / (len(v) - ddof), rtol=1e-14)
+
+
+def test_mean_gradient_is_one_over_n():
+    x = mdl.tensor(np.ones((4, 5)), requires_grad=True)
+    x.mean(axis=(0, 1)).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((4, 5), 1 / 20))
+
+
+# ---------------------------------------------------------------- empty axes and 0-d tensors
+def test_reductions_over_an_empty_batch():
+    x = mdl.tensor(np.zeros((0, 3)), requires_grad=True)
+    s = x.sum(axis=0)
+    np.testing.assert_array_equal(s.numpy(), np.zeros(3))
+    s.backward(grad=np.ones(3))
+    assert x.grad.shape == (0, 3)
+    m = x.mean(axis=1)  # one mean per (absent) row
+    assert m.shape == (0,)
+    m.backward(grad=np.zeros(0))
+    mx = x.max(axis=1)  # max over the non-empty axis of an empty batch: an empty result
+    assert mx.shape == (0,)
+    mx.backward(grad=np.zeros(0))
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_over_an_empty_axis_is_a_clear_error(name):
+    with pytest.raises(ValueError, match=f"{name}.*empty.*\\(0, 3\\)"):
+        REDUCTIONS[name][0](mdl.zeros(0, 3), 0)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var"])
+@pytest.mark.parametrize("axis", [0, -1, None])
+def test_zero_dimensional_input(name, axis):
+    x = mdl.tensor(np.array(2.5), requires_grad=True)
+    y = REDUCTIONS[name][0](x, axis)  # PyTorch accepts axis 0 and -1 on a 0-d tensor
+    assert y.shape == () and y.item() == (0.0 if name == "var" else 2.5)
+    y.backward()
+    assert x.grad.item() == (0.0 if name == "var" else 1.0)
+
+
+# ---------------------------------------------------------------- errors and dtypes
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var"])
+@pytest.mark.parametrize("axis", [2, -3, (0, 5)])
+def test_axis_out_of_range_names_the_op_and_shape(name, axis):
+    with pytest.raises(ValueError) as info:
+        REDUCTIONS[name][0](mdl.zeros(2, 3), axis)
+    message = str(info.value)
+    assert name in message and "(2, 3)" in message and "out of range" in message
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_float32_stays_float32(name):
+    x = mdl.tensor([[1.0, 2.5, -1.0], [0.5, 3.0, 2.0]], requires_grad=True)
+    y = REDUCTIONS[name][0](x, 1)
+    assert y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+# ---------------------------------------------------------------- on each device
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_forward_and_backward_on_device(device, name):
+    op, np_op = REDUCTIONS[name]
+    x = distinct_values(np.random.default_rng(0), (3, 4))
+    t = mdl.tensor(x, requires_grad=True, device=device)
+    c = mdl.tensor(x, requires_grad=True)
+    y = op(t, 1)
+    np.testing.assert_allclose(y.numpy(), np_op(x, axis=1), rtol=1e-12)
+    y.backward(grad=mdl.tensor(np.arange(3.0), device=device))
+    op(c, 1).backward(grad=np.arange(3.0))
+    assert t.grad.device == t.device
+    np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=1e-12)

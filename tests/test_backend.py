@@ -1,0 +1,111 @@
+"""minidl.backend: device strings, array modules, transfers, the seeded generators."""
+import numpy as np
+import pytest
+
+import minidl as mdl
+from minidl import backend
+
+no_gpu = pytest.mark.skipif(mdl.gpu_available(), reason="checks the error a CPU-only machine gives")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, ("cpu", 0)), ("cpu", ("cpu", 0)), ("cuda", ("cuda", 0)), ("cuda:0", ("cuda", 0)),
+    ("cuda:3", ("cuda", 3)), ("gpu", ("cuda", 0)),
+])
+def test_parse_device_accepts_the_usual_spellings(text, expected):
+    assert backend.parse_device(text) == expected
+
+
+@pytest.mark.parametrize("text", ["tpu", "cpu:1", "cuda:x", "CUDA", "", "cuda:-1"])
+def test_unknown_device_string_is_a_value_error_that_lists_the_valid_ones(text):
+    with pytest.raises(ValueError) as info:
+        backend.parse_device(text)
+    message = str(info.value)
+    assert repr(text) in message
+    assert "'cpu'" in message and "'cuda'" in message
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mdl.tensor([1.0], device="tpu"),
+    lambda: mdl.zeros(2, device="tpu"),
+    lambda: mdl.randn(2, device="npu:0"),
+    lambda: mdl.tensor([1.0]).to("tpu"),
+])
+def test_factories_and_to_reject_an_unknown_device(make):
+    with pytest.raises(ValueError, match="unknown device"):
+        make()
+
+
+def test_cpu_array_module_is_numpy():
+    a = np.zeros(3)
+    assert backend.xp_for("cpu") is np
+    assert backend.xp_of(a) is np
+    assert backend.device_of(a) == "cpu"
+    assert mdl.tensor(a).xp is np
+
+
+def test_to_device_cpu_keeps_a_numpy_array_without_copying():
+    a = np.arange(6.0).reshape(2, 3)
+    assert backend.to_device(a, "cpu") is a
+    out = backend.to_numpy(a)
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, a)
+
+
+def test_gpu_available_answers_a_bool_and_never_raises():
+    assert mdl.gpu_available() in (True, False)
+
+
+@no_gpu
+@pytest.mark.parametrize("make", [
+    lambda: backend.xp_for("cuda"),
+    lambda: mdl.tensor([1.0], device="cuda"),
+    lambda: mdl.zeros(2, 3, device="cuda"),
+    lambda: mdl.randn(2, device="cuda:0"),
+    lambda: mdl.tensor([1.0]).to("cuda"),
+    lambda: mdl.tensor([1.0]).cuda(),
+])
+def test_asking_for_cuda_without_a_gpu_says_how_to_fix_it(make):
+    with pytest.raises(RuntimeError) as info:
+        make()
+    message = str(info.value)
+    assert "cuda" in message
+    assert "device='cpu'" in message  # the fix that always works
+    assert "CuPy" in message or "GPU" in message  # and what is missing
+
+
+def test_manual_seed_makes_the_cpu_generator_reproducible():
+    mdl.manual_seed(123)
+    first = backend.rng("cpu").standard_normal(5)
+    mdl.manual_seed(123)
+    again = backend.rng("cpu").standard_normal(5)
+    np.testing.assert_array_equal(first, again)
+    mdl.manual_seed(124)
+    other = backend.rng("cpu").standard_normal(5)
+    assert not np.array_equal(first, other)
+
+
+def test_rng_state_round_trip_resumes_the_same_stream():
+    mdl.manual_seed(7)
+    backend.rng().random(3)
+    state = backend.get_rng_state()
+    expected = backend.rng().random(4)
+    backend.rng().random(10)  # move on, then rewind
+    backend.set_rng_state(state)
+    np.testing.assert_array_equal(backend.rng().random(4), expected)
+
+
+def test_device_generator_is_reproducible(device):
+    mdl.manual_seed(5)
+    a = mdl.randn(3, 4, device=device).numpy()
+    mdl.manual_seed(5)
+    b = mdl.randn(3, 4, device=device).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+def test_arrays_move_between_devices(device):
+    a = np.arange(4.0)
+    on = backend.to_device(a, device)
+    assert backend.device_of(on).startswith(backend.parse_device(device)[0])
+    assert backend.xp_of(on) is backend.xp_for(device)
+    np.testing.assert_array_equal(backend.to_numpy(on), a)

@@ -1,0 +1,160 @@
+"""gradcheck and gradgradcheck themselves: they pass correct ops and catch wrong ones."""
+import numpy as np
+import pytest
+
+import minidl as mdl
+from minidl.gradcheck import max_relative_error
+from minidl.autograd import Function
+from minidl.tensor import Tensor
+
+
+def f64(*shape, seed=0, requires_grad=True):
+    data = np.random.default_rng(seed).standard_normal(shape)
+    return mdl.tensor(data, requires_grad=requires_grad)
+
+
+class Square(Function):
+    """y = x²;  dx = 2x dy (differentiable: a correct second derivative too)."""
+
+    def forward(self, x):
+        return x * x
+
+    def backward(self, gy):
+        return gy * 2 * self.inputs[0]
+
+
+class SquareWrongAtOneElement(Function):
+    """y = x²;  dx = 2x dy, plus 1 at flat element 4 (a bug a reader could plant)."""
+
+    def forward(self, x):
+        return x * x
+
+    def backward(self, gy):
+        bump = np.zeros(gy.shape)
+        bump.reshape(-1)[4] = 1.0
+        return gy * 2 * self.inputs[0] + Tensor(bump)
+
+
+class Cube(Function):
+    """y = x³;  dx = 3x² dy written with Tensor ops, so d²y/dx² = 6x comes out right."""
+
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        return gy * 3 * x * x
+
+
+class CubeBackwardFromConstants(Function):
+    """y = x³;  dx = 3x² dy with 3x² built from raw arrays: first derivative right, second wrong."""
+
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x = self.inputs[0].data
+        return gy * Tensor(3 * x * x)  # no graph back to x: d(dx)/dx looks like 0
+
+
+def test_gradcheck_passes_a_correct_op():
+    x, y = f64(2, 3), f64(3, seed=1)
+    assert mdl.gradcheck(lambda a, b: Square()(a) * b + a.exp(), [x, y])
+    assert mdl.gradcheck(lambda a, b: Square()(a) * b, [x, y], fast=True)
+
+
+def test_gradcheck_with_several_outputs_and_a_constant_input():
+    x = f64(3)
+    c = f64(3, seed=2, requires_grad=False)
+    assert mdl.gradcheck(lambda a, k: (a * k, a.tanh().sum()), [x, c])
+
+
+def test_gradcheck_leaves_the_inputs_unchanged():
+    x = f64(2, 2)
+    before = x.numpy().copy()
+    mdl.gradcheck(lambda a: Square()(a), [x])
+    mdl.gradcheck(lambda a: Square()(a), [x], fast=True)
+    np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_gradcheck_catches_a_wrong_backward_and_says_where():
+    x = f64(2, 3)
+    with pytest.raises(mdl.GradcheckError) as info:
+        mdl.gradcheck(lambda a: SquareWrongAtOneElement()(a), [x])
+    message = str(info.value)
+    assert "analytic" in message and "numeric" in message
+    assert "(1, 1)" in message  # flat element 4 of a (2, 3) input
+    assert "(2, 3)" in message
+
+
+def test_fast_gradcheck_also_catches_it():
+    with pytest.raises(mdl.GradcheckError, match="analytic.*numeric"):
+        mdl.gradcheck(lambda a: SquareWrongAtOneElement()(a), [f64(2, 3)], fast=True)
+
+
+def test_gradcheck_rejects_float32_inputs():
+    x = mdl.randn(3, requires_grad=True)  # float32
+    with pytest.raises(TypeError, match="float64"):
+        mdl.gradcheck(lambda a: a * 2, [x])
+    with pytest.raises(TypeError, match="float64"):
+        mdl.gradgradcheck(lambda a: a * a, [x])
+
+
+def test_gradcheck_needs_an_input_that_requires_grad():
+    with pytest.raises(ValueError, match="requires_grad"):
+        mdl.gradcheck(lambda a: a * 2, [f64(3, requires_grad=False)])
+
+
+def test_gradcheck_catches_an_output_cut_from_the_graph():
+    x = f64(3)
+    with pytest.raises(mdl.GradcheckError):
+        mdl.gradcheck(lambda a: a.detach() * 2, [x])
+
+
+def test_max_relative_error_is_small_for_a_correct_op_and_large_for_a_wrong_one():
+    x = f64(2, 3)
+    assert max_relative_error(lambda a: Square()(a), [x]) < 1e-6
+    assert max_relative_error(lambda a: SquareWrongAtOneElement()(a), [x]) > 0.1
+
+
+def test_gradgradcheck_passes_a_correct_second_derivative():
+    x = f64(2, 3)
+    assert mdl.gradcheck(lambda a: Cube()(a), [x])
+    assert mdl.gradgradcheck(lambda a: Cube()(a), [x])
+    assert mdl.gradgradcheck(lambda a: Cube()(a), [x], fast=True)
+
+
+def test_gradgradcheck_catches_a_backward_built_from_constants():
+    x = f64(2, 3)
+    assert mdl.gradcheck(lambda a: CubeBackwardFromConstants()(a), [x])  # first order is right
+    with pytest.raises(mdl.GradcheckError, match="analytic.*numeric"):
+        mdl.gradgradcheck(lambda a: CubeBackwardFromConstants()(a), [x])
+    with pytest.raises(mdl.GradcheckError):
+        mdl.gradgradcheck(lambda a: CubeBackwardFromConstants()(a), [x], fast=True)
+
+
+def test_gradgradcheck_accepts_piecewise_linear_ops():
+    x = mdl.tensor(np.array([-1.5, -0.5, 0.5, 2.0]), requires_grad=True)
+    assert mdl.gradgradcheck(lambda a: a.relu(), [x])
+    assert mdl.gradgradcheck(lambda a: abs(a) * 3, [x])
+
+
+def test_gradgradcheck_with_given_grad_outputs():
+    x = f64(3)
+    v = mdl.tensor(np.array([1.0, -2.0, 0.5]))
+    assert mdl.gradgradcheck(lambda a: Cube()(a), [x], grad_outputs=[v])
+
+
+@pytest.mark.parametrize("layout", ["fortran", "transposed view", "0-d"])
+def test_gradcheck_works_whatever_the_input_memory_layout(layout):
+    data = np.random.default_rng(3).standard_normal((2, 3))
+    if layout == "fortran":
+        x = Tensor(np.asfortranarray(data), requires_grad=True)
+    elif layout == "transposed view":
+        x = Tensor(np.ascontiguousarray(data.T).T, requires_grad=True)  # a non-contiguous view
+    else:
+        x = Tensor(np.array(0.7), requires_grad=True)
+    before = x.numpy().copy()
+    assert mdl.gradcheck(lambda a: a.exp() * a, [x])
+    assert mdl.gradgradcheck(lambda a: a.exp() * a, [x])
+    np.testing.assert_array_equal(x.numpy(), before)
