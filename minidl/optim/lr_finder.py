@@ -35,13 +35,18 @@ def _as_tensor(x):
     return Tensor(x if hasattr(x, "dtype") else np.asarray(x))
 
 
-def smooth(losses, beta: float = 0.9):
-    """Bias-corrected exponential moving average of the losses (the curve one reads)."""
-    out, average = [], 0.0
-    for i, loss in enumerate(losses, start=1):
-        average = beta * average + (1 - beta) * loss
-        out.append(average / (1 - beta ** i))
-    return out
+def smooth(losses, window: int | None = None):
+    """Centered moving average of the losses (no lag, unlike an exponential average).
+
+    ``window`` (odd) defaults to about a tenth of the points, at most 15.
+    """
+    values = np.asarray(losses, dtype=np.float64)
+    if window is None:
+        window = min(15, max(1, len(values) // 10) | 1)
+    kernel = np.ones(window)
+    total = np.convolve(values, kernel, mode="same")
+    count = np.convolve(np.ones_like(values), kernel, mode="same")  # fewer points at the ends
+    return list(total / count)
 
 
 def suggest_lr(lrs, losses) -> float:
@@ -82,7 +87,7 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
     try:
         scheduler = LRScheduler(optimizer, lambda t: schedule[min(t, steps - 1)])
         batches = iter(loader)
-        best = math.inf
+        best, average = math.inf, 0.0
         for lr in schedule:
             try:
                 x, y = next(batches)
@@ -96,9 +101,9 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
             scheduler.step()
             lrs.append(lr)
             losses.append(float(loss.item()))
-            current = smooth(losses)[-1]
-            best = min(best, current)
-            if not math.isfinite(current) or (len(losses) > 5 and current > diverge * best):
+            average = losses[-1] if len(losses) == 1 else 0.8 * average + 0.2 * losses[-1]
+            best = min(best, average)
+            if not math.isfinite(average) or (len(losses) > 5 and average > diverge * best):
                 break
     finally:
         for p, saved in zip(params, saved_weights):

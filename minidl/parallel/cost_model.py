@@ -1,0 +1,173 @@
+"""When does data parallelism pay? A ring all-reduce cost model fitted to measurements.
+
+Ring all-reduce (Patarasuk & Yuan 2009; the algorithm behind NCCL and most
+MPI libraries for large messages): N ranks in a ring; each gradient of n
+bytes is cut into N chunks, which travel N−1 hops reduce-scattering and N−1
+hops all-gathering. Every rank sends and receives 2(N−1)/N · n bytes, so
+
+    T_allreduce(n, N) = α + 2(N−1)/N · n/β         (T = 0 for N = 1)
+
+α is the fixed latency of one call (software, synchronization, the hops'
+start-up; a ring's true latency grows like 2(N−1)·α_hop, folded into α here
+since measurements on one machine cannot separate them) and β the bandwidth
+of the slowest link. The bandwidth term *does not grow with N*: that is why
+the ring made data parallelism scale.
+
+One step of data-parallel training, without overlap of communication and
+backward (see :mod:`minidl.parallel.data_parallel`):
+
+    T_step(N) = t_fixed + t_sample · b  +  buckets·α + 2(N−1)/N · P/β
+
+with b samples per rank, P the gradient bytes, t_fixed the per-step cost that
+does not shrink with the batch (Python and kernel-launch overhead, the
+optimizer update), t_sample the compute per sample.
+
+- Strong scaling (global batch B fixed, b = B/N): compute shrinks like 1/N,
+  communication does not, so efficiency T(1)/(N·T(N)) falls once
+  t_sample·B/N approaches the all-reduce time, and stops at b = 1.
+- Weak scaling (b fixed, global batch N·b grows): each step stays nearly as
+  fast, but past the critical batch size B_crit (the gradient noise scale,
+  McCandlish et al. 2018: steps to a target S = S_min·(1 + B_crit/B)) a
+  larger batch no longer cuts the number of steps, so the time to train stops
+  improving even though throughput keeps growing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_RANKS = tuple(2 ** k for k in range(11))  # 1, 2, 4, ..., 1024
+
+
+@dataclass(frozen=True)
+class RingAllreduce:
+    """T(n, N) = α + 2(N−1)/N · n/β  (seconds; n in bytes; β in bytes per second)."""
+
+    alpha: float
+    beta: float
+
+    def time(self, nbytes, ranks: int, messages: int = 1):
+        """Seconds to all-reduce ``nbytes`` over ``ranks`` ranks in ``messages`` calls (0 for one rank)."""
+        if ranks < 1:
+            raise ValueError(f"RingAllreduce.time: ranks must be >= 1, got {ranks}")
+        if ranks == 1:
+            return 0.0 * np.asarray(nbytes, dtype=float)
+        return messages * self.alpha + 2.0 * (ranks - 1) / ranks * np.asarray(nbytes, dtype=float) / self.beta
+
+    def bus_bandwidth(self, nbytes, seconds, ranks: int):
+        """NCCL-tests' "bus bandwidth" of a measurement: 2(N−1)/N · n / t (comparable across N)."""
+        return 2.0 * (ranks - 1) / ranks * np.asarray(nbytes, float) / np.asarray(seconds, float)
+
+    @classmethod
+    def fit(cls, nbytes, seconds, ranks: int) -> "RingAllreduce":
+        """α and β from measured all-reduce times on ``ranks`` ranks.
+
+        Least squares on the relative error (sizes span decades, so the small
+        messages, which fix α, count as much as the large ones, which fix β);
+        α is kept ≥ 0.
+        """
+        n = np.asarray(nbytes, float)
+        t = np.asarray(seconds, float)
+        if ranks < 2:
+            raise ValueError("RingAllreduce.fit: measurements need at least 2 ranks (one rank communicates nothing)")
+        if n.shape != t.shape or n.size < 2 or not np.all(t > 0):
+            raise ValueError(f"RingAllreduce.fit: need >= 2 (bytes, seconds) pairs with positive times, "
+                             f"got {n.size} sizes and {t.size} times")
+        x = 2.0 * (ranks - 1) / ranks * n
+        design = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
+        (alpha, inverse_beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+        if alpha < 0:  # latency below resolution: fit the slope alone
+            alpha = 0.0
+            inverse_beta = float(np.sum(x / t) / np.sum((x / t) ** 2))
+        if inverse_beta <= 0:
+            raise ValueError("RingAllreduce.fit: the times do not grow with the message size; "
+                             "measure larger messages")
+        return cls(alpha=float(alpha), beta=float(1.0 / inverse_beta))
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """One training step's time: compute (per step + per sample) plus an unoverlapped all-reduce."""
+
+    comm: RingAllreduce
+    param_bytes: float          # P: bytes of gradient to all-reduce each step
+    time_per_sample: float      # t_sample: forward + backward seconds per sample on one rank
+    fixed_time: float = 0.0     # t_fixed: seconds per step that do not depend on the batch
+    bucket_bytes: float = 25 * 2**20
+
+    @property
+    def buckets(self) -> int:
+        return max(1, math.ceil(self.param_bytes / self.bucket_bytes))
+
+    def compute_time(self, per_rank_batch: float) -> float:
+        return self.fixed_time + self.time_per_sample * per_rank_batch
+
+    def comm_time(self, ranks: int) -> float:
+        return float(self.comm.time(self.param_bytes, ranks, self.buckets))
+
+    def step_time(self, ranks: int, per_rank_batch: float) -> float:
+        return self.compute_time(per_rank_batch) + self.comm_time(ranks)
+
+    def strong_scaling(self, global_batch: int, ranks=DEFAULT_RANKS) -> list[dict]:
+        """Fixed global batch B split over N ranks: speedup and efficiency T(1)/(N·T(N)).
+
+        Rows stop where B/N < 1 (a rank cannot get less than one sample).
+        """
+        t1 = self.step_time(1, global_batch)
+        rows = []
+        for n in ranks:
+            b = global_batch / n
+            if b < 1:
+                break
+            t = self.step_time(n, b)
+            rows.append({"ranks": n, "per_rank_batch": b, "global_batch": global_batch, "step_time": t,
+                         "compute_time": self.compute_time(b), "comm_time": self.comm_time(n),
+                         "samples_per_second": global_batch / t, "speedup": t1 / t, "efficiency": t1 / (n * t)})
+        return rows
+
+    def weak_scaling(self, per_rank_batch: int, ranks=DEFAULT_RANKS, critical_batch: float | None = None) -> list[dict]:
+        """Fixed batch b per rank (global batch N·b): throughput efficiency T(1)/T(N).
+
+        With ``critical_batch`` (the gradient noise scale B_crit) each row also
+        has ``time_to_train_speedup``: the speedup in wall time to reach a given
+        loss, counting that a batch B needs S ∝ 1 + B_crit/B steps.
+        """
+        t1 = self.step_time(1, per_rank_batch)
+        rows = []
+        for n in ranks:
+            t = self.step_time(n, per_rank_batch)
+            row = {"ranks": n, "per_rank_batch": per_rank_batch, "global_batch": n * per_rank_batch,
+                   "step_time": t, "compute_time": self.compute_time(per_rank_batch),
+                   "comm_time": self.comm_time(n), "samples_per_second": n * per_rank_batch / t,
+                   "speedup": n * t1 / t, "efficiency": t1 / t}
+            if critical_batch is not None:
+                steps_1 = 1.0 + critical_batch / per_rank_batch
+                steps_n = 1.0 + critical_batch / (n * per_rank_batch)
+                row["time_to_train_speedup"] = (steps_1 * t1) / (steps_n * t)
+            rows.append(row)
+        return rows
+
+    def break_even_batch(self, ranks: int) -> float:
+        """Samples per rank at which compute equals the all-reduce time (below it, communication dominates)."""
+        return max(0.0, (self.comm_time(ranks) - self.fixed_time) / self.time_per_sample)
+
+
+def format_table(rows: list[dict], columns=("ranks", "per_rank_batch", "step_time", "comm_time",
+                                             "speedup", "efficiency")) -> str:
+    """A plain-text table of scaling rows (times in milliseconds)."""
+    head = "  ".join(f"{c:>15}" for c in columns)
+    lines = [head]
+    for row in rows:
+        cells = []
+        for c in columns:
+            value = row.get(c, float("nan"))
+            if c.endswith("_time"):
+                cells.append(f"{value * 1e3:>13.3f}ms")
+            elif isinstance(value, float):
+                cells.append(f"{value:>15.3f}")
+            else:
+                cells.append(f"{value:>15}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)

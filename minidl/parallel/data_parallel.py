@@ -1,0 +1,303 @@
+"""DataParallel: replicate the model, split the batch, all-reduce the gradients.
+
+Every rank holds a full copy of the model and computes the gradient of its
+own slice of the global batch. One all-reduce then gives every rank the same
+global gradient, so the same optimizer step keeps the copies identical:
+
+    start:  w ← w of rank 0                          (broadcast: one model, N copies)
+    step:   g_r = ∇ mean-loss on rank r's n_r samples
+            g   = Σ_r (n_r / Σ_s n_s) · g_r           (all-reduce of the weighted gradients)
+            w  ← optimizer(w, g)                      (the same update on every rank)
+
+With equal slices the weight is 1/N. With unequal slices (a global batch
+that does not divide by N) the weights n_r/B make g exactly the gradient of
+the mean loss over the whole batch, which is what one process computes.
+
+How the all-reduce is done: the gradients are packed, in the fixed order of
+``model.parameters()``, into flat buckets of about 25 MB (one per dtype and
+device), each bucket is all-reduced in one call, and the sums are unpacked
+into new gradient Tensors (views of a bucket allocated for this step; no
+gradient buffer is ever written in place). Buckets turn hundreds of small
+messages, each paying the latency α, into a few large ones that run at the
+network's bandwidth.
+
+Overlap of communication with backward is not done. It needs a signal "this
+parameter's gradient is final" during the backward walk, and minidl's walk has
+no gradient hooks: a leaf receives one contribution per use and nothing marks
+the last one without a use count. On the CPU backend it would also buy
+little, since NumPy and MPI share one Python thread. So the buckets are
+all-reduced one after the other, after ``backward()``; the cost model in
+:mod:`minidl.parallel.cost_model` counts communication as not overlapped.
+
+Known limits of the equivalence: BatchNorm normalizes with each rank's own
+slice statistics (as in PyTorch's DDP without SyncBatchNorm); dropout draws
+from each rank's generator; a loss that is not a mean over samples needs
+``reduction="sum"``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minidl.autograd import enable_grad, is_grad_enabled
+from minidl.nn.module import Module
+from minidl.tensor import Tensor
+
+BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
+
+
+class DataParallel(Module):
+    """Wrap ``module`` so that its gradients can be averaged over every rank of ``comm``.
+
+    At construction the model's architecture is compared across ranks (a
+    mismatch raises on every rank, naming the first differences) and all
+    parameters and buffers are overwritten with rank 0's. After each
+    ``loss.backward()`` call :meth:`sync_gradients` (or use
+    :class:`DistributedOptimizer`, which does it inside ``step()``).
+
+    Args:
+        module: the model (already on ``comm.device`` for NCCL).
+        comm: a Communicator; ``parallel.init()`` by default.
+        bucket_bytes: the size of one all-reduce message.
+        reduction: ``"mean"`` (the loss is a mean over samples: gradients are
+            averaged, weighted by sample counts) or ``"sum"`` (they are summed).
+
+    The forward pass counts the samples of each call (the first argument's
+    length) while training, for the weights; ``sync_gradients(num_samples=n)``
+    overrides the count. ``state_dict()`` has the wrapped model's keys, without a prefix.
+    """
+
+    def __init__(self, module: Module, comm=None, bucket_bytes: int = BUCKET_BYTES, reduction: str = "mean"):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DataParallel: expected a minidl Module, got {type(module).__name__}")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"DataParallel: reduction must be 'mean' or 'sum', got {reduction!r}")
+        if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"DataParallel: bucket_bytes must be a positive int, got {bucket_bytes!r}")
+        if comm is None:
+            from minidl.parallel import init
+            comm = init()
+        self.module = module
+        self.comm, self.bucket_bytes, self.reduction = comm, bucket_bytes, reduction
+        self.samples_seen = 0       # samples since the last sync (this rank)
+        self.last_sync = {}         # what the last sync_gradients did: buckets, bytes, weight
+        self._plan_key, self._plan = None, []
+        check_same_model(module, comm)
+        self.broadcast_state()
+
+    # ------------------------------------------------------------ the model's own view
+    def forward(self, *args, **kwargs):
+        if args and self.training and is_grad_enabled():
+            try:
+                self.samples_seen += len(args[0])
+            except TypeError:
+                pass  # an input without a length: weights fall back to 1/N
+        return self.module(*args, **kwargs)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_parameters(prefix, recurse)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_buffers(prefix, recurse)
+
+    def _state_items(self, prefix: str = ""):
+        return self.module._state_items(prefix)
+
+    def extra_repr(self) -> str:
+        return f"rank={self.comm.rank}, size={self.comm.size}, backend={self.comm.name}"
+
+    # ------------------------------------------------------------ start: one model everywhere
+    def broadcast_state(self, root: int = 0) -> None:
+        """Overwrite every parameter and buffer with rank ``root``'s values (in place)."""
+        tensors = [t for _, t in self.module.named_parameters()] + [t for _, t in self.module.named_buffers()]
+        for group in _group_by_kind(tensors):
+            flat = group[0].xp.concatenate([t.data.reshape(-1) for t in group])
+            self.comm.broadcast_(flat, root)
+            offset = 0
+            for t in group:
+                t.data[...] = flat[offset:offset + t.size].reshape(t.shape)
+                offset += t.size
+        self.comm.synchronize()
+
+    # ------------------------------------------------------------ after backward: one gradient everywhere
+    def sync_gradients(self, num_samples: int | None = None) -> None:
+        """All-reduce the gradients: afterwards every rank holds the global batch's gradient.
+
+        A parameter without a gradient on some rank counts as zero there; one
+        without a gradient on every rank keeps ``grad = None`` (so the optimizer
+        skips it, as one process would).
+        """
+        params = self._trainable()
+        count = self.samples_seen if num_samples is None else int(num_samples)
+        self.samples_seen = 0
+        # One small host-side message first: sample counts and which gradients exist.
+        meta = np.zeros(1 + len(params), np.float64)
+        meta[0] = count
+        meta[1:] = [p.grad is not None for p in params]
+        self.comm.host_allreduce_(meta)
+        total, present = float(meta[0]), meta[1:] > 0
+        if self.reduction == "sum":
+            weight = 1.0
+        elif total > 0:
+            weight = float(count) / total  # a Python float: float32 gradients stay float32
+        else:  # no counts known: equal weights
+            weight = 1.0 / self.comm.size
+        plan = self._bucket_plan(params)
+        sent = 0
+        for bucket in plan:
+            flat = _pack(params, bucket, weight)
+            self.comm.allreduce_(flat)
+            sent += flat.nbytes
+            for index, offset in bucket:
+                p = params[index]
+                if present[index]:
+                    p.grad = Tensor(flat[offset:offset + p.size].reshape(p.shape))
+        self.last_sync = {"buckets": len(plan), "bytes": sent, "weight": weight, "samples": int(total)}
+
+    def _trainable(self):
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def _bucket_plan(self, params):
+        """Buckets of (parameter index, offset), in parameter order, split by dtype/device and size."""
+        key = tuple((p.dtype.str, p.device, p.size) for p in params)
+        if key == self._plan_key:
+            return self._plan
+        plan, open_buckets = [], {}  # (dtype, device) -> (bucket list, bytes so far)
+        for index, p in enumerate(params):
+            kind = (p.dtype.str, p.device)
+            bucket, used = open_buckets.get(kind, (None, 0))
+            if bucket is None or (used and used + p.data.nbytes > self.bucket_bytes):
+                bucket, used = [], 0
+                plan.append(bucket)
+            bucket.append((index, used // p.dtype.itemsize))
+            open_buckets[kind] = (bucket, used + p.data.nbytes)
+        self._plan_key, self._plan = key, plan
+        return plan
+
+
+def _pack(params, bucket, weight: float):
+    """One flat buffer (new for this step) holding weight · gradient of each parameter of ``bucket``."""
+    first = params[bucket[0][0]]
+    last_index, last_offset = bucket[-1]
+    flat = first.xp.empty(last_offset + params[last_index].size, first.dtype)
+    for index, offset in bucket:
+        p = params[index]
+        piece = flat[offset:offset + p.size]
+        if p.grad is None:
+            piece[...] = 0
+        elif weight == 1.0:
+            piece[...] = p.grad.data.reshape(-1)
+        else:
+            p.xp.multiply(p.grad.data.reshape(-1), weight, out=piece)
+    return flat
+
+
+def _group_by_kind(tensors):
+    """Tensors grouped by (dtype, device), each group in the original order."""
+    groups = {}
+    for t in tensors:
+        groups.setdefault((t.dtype.str, t.device), []).append(t)
+    return [g for g in groups.values() if g]
+
+
+def check_same_model(module: Module, comm) -> None:
+    """Raise ValueError on every rank when the ranks' models differ in names, shapes or dtypes."""
+    mine = [("parameter", name, tuple(p.shape), str(p.dtype), bool(p.requires_grad))
+            for name, p in module.named_parameters()]
+    mine += [("buffer", name, tuple(b.shape), str(b.dtype), False) for name, b in module.named_buffers()]
+    everyone = comm.allgather_object(mine)
+    reference, problems = everyone[0], []
+    for rank, theirs in enumerate(everyone[1:], start=1):
+        if theirs == reference:
+            continue
+        if len(theirs) != len(reference):
+            problems.append(f"rank {rank} has {len(theirs)} parameters and buffers, rank 0 has {len(reference)}")
+        for got, want in zip(theirs, reference):
+            if got != want:
+                problems.append(f"rank {rank}: {got[0]} {got[1]!r} has shape {got[2]} ({got[3]}), "
+                                f"rank 0: {want[0]} {want[1]!r} has shape {want[2]} ({want[3]})")
+                break
+    if problems:
+        raise ValueError("DataParallel: the model differs between ranks; every rank must build the same "
+                         "architecture (same layers, sizes, dtypes, frozen parameters):\n  "
+                         + "\n  ".join(problems[:8]))
+
+
+class DistributedOptimizer:
+    """An optimizer whose ``step()`` first all-reduces the gradients of a ``DataParallel`` model.
+
+    Everything else (``param_groups``, ``state``, ``zero_grad``, ``state_dict``)
+    is the wrapped optimizer's, so schedulers, clipping and checkpoints work
+    unchanged. Call ``synchronize()`` before touching the gradients yourself
+    (clipping by global norm must see the global gradient); ``step()`` then
+    does not all-reduce a second time.
+    """
+
+    def __init__(self, optimizer, model: DataParallel):
+        if not isinstance(model, DataParallel):
+            raise TypeError(f"DistributedOptimizer: model must be a DataParallel, got {type(model).__name__}")
+        self.optimizer, self.model = optimizer, model
+        self._synchronized = False
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @property
+    def requires_create_graph(self) -> bool:
+        from minidl.optim import AdaHessian
+        return isinstance(self.optimizer, AdaHessian) or bool(getattr(self.optimizer, "requires_create_graph",
+                                                                       False))
+
+    def synchronize(self) -> None:
+        """All-reduce the gradients now (once per step)."""
+        if not self._synchronized:
+            self.model.sync_gradients()
+            self._synchronized = True
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+            self._synchronized = False
+        self.synchronize()
+        self.optimizer.step()
+        self._synchronized = False
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._synchronized = False
+        self.optimizer.zero_grad(set_to_none)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        return self.optimizer.load_state_dict(state_dict)
+
+    def __getattr__(self, name):
+        if name == "optimizer":  # not yet set (during unpickling): avoid recursion
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
+
+    def __repr__(self):
+        return f"DistributedOptimizer({self.optimizer!r})"
+
+
+def prepare_data_parallel(model, optimizer, loader=None, comm=None):
+    """The three wrappings a training loop needs: ``(DataParallel model, DistributedOptimizer, sharded loader)``.
+
+    ``comm`` defaults to ``parallel.init()``. The loader (if given) must be a
+    DataLoader over the whole dataset with the *global* batch size.
+    """
+    from minidl.parallel import init
+    from minidl.parallel.sampler import shard_loader
+    comm = init() if comm is None else comm
+    dp = model if isinstance(model, DataParallel) else DataParallel(model, comm)
+    opt = optimizer if isinstance(optimizer, DistributedOptimizer) else DistributedOptimizer(optimizer, dp)
+    return dp, opt, (shard_loader(loader, comm) if loader is not None else None)

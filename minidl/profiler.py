@@ -1,0 +1,394 @@
+"""Where the time of a step goes: time per op type, forward and backward, and the engine's overhead.
+
+    import minidl.profiler
+
+    with minidl.profiler.profile() as prof:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    prof.print_table()
+
+    op               phase      calls   total ms      %    mean µs  overhead µs
+    Linear           backward       3      9.812   41.0     3270.7         21.4
+    Linear           forward        3      5.120   21.4     1706.6          4.9
+    SGD.step         update         1      4.310   18.0     4310.0            -
+    ...
+
+Each row is one op type (the Function's class) in one phase:
+
+- **forward**: a call of the op, from entering ``Function.__call__`` to the
+  returned Tensor (the array math plus recording the node);
+- **backward**: the node's ``backward`` during ``loss.backward()``, with every
+  op it calls inside (they are part of that node's gradient, not rows of their own);
+- **autograd engine**: the rest of the backward walk (sorting the graph,
+  summing gradients over uses, accumulating into ``.grad``);
+- **update**: an optimizer's ``step()``; ``prof.region(name)`` adds rows for any
+  other block of code (data loading, a metric).
+
+``overhead µs`` is the framework's own cost per call: the row's time minus the
+time spent inside ``forward`` on raw arrays (for a backward, the array work
+of the ops it calls). On tiny tensors it is nearly the whole time; on large
+ones it vanishes next to the arithmetic.
+
+On the GPU, kernels run asynchronously, so the time of the Python call is not
+the time of the work. By default each top-level interval is bracketed by two
+CUDA events and the ``gpu ms`` column is their elapsed time, read once the
+context exits (one synchronization at the end); ``synchronize=True`` instead
+waits for the GPU before and after every op, so the host times are the true
+times at the cost of serializing the step.
+
+Zero cost when not profiling: nothing is installed outside the ``with``
+block. Inside it, ``Function.__call__``, the engine's per-node backward call
+(``minidl.autograd._run_backward``), the backward walk and the optimizers'
+``step`` are swapped for timed versions, and restored on exit. Not thread-safe:
+profile one thread at a time.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from time import perf_counter
+
+from minidl import autograd, backend
+
+_active = None  # the running profile, or None
+ENGINE = "autograd engine"  # the row for the backward walk's own work
+
+
+@dataclass
+class OpStats:
+    """Accumulated time of one op type in one phase (seconds)."""
+
+    name: str
+    phase: str
+    calls: int = 0
+    total: float = 0.0  # host time of every call, including the framework's own work
+    array: float = 0.0  # of which: inside forward() on raw arrays
+    gpu: float | None = None  # device time between CUDA events (GPU profiles only)
+
+    @property
+    def time(self) -> float:
+        """The row's time: device time on the GPU (events), host time otherwise."""
+        return self.total if self.gpu is None else self.gpu
+
+    @property
+    def mean_us(self) -> float:
+        return self.time / max(self.calls, 1) * 1e6
+
+    @property
+    def overhead_us(self) -> float:
+        """Framework time per call in µs: host time outside the array math."""
+        return max(self.total - self.array, 0.0) / max(self.calls, 1) * 1e6
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "phase": self.phase, "calls": self.calls, "total_s": self.total,
+                "array_s": self.array, "gpu_s": self.gpu, "time_s": self.time,
+                "mean_us": self.mean_us, "overhead_us": self.overhead_us}
+
+
+class _Frame:
+    """The start of one timed interval: clock, saved array-time accumulator, CUDA start event."""
+
+    __slots__ = ("start", "saved_array", "event")
+
+    def __init__(self, prof):
+        self.saved_array = prof._array
+        prof._array = 0.0
+        self.event = prof._start_event()
+        self.start = perf_counter()
+
+
+class profile:
+    """Context that records the time of every op type, forward and backward (see the module docstring).
+
+    ``cuda``: time GPU work with CUDA events (None: when CuPy is in use).
+    ``synchronize``: on the GPU, wait for the device around every op instead.
+    ``show``: print the table when the block ends.
+    """
+
+    def __init__(self, cuda: bool | None = None, synchronize: bool = False, show: bool = False):
+        self.cuda = cuda
+        self.synchronize = synchronize
+        self.show = show
+        self.stats: dict[tuple[str, str], OpStats] = {}
+        self.wall = 0.0  # seconds from entering to leaving the block
+        self._array = 0.0  # array time of the interval being timed
+        self._depth = 0  # > 0 while inside an op, a node's backward, the walk or a region
+        self._in_forward = False
+        self._walk_nodes = [0.0, 0.0]  # node backward (total, array) inside the current walk
+        self._events = []  # (key, start event, end event) to read after the block (GPU)
+        self._restore = []  # (owner, attribute, original) to put back on exit
+        self._watched = set()  # Function classes whose forward is already timed
+        self._cp = None
+
+    # ------------------------------------------------------------ install / uninstall
+    def __enter__(self):
+        global _active
+        if _active is not None:
+            raise RuntimeError("minidl.profiler.profile(): a profile is already running; "
+                               "profiles cannot be nested")
+        if self.cuda is None:
+            self.cuda = backend._cupy is not None
+        if self.cuda:
+            self._cp = backend.cupy_module()
+            self._cp.cuda.Device().synchronize()  # earlier queued work is not ours
+        self._swap(autograd.Function, "__call__", _profiled_call)
+        self._swap(autograd, "_run_backward", _profiled_node_backward)
+        self._swap(autograd, "backward", _profiled_walk)
+        self._watch_optimizers()
+        _active = self
+        self._started = perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        global _active
+        if self.cuda:
+            self._cp.cuda.Device().synchronize()
+        self.wall = perf_counter() - self._started
+        _active = None
+        for owner, attribute, original in reversed(self._restore):
+            setattr(owner, attribute, original)
+        self._restore.clear()
+        self._read_events()
+        if self.show:
+            self.print_table()
+        return False
+
+    def _swap(self, owner, attribute, replacement):
+        self._restore.append((owner, attribute, owner.__dict__[attribute]))
+        setattr(owner, attribute, replacement)
+
+    def _watch(self, cls):
+        """Time the forward that ``cls`` runs (the first class in its MRO defining it), once."""
+        self._watched.add(cls)
+        owner = next(k for k in cls.__mro__ if "forward" in k.__dict__)
+        if any(o is owner and a == "forward" for o, a, _ in self._restore):
+            return
+        self._swap(owner, "forward", _timed_forward(owner.__dict__["forward"]))
+
+    def _watch_optimizers(self):
+        """Time ``step()`` of every optimizer class, if minidl.optim is in use (never imported here)."""
+        module = sys.modules.get("minidl.optim.optimizer")
+        base = getattr(module, "Optimizer", None)
+        if base is None:
+            return
+        classes, stack = [], [base]
+        while stack:
+            cls = stack.pop()
+            classes.append(cls)
+            stack.extend(cls.__subclasses__())
+        for cls in classes:
+            if "step" in cls.__dict__ and not any(o is cls and a == "step" for o, a, _ in self._restore):
+                self._swap(cls, "step", _timed_step(cls.__dict__["step"]))
+
+    # ------------------------------------------------------------ timing
+    def _start_event(self):
+        if not self.cuda:
+            return None
+        if self.synchronize:
+            self._cp.cuda.Device().synchronize()
+            return None
+        event = self._cp.cuda.Event()
+        event.record()
+        return event
+
+    def _finish(self, frame: _Frame, name: str, phase: str, calls: int = 1) -> tuple[float, float]:
+        """Close ``frame``: add its time to the row (name, phase); return (total, array) seconds."""
+        if self.cuda and self.synchronize:
+            self._cp.cuda.Device().synchronize()
+        elapsed = perf_counter() - frame.start
+        array = self._array
+        self._array = frame.saved_array + array  # an enclosing interval counts this array work too
+        self._add(name, phase, elapsed, array, calls)
+        if frame.event is not None:
+            end = self._cp.cuda.Event()
+            end.record()
+            self._events.append(((name, phase), frame.event, end))
+        return elapsed, array
+
+    def _add(self, name, phase, total, array, calls=1):
+        key = (name, phase)
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = OpStats(name, phase)
+        stats.calls += calls
+        stats.total += total
+        stats.array += array
+
+    def _read_events(self):
+        if not self._events:
+            return
+        self._events[-1][2].synchronize()
+        for key, start, end in self._events:
+            stats = self.stats[key]
+            stats.gpu = (stats.gpu or 0.0) + self._cp.cuda.get_elapsed_time(start, end) / 1e3
+        self._events.clear()
+
+    @contextlib.contextmanager
+    def region(self, name: str, phase: str = "region"):
+        """Time a block of code as one row (ops inside it are part of it, not rows of their own)."""
+        if _active is not self:
+            yield
+            return
+        self._depth += 1
+        frame = _Frame(self)
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self._finish(frame, name, phase)
+
+    # ------------------------------------------------------------ results
+    def rows(self, sort_by: str = "time") -> list[OpStats]:
+        """Every row, largest first by ``sort_by``: 'time', 'calls', 'overhead_us' or 'mean_us'."""
+        return sorted(self.stats.values(), key=lambda s: getattr(s, sort_by), reverse=True)
+
+    @property
+    def total_time(self) -> float:
+        """Time attributed to rows (seconds); GPU time in a GPU profile."""
+        return sum(s.time for s in self.stats.values())
+
+    @property
+    def op_calls(self) -> int:
+        """Number of op calls (forward rows)."""
+        return sum(s.calls for s in self.stats.values() if s.phase == "forward")
+
+    @property
+    def overhead_us_per_op(self) -> float:
+        """The framework's cost per op call in µs: forward and backward bookkeeping plus the
+        engine's walk, divided by the number of op calls (array math excluded)."""
+        spent = sum(s.total - s.array for s in self.stats.values() if s.phase in ("forward", "backward"))
+        return max(spent, 0.0) / max(self.op_calls, 1) * 1e6
+
+    def by_op(self) -> dict[str, dict[str, float]]:
+        """{op: {phase: seconds}}: the time of each op type split by phase (for a stacked bar chart)."""
+        out: dict[str, dict[str, float]] = {}
+        for s in self.stats.values():
+            out.setdefault(s.name, {})[s.phase] = s.time
+        return out
+
+    def as_dict(self) -> dict:
+        return {"wall_s": self.wall, "total_s": self.total_time, "cuda": bool(self.cuda),
+                "overhead_us_per_op": self.overhead_us_per_op,
+                "rows": [s.as_dict() for s in self.rows()]}
+
+    def table(self, sort_by: str = "time", top: int | None = None) -> str:
+        """The rows as a text table, sorted by ``sort_by`` (largest first)."""
+        rows = self.rows(sort_by)[:top]
+        width = max([len(s.name) for s in rows] + [16])
+        gpu = bool(self.cuda)
+        head = f"{'op':<{width}}  {'phase':<8}  {'calls':>6}  {'total ms':>9}  {'%':>5}  {'mean µs':>9}  {'overhead µs':>11}"
+        if gpu:
+            head += f"  {'host ms':>8}"
+        lines = [head, "-" * len(head)]
+        total = self.total_time or 1.0
+        for s in rows:
+            overhead = f"{s.overhead_us:11.1f}" if s.phase in ("forward", "backward") else f"{'-':>11}"
+            line = (f"{s.name:<{width}}  {s.phase:<8}  {s.calls:>6}  {s.time * 1e3:9.3f}  "
+                    f"{100 * s.time / total:5.1f}  {s.mean_us:9.1f}  {overhead}")
+            if gpu:
+                line += f"  {s.total * 1e3:8.3f}"
+            lines.append(line)
+        lines.append("-" * len(head))
+        clock = "GPU time (CUDA events)" if gpu and not self.synchronize else "host time"
+        lines.append(f"{'in ops and regions':<{width}}  {'':<8}  {'':>6}  {self.total_time * 1e3:9.3f}   ({clock})")
+        lines.append(f"{'wall time of the block':<{width}}  {'':<8}  {'':>6}  {self.wall * 1e3:9.3f}")
+        lines.append(f"framework overhead: {self.overhead_us_per_op:.1f} µs per op call "
+                     f"({self.op_calls} op calls; forward, backward and engine bookkeeping)")
+        return "\n".join(lines)
+
+    def print_table(self, sort_by: str = "time", top: int | None = None) -> None:
+        print(self.table(sort_by, top))
+
+    def __str__(self):
+        return self.table()
+
+
+# ---------------------------------------------------------------- the swapped-in versions
+_original_call = autograd.Function.__call__
+_original_run_backward = autograd._run_backward
+_original_walk = autograd.backward
+
+
+def _profiled_call(fn, *inputs):
+    """Function.__call__ timed as a forward row; ops called inside another op are part of it."""
+    prof = _active
+    if prof is None:
+        return _original_call(fn, *inputs)
+    cls = type(fn)
+    if cls not in prof._watched:
+        prof._watch(cls)
+    if prof._depth:
+        return _original_call(fn, *inputs)
+    prof._depth = 1
+    frame = _Frame(prof)
+    try:
+        return _original_call(fn, *inputs)
+    finally:
+        prof._depth = 0
+        prof._finish(frame, cls.__name__, "forward")
+
+
+def _profiled_node_backward(fn, gys):
+    """One node's backward, timed as a backward row of its op type."""
+    prof = _active
+    if prof is None:
+        return _original_run_backward(fn, gys)
+    name = type(fn).__name__
+    prof._depth += 1
+    frame = _Frame(prof)
+    try:
+        return _original_run_backward(fn, gys)
+    finally:
+        prof._depth -= 1
+        total, array = prof._finish(frame, name, "backward")
+        prof._walk_nodes[0] += total
+        prof._walk_nodes[1] += array
+
+
+def _profiled_walk(*args, **kwargs):
+    """The backward walk; what its nodes do not account for is the engine's own row."""
+    prof = _active
+    if prof is None or prof._depth:  # a walk inside an op (a grad() in a backward) belongs to that op
+        return _original_walk(*args, **kwargs)
+    prof._depth += 1
+    saved_nodes, prof._walk_nodes = prof._walk_nodes, [0.0, 0.0]
+    start, saved_array = perf_counter(), prof._array
+    prof._array = 0.0
+    try:
+        return _original_walk(*args, **kwargs)
+    finally:
+        prof._depth -= 1
+        elapsed, array = perf_counter() - start, prof._array
+        prof._array = saved_array + array
+        nodes_total, nodes_array = prof._walk_nodes
+        prof._walk_nodes = saved_nodes
+        prof._add(ENGINE, "backward", max(elapsed - nodes_total, 0.0), max(array - nodes_array, 0.0))
+
+
+def _timed_forward(original):
+    def forward(self, *arrays):
+        prof = _active
+        if prof is None or prof._in_forward:  # a forward calling a parent's forward counts once
+            return original(self, *arrays)
+        prof._in_forward = True
+        start = perf_counter()
+        try:
+            return original(self, *arrays)
+        finally:
+            prof._array += perf_counter() - start
+            prof._in_forward = False
+    forward.__wrapped__ = original
+    return forward
+
+
+def _timed_step(original):
+    def step(self, *args, **kwargs):
+        prof = _active
+        if prof is None or prof._depth:  # a wrapper's step calling the inner optimizer's: one row
+            return original(self, *args, **kwargs)
+        with prof.region(f"{type(self).__name__}.step", "update"):
+            return original(self, *args, **kwargs)
+    step.__wrapped__ = original
+    return step

@@ -1,0 +1,33 @@
+"""``minidl bench``: measure this machine's roofline and place every op on it.
+
+    minidl bench                     full sizes on the CPU (a few minutes on 2 cores)
+    minidl bench --quick             small sizes, seconds: a smoke run
+    minidl bench --device cuda       on the GPU, with CuPy (and PyTorch on the GPU, where installed)
+    minidl bench --out DIR           where <machine>.json and the PNGs go (default benchmarks/results)
+
+The machine's name in the file names is $MINIDL_MACHINE, or the host name.
+"""
+from __future__ import annotations
+
+
+def bench_command(args) -> int:
+    from minidl import backend
+    from minidl.roofline import suite
+    if args.device == "cuda" and not backend.gpu_available():
+        print("minidl bench: --device cuda needs CuPy and a CUDA GPU, and none is usable here; "
+              "run with --device cpu")
+        return 2
+    frameworks = tuple(f for f in suite.FRAMEWORKS if f not in (args.skip or ()))
+    suite.run(args.device, quick=args.quick, out_dir=args.out, machine=args.machine, frameworks=frameworks)
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="the roofline: measured ceilings and where every op sits",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--quick", action="store_true", help="small sizes: seconds instead of minutes")
+    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and PNGs")
+    p.add_argument("--machine", default=None, help="name for the results files (default $MINIDL_MACHINE or host)")
+    p.add_argument("--skip", nargs="*", choices=("numpy", "torch"), help="frameworks to leave out")
+    p.set_defaults(run=bench_command)

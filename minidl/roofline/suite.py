@@ -1,0 +1,276 @@
+"""The roofline suite: every op timed forward and backward, placed against the machine's ceilings.
+
+For each op and size (see :mod:`minidl.roofline.cases`) and each framework
+(minidl, plain NumPy/CuPy, PyTorch where installed), in one run:
+
+    time        best of several repeats (the run least disturbed by other work)
+    FLOP/s      analytic FLOPs (opcosts) / time
+    GB/s        analytic compulsory bytes / time
+    intensity   FLOPs / bytes: a property of the op, not of the framework
+    verdict     compute-bound if the intensity is at least the machine balance, else memory-bound
+    roofline    achieved FLOP/s / min(peak, intensity × bandwidth): the fraction of what the
+                machine allows (for an op without arithmetic: achieved GB/s / bandwidth).
+                Above 1 means the data came from cache rather than main memory.
+
+``run()`` also profiles one training step of an MLP with :mod:`minidl.profiler`,
+writes ``<out>/<name>.json`` (atomically) and the figures
+(:mod:`minidl.roofline.figures`), and returns the results as a dict.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+from time import perf_counter
+
+import numpy as np
+
+from minidl import backend
+from minidl.roofline import ceilings as ceilings_module
+from minidl.roofline.cases import FRAMEWORKS, cases as all_cases
+
+
+def machine_name() -> str:
+    """$MINIDL_MACHINE if set (a stable name for results files), else the host name."""
+    return os.environ.get("MINIDL_MACHINE") or socket.gethostname() or "machine"
+
+
+def machine_info(device: str) -> dict:
+    info = {"machine": machine_name(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    if backend.parse_device(device)[0] == "cuda":
+        cp = backend.cupy_module()
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        info["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        info["cupy"] = cp.__version__
+    return info
+
+
+# ---------------------------------------------------------------- timing one callable
+def time_call(fn, sync, repeat: int = 5, min_time: float = 0.01) -> float:
+    """Seconds per call: calls batched so that one timing lasts ≥ ``min_time``, best of ``repeat``."""
+    fn()  # warm-up: first-call costs (allocation, caches, lazy imports) are not the op's
+    sync()
+    number, start = 0, perf_counter()
+    while number < 100_000:  # calibrate on several calls: one call delayed by the scheduler would skew it
+        fn()
+        number += 1
+        if perf_counter() - start >= min_time:
+            sync()  # on the GPU the host runs ahead: count the time until the work is done
+            if perf_counter() - start >= min_time:
+                break
+    return ceilings_module.best_time(fn, repeat=repeat, number=number, warmup=0, sync=sync)
+
+
+def _torch_sync(device):
+    if backend.parse_device(device)[0] != "cuda":
+        return lambda: None
+    import torch
+    cupy_sync = ceilings_module.synchronizer(device)
+
+    def sync():
+        torch.cuda.synchronize()
+        cupy_sync()
+    return sync
+
+
+# ---------------------------------------------------------------- analysis of one measurement
+def analyse(seconds: float, cost, ceilings) -> dict:
+    """Achieved FLOP/s and GB/s, intensity, verdict and fraction of the roofline for one timing."""
+    flops_per_s = cost.flops / seconds
+    bytes_per_s = cost.bytes / seconds
+    intensity = cost.flops / cost.bytes if cost.bytes else math.inf
+    if cost.flops:
+        fraction = flops_per_s / ceilings.roof(intensity)
+    else:
+        fraction = bytes_per_s / ceilings.bandwidth
+    return {"seconds": seconds, "flops": cost.flops, "bytes": cost.bytes, "flops_per_s": flops_per_s,
+            "bytes_per_s": bytes_per_s, "intensity": intensity,
+            "verdict": "compute-bound" if intensity >= ceilings.balance else "memory-bound",
+            "roofline_fraction": fraction}
+
+
+def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, frameworks=FRAMEWORKS,
+              only=None, repeat: int | None = None, min_time: float | None = None, log=print) -> list[dict]:
+    """Time every case in every framework; one row per (op, size, framework, phase)."""
+    repeat = repeat or (3 if quick else 5)
+    min_time = min_time if min_time is not None else (0.002 if quick else 0.02)
+    sync = ceilings_module.synchronizer(device)
+    torch_sync = _torch_sync(device) if "torch" in frameworks else None
+    rows = []
+    for case in all_cases(quick):
+        if only and case.op not in only:
+            continue
+        for framework in frameworks:
+            try:
+                impl = case.build(framework, device)
+            except ImportError:
+                impl = None
+            if impl is None:
+                continue
+            for phase, fn in impl.items():
+                seconds = time_call(fn, torch_sync if framework == "torch" else sync, repeat, min_time)
+                row = {"op": case.op, "size": case.size, "framework": framework, "phase": phase,
+                       "params": case.params, **analyse(seconds, case.costs[phase], ceilings)}
+                rows.append(row)
+            del impl
+        if log:
+            log(_case_line(case, rows))
+    return rows
+
+
+def _case_line(case, rows):
+    mine = [r for r in rows if r["op"] == case.op and r["size"] == case.size]
+    parts = []
+    for phase in case.phases:
+        times = {r["framework"]: r["seconds"] for r in mine if r["phase"] == phase}
+        shown = " ".join(f"{f} {t * 1e3:.3g}" for f, t in times.items())
+        parts.append(f"{phase}: {shown} ms")
+    return f"  {case.op:<12} {case.size:<20} " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------- one training step, profiled
+def profile_training_step(device: str = "cpu", quick: bool = False, steps: int = 5) -> dict:
+    """Profile one SGD step of an MLP (784-1024-1024-10, batch 256; smaller when quick): the fastest of ``steps``."""
+    import minidl as mdl
+    import minidl.functional as F
+    from minidl import nn, profiler
+    widths, batch = ((784, 128, 128, 10), 64) if quick else ((784, 1024, 1024, 10), 256)
+    mdl.manual_seed(0)
+    layers = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1]).to(device)
+    x = mdl.randn(batch, widths[0], device=device)
+    y = backend.xp_for(device).asarray(np.random.default_rng(0).integers(0, widths[-1], batch))
+    try:
+        from minidl import optim
+        opt = optim.SGD(model.parameters(), lr=0.01)
+    except (ImportError, AttributeError):  # pragma: no cover - optimizers missing: update by hand
+        opt = None
+
+    def step(prof=None):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+        else:
+            with (prof.region("SGD.step", "update") if prof else _nothing()):
+                with mdl.no_grad():
+                    for p in model.parameters():
+                        p.data -= 0.01 * p.grad.data
+                        p.grad = None
+
+    for _ in range(2):  # warm-up: allocator, BLAS threads, caches
+        step()
+    best = None
+    for _ in range(steps):  # the least disturbed of a few profiled steps, as every timing here
+        with profiler.profile(cuda=backend.parse_device(device)[0] == "cuda") as prof:
+            step(prof)
+        if best is None or prof.wall < best.wall:
+            best = prof
+    prof = best
+    return {"model": "-".join(map(str, widths)), "batch": batch, **prof.as_dict(), "by_op": prof.by_op(),
+            "table": prof.table()}
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ---------------------------------------------------------------- the whole run
+def results_name(device: str = "cpu", quick: bool = False, machine: str | None = None) -> str:
+    """'<machine>' for a full CPU run; '-cuda' and '-quick' suffixes otherwise."""
+    name = machine or machine_name()
+    if backend.parse_device(device)[0] == "cuda":
+        name += "-cuda"
+    return name + ("-quick" if quick else "")
+
+
+def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchmarks/results",
+        machine: str | None = None, frameworks=FRAMEWORKS, ceilings=None, figures: bool = True,
+        log=print) -> dict:
+    """Measure the ceilings, time every case, profile a training step; write JSON and PNGs to ``out_dir``."""
+    kind = backend.parse_device(device)[0]
+    started = perf_counter()
+    if ceilings is None:
+        if log:
+            log(f"measuring the ceilings of {kind}{' (quick)' if quick else ''}...")
+        ceilings = ceilings_module.measure(kind, quick=quick)
+    if log:
+        log(ceilings.summary())
+        log("timing ops (milliseconds per call):")
+    rows = run_cases(kind, quick, ceilings, frameworks, log=log)
+    if log:
+        log("profiling one training step...")
+    step = profile_training_step(kind, quick)
+    name = results_name(kind, quick, machine)
+    results = {"name": name, "device": kind, "quick": bool(quick), "info": machine_info(kind),
+               "ceilings": ceilings.as_dict(), "rows": rows, "training_step": step,
+               "seconds": perf_counter() - started}
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        results["json"] = write_json(results, os.path.join(out_dir, name + ".json"))
+        if figures:
+            from minidl.roofline import figures as figures_module
+            results["figures"] = figures_module.save_all(results, out_dir, name)
+    if log:
+        log(summary_table(results))
+        for path in [results.get("json")] + list(results.get("figures", {}).values()):
+            if path:
+                log(f"wrote {path}")
+    return results
+
+
+def write_json(results: dict, path: str) -> str:
+    """Write ``results`` to ``path`` atomically (a temporary file, then a rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, default=_plain)
+    os.replace(tmp, path)
+    return path
+
+
+def _plain(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, (tuple, set)):
+        return list(value)
+    return str(value)
+
+
+def summary_table(results: dict) -> str:
+    """minidl, NumPy and PyTorch side by side, with minidl's place on the roofline."""
+    rows = results["rows"]
+    keys = list(dict.fromkeys((r["op"], r["size"], r["phase"]) for r in rows))
+    head = (f"{'op':<12} {'size':<20} {'phase':<8} {'minidl ms':>10} {'numpy ms':>10} {'torch ms':>10} "
+            f"{'GFLOP/s':>8} {'GB/s':>7} {'FLOP/B':>7} {'roof %':>6}  verdict")
+    lines = [head, "-" * len(head)]
+    for op, size, phase in keys:
+        by = {r["framework"]: r for r in rows if (r["op"], r["size"], r["phase"]) == (op, size, phase)}
+        ms = [f"{by[f]['seconds'] * 1e3:10.3f}" if f in by else f"{'-':>10}" for f in FRAMEWORKS]
+        ref = by.get("minidl") or next(iter(by.values()))
+        intensity = ref["intensity"]
+        lines.append(f"{op:<12} {size:<20} {phase:<8} {' '.join(ms)} {ref['flops_per_s'] / 1e9:8.2f} "
+                     f"{ref['bytes_per_s'] / 1e9:7.2f} {intensity:7.2f} {100 * ref['roofline_fraction']:6.1f}  "
+                     f"{ref['verdict']}")
+    c = results["ceilings"]
+    lines.append(f"ceilings: peak {c['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {c['bandwidth'] / 1e9:.1f} GB/s, "
+                 f"balance {c['balance']:.1f} FLOP/byte; GFLOP/s, GB/s and roof % are minidl's")
+    step = results.get("training_step")
+    if step:
+        lines.append(f"training step {step['model']} batch {step['batch']}: {step['wall_s'] * 1e3:.1f} ms, "
+                     f"framework overhead {step['overhead_us_per_op']:.1f} µs per op")
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""minidl.parallel in one process: sharding, the world of one, bucketing, ZeRO's partition, launch flags."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minidl as mdl
+from minidl import nn, optim, parallel
+from minidl.data import DataLoader, TensorDataset
+from minidl.ops.loss import cross_entropy
+from minidl.parallel import launch
+from minidl.parallel.zero import partition_parameters
+
+
+class FakeComm(parallel.LocalComm):
+    """A LocalComm that claims a rank and size, for sharding only (no collectives are made)."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+
+# ---------------------------------------------------------------- sharding
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 200), size=st.integers(1, 9))
+def test_shards_cover_the_batch_in_order_and_differ_by_at_most_one(n, size):
+    bounds = [parallel.shard_bounds(n, r, size) for r in range(size)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))  # contiguous, no gap, no overlap
+    counts = [stop - start for start, stop in bounds]
+    assert max(counts) - min(counts) <= 1 and counts == sorted(counts, reverse=True)
+
+
+def test_shard_bounds_rejects_a_bad_rank():
+    with pytest.raises(ValueError, match="rank must lie in"):
+        parallel.shard_bounds(10, 3, 3)
+
+
+@pytest.mark.parametrize("size, batch, drop_last", [(2, 8, False), (3, 8, False), (4, 10, True)])
+def test_sharded_loaders_together_yield_the_original_batches(size, batch, drop_last):
+    x = np.arange(53 * 2, dtype=np.float32).reshape(53, 2)
+    y = np.arange(53)
+    original = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, seed=4, drop_last=drop_last)
+    shards = [parallel.shard_loader(DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, seed=4,
+                                               drop_last=drop_last), FakeComm(r, size)) for r in range(size)]
+    for epoch in range(2):
+        want = list(original)
+        got = [list(s) for s in shards]
+        assert all(len(g) == len(want) for g in got)
+        for b, (wx, wy) in enumerate(want):
+            np.testing.assert_array_equal(np.concatenate([g[b][0] for g in got]), wx)
+            np.testing.assert_array_equal(np.concatenate([g[b][1] for g in got]), wy)
+
+
+def test_sharded_loader_resumes_where_the_original_stood():
+    x = np.arange(40, dtype=np.float32)[:, None]
+    loader = DataLoader((x,), batch_size=8, shuffle=True, seed=1)
+    it = iter(loader)
+    next(it), next(it)
+    sharded = parallel.shard_loader(loader, FakeComm(1, 2))
+    rest = [b[0] for b in sharded]
+    order = loader.epoch_order(0)  # the rest of epoch 0: batches 2, 3, 4; rank 1 holds their second half
+    expected = [x[order[b * 8:(b + 1) * 8]][4:] for b in (2, 3, 4)]
+    assert len(rest) == 3
+    for got, want in zip(rest, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_shard_loader_refuses_a_batch_smaller_than_the_world():
+    loader = DataLoader((np.zeros((10, 1)),), batch_size=2)
+    with pytest.raises(ValueError, match="smaller than the 4 ranks"):
+        parallel.shard_loader(loader, FakeComm(0, 4))
+
+
+# ---------------------------------------------------------------- the world of one
+def _model(dtype=np.float64):
+    mdl.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).to(dtype=dtype)
+
+
+def test_init_without_mpiexec_is_a_world_of_one(monkeypatch):
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(parallel, "_world", None)
+    comm = parallel.init()
+    assert isinstance(comm, parallel.LocalComm) and (comm.rank, comm.size) == (0, 1)
+    assert parallel.init() is comm and parallel.is_root()
+    with pytest.raises(ValueError, match="unknown backend"):
+        parallel.init("gloo")
+
+
+@pytest.mark.parametrize("bucket_bytes", [25 * 2**20, 100])
+def test_sync_in_a_world_of_one_keeps_the_gradient_and_makes_new_tensors(bucket_bytes):
+    model = _model()
+    dp = parallel.DataParallel(model, parallel.LocalComm(), bucket_bytes=bucket_bytes)
+    x, y = np.random.default_rng(0).normal(size=(5, 4)), np.array([0, 1, 2, 0, 1])
+    cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()
+    model[2].bias.grad = None  # a parameter without a gradient stays without one
+    before = {id(p): (p.grad, None if p.grad is None else p.grad.data.copy()) for p in model.parameters()}
+    dp.sync_gradients()
+    for p in model.parameters():
+        old, values = before[id(p)]
+        if old is None:
+            assert p.grad is None
+            continue
+        assert p.grad is not old and not np.shares_memory(p.grad.data, old.data)
+        np.testing.assert_array_equal(p.grad.data, values)
+        np.testing.assert_array_equal(old.data, values)  # the old buffer was not written
+    assert dp.last_sync["samples"] == 5 and dp.last_sync["weight"] == 1.0
+    assert dp.last_sync["buckets"] == (1 if bucket_bytes > 1000 else 4)
+
+
+def test_data_parallel_keeps_the_models_state_dict_keys():
+    model = _model()
+    dp = parallel.DataParallel(model, parallel.LocalComm())
+    assert list(dp.state_dict()) == list(model.state_dict())
+    assert [n for n, _ in dp.named_parameters()] == [n for n, _ in model.named_parameters()]
+    dp.load_state_dict({k: np.zeros_like(v) for k, v in model.state_dict().items()})
+    assert all(not p.data.any() for p in model.parameters())
+
+
+def test_distributed_optimizer_steps_like_the_wrapped_one():
+    a, b = _model(), _model()
+    dp = parallel.DataParallel(b, parallel.LocalComm())
+    plain, wrapped = optim.Adam(a.parameters(), lr=0.01), optim.Adam(dp.parameters(), lr=0.01)
+    dist = parallel.DistributedOptimizer(wrapped, dp)
+    assert dist.param_groups is wrapped.param_groups
+    x, y = np.random.default_rng(1).normal(size=(6, 4)), np.arange(6) % 3
+    for _ in range(3):
+        for model, opt in ((a, plain), (dp, dist)):
+            opt.zero_grad()
+            cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)
+    assert set(dist.state_dict()["state"]) == set(plain.state_dict()["state"])
+
+
+def test_zero_in_a_world_of_one_owns_everything():
+    model = _model()
+    zero = parallel.ZeroRedundancyOptimizer(model.parameters(), optim.Adam, parallel.LocalComm(), lr=0.01)
+    cross_entropy(model(mdl.tensor(np.ones((2, 4)))), mdl.tensor(np.array([0, 1]))).backward()
+    zero.step()
+    report = zero.memory_report()
+    assert report["saved_bytes"] == 0 and report["parameters_owned"] == 4
+    assert report["state_bytes"] == 2 * sum(p.data.nbytes for p in model.parameters())  # Adam: m and v
+    full = zero.consolidated_state_dict()
+    assert sorted(full["state"]) == [0, 1, 2, 3] and full["param_groups"][0]["params"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("sizes, ranks, expected", [
+    ([10, 1, 5, 5], 2, [0, 0, 1, 1]),            # 10 to rank 0, 5 and 5 to rank 1, then 1 ties: rank 0
+    ([3, 3, 3], 4, [0, 1, 2]),                     # a rank may own nothing
+    ([4, 8, 2, 6], 2, [1, 0, 0, 1]),               # 8 | 6, then 4 to the lighter (6), then 2 (8 < 10)
+])
+def test_zero_partition_balances_sizes(sizes, ranks, expected):
+    assert partition_parameters(sizes, ranks) == expected
+
+
+# ---------------------------------------------------------------- launching
+def test_mpiexec_command_has_the_flags_open_mpi_needs(monkeypatch):
+    monkeypatch.setattr(launch, "mpi_flavor", lambda path: "openmpi")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    cmd = launch.mpiexec_command(4, ["-m", "minidl", "train"], python="py", mpiexec="/x/mpiexec")
+    assert cmd == ["/x/mpiexec", "--allow-run-as-root", "--oversubscribe", "-n", "4", "py", "-m", "mpi4py",
+                   "-m", "minidl", "train"]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert launch.mpiexec_flags(2, "/x/mpiexec") == []
+    monkeypatch.setattr(launch, "mpi_flavor", lambda path: "mpich")
+    assert launch.mpiexec_flags(8, "/x/mpiexec") == []
+    with pytest.raises(ValueError, match="positive int"):
+        launch.mpiexec_command(0, [])

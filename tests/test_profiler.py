@@ -1,0 +1,136 @@
+"""minidl.profiler: what it records, that it changes no result, and that it leaves nothing behind."""
+import numpy as np
+import pytest
+
+import minidl as mdl
+import minidl.functional as F
+from minidl import autograd, profiler
+from minidl.ops.linalg import Linear
+
+
+def mlp_step(device, with_region=None):
+    mdl.manual_seed(0)
+    params = [mdl.randn(16, 8, device=device, requires_grad=True), mdl.randn(16, device=device, requires_grad=True),
+              mdl.randn(4, 16, device=device, requires_grad=True), mdl.randn(4, device=device, requires_grad=True)]
+    x = mdl.randn(5, 8, device=device)
+    y = np.array([0, 1, 2, 3, 0])
+    h = F.relu(F.linear(x, params[0], params[1]))
+    loss = F.cross_entropy(F.linear(h, params[2], params[3]), y)
+    loss.backward()
+    if with_region is not None:
+        with with_region.region("update"):
+            with mdl.no_grad():
+                for p in params:
+                    p.data -= 0.1 * p.grad.data
+    return params
+
+
+def originals():
+    return (autograd.Function.__call__, autograd._run_backward, autograd.backward, Linear.__dict__["forward"])
+
+
+def test_records_each_op_type_forward_and_backward(device):
+    with profiler.profile() as prof:
+        mlp_step(device)
+    calls = {(s.name, s.phase): s.calls for s in prof.rows()}
+    assert calls[("Linear", "forward")] == 2
+    assert calls[("Linear", "backward")] == 2
+    assert calls[("ReLU", "forward")] == 1 and calls[("ReLU", "backward")] == 1
+    assert calls[("CrossEntropy", "forward")] == 1 and calls[("CrossEntropy", "backward")] == 1
+    assert calls[(profiler.ENGINE, "backward")] == 1
+    # ops run inside a node's backward (Linear's matmuls, transposes, sums) belong to that node
+    assert not any(name in ("MatMul", "Transpose", "Sum") for name, _ in calls)
+    if device == "cuda":
+        assert all(s.gpu is not None for s in prof.rows() if s.name != profiler.ENGINE)
+
+
+def test_times_are_consistent(device):
+    with profiler.profile() as prof:
+        mlp_step(device)
+    rows = prof.rows()
+    assert [s.time for s in rows] == sorted((s.time for s in rows), reverse=True)
+    for s in rows:
+        assert 0 <= s.array <= s.total
+        assert s.overhead_us >= 0 and s.mean_us >= 0
+    if device == "cpu":
+        assert prof.total_time <= prof.wall
+    assert prof.op_calls == sum(s.calls for s in rows if s.phase == "forward")
+    assert prof.overhead_us_per_op > 0
+    by_op = prof.by_op()
+    assert set(by_op["Linear"]) == {"forward", "backward"}
+    assert by_op["Linear"]["forward"] == prof.stats[("Linear", "forward")].time
+
+
+def test_gradients_are_unchanged_by_profiling(device):
+    plain = mlp_step(device)
+    with profiler.profile():
+        profiled = mlp_step(device)
+    for a, b in zip(plain, profiled):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+
+
+def test_higher_order_gradients_under_the_profiler():
+    x = mdl.tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True)
+    with profiler.profile() as prof:
+        (g,) = mdl.grad((x ** 3).sum(), [x], create_graph=True)
+        g.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy())  # d/dx Σ 3x² = 6x
+    assert prof.stats[("PowScalar", "backward")].calls >= 1
+
+
+def test_nothing_is_left_installed_even_after_an_error():
+    before = originals()
+    with pytest.raises(ValueError, match="linear"):
+        with profiler.profile():
+            F.linear(mdl.randn(2, 3), mdl.randn(4, 5))
+    assert originals() == before
+    with profiler.profile():
+        mlp_step("cpu")
+    assert originals() == before
+    assert profiler._active is None
+
+
+def test_profiles_do_not_nest():
+    before = originals()
+    with profiler.profile():
+        with pytest.raises(RuntimeError, match="already running"):
+            with profiler.profile():
+                pass
+    assert originals() == before
+
+
+def test_region_is_one_row_with_its_ops_inside():
+    with profiler.profile() as prof:
+        with prof.region("data"):
+            (mdl.randn(3, 3) * 2).sum()
+        mlp_step("cpu", with_region=prof)
+    assert prof.stats[("data", "region")].calls == 1
+    assert prof.stats[("update", "region")].calls == 1
+    assert ("Mul", "forward") not in prof.stats  # the Mul ran inside the region
+    with prof.region("after the block"):  # a region of a finished profile records nothing
+        pass
+    assert ("after the block", "region") not in prof.stats
+
+
+def test_optimizer_steps_are_rows():
+    optim = pytest.importorskip("minidl.optim")
+    w = mdl.randn(4, 3, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    with profiler.profile() as prof:
+        (w * w).sum().backward()
+        opt.step()
+    assert prof.stats[("SGD.step", "update")].calls == 1
+    assert not hasattr(vars(optim.Optimizer)["step"], "__wrapped__")  # restored on exit
+
+
+def test_table_lists_rows_largest_first(capsys):
+    with profiler.profile(show=True) as prof:
+        mlp_step("cpu")
+    printed = capsys.readouterr().out
+    assert printed.strip() == prof.table().strip()
+    lines = printed.splitlines()
+    names = [line.split()[0] for line in lines[2:2 + len(prof.rows())]]
+    assert names == [s.name.split()[0] for s in prof.rows()]
+    assert "framework overhead" in printed and "µs per op call" in printed
+    data = prof.as_dict()
+    assert data["rows"][0]["name"] == prof.rows()[0].name and data["wall_s"] == prof.wall
