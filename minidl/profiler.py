@@ -46,6 +46,7 @@ profile one thread at a time.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from dataclasses import dataclass
 from time import perf_counter
@@ -163,6 +164,8 @@ class profile:
         """Time the forward that ``cls`` runs (the first class in its MRO defining it), once."""
         self._watched.add(cls)
         owner = next(k for k in cls.__mro__ if "forward" in k.__dict__)
+        if not inspect.isfunction(owner.__dict__["forward"]):  # a staticmethod or the like: leave it
+            return
         if any(o is owner and a == "forward" for o, a, _ in self._restore):
             return
         self._swap(owner, "forward", _timed_forward(owner.__dict__["forward"]))

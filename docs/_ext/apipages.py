@@ -46,12 +46,25 @@ def _kind(obj) -> str:
     return "data"
 
 
+def _shadowed(module) -> bool:
+    """True for a module whose name its package gives to something else: ``minidl.gradcheck`` is the
+    function ``gradcheck`` as an attribute of ``minidl``; the function keeps the name in the index."""
+    parent, _, leaf = module.__name__.rpartition(".")
+    if not parent:
+        return False
+    value = getattr(importlib.import_module(parent), leaf, module)
+    return value is not module
+
+
 def module_page(module) -> str:
     name = module.__name__
     groups = {"class": [], "function": [], "exception": [], "data": [], "module": []}
     for public in public_names(module):
         groups[_kind(getattr(module, public))].append(public)
-    lines = [name, "=" * len(name), "", f".. automodule:: {name}", "   :no-members:", ""]
+    lines = [name, "=" * len(name), "", f".. automodule:: {name}", "   :no-members:"]
+    if _shadowed(module):
+        lines.append("   :no-index:")
+    lines.append("")
     titles = {"class": "Classes", "function": "Functions", "exception": "Exceptions"}
     for kind, title in titles.items():
         if groups[kind]:

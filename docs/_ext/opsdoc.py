@@ -31,6 +31,11 @@ from sphinx import addnodes
 # The order a reader meets them in; a module not listed here is appended, so none is ever left out.
 FAMILY_ORDER = ["elementwise", "reduction", "shape", "linalg", "activation", "loss", "norm",
                 "regularization", "conv", "pool"]
+# The ops of modules whose docstring is about something else.
+OWN_WORDS = {"minidl.autograd": (
+    "Moves between devices and dtypes",
+    "``t.to(device)`` and the dtype conversions (``t.double()``...) are recorded ops too, so a gradient "
+    "flows back to the device and the dtype its input came from.")}
 _INLINE = re.compile(r"``(.+?)``|:[\w:.]+:`~?([^`]+)`")
 
 
@@ -180,6 +185,8 @@ class OpsDoc(Directive):
             env.note_dependency(module.__file__)
             doc = inspect.cleandoc(module.__doc__ or short)
             heading, _, rest = doc.partition("\n")
+            if module.__name__ in OWN_WORDS:  # a module that holds more than ops: say what its ops are
+                heading, rest = OWN_WORDS[module.__name__]
             section = self._section(f"family-{short}", heading.strip().rstrip("."))
             where = Path(module.__file__).resolve().relative_to(root).as_posix()
             section += nodes.paragraph("", "", nodes.Text("Module "), nodes.literal(module.__name__, module.__name__),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from minidl.autograd import Function
+from minidl.autograd import Function, is_grad_enabled
 from minidl.backend import xp_of
 from minidl.ops.elementwise import exp, where
 from minidl.ops.reduction import _normalize_axis
@@ -18,14 +18,20 @@ from minidl.tensor import Tensor
 
 
 class ReLU(Function):
-    """y = max(x, 0);  dx = dy · [x > 0] (the mask is saved in forward)."""
+    """y = max(x, 0);  dx = dy · [x > 0].
+
+    No mask is saved: backward holds x anyway, and recomputing [x > 0] there is
+    cheaper than writing a mask and multiplying by it here (one pass in forward).
+    """
 
     def forward(self, x):
-        self.mask = x > 0
-        return x * self.mask
+        return xp_of(x).maximum(x, 0)
 
     def backward(self, gy):
-        return gy * Tensor(self.mask)
+        positive = self.inputs[0].data > 0
+        if not is_grad_enabled():  # first-order backward: one array product, no node to build
+            return Tensor(gy.data * positive)
+        return gy * Tensor(positive)
 
 
 class LeakyReLU(Function):
@@ -65,6 +71,8 @@ class Tanh(Function):
 
     def backward(self, gy):
         y = self.output()
+        if not is_grad_enabled():  # first-order backward: plain array arithmetic, no nodes
+            return Tensor(gy.data * (1 - y.data * y.data))
         return gy * (1 - y * y)
 
 
@@ -76,6 +84,8 @@ class Sigmoid(Function):
 
     def backward(self, gy):
         y = self.output()
+        if not is_grad_enabled():
+            return Tensor(gy.data * y.data * (1 - y.data))
         return gy * y * (1 - y)
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function
+from minidl.autograd import Function, is_grad_enabled
 from minidl.ops.shape import reshape, sum_to, swap_last_axes
-from minidl.tensor import as_tensor
+from minidl.tensor import Tensor, as_tensor
 
 
 class MatMul(Function):
@@ -71,6 +71,8 @@ class Linear(Function):
 
     def backward(self, gy):
         x, weight = self.inputs[0], self.inputs[1]
+        if not is_grad_enabled():
+            return self._first_order(gy.data, x, weight)
         gx = gy @ weight if x.requires_grad else None
         g2 = reshape(gy, -1, gy.shape[-1])
         gw = swap_last_axes(g2) @ reshape(x, -1, x.shape[-1]) if weight.requires_grad else None
@@ -78,6 +80,16 @@ class Linear(Function):
             return gx, gw
         gb = g2.sum(axis=0) if self.inputs[2].requires_grad else None
         return gx, gw, gb
+
+    def _first_order(self, g, x, weight):
+        """The same three products on raw arrays: the usual backward builds no nodes, so it
+        needs no Tensor ops (those are for create_graph, to differentiate dx, dW again)."""
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = Tensor(g @ weight.data) if x.requires_grad else None
+        gw = Tensor(g2.T @ x.data.reshape(-1, x.shape[-1])) if weight.requires_grad else None
+        if len(self.inputs) == 2:
+            return gx, gw
+        return gx, gw, (Tensor(g2.sum(axis=0)) if self.inputs[2].requires_grad else None)
 
 
 def linear(x, weight, bias=None):

@@ -50,12 +50,11 @@ class CrossEntropy(Function):
         return -(self.coefficients * used).sum(axis=1)
 
     def backward(self, gy):
-        if is_grad_enabled():  # recorded backward: softmax as an op, so dx can be differentiated again
-            probs = softmax(self.inputs[0], axis=1)
-        else:
-            probs = Tensor(self.probs)
-        totals = Tensor(self.coefficients.sum(axis=1, keepdims=True))
-        return reshape(gy, -1, 1) * (probs * totals - Tensor(self.coefficients))
+        totals = self.coefficients.sum(axis=1, keepdims=True)
+        if not is_grad_enabled():  # first-order backward: the saved softmax, plain array arithmetic
+            return Tensor(gy.data.reshape(-1, 1) * (self.probs * totals - self.coefficients))
+        probs = softmax(self.inputs[0], axis=1)  # recorded: softmax as an op, so dx can be differentiated again
+        return reshape(gy, -1, 1) * (probs * Tensor(totals) - Tensor(self.coefficients))
 
 
 # ---------------------------------------------------------------- argument checks

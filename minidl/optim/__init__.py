@@ -16,15 +16,13 @@ the gradient noise scale.
 """
 from minidl.optim import schedules
 from minidl.optim.adahessian import AdaHessian
-from minidl.optim.adam import AMSGrad, Adam, AdamW, NAdam, RAdam
+from minidl.optim.adam import Adam, AdamW, AMSGrad, NAdam, RAdam
 from minidl.optim.adaptive import AdaDelta, AdaGrad, RMSProp
 from minidl.optim.averaging import SWA, Lookahead, Ranger, RangerLARS, update_bn
-from minidl.optim.curvature import (gradient_noise_scale, hessian_trace, hessian_vector_product,
-                                    top_hessian_eigenvalue)
+from minidl.optim.curvature import gradient_noise_scale, hessian_trace, hessian_vector_product, top_hessian_eigenvalue
 from minidl.optim.layerwise import LAMB, LARS, NovoGrad
 from minidl.optim.lr_finder import lr_range_test
-from minidl.optim.optimizer import (Optimizer, clip_grad_norm_, clip_grad_value_, l1_penalty,
-                                    weight_decay_groups)
+from minidl.optim.optimizer import Optimizer, clip_grad_norm_, clip_grad_value_, l1_penalty, weight_decay_groups
 from minidl.optim.schedules import LRScheduler
 from minidl.optim.sgd import NAG, SGD, SGDM
 

@@ -22,8 +22,7 @@ import math
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import (Optimizer, check_betas, check_eps, check_nonnegative, decay_weights_,
-                                    l2_gradient)
+from minidl.optim.optimizer import Optimizer, check_betas, check_eps, check_nonnegative, decay_weights_, l2_gradient
 
 
 def adam_direction(g, m, v, v_max=None, *, t, beta1, beta2, eps, tmp=None):

@@ -43,7 +43,8 @@ class Lookahead(Optimizer):
 
     def __init__(self, optimizer: Optimizer, k: int = 5, alpha: float = 0.5):  # noqa: D107 - no super().__init__
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"Lookahead: expected an inner optimizer (e.g. RAdam(params)), got {type(optimizer).__name__}")
+            raise TypeError("Lookahead: expected an inner optimizer (e.g. RAdam(params)), "
+                            f"got {type(optimizer).__name__}")
         if not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"Lookahead: k (inner steps per slow update) must be an integer ≥ 1, got k={k!r}")
         self.optimizer = optimizer

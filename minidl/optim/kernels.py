@@ -34,7 +34,11 @@ CHUNK_BYTES = 1 << 17  # 128 KiB per array: w, g, two moments and scratch fit in
 
 
 def run_update(fn, **args):
-    """Call the update ``fn(**args)`` the fastest way the arrays' device allows."""
+    """Call the update ``fn(**args)`` the fastest way the arrays' device allows.
+
+    ``fn`` must be elementwise (no norms or other reductions): it may see its
+    arrays a chunk at a time. ``args["w"]`` is the parameter's data.
+    """
     w = args["w"]
     if backend.xp_of(w) is not np:
         return _run_fused(fn, args)

@@ -152,9 +152,12 @@ class Optimizer:
                 position += 1
 
     def zero_grad(self, set_to_none: bool = True):
-        """Forget every gradient (``p.grad = None``), ready for the next backward."""
+        """Forget every gradient (``p.grad = None``; zeros in a new buffer with set_to_none=False)."""
         for _, p, _ in self.parameters():
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:  # a fresh buffer: the old one may be shared and must not be written
+                p.grad = Tensor(p.grad.xp.zeros_like(p.grad.data))
 
     def step(self, closure=None):
         """Apply one update to every parameter that has a gradient.

@@ -54,7 +54,8 @@ def optimizer_families():
         "per-coordinate rates": {
             "AdaGrad": (lambda p, lr: optim.AdaGrad(p, lr=lr), dict(ravine=2.0, rosenbrock=1.0, saddle=0.3)),
             "RMSProp": (lambda p, lr: optim.RMSProp(p, lr=lr), dict(ravine=0.1, rosenbrock=0.1, saddle=0.03)),
-            "AdaDelta": (lambda p, lr: optim.AdaDelta(p, lr=lr, eps=1e-2), dict(ravine=1.0, rosenbrock=0.1, saddle=0.3)),
+            "AdaDelta": (lambda p, lr: optim.AdaDelta(p, lr=lr, eps=1e-2),
+                         dict(ravine=1.0, rosenbrock=0.1, saddle=0.3)),
         },
         "Adam family": {
             "Adam": (lambda p, lr: optim.Adam(p, lr=lr), dict(ravine=0.3, rosenbrock=0.3, saddle=0.1)),

@@ -28,8 +28,7 @@ import sys
 import traceback
 import warnings
 
-from minidl.parallel.comm import (Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher,
-                                  nccl_available)
+from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
 from minidl.parallel.zero import ZeroRedundancyOptimizer

@@ -64,27 +64,29 @@ class RingAllreduce:
     def fit(cls, nbytes, seconds, ranks: int) -> "RingAllreduce":
         """α and β from measured all-reduce times on ``ranks`` ranks.
 
-        Least squares on the relative error (sizes span decades, so the small
-        messages, which fix α, count as much as the large ones, which fix β);
-        α is kept ≥ 0.
+        Each parameter is fitted where it dominates: 1/β is the least-squares
+        slope of t against 2(N−1)/N·n over the largest third of the messages
+        (gradients are large messages, so β must be right there, even when
+        mid-sized messages run faster out of a cache); α is the mean of
+        t − 2(N−1)/N·n/β over the smallest third, kept ≥ 0.
         """
         n = np.asarray(nbytes, float)
         t = np.asarray(seconds, float)
         if ranks < 2:
             raise ValueError("RingAllreduce.fit: measurements need at least 2 ranks (one rank communicates nothing)")
-        if n.shape != t.shape or n.size < 2 or not np.all(t > 0):
-            raise ValueError(f"RingAllreduce.fit: need >= 2 (bytes, seconds) pairs with positive times, "
+        if n.shape != t.shape or n.size < 4 or not np.all(t > 0):
+            raise ValueError(f"RingAllreduce.fit: need >= 4 (bytes, seconds) pairs with positive times, "
                              f"got {n.size} sizes and {t.size} times")
-        x = 2.0 * (ranks - 1) / ranks * n
-        design = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
-        (alpha, inverse_beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
-        if alpha < 0:  # latency below resolution: fit the slope alone
-            alpha = 0.0
-            inverse_beta = float(np.sum(x / t) / np.sum((x / t) ** 2))
+        order = np.argsort(n)
+        x, t = 2.0 * (ranks - 1) / ranks * n[order], t[order]
+        k = max(2, len(x) // 3)
+        large_x, large_t = x[-k:], t[-k:]
+        inverse_beta = float(np.polyfit(large_x, large_t, 1)[0])
         if inverse_beta <= 0:
             raise ValueError("RingAllreduce.fit: the times do not grow with the message size; "
                              "measure larger messages")
-        return cls(alpha=float(alpha), beta=float(1.0 / inverse_beta))
+        alpha = max(0.0, float(np.mean(t[:k] - x[:k] * inverse_beta)))
+        return cls(alpha=alpha, beta=1.0 / inverse_beta)
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,10 @@ def _optimizer_torch(case, torch, kind):
 
 # ---------------------------------------------------------------- the list of cases
 SIZES = {
+    "cuda": dict(square=(1024, 4096, 8192), linear=(4096, 4096),
+                 batches=(1, 4, 16, 64, 256, 1024, 4096, 16384), elementwise=(1 << 20, 1 << 26),
+                 rows=(32768, 1024), conv=(64, 128, 32, 32, 128), batch_norm=(128, 128, 32, 32),
+                 layer_norm=(32768, 1024), params=1 << 24),
     False: dict(square=(256, 512, 1024), linear=(1024, 1024), batches=(1, 4, 16, 64, 256, 1024, 4096),
                 elementwise=(1 << 16, 1 << 24), rows=(8192, 1024), conv=(32, 64, 16, 16, 64),
                 batch_norm=(64, 64, 16, 16), layer_norm=(4096, 1024), params=1 << 22),
@@ -271,9 +275,10 @@ def _elements_label(n):
     return f"{n / 2 ** 20:g}M" if n >= 1 << 20 else f"{n / 2 ** 10:g}K"
 
 
-def cases(quick: bool = False) -> list[Case]:
-    """Every op at every size of the suite (``quick``: tiny sizes for a smoke run)."""
-    s = SIZES[bool(quick)]
+def cases(quick: bool = False, device: str = "cpu") -> list[Case]:
+    """Every op at every size of the suite (``quick``: tiny sizes for a smoke run; larger on a GPU)."""
+    gpu = backend.parse_device(device)[0] == "cuda"
+    s = SIZES["cuda" if gpu and not quick else bool(quick)]
     out = []
     for n in s["square"]:
         out.append(Case("matmul", f"{n}x{n}x{n}", [(n, n), (n, n)], [True, True],

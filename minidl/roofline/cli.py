@@ -4,6 +4,7 @@
     minidl bench --quick             small sizes, seconds: a smoke run
     minidl bench --device cuda       on the GPU, with CuPy (and PyTorch on the GPU, where installed)
     minidl bench --out DIR           where <machine>.json and the PNGs go (default benchmarks/results)
+    minidl bench --only linear relu  time only these ops
 
 The machine's name in the file names is $MINIDL_MACHINE, or the host name.
 """
@@ -18,7 +19,8 @@ def bench_command(args) -> int:
               "run with --device cpu")
         return 2
     frameworks = tuple(f for f in suite.FRAMEWORKS if f not in (args.skip or ()))
-    suite.run(args.device, quick=args.quick, out_dir=args.out, machine=args.machine, frameworks=frameworks)
+    suite.run(args.device, quick=args.quick, out_dir=args.out, machine=args.machine, frameworks=frameworks,
+              only=set(args.only) if args.only else None)
     return 0
 
 
@@ -30,4 +32,5 @@ def add_commands(subparsers) -> None:
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and PNGs")
     p.add_argument("--machine", default=None, help="name for the results files (default $MINIDL_MACHINE or host)")
     p.add_argument("--skip", nargs="*", choices=("numpy", "torch"), help="frameworks to leave out")
+    p.add_argument("--only", nargs="*", metavar="OP", help="time only these ops (matmul, linear, relu, ...)")
     p.set_defaults(run=bench_command)

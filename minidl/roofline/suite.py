@@ -23,6 +23,7 @@ import math
 import os
 import platform
 import socket
+import sys
 from time import perf_counter
 
 import numpy as np
@@ -40,11 +41,8 @@ def machine_name() -> str:
 def machine_info(device: str) -> dict:
     info = {"machine": machine_name(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
-    try:
-        import torch
-        info["torch"] = torch.__version__
-    except ImportError:
-        pass
+    if "torch" in sys.modules:  # compared in this run
+        info["torch"] = sys.modules["torch"].__version__
     if backend.parse_device(device)[0] == "cuda":
         cp = backend.cupy_module()
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -105,7 +103,7 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
     sync = ceilings_module.synchronizer(device)
     torch_sync = _torch_sync(device) if "torch" in frameworks else None
     rows = []
-    for case in all_cases(quick):
+    for case in all_cases(quick, device):
         if only and case.op not in only:
             continue
         for framework in frameworks:
@@ -201,8 +199,11 @@ def results_name(device: str = "cpu", quick: bool = False, machine: str | None =
 
 def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchmarks/results",
         machine: str | None = None, frameworks=FRAMEWORKS, ceilings=None, figures: bool = True,
-        log=print) -> dict:
-    """Measure the ceilings, time every case, profile a training step; write JSON and PNGs to ``out_dir``."""
+        only=None, repeat: int | None = None, min_time: float | None = None, log=print) -> dict:
+    """Measure the ceilings, time every case, profile a training step; write JSON and PNGs to ``out_dir``.
+
+    ``only``: op names to run (all by default); ``repeat`` and ``min_time`` as in :func:`time_call`.
+    """
     kind = backend.parse_device(device)[0]
     started = perf_counter()
     if ceilings is None:
@@ -212,10 +213,10 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
     if log:
         log(ceilings.summary())
         log("timing ops (milliseconds per call):")
-    rows = run_cases(kind, quick, ceilings, frameworks, log=log)
+    rows = run_cases(kind, quick, ceilings, frameworks, only, repeat, min_time, log=log)
     if log:
         log("profiling one training step...")
-    step = profile_training_step(kind, quick)
+    step = profile_training_step(kind, quick, steps=repeat or 5)
     name = results_name(kind, quick, machine)
     results = {"name": name, "device": kind, "quick": bool(quick), "info": machine_info(kind),
                "ceilings": ceilings.as_dict(), "rows": rows, "training_step": step,

@@ -116,12 +116,6 @@ def _to_numpy(value):
 
 
 # ---------------------------------------------------------------- save / load
-def _model_device(model) -> str:
-    for p in model.parameters():
-        return p.device
-    return "cpu"
-
-
 def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, trainer_state=None,
                     extra=None) -> None:
     """Write a complete training checkpoint to ``path`` atomically (temporary file, then rename).
@@ -183,8 +177,8 @@ def load_checkpoint(path, model=None, optimizer=None, scheduler=None, loader=Non
     keys ``model``, ``optimizer``, ``scheduler``, ``loader``, ``rng``,
     ``trainer`` and ``extra`` (unpacked Python values).
     """
-    device = _model_device(model) if model is not None else "cpu"
-    state = read_checkpoint(path, device=device)
+    # Read onto the CPU: load_state_dict of model and optimizer moves each array to its parameter's device.
+    state = read_checkpoint(path)
     for key in ("optimizer", "scheduler", "loader", "trainer", "extra"):
         state[key] = unpack(state.get(key))
     if optimizer is not None and state["optimizer"] is None:

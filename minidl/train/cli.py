@@ -156,6 +156,14 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _end(comm, code: int) -> int:
+    """With --data-parallel a failing rank ends the whole job: the others would wait in a collective."""
+    if code and comm is not None and comm.size > 1:
+        sys.stderr.flush()
+        comm.abort(code)
+    return code
+
+
 def train_command(args) -> int:
     import minidl as mdl
     from minidl.data import DataLoader, TensorDataset
@@ -174,48 +182,61 @@ def train_command(args) -> int:
             return _fail(str(exc))
     s = _settings(args, saved)
     seed_everything(s["seed"])
+    comm = None
     try:
+        if getattr(args, "data_parallel", False):  # one replica per MPI rank, each on its slice of every batch
+            from minidl import parallel
+            comm = parallel.init(device=args.device or "cpu")
         data = data_sources.load(s["data"], seed=s["seed"])
         model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
         if args.device:
-            model.to(args.device)
+            model.to(comm.device if comm is not None and comm.name == "nccl" else args.device)
         optimizer = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
         lr = float(optimizer.param_groups[0]["lr"])
         train_loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=s["batch_size"],
                                   shuffle=True, seed=s["seed"])
+        if comm is not None:
+            model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
         val_loader = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
         test_loader = DataLoader(TensorDataset(data.x_test, data.y_test), batch_size=512)
         steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
         schedule = make_schedule(s["schedule"], lr, s["epochs"] * steps_per_epoch)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        return _fail(str(exc))
+        return _end(comm, _fail(str(exc)))
 
-    out = _run_folder(args, s)
-    os.makedirs(out, exist_ok=True)
-    callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
+    root = comm is None or comm.rank == 0  # only rank 0 logs, draws progress bars and writes files
+    out = _run_folder(args, s) if root else None
+    callbacks = []
+    if root:
+        os.makedirs(out, exist_ok=True)
+        callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
     if args.patience:
         callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
     trainer = Trainer(model, optimizer, train_loader, val_loader, scheduler=schedule, callbacks=callbacks,
                       max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
-                      label_smoothing=s["label_smoothing"], progress=not args.quiet,
+                      label_smoothing=s["label_smoothing"], progress=not args.quiet and root,
                       metrics=("accuracy", "f1"))
     trainer.extra = {"settings": s}
     if args.resume:
         try:
             trainer.load_checkpoint(args.resume)
         except (ValueError, FileNotFoundError) as exc:
-            return _fail(f"cannot resume: {exc}")
-    print(f"{s['model']} on {data.name}: {model.num_parameters():,} parameters, {len(data.x_train)} training / "
-          f"{len(data.x_val)} validation / {len(data.x_test)} test samples, {s['optimizer']} lr={lr:g} "
-          f"({s['schedule']}), {s['epochs']} epochs of {len(train_loader)} batches"
-          + (f", resuming at step {trainer.step}" if args.resume else "") + f"\nwriting to {out}")
+            return _end(comm, _fail(f"cannot resume: {exc}"))
+    if root:
+        print(f"{s['model']} on {data.name}: {model.num_parameters():,} parameters, {len(data.x_train)} training / "
+              f"{len(data.x_val)} validation / {len(data.x_test)} test samples, {s['optimizer']} lr={lr:g} "
+              f"({s['schedule']}), {s['epochs']} epochs of {len(train_loader)} batches"
+              + (f", data-parallel on {comm.size} ranks ({comm.name})" if comm is not None else "")
+              + (f", resuming at step {trainer.step}" if args.resume else "") + f"\nwriting to {out}")
     try:
         trainer.fit(s["epochs"])
     except NonFiniteLossError as exc:
         print(f"minidl train: {exc}", file=sys.stderr)
-        return 1
+        return _end(comm, 1)
 
     test = trainer.evaluate(test_loader)
+    if not root:
+        return 0
     JSONLLogger(os.path.join(out, "metrics.jsonl")).write({"split": "test", "step": trainer.step, **test})
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
@@ -251,6 +272,9 @@ def _add_train(sub):
     p.add_argument("--out", help="run folder (default runs/<data>-<model>-<time>)")
     p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
+                   help="under mpiexec: one model per rank, each on 1/N of every batch, gradients all-reduced "
+                        "(mpiexec -n 4 python -m mpi4py -m minidl train --data-parallel; see docs/data_parallel.md)")
     p.set_defaults(run=train_command)
 
 

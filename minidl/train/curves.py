@@ -16,19 +16,40 @@ atomically, so a half-written PNG never replaces a good one.
 """
 from __future__ import annotations
 
+import functools
 import io
 import os
 
 from minidl.serialization import atomic_write
 
 
+@functools.lru_cache(maxsize=None)
+def _figure_class():
+    """A matplotlib Figure that shows itself as a PNG in a notebook (IPython calls ``_repr_png_``).
+
+    matplotlib is imported here, on first use, so that ``import minidl.train`` stays light.
+    """
+    from matplotlib.figure import Figure
+
+    class CurvesFigure(Figure):
+        def _repr_png_(self):
+            return _png_bytes(self)
+
+    return CurvesFigure
+
+
 def _new_figure(**kwargs):
     """A Figure drawn by the Agg canvas, whatever backend pyplot uses (none needed, no display)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(**kwargs)
+    fig = _figure_class()(**kwargs)
     FigureCanvasAgg(fig)
     return fig
+
+
+def _png_bytes(fig, dpi: int = 100) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
 
 
 def _series(history, key):
@@ -89,13 +110,11 @@ def plot_curves(history: list[dict], path, steps: dict | None = None, title: str
     """Draw the curves of a run and write them to ``path`` as a PNG (atomically). Returns the path."""
     if not history and not (steps and steps.get("step")):
         raise ValueError("plot_curves: nothing to plot; the history is empty (train at least one step)")
-    fig = make_figure(history, steps, title)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    png = _png_bytes(make_figure(history, steps, title))
 
     def write(tmp):
         with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
+            f.write(png)
 
     atomic_write(path, write)
     return os.fspath(path)

@@ -223,6 +223,9 @@ class Trainer:
             r["classified"] += len(y)
 
     def _optimizer_step(self, micro_batches: int) -> None:
+        synchronize = getattr(self.optimizer, "synchronize", None)
+        if callable(synchronize):  # data parallel: all-reduce first, so clipping sees the global gradient
+            synchronize()
         params = [p for g in self._param_groups() for p in g["params"] if p.grad is not None]
         if micro_batches < self.accumulation_steps:
             # Gradients were scaled by 1/k; a shorter last group of m micro-batches needs k/m more.

@@ -13,8 +13,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-
 import scenarios  # noqa: E402
+
 from minidl import backend, optim, parallel  # noqa: E402
 from minidl.data import DataLoader  # noqa: E402
 

@@ -26,11 +26,21 @@ def test_fit_recovers_alpha_and_beta(ranks):
     assert fitted.beta == pytest.approx(5e9, rel=0.05)
 
 
+def test_fit_takes_beta_from_the_large_messages():
+    """Mid-sized messages that run from a cache (4x faster) must not make the large ones look fast."""
+    sizes = np.logspace(2, 8, 13)
+    slow, fast = RingAllreduce(2e-6, 1e9), RingAllreduce(2e-6, 4e9)
+    times = np.where((sizes >= 1e4) & (sizes < 1e6), fast.time(sizes, 2), slow.time(sizes, 2))
+    fitted = RingAllreduce.fit(sizes, times, 2)
+    assert fitted.beta == pytest.approx(1e9, rel=1e-6)
+    assert fitted.alpha == pytest.approx(2e-6, rel=0.01)
+
+
 def test_fit_needs_two_ranks_and_growing_times():
     with pytest.raises(ValueError, match="at least 2 ranks"):
-        RingAllreduce.fit([1, 2], [1, 2], ranks=1)
+        RingAllreduce.fit([1, 2, 3, 4], [1, 2, 3, 4], ranks=1)
     with pytest.raises(ValueError, match="do not grow"):
-        RingAllreduce.fit([1e3, 1e6], [2e-3, 1e-3], ranks=2)
+        RingAllreduce.fit([1e3, 1e4, 1e5, 1e6], [4e-3, 3e-3, 2e-3, 1e-3], ranks=2)
 
 
 def _model():

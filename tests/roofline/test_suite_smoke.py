@@ -34,7 +34,7 @@ def test_analyse_by_hand():
 
 def test_quick_suite_writes_results_and_figures(tmp_path):
     results = suite.run("cpu", quick=True, out_dir=str(tmp_path), machine="smoke", frameworks=("minidl", "numpy"),
-                        ceilings=TINY, log=None)
+                        ceilings=TINY, repeat=1, min_time=0.0, log=None)
     path = tmp_path / "smoke-quick.json"
     assert results["json"] == str(path)
     data = json.loads(path.read_text())
@@ -88,9 +88,11 @@ def test_cases_agree_across_frameworks():
 
 def test_cli_bench_quick(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(ceilings_module.SIZES, ("cpu", True), (64, 1 << 16, 1))
-    code = cli.main(["bench", "--quick", "--out", str(tmp_path), "--machine", "clitest", "--skip", "torch"])
+    code = cli.main(["bench", "--quick", "--out", str(tmp_path), "--machine", "clitest", "--skip", "torch",
+                     "--only", "relu"])
     assert code == 0
-    assert (tmp_path / "clitest-quick.json").exists()
+    data = json.loads((tmp_path / "clitest-quick.json").read_text())
+    assert {r["op"] for r in data["rows"]} == {"relu"}
     assert "balance" in capsys.readouterr().out
 
 

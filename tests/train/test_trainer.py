@@ -6,7 +6,7 @@ import pytest
 
 import minidl as mdl
 from minidl import nn, optim
-from minidl.data import DataLoader, TensorDataset, gaussian_blobs
+from minidl.data import DataLoader, gaussian_blobs
 from minidl.ops.loss import cross_entropy
 from minidl.train import Callback, NonFiniteLossError, Trainer, fit
 

@@ -1,0 +1,218 @@
+"""Gradient checkpointing measured: activation memory against step time, in one run.
+
+Part 1. MLPs of 64 and 100 layers (Linear(w, w) → ReLU each, float32), one
+training step (forward, mean-square loss, backward) with
+``checkpoint_sequential`` at k ∈ {1, 2, 4, 8, √L, 16, L} segments (k = 1 is
+the plain run). For each k:
+
+- peak activation memory, counted by ``minidl.memory.track`` (bytes the graph
+  holds for backward), and cross-checked with Python's tracemalloc, which
+  sees every NumPy buffer (peak growth of traced memory during the step;
+  parameter gradients are allocated beforehand so that they do not count);
+- step time, the best of several steps, all k interleaved so that a change in
+  the machine's load hits every k alike;
+- whether the gradients are bit-for-bit those of the plain run.
+
+Part 2. Uniform (PyTorch's) against balanced segments on a network whose
+layer widths vary by 10x (64 and 640), at √L segments: modeled and
+measured peak memory, step time.
+
+Writes benchmarks/results/<machine>_checkpoint.json and
+<machine>_checkpoint_memory_time.png.
+
+    python benchmarks/bench_checkpoint.py [--batch 256] [--width 256] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+import tracemalloc
+
+import numpy as np
+
+from common import machine_name, save_results
+
+import minidl as mdl
+from minidl import memory, nn
+from minidl.checkpoint import balanced_segments, checkpoint_sequential, profile_layers, sqrt_segments
+
+
+def mlp(widths, seed=0):
+    mdl.manual_seed(seed)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(widths, widths[1:])])
+
+
+def make_step(model, x, segments):
+    def step():
+        out = model(x) if segments == 1 else checkpoint_sequential(model, segments, x)
+        (out * out).mean().backward()
+    return step
+
+
+def tracemalloc_peak(model, step) -> int:
+    """Peak growth of traced memory during one step, parameter gradients already allocated."""
+    for _ in range(3):  # from the third step on, gradients accumulate in place in their own buffers
+        step()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        step()
+        return tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+
+
+def measure(model, x, configs, repeat):
+    """Memory (tracker and tracemalloc), gradients and best step time for each segment count."""
+    rows = {}
+    reference = None
+    for label, k in configs:
+        model.zero_grad()
+        with memory.track() as m:
+            make_step(model, x, k)()
+        grads = [p.grad.data.copy() for p in model.parameters()]
+        reference = grads if reference is None else reference
+        rows[label] = {"segments": k, "peak_bytes": m.peak_bytes,
+                       "grads_identical": all(np.array_equal(a, b) for a, b in zip(grads, reference)),
+                       "tracemalloc_peak_bytes": tracemalloc_peak(model, make_step(model, x, k)),
+                       "step_seconds": float("inf")}
+    for _ in range(repeat):  # interleaved: every k sees the same machine
+        for label, k in configs:
+            model.zero_grad()
+            step = make_step(model, x, k)
+            start = time.perf_counter()
+            step()
+            rows[label]["step_seconds"] = min(rows[label]["step_seconds"], time.perf_counter() - start)
+    plain = rows[configs[0][0]]
+    for row in rows.values():
+        row["memory_ratio"] = row["peak_bytes"] / plain["peak_bytes"]
+        row["tracemalloc_ratio"] = row["tracemalloc_peak_bytes"] / plain["tracemalloc_peak_bytes"]
+        row["time_ratio"] = row["step_seconds"] / plain["step_seconds"]
+    return rows
+
+
+def part_one(batch, width, repeat):
+    results = {}
+    for depth in (64, 100):
+        root = sqrt_segments(depth)
+        configs = [(f"{k} (√L)" if k == root else f"{k} (L)" if k == depth else str(k), k)
+                   for k in sorted({1, 2, 4, 8, root, 16, depth})]
+        model = mlp([width] * (depth + 1))
+        x = mdl.randn(batch, width)
+        rows = measure(model, x, configs, repeat)
+        results[f"mlp{depth}"] = {"layers": depth, "sqrt_segments": root, "rows": rows}
+        print(f"\nMLP of {depth} layers, batch {batch}, width {width} (float32)")
+        print(f"{'segments':>10} {'tracked MiB':>11} {'ratio':>6} {'tracemalloc MiB':>15} {'ratio':>6} "
+              f"{'step s':>7} {'ratio':>6} {'grads ==':>8}")
+        for label, row in rows.items():
+            print(f"{label:>10} {row['peak_bytes'] / 2**20:11.2f} {row['memory_ratio']:6.2f} "
+                  f"{row['tracemalloc_peak_bytes'] / 2**20:15.2f} {row['tracemalloc_ratio']:6.2f} "
+                  f"{row['step_seconds']:7.3f} {row['time_ratio']:6.2f} {str(row['grads_identical']):>8}")
+    return results
+
+
+def varying_widths(depth=36):
+    """Widths 64 and 640 in stretches of unequal length: uniform segments cannot line up with them."""
+    pattern = [64] * 6 + [640] * 3 + [64] * 4 + [640] * 8 + [64] * 9 + [640] * 2 + [64] * 4
+    return (pattern * 2)[:depth + 1]
+
+
+def part_two(batch, repeat):
+    widths = varying_widths()
+    depth = len(widths) - 1
+    model = mlp(widths, seed=1)
+    x = mdl.randn(batch, widths[0])
+    k = sqrt_segments(depth)
+    plan = balanced_segments(model, x, k)
+    uniform = plan.uniform()
+    rows = {}
+    for label, segments in (("plain", 1), ("uniform", uniform), ("balanced", plan.boundaries)):
+        model.zero_grad()
+        with memory.track() as m:
+            out = model(x) if segments == 1 else checkpoint_sequential(model, segments, x)
+            (out * out).mean().backward()
+        rows[label] = {"boundaries": [0] if segments == 1 else list(segments), "peak_bytes": m.peak_bytes,
+                       "modeled_peak_bytes": plan.peak_bytes([0] if segments == 1 else segments),
+                       "modeled_slowdown": plan.slowdown([0] if segments == 1 else segments),
+                       "step_seconds": float("inf")}
+    for _ in range(repeat):
+        for label, row in rows.items():
+            model.zero_grad()
+            segments = 1 if label == "plain" else row["boundaries"]
+            start = time.perf_counter()
+            out = model(x) if segments == 1 else checkpoint_sequential(model, segments, x)
+            (out * out).mean().backward()
+            row["step_seconds"] = min(row["step_seconds"], time.perf_counter() - start)
+    for row in rows.values():
+        row["memory_ratio"] = row["peak_bytes"] / rows["plain"]["peak_bytes"]
+        row["time_ratio"] = row["step_seconds"] / rows["plain"]["step_seconds"]
+    print(f"\nWidths 64..640 ({depth} layers), batch {batch}, {k} segments")
+    for label, row in rows.items():
+        print(f"{label:>9}: peak {row['peak_bytes'] / 2**20:7.2f} MiB ({row['memory_ratio']:.2f} of plain; "
+              f"modeled {row['modeled_peak_bytes'] / 2**20:.2f}), step {row['step_seconds']:.3f} s "
+              f"({row['time_ratio']:.2f}x), starts {row['boundaries']}")
+    return {"widths": widths, "segments": k, "rows": rows,
+            "segment_bytes": {"uniform": plan.segment_bytes(uniform), "balanced": plan.segment_bytes()}}
+
+
+def figure(one, two, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for (name, result), marker in zip(one.items(), "os"):
+        rows = list(result["rows"].items())
+        times = [row["time_ratio"] for _, row in rows]
+        mems = [100 * row["memory_ratio"] for _, row in rows]
+        left.plot(times, mems, marker=marker, label=f"{result['layers']} layers (tracked)")
+        left.plot(times, [100 * row["tracemalloc_ratio"] for _, row in rows], marker=marker, linestyle=":",
+                  alpha=0.6, label=f"{result['layers']} layers (tracemalloc)")
+        for (label, _), t, m in zip(rows, times, mems):
+            left.annotate(label, (t, m), fontsize=7,
+                          textcoords="offset points", xytext=(4, 3))
+    left.axhline(25, color="gray", linewidth=0.8, linestyle="--")
+    left.axvline(1.35, color="gray", linewidth=0.8, linestyle="--")
+    left.set_xlabel("step time / plain step time")
+    left.set_ylabel("peak activation memory, % of plain")
+    left.set_title("Checkpointing: memory against time (labels: segments)")
+    left.legend(fontsize=8)
+    labels = list(two["rows"])
+    right.bar(labels, [two["rows"][k]["peak_bytes"] / 2**20 for k in labels], color=["gray", "C1", "C2"])
+    for i, label in enumerate(labels):
+        row = two["rows"][label]
+        right.annotate(f"{row['time_ratio']:.2f}x time", (i, row["peak_bytes"] / 2**20), ha="center",
+                       textcoords="offset points", xytext=(0, 3), fontsize=8)
+    right.set_ylabel("peak activation memory (MiB)")
+    right.set_title(f"Widths 64..640, {two['segments']} segments: uniform vs balanced")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    one = part_one(args.batch, args.width, args.repeat)
+    two = part_two(args.batch, args.repeat)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    results = {"batch": args.batch, "width": args.width, "repeat": args.repeat, "load_average": load,
+               "mlp": one, "uniform_vs_balanced": two, "seconds": time.perf_counter() - start}
+    path = save_results("checkpoint", results)
+    png = os.path.join(os.path.dirname(path), f"{machine_name()}_checkpoint_memory_time.png")
+    figure(one, two, png)
+    for name, result in one.items():
+        row = next(r for r in result["rows"].values() if r["segments"] == result["sqrt_segments"])
+        print(f"{name}: at √L = {result['sqrt_segments']} segments, memory {100 * row['memory_ratio']:.1f}% of "
+              f"plain (aim ≤ 25%), time {row['time_ratio']:.2f}x (aim ≤ 1.35x)")
+    print(f"wrote {path} and {png} in {time.perf_counter() - start:.0f} s (load average {load})")
+
+
+if __name__ == "__main__":
+    main()

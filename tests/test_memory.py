@@ -1,0 +1,168 @@
+"""minidl.memory.track: bytes held for backward, checked against counts made by hand."""
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import minidl as mdl
+import minidl.functional as F
+from minidl import memory, nn
+from minidl.autograd import Function
+
+B = 8  # batch size of the hand-computed examples
+
+
+def chain(widths, dtype=np.float32):
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b, dtype=dtype), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def hand_count(widths, itemsize=4):
+    """Bytes a Linear→ReLU chain holds after forward, by hand.
+
+    Linear keeps its input x (B·in floats); ReLU keeps its input, the Linear
+    output (B·out floats), and its mask (B·out booleans, one byte each).
+    The ReLU output is the next Linear's input, counted there.
+    """
+    total = 0
+    for a, b in zip(widths, widths[1:]):
+        total += B * a * itemsize + B * b * itemsize + B * b
+    return total
+
+
+def test_linear_relu_chain_matches_the_hand_count():
+    widths = [10, 20, 5]
+    model = chain(widths)
+    x = mdl.randn(B, 10)
+    with memory.track(timeline=True) as m:
+        y = model(x)
+        after_forward = m.current_bytes
+        loss = y.sum()  # Sum keeps y, the last ReLU's output: B·5 floats more
+        loss.backward()
+    # x (8·10·4) + layer 1's Linear output and mask (8·20·4, 8·20) + layer 2's (8·5·4, 8·5), ReLU 1's output (8·20·4)
+    assert after_forward == hand_count(widths) == 320 + 640 + 160 + 640 + 160 + 40
+    assert m.peak_bytes == hand_count(widths) + B * 5 * 4  # + y held by Sum
+    assert m.current_bytes == 0  # every node released by backward
+    assert m.nodes == 5  # Linear, ReLU, Linear, ReLU, Sum
+    assert m.timeline[-1] == 0 and max(m.timeline) == m.peak_bytes
+    text = m.report()
+    assert "peak" in text and "ops recorded" in text
+
+
+def test_float64_doubles_the_float_part():
+    widths = [6, 12, 3]
+    model = chain(widths, dtype=np.float64)
+    with memory.track() as m:
+        y = model(mdl.randn(B, 6, dtype=np.float64))  # y holds the graph alive
+    assert m.current_bytes == hand_count(widths, itemsize=8)
+    del y
+
+
+def test_a_view_and_its_base_count_once():
+    x = mdl.randn(4, 6, requires_grad=True)  # a user's leaf tensor: counted (only Parameters are not)
+    with memory.track() as m:
+        y = x * 2.0  # Mul keeps x and the scalar 2 (a 4-byte float32 array)
+        z = y.reshape(24)  # Reshape keeps y
+        w = z * z.reshape(4, 6).reshape(24)  # a Mul of z and a view of y: y's buffer counted once
+    held = x.data.nbytes + 4 + y.data.nbytes
+    assert m.current_bytes == held
+    del w
+
+
+def test_parameters_are_left_out_unless_asked():
+    layer = nn.Linear(10, 20)
+    x = mdl.randn(B, 10)
+    with memory.track() as without:
+        y1 = layer(x)
+    with memory.track(include_parameters=True) as with_params:
+        y2 = layer(x)
+    assert without.current_bytes == x.data.nbytes
+    assert with_params.current_bytes == x.data.nbytes + layer.weight.data.nbytes + layer.bias.data.nbytes
+    del y1, y2
+
+
+def test_a_graph_dropped_without_backward_is_forgotten():
+    model = chain([10, 10, 10])
+    with memory.track() as m:
+        y = model(mdl.randn(B, 10))
+        assert m.current_bytes == hand_count([10, 10, 10])
+        del y
+        gc.collect()
+        assert m.current_bytes == 0
+
+
+def test_retain_graph_keeps_the_bytes():
+    model = chain([10, 10])
+    with memory.track() as m:
+        loss = model(mdl.randn(B, 10)).sum()
+        loss.backward(retain_graph=True)
+        assert m.current_bytes == hand_count([10, 10]) + B * 10 * 4
+        loss.backward()
+        assert m.current_bytes == 0
+
+
+def test_masks_saved_on_the_node_are_counted():
+    x = mdl.randn(B, 50, requires_grad=True)
+    mdl.manual_seed(0)
+    with memory.track() as m:
+        y = F.dropout(x, 0.5)  # keeps x and its scaled mask (B·50 float32)
+    assert m.current_bytes == 2 * x.data.nbytes
+    del y
+
+
+def test_the_methods_are_restored_and_nesting_refused():
+    plain_call, plain_release = Function.__call__, Function.release
+    with pytest.raises(ZeroDivisionError):
+        with memory.track():
+            assert Function.__call__ is not plain_call
+            1 / 0
+    assert Function.__call__ is plain_call and Function.release is plain_release
+    with memory.track():
+        with pytest.raises(RuntimeError, match="already active"):
+            with memory.track():
+                pass
+    assert Function.__call__ is plain_call
+
+
+def test_no_graph_under_no_grad():
+    model = chain([10, 10])
+    with memory.track() as m, mdl.no_grad():
+        model(mdl.randn(B, 10))
+    assert m.peak_bytes == 0 and m.nodes == 0
+
+
+def test_tracemalloc_sees_at_least_the_tracked_bytes():
+    """Python's tracemalloc sees NumPy's buffers: the step's growth covers what the graph holds."""
+    model = chain([64, 256, 256, 256, 64])
+    x = mdl.randn(64, 64)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        with memory.track() as m:
+            y = model(x)
+            grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert m.current_bytes == hand_count([64, 256, 256, 256, 64]) * 64 // B
+    assert m.current_bytes - x.data.nbytes <= grown  # x was allocated before: not part of the growth
+    del y
+
+
+def test_format_bytes():
+    assert memory.format_bytes(512) == "512 B"
+    assert memory.format_bytes(1536) == "1.5 KiB"
+    assert memory.format_bytes(3 * 2**20) == "3.0 MiB"
+
+
+def test_counts_on_the_device(device):
+    model = chain([10, 20, 5]).to(device)
+    with memory.track() as m:
+        y = model(mdl.randn(B, 10, device=device))
+    assert m.current_bytes == hand_count([10, 20, 5])
+    del y
+    assert set(m.by_device) == {"cpu" if device == "cpu" else "cuda:0"}
+    if device != "cpu":
+        assert m.pool_peak_bytes >= m.pool_start_bytes
