@@ -25,10 +25,13 @@ Each row is one op type (the Function's class) in one phase:
 - **update**: an optimizer's ``step()``; ``prof.region(name)`` adds rows for any
   other block of code (data loading, a metric).
 
-``overhead µs`` is the framework's own cost per call: the row's time minus the
-time spent inside ``forward`` on raw arrays (for a backward, the array work
-of the ops it calls). On tiny tensors it is nearly the whole time; on large
-ones it vanishes next to the arithmetic.
+``overhead µs`` is the framework's own cost per call: the time of minidl's
+machinery rather than of the op's work. For a forward, the op call minus the
+time inside its ``forward`` on raw arrays (checking, wrapping the output,
+recording the node); for a backward, that same machinery of the ops the node's
+backward calls; for the engine, the whole walk outside the nodes except the
+gradient sums it computes. On tiny tensors it is nearly the whole time; on
+large ones it vanishes next to the arithmetic.
 
 On the GPU, kernels run asynchronously, so the time of the Python call is not
 the time of the work. By default each top-level interval is bracketed by two
@@ -65,7 +68,7 @@ class OpStats:
     phase: str
     calls: int = 0
     total: float = 0.0  # host time of every call, including the framework's own work
-    array: float = 0.0  # of which: inside forward() on raw arrays
+    overhead: float = 0.0  # of which: minidl's machinery, not the op's work
     gpu: float | None = None  # device time between CUDA events (GPU profiles only)
 
     @property
@@ -74,28 +77,33 @@ class OpStats:
         return self.total if self.gpu is None else self.gpu
 
     @property
+    def work(self) -> float:
+        """Host time of the op's own work (array math and the Python that drives it)."""
+        return max(self.total - self.overhead, 0.0)
+
+    @property
     def mean_us(self) -> float:
         return self.time / max(self.calls, 1) * 1e6
 
     @property
     def overhead_us(self) -> float:
-        """Framework time per call in µs: host time outside the array math."""
-        return max(self.total - self.array, 0.0) / max(self.calls, 1) * 1e6
+        """Framework time per call in µs."""
+        return max(self.overhead, 0.0) / max(self.calls, 1) * 1e6
 
     def as_dict(self) -> dict:
         return {"name": self.name, "phase": self.phase, "calls": self.calls, "total_s": self.total,
-                "array_s": self.array, "gpu_s": self.gpu, "time_s": self.time,
+                "overhead_s": self.overhead, "gpu_s": self.gpu, "time_s": self.time,
                 "mean_us": self.mean_us, "overhead_us": self.overhead_us}
 
 
 class _Frame:
-    """The start of one timed interval: clock, saved array-time accumulator, CUDA start event."""
+    """The start of one timed interval: clock, the saved accumulators, CUDA start event."""
 
-    __slots__ = ("start", "saved_array", "event")
+    __slots__ = ("start", "saved", "event")
 
     def __init__(self, prof):
-        self.saved_array = prof._array
-        prof._array = 0.0
+        self.saved = (prof._overhead, prof._work)
+        prof._overhead = prof._work = 0.0
         self.event = prof._start_event()
         self.start = perf_counter()
 
@@ -114,10 +122,12 @@ class profile:
         self.show = show
         self.stats: dict[tuple[str, str], OpStats] = {}
         self.wall = 0.0  # seconds from entering to leaving the block
-        self._array = 0.0  # array time of the interval being timed
+        self._overhead = 0.0  # machinery time inside the interval being timed
+        self._work = 0.0  # time inside forward() of the op calls in that interval
+        self._forward = 0.0  # time inside forward() of the current op call
         self._depth = 0  # > 0 while inside an op, a node's backward, the walk or a region
         self._in_forward = False
-        self._walk_nodes = [0.0, 0.0]  # node backward (total, array) inside the current walk
+        self._walk_nodes = [0.0, 0.0]  # node backward (total, forward work) inside the current walk
         self._events = []  # (key, start event, end event) to read after the block (GPU)
         self._restore = []  # (owner, attribute, original) to put back on exit
         self._watched = set()  # Function classes whose forward is already timed
@@ -197,27 +207,27 @@ class profile:
         return event
 
     def _finish(self, frame: _Frame, name: str, phase: str, calls: int = 1) -> tuple[float, float]:
-        """Close ``frame``: add its time to the row (name, phase); return (total, array) seconds."""
+        """Close ``frame``: add its time to the row (name, phase); return (total, forward work) seconds."""
         if self.cuda and self.synchronize:
             self._cp.cuda.Device().synchronize()
         elapsed = perf_counter() - frame.start
-        array = self._array
-        self._array = frame.saved_array + array  # an enclosing interval counts this array work too
-        self._add(name, phase, elapsed, array, calls)
+        overhead, work = self._overhead, self._work
+        self._overhead, self._work = frame.saved[0] + overhead, frame.saved[1] + work  # enclosing intervals
+        self._add(name, phase, elapsed, overhead, calls)
         if frame.event is not None:
             end = self._cp.cuda.Event()
             end.record()
             self._events.append(((name, phase), frame.event, end))
-        return elapsed, array
+        return elapsed, work
 
-    def _add(self, name, phase, total, array, calls=1):
+    def _add(self, name, phase, total, overhead, calls=1):
         key = (name, phase)
         stats = self.stats.get(key)
         if stats is None:
             stats = self.stats[key] = OpStats(name, phase)
         stats.calls += calls
         stats.total += total
-        stats.array += array
+        stats.overhead += overhead
 
     def _read_events(self):
         if not self._events:
@@ -260,8 +270,8 @@ class profile:
     @property
     def overhead_us_per_op(self) -> float:
         """The framework's cost per op call in µs: forward and backward bookkeeping plus the
-        engine's walk, divided by the number of op calls (array math excluded)."""
-        spent = sum(s.total - s.array for s in self.stats.values() if s.phase in ("forward", "backward"))
+        engine's walk, divided by the number of op calls (the ops' own work excluded)."""
+        spent = sum(s.overhead for s in self.stats.values() if s.phase in ("forward", "backward"))
         return max(spent, 0.0) / max(self.op_calls, 1) * 1e6
 
     def by_op(self) -> dict[str, dict[str, float]]:
@@ -315,22 +325,26 @@ _original_walk = autograd.backward
 
 
 def _profiled_call(fn, *inputs):
-    """Function.__call__ timed as a forward row; ops called inside another op are part of it."""
+    """Function.__call__, timed: a forward row at the top level, machinery time inside a backward."""
     prof = _active
-    if prof is None:
+    if prof is None or prof._in_forward:  # an op run by another op's forward is part of that work
         return _original_call(fn, *inputs)
     cls = type(fn)
     if cls not in prof._watched:
         prof._watch(cls)
-    if prof._depth:
-        return _original_call(fn, *inputs)
-    prof._depth = 1
-    frame = _Frame(prof)
+    top = not prof._depth
+    if top:
+        prof._depth = 1
+        frame = _Frame(prof)
+    prof._forward = 0.0
+    start = perf_counter()
     try:
         return _original_call(fn, *inputs)
     finally:
-        prof._depth = 0
-        prof._finish(frame, cls.__name__, "forward")
+        prof._overhead += perf_counter() - start - prof._forward  # the call minus its forward()
+        if top:
+            prof._depth = 0
+            prof._finish(frame, cls.__name__, "forward")
 
 
 def _profiled_node_backward(fn, gys):
@@ -345,9 +359,9 @@ def _profiled_node_backward(fn, gys):
         return _original_run_backward(fn, gys)
     finally:
         prof._depth -= 1
-        total, array = prof._finish(frame, name, "backward")
+        total, work = prof._finish(frame, name, "backward")
         prof._walk_nodes[0] += total
-        prof._walk_nodes[1] += array
+        prof._walk_nodes[1] += work
 
 
 def _profiled_walk(*args, **kwargs):
@@ -357,17 +371,19 @@ def _profiled_walk(*args, **kwargs):
         return _original_walk(*args, **kwargs)
     prof._depth += 1
     saved_nodes, prof._walk_nodes = prof._walk_nodes, [0.0, 0.0]
-    start, saved_array = perf_counter(), prof._array
-    prof._array = 0.0
+    frame = _Frame(prof)
     try:
         return _original_walk(*args, **kwargs)
     finally:
         prof._depth -= 1
-        elapsed, array = perf_counter() - start, prof._array
-        prof._array = saved_array + array
-        nodes_total, nodes_array = prof._walk_nodes
+        elapsed = perf_counter() - frame.start
+        work = prof._work
+        prof._overhead, prof._work = frame.saved[0] + prof._overhead, frame.saved[1] + work
+        nodes_total, nodes_work = prof._walk_nodes
         prof._walk_nodes = saved_nodes
-        prof._add(ENGINE, "backward", max(elapsed - nodes_total, 0.0), max(array - nodes_array, 0.0))
+        engine = max(elapsed - nodes_total, 0.0)
+        # the engine's own time is machinery, except the gradient sums it runs between nodes
+        prof._add(ENGINE, "backward", engine, max(engine - (work - nodes_work), 0.0))
 
 
 def _timed_forward(original):
@@ -380,7 +396,9 @@ def _timed_forward(original):
         try:
             return original(self, *arrays)
         finally:
-            prof._array += perf_counter() - start
+            elapsed = perf_counter() - start
+            prof._forward += elapsed
+            prof._work += elapsed
             prof._in_forward = False
     forward.__wrapped__ = original
     return forward

@@ -1,5 +1,12 @@
 """Shared fixtures: every device test runs on the CPU, and on the GPU when there is one."""
-import numpy as np
+import os
+
+# pytest -n 2 already keeps both cores busy: a multi-threaded BLAS in each worker (and in each
+# notebook kernel, which inherits this environment) would fight over them and run 10x slower.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402 - after the thread settings above
 import pytest
 
 import minidl

@@ -193,12 +193,13 @@ def test_hessian_vector_products_through_a_checkpoint():
 
 # ---------------------------------------------------------------- memory
 def test_checkpointing_holds_what_the_model_says():
-    """L equal Linear→ReLU layers: plain holds L·(in + out + mask); k segments hold
+    """L equal Linear→ReLU layers: plain holds L·(input + pre-activation); k segments hold
     (k − 1) segment inputs + the last segment's L/k layers at the end of the forward pass."""
     L, n, w = 16, 8, 32
     model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.ReLU()) for _ in range(L)])
     x = mdl.randn(n, w)
-    act, layer = n * w * 4, n * w * 4 * 2 + n * w  # one activation; one layer's input + output + mask
+    act = n * w * 4  # one activation
+    layer = 2 * act  # Linear keeps its input, ReLU its input (the Linear's output)
     peaks = {}
     for k in (1, 4, L):
         with memory.track() as m:

@@ -23,14 +23,11 @@ def chain(widths, dtype=np.float32):
 def hand_count(widths, itemsize=4):
     """Bytes a Linear→ReLU chain holds after forward, by hand.
 
-    Linear keeps its input x (B·in floats); ReLU keeps its input, the Linear
-    output (B·out floats), and its mask (B·out booleans, one byte each).
-    The ReLU output is the next Linear's input, counted there.
+    Every op keeps its inputs: Linear its input x (B·in floats, for dW = gᵀx),
+    ReLU its input, the Linear output (B·out floats; backward recomputes the
+    mask [x > 0] from it). The ReLU output is the next Linear's input, counted there.
     """
-    total = 0
-    for a, b in zip(widths, widths[1:]):
-        total += B * a * itemsize + B * b * itemsize + B * b
-    return total
+    return sum(B * a * itemsize + B * b * itemsize for a, b in zip(widths, widths[1:]))
 
 
 def test_linear_relu_chain_matches_the_hand_count():
@@ -42,8 +39,8 @@ def test_linear_relu_chain_matches_the_hand_count():
         after_forward = m.current_bytes
         loss = y.sum()  # Sum keeps y, the last ReLU's output: B·5 floats more
         loss.backward()
-    # x (8·10·4) + layer 1's Linear output and mask (8·20·4, 8·20) + layer 2's (8·5·4, 8·5), ReLU 1's output (8·20·4)
-    assert after_forward == hand_count(widths) == 320 + 640 + 160 + 640 + 160 + 40
+    # x (8·10·4) + layer 1's Linear output (8·20·4) + ReLU 1's output (8·20·4) + layer 2's Linear output (8·5·4)
+    assert after_forward == hand_count(widths) == 320 + 640 + 640 + 160
     assert m.peak_bytes == hand_count(widths) + B * 5 * 4  # + y held by Sum
     assert m.current_bytes == 0  # every node released by backward
     assert m.nodes == 5  # Linear, ReLU, Linear, ReLU, Sum

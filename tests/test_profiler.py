@@ -1,4 +1,6 @@
 """minidl.profiler: what it records, that it changes no result, and that it leaves nothing behind."""
+import time
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,8 @@ def test_times_are_consistent(device):
     rows = prof.rows()
     assert [s.time for s in rows] == sorted((s.time for s in rows), reverse=True)
     for s in rows:
-        assert 0 <= s.array <= s.total
+        assert 0 <= s.overhead <= s.total * (1 + 1e-9) + 1e-12
+        assert s.work == pytest.approx(s.total - s.overhead, abs=1e-12)
         assert s.overhead_us >= 0 and s.mean_us >= 0
     if device == "cpu":
         assert prof.total_time <= prof.wall
@@ -134,3 +137,25 @@ def test_table_lists_rows_largest_first(capsys):
     assert "framework overhead" in printed and "µs per op call" in printed
     data = prof.as_dict()
     assert data["rows"][0]["name"] == prof.rows()[0].name and data["wall_s"] == prof.wall
+
+
+class Sleepy(mdl.Function):
+    """y = x, with a forward that takes at least 20 ms of 'work'."""
+
+    def forward(self, x):
+        time.sleep(0.02)
+        return x.copy()
+
+    def backward(self, gy):
+        return gy * 1.0  # one op call inside the node: its machinery is the node's overhead
+
+
+def test_work_and_overhead_are_told_apart():
+    x = mdl.randn(3, requires_grad=True)
+    with profiler.profile() as prof:
+        Sleepy()(x).sum().backward()
+    forward = prof.stats[("Sleepy", "forward")]
+    assert forward.work >= 0.02  # the sleep is the op's work...
+    assert forward.overhead < forward.total - 0.02 + 1e-9  # ...and none of it is counted as overhead
+    backward = prof.stats[("Sleepy", "backward")]
+    assert 0 < backward.overhead <= backward.total

@@ -25,6 +25,15 @@ class NonFiniteLossError(FloatingPointError):
         self.step, self.loss = step, loss
 
 
+def non_finite_error(what: str, value: float, step: int, epoch: int, lr: float, best=None) -> NonFiniteLossError:
+    """The error for a NaN/inf ``what`` at ``step``: where, what was kept, and what to try."""
+    saved = f" The best checkpoint is intact: {best.best_path} (step {best.best_step})." if best else ""
+    return NonFiniteLossError(
+        f"training stopped: the {what} is {value} at step {step} (epoch {epoch + 1}), learning rate {lr:g}. "
+        f"The update was not applied, so the weights are those after step {step - 1}.{saved} "
+        + NON_FINITE_HINT, step=step, loss=value)
+
+
 def seed_everything(seed: int) -> None:
     """One seed for every random source: minidl's generators, NumPy's global one and Python's ``random``."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

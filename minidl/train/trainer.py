@@ -35,7 +35,7 @@ from minidl.autograd import no_grad
 from minidl.tensor import Tensor
 from minidl.train import checkpoint as ckpt
 from minidl.train.callbacks import Callback, ModelCheckpoint
-from minidl.train.loop_helpers import (NON_FINITE_HINT, NonFiniteLossError, as_scheduler, batch_to_tensors,
+from minidl.train.loop_helpers import (NonFiniteLossError, as_scheduler, batch_to_tensors, non_finite_error,
                                        check_positive_int, default_loss, fresh_running, is_classification,
                                        metric_functions, needs_create_graph, progress_bar, seed_everything)
 
@@ -260,15 +260,9 @@ class Trainer:
         """Drop the partial gradients (the weights stay those of the last good step) and stop."""
         self.optimizer.zero_grad()
         self.model.zero_grad()
-        step = self.step + 1
-        where = f"step {step} (epoch {self.epoch + 1})"
         best = next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint) and cb.best_step is not None),
                     None)
-        saved = f" The best checkpoint is intact: {best.best_path} (step {best.best_step})." if best else ""
-        raise NonFiniteLossError(
-            f"training stopped: the {what} is {value} at {where}, learning rate {self.lr:g}. "
-            f"The update was not applied, so the weights are those after step {step - 1}.{saved} "
-            + NON_FINITE_HINT, step=step, loss=value)
+        raise non_finite_error(what, value, self.step + 1, self.epoch, self.lr, best)
 
     # ------------------------------------------------------------ records and validation
     def _record(self, epoch: float | None = None) -> dict:
