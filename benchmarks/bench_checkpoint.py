@@ -10,11 +10,13 @@ the plain run). For each k:
   sees every NumPy buffer (peak growth of traced memory during the step;
   parameter gradients are allocated beforehand so that they do not count);
 - step time, the best of several steps, all k interleaved so that a change in
-  the machine's load hits every k alike. Two clocks: wall time, and the
-  process's CPU time with BLAS on one thread (the default here, set before
-  NumPy loads; --blas-threads to change). On a machine shared with other jobs
-  the CPU time measures the work itself, not the waiting for a free core;
-  on an idle machine the two agree. Ratios use the CPU time;
+  the machine's load hits every k alike; the ratio to the plain step is the
+  median over pairs (a plain step timed right before each checkpointed one).
+  Two clocks: wall time, and the process's CPU time with BLAS on one thread
+  (the default here, set before NumPy loads; --blas-threads to change). On a
+  machine shared with other jobs the CPU time measures the work itself, not
+  the waiting for a free core; on an idle machine the two agree. The ratios
+  reported as "time" use the CPU time;
 - whether the gradients are bit-for-bit those of the plain run.
 
 Part 2. Uniform (PyTorch's) against balanced segments on a network whose
@@ -24,7 +26,7 @@ measured peak memory, step time.
 Writes benchmarks/results/<machine>_checkpoint.json and
 <machine>_checkpoint_memory_time.png.
 
-    python benchmarks/bench_checkpoint.py [--batch 256] [--width 256] [--repeat 5]
+    python benchmarks/bench_checkpoint.py [--batch 256] [--width 256] [--repeat 8]
 """
 from __future__ import annotations
 
@@ -49,8 +51,19 @@ from minidl.checkpoint import balanced_segments, checkpoint_sequential, sqrt_seg
 
 
 def mlp(widths, seed=0):
+    """Linear → ReLU layers with He initialization, so activations keep their scale over 100 layers.
+
+    (With PyTorch's default initialization they shrink by about √6 per layer and reach
+    float32's subnormal numbers, which the CPU computes many times slower.)
+    """
     mdl.manual_seed(seed)
-    return nn.Sequential(*[nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(widths, widths[1:])])
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        linear = nn.Linear(a, b)
+        nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
+        nn.init.zeros_(linear.bias)
+        layers.append(nn.Sequential(linear, nn.ReLU()))
+    return nn.Sequential(*layers)
 
 
 def make_step(model, x, segments):
@@ -86,6 +99,28 @@ def keep_best(row, times):
     row["step_seconds"] = min(row.get("step_seconds", float("inf")), times[1])
 
 
+def paired_times(rows, steps, repeat):
+    """Best times, and ratios to the plain step (the first) as medians over adjacent pairs.
+
+    Each repeat times the plain step right before every other one: a pair sees
+    the same load on the machine, so the median ratio of pairs is steadier than
+    the ratio of two minima taken at different moments.
+    """
+    ratios = {label: ([], []) for label in rows}
+    plain_label = next(iter(rows))
+    for _ in range(repeat):
+        for label, step in steps.items():
+            plain = timed(steps[plain_label])
+            keep_best(rows[plain_label], plain)
+            here = timed(step)
+            keep_best(rows[label], here)
+            ratios[label][0].append(here[1] / plain[1])
+            ratios[label][1].append(here[0] / plain[0])
+    for label, (cpu, wall) in ratios.items():
+        rows[label]["time_ratio"] = float(np.median(cpu))
+        rows[label]["wall_ratio"] = float(np.median(wall))
+
+
 def measure(model, x, configs, repeat):
     """Memory (tracker and tracemalloc), gradients and best step time for each segment count."""
     rows = {}
@@ -99,16 +134,12 @@ def measure(model, x, configs, repeat):
         rows[label] = {"segments": k, "peak_bytes": m.peak_bytes,
                        "grads_identical": all(np.array_equal(a, b) for a, b in zip(grads, reference)),
                        "tracemalloc_peak_bytes": tracemalloc_peak(model, make_step(model, x, k))}
-    for _ in range(repeat):  # interleaved: every k sees the same machine
-        for label, k in configs:
-            model.zero_grad()
-            keep_best(rows[label], timed(make_step(model, x, k)))
+    model.zero_grad()  # gradients then accumulate in place: every step does the same work
+    paired_times(rows, {label: make_step(model, x, k) for label, k in configs}, repeat)
     plain = rows[configs[0][0]]
     for row in rows.values():
         row["memory_ratio"] = row["peak_bytes"] / plain["peak_bytes"]
         row["tracemalloc_ratio"] = row["tracemalloc_peak_bytes"] / plain["tracemalloc_peak_bytes"]
-        row["time_ratio"] = row["step_seconds"] / plain["step_seconds"]
-        row["wall_ratio"] = row["wall_seconds"] / plain["wall_seconds"]
     return rows
 
 
@@ -155,18 +186,16 @@ def part_two(batch, repeat):
         rows[label] = {"boundaries": [0] if segments == 1 else list(segments), "peak_bytes": m.peak_bytes,
                        "modeled_peak_bytes": plan.peak_bytes([0] if segments == 1 else segments),
                        "modeled_slowdown": plan.slowdown([0] if segments == 1 else segments)}
-    for _ in range(repeat):
-        for label, row in rows.items():
-            model.zero_grad()
-            keep_best(row, timed(make_step(model, x, 1 if label == "plain" else row["boundaries"])))
+    model.zero_grad()
+    paired_times(rows, {label: make_step(model, x, 1 if label == "plain" else row["boundaries"])
+                        for label, row in rows.items()}, repeat)
     for row in rows.values():
         row["memory_ratio"] = row["peak_bytes"] / rows["plain"]["peak_bytes"]
-        row["time_ratio"] = row["step_seconds"] / rows["plain"]["step_seconds"]
     print(f"\nWidths 64..640 ({depth} layers), batch {batch}, {k} segments")
     for label, row in rows.items():
         print(f"{label:>9}: peak {row['peak_bytes'] / 2**20:7.2f} MiB ({row['memory_ratio']:.2f} of plain; "
               f"modeled {row['modeled_peak_bytes'] / 2**20:.2f}), step {row['step_seconds']:.3f} s "
-              f"({row['time_ratio']:.2f}x), starts {row['boundaries']}")
+              f"({row['time_ratio']:.2f}x; modeled {row['modeled_slowdown']:.2f}x), starts {row['boundaries']}")
     return {"widths": widths, "segments": k, "rows": rows,
             "segment_bytes": {"uniform": plan.segment_bytes(uniform), "balanced": plan.segment_bytes()}}
 
@@ -209,7 +238,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=8)
     parser.add_argument("--blas-threads", default="1", help="BLAS threads (read before NumPy loads)")
     args = parser.parse_args()
     start = time.perf_counter()

@@ -79,31 +79,67 @@ def _grad_tensors_used():
 
 # ---------------------------------------------------------------- random state
 def _gpu_state(generator):
-    """The device array holding a CuPy generator's state (cuRAND states), or None if not reachable."""
+    """The device array holding a CuPy generator's state (its cuRAND states), or None if not reachable."""
     state = getattr(getattr(generator, "bit_generator", None), "_state", None)
     return state if state is not None and hasattr(state, "copy") else None
 
 
 class _RngState:
-    """The CPU generator's state and each GPU generator's (for ``devices``), to draw the same numbers again."""
+    """Snapshots of the random generators of some devices, to draw the same numbers again.
 
-    def __init__(self, devices=()):
-        self.cpu = backend.get_rng_state()
-        self.gpu = {}
-        for device in devices:
-            kind, index = backend.parse_device(device)
-            state = _gpu_state(backend.rng(device)) if kind == "cuda" else None
-            if state is not None:
-                self.gpu[index] = (state, state.copy())
+    A checkpoint records them lazily (:func:`_first_draws_recorded`): only the
+    generators fn draws from, just before its first draw. A function without
+    randomness costs nothing, and no GPU state (megabytes of cuRAND states) is copied.
+    """
 
-    def drop_unchanged_gpu(self):
-        """Forget GPU snapshots that fn did not draw from (each costs megabytes of device memory)."""
-        self.gpu = {i: (s, saved) for i, (s, saved) in self.gpu.items() if not bool((s == saved).all())}
+    def __init__(self):
+        self.cpu, self.gpu = None, {}
+
+    @classmethod
+    def of(cls, devices) -> "_RngState":
+        """The generators of ``devices`` (and the CPU's) as they are now."""
+        state = cls()
+        for device in set(devices) | {"cpu"}:
+            state.take(device, backend.rng(device))
+        return state
+
+    def take(self, device, generator):
+        kind, index = backend.parse_device(device)
+        if kind == "cpu":
+            if self.cpu is None:
+                self.cpu = backend.get_rng_state()
+        elif index not in self.gpu and _gpu_state(generator) is not None:
+            self.gpu[index] = _gpu_state(generator).copy()
+
+    def now(self) -> "_RngState":
+        """The current state of the same generators."""
+        return _RngState.of(["cpu"] * (self.cpu is not None) + [f"cuda:{i}" for i in self.gpu])
 
     def restore(self):
-        backend.set_rng_state(self.cpu)
-        for index, (_, saved) in self.gpu.items():
+        if self.cpu is not None:
+            backend.set_rng_state(self.cpu)
+        for index, saved in self.gpu.items():
             _gpu_state(backend.rng(f"cuda:{index}"))[...] = saved
+
+    def __bool__(self):
+        return self.cpu is not None or bool(self.gpu)
+
+
+@contextlib.contextmanager
+def _first_draws_recorded(state: _RngState):
+    """Inside: the first time a device's generator is asked for, its state is recorded first."""
+    inner = backend.rng
+
+    def recording_rng(device="cpu"):
+        generator = inner(device)
+        state.take(device, generator)
+        return generator
+
+    backend.rng = recording_rng
+    try:
+        yield state
+    finally:
+        backend.rng = inner
 
 
 # ---------------------------------------------------------------- stateful layers
@@ -214,10 +250,10 @@ class CheckpointFunction(Function):
     forward and backward; the activations inside fn are rematerialized.
     """
 
-    def __init__(self, fn, template, explicit, results, multiple, rng, devices, stored_dtypes):
+    def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes):
         self.fn, self.template, self.explicit = fn, template, explicit
         self._results, self.multiple = results, multiple
-        self.rng, self.devices, self.stored_dtypes = rng, devices, stored_dtypes
+        self.rng, self.stored_dtypes = rng, stored_dtypes  # rng: the generators fn drew from, or None
 
     def forward(self, *arrays):
         results, self._results = self._results, None  # fn already ran; do not keep its outputs
@@ -233,9 +269,9 @@ class CheckpointFunction(Function):
                  for x, d in zip(inputs[:n], self.stored_dtypes)]
         args, feed_iter = list(self.template), iter(feeds)
         args = [next(feed_iter) if a is _TENSOR else a for a in args]
-        now = _RngState(self.devices) if self.rng is not None else None
+        now = self.rng.now() if self.rng else None
         try:
-            if self.rng is not None:
+            if now is not None:
                 self.rng.restore()
             with _BufferGuard(), enable_grad():
                 outs = self.fn(*args)
@@ -293,12 +329,10 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
         return fn(*inputs)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     template = [_TENSOR if isinstance(x, Tensor) else x for x in inputs]
-    devices = sorted({x.device for x in tensors})
-    rng = _RngState(devices) if preserve_rng_state else None
-    with no_grad(), _grad_tensors_used() as used:
+    rng = _RngState()
+    recording = _first_draws_recorded(rng) if preserve_rng_state else contextlib.nullcontext()
+    with no_grad(), _grad_tensors_used() as used, recording:
         outputs = fn(*inputs)
-    if rng is not None:
-        rng.drop_unchanged_gpu()
     multiple = not isinstance(outputs, Tensor)
     results = [o.data for o in _as_tuple(outputs, "checkpoint")]
     explicit = {id(x) for x in tensors}
@@ -307,7 +341,7 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
     if store_first_as is not None and isinstance(tensors[0].creator, CheckpointFunction):
         stored[0] = tensors[0].dtype  # recomputation starts from the 16-bit copy cast back to this
         _compress(tensors[0], store_first_as)  # a boundary made by the previous segment: nobody else holds it
-    node = CheckpointFunction(fn, template, len(tensors), results, multiple, rng, devices, stored)
+    node = CheckpointFunction(fn, template, len(tensors), results, multiple, rng if rng else None, stored)
     return node(*tensors, *captured)
 
 

@@ -110,7 +110,7 @@ def profile_layers(model, sample_input) -> SegmentPlan:
         raise TypeError(f"profile_layers: sample_input must be a Tensor, got {type(sample_input).__name__}")
     device = sample_input.device
     inputs, held, forward, backward = [], [], [], []
-    rng = _RngState([device])
+    rng = _RngState.of([device])
     try:
         with _BufferGuard():
             x = sample_input
@@ -262,7 +262,7 @@ def storage_report(model, sample_input, segments, storage_dtype="float16", loss_
     loss_fn = loss_fn or (lambda out: (out * out).mean())
     params = list({id(p): p for layer in layers for p in layer.parameters() if p.requires_grad}.values())
     kept = [p.grad for p in params]
-    rng = _RngState([sample_input.device])
+    rng = _RngState.of([sample_input.device])
     runs = {}
     try:
         with _BufferGuard():

@@ -63,7 +63,7 @@ def site(tmp_path_factory) -> Path:
                str(DOCS), str(out)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200,
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    warnings = "\n".join(line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line)
+    warnings = "\n".join(line for line in result.stderr.splitlines() if "WARNING:" in line or "ERROR:" in line)
     assert result.returncode == 0, f"sphinx-build failed:\n{warnings or result.stderr[-8000:]}"
     return out
 

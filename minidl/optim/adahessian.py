@@ -64,10 +64,10 @@ def adahessian_update(w, g, d, m, v, *, t, lr, beta1, beta2, eps, hessian_power,
     m += xp.multiply(g, 1 - beta1, out=tmp)
     v *= beta2
     v += xp.multiply(1 - beta2, xp.square(d, out=tmp), out=tmp)
-    v_hat = v / (1 - beta2 ** t)
+    v_hat = v * (1 / (1 - beta2 ** t))  # a multiply: twice as fast as a divide
     denom = xp.power(xp.sqrt(v_hat, out=v_hat), hessian_power, out=v_hat)
     denom += eps
-    m_hat = xp.divide(m, 1 - beta1 ** t, out=tmp)
+    m_hat = xp.multiply(m, 1 / (1 - beta1 ** t), out=tmp)
     step = xp.divide(m_hat, denom, out=tmp)
     if weight_decay:
         step += weight_decay * w
