@@ -23,6 +23,9 @@ Part 2. Uniform (PyTorch's) against balanced segments on a network whose
 layer widths vary by 10x (64 and 640), at √L segments: modeled and
 measured peak memory, step time.
 
+Part 3. 16-bit storage of the kept segment inputs (float16) on the
+100-layer MLP at √L and L segments: memory saved, gradient error.
+
 Writes benchmarks/results/<machine>_checkpoint.json and
 <machine>_checkpoint_memory_time.png.
 
@@ -42,12 +45,11 @@ if __name__ == "__main__":  # BLAS threads are fixed when NumPy loads: decide be
         os.environ.setdefault(_name, _threads)
 
 import numpy as np  # noqa: E402
-
 from common import machine_name, save_results  # noqa: E402
 
 import minidl as mdl  # noqa: E402
 from minidl import memory, nn  # noqa: E402
-from minidl.checkpoint import balanced_segments, checkpoint_sequential, sqrt_segments  # noqa: E402
+from minidl.checkpoint import balanced_segments, checkpoint_sequential, sqrt_segments, storage_report  # noqa: E402
 
 
 def mlp(widths, seed=0):
@@ -119,6 +121,9 @@ def paired_times(rows, steps, repeat):
     for label, (cpu, wall) in ratios.items():
         rows[label]["time_ratio"] = float(np.median(cpu))
         rows[label]["wall_ratio"] = float(np.median(wall))
+    # plain against plain is 1 by definition; what was measured is the noise of a pair
+    rows[plain_label]["noise_ratio"] = rows[plain_label]["time_ratio"]
+    rows[plain_label]["time_ratio"] = rows[plain_label]["wall_ratio"] = 1.0
 
 
 def measure(model, x, configs, repeat):
@@ -200,24 +205,38 @@ def part_two(batch, repeat):
             "segment_bytes": {"uniform": plan.segment_bytes(uniform), "balanced": plan.segment_bytes()}}
 
 
+def part_three(batch, width, depth=100):
+    model = mlp([width] * (depth + 1))
+    x = mdl.randn(batch, width)
+    results = {}
+    print(f"\nfloat16 storage of the kept inputs, MLP of {depth} layers")
+    for k in (sqrt_segments(depth), depth):
+        report = storage_report(model, x, k, "float16")
+        results[str(k)] = report
+        print(f"{k:>4} segments: peak {report['peak_bytes'] / 2**20:.2f} -> {report['peak_bytes_16bit'] / 2**20:.2f} "
+              f"MiB (saved {100 * report['saved_fraction']:.0f}%), gradient error {report['relative_grad_error']:.1e} "
+              f"(norm), {report['max_relative_grad_error']:.1e} (largest element)")
+    return results
+
+
 def figure(one, two, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
-    for (name, result), marker in zip(one.items(), "os"):
+    for (name, result), marker, color in zip(one.items(), "os", ("C0", "C2")):
         rows = list(result["rows"].items())
         times = [row["time_ratio"] for _, row in rows]
         mems = [100 * row["memory_ratio"] for _, row in rows]
-        left.plot(times, mems, marker=marker, label=f"{result['layers']} layers (tracked)")
+        left.plot(times, mems, marker=marker, color=color, label=f"{result['layers']} layers (tracked)")
         left.plot(times, [100 * row["tracemalloc_ratio"] for _, row in rows], marker=marker, linestyle=":",
-                  alpha=0.6, label=f"{result['layers']} layers (tracemalloc)")
+                  color=color, alpha=0.5, label=f"{result['layers']} layers (tracemalloc)")
         for (label, _), t, m in zip(rows, times, mems):
             left.annotate(label, (t, m), fontsize=7,
                           textcoords="offset points", xytext=(4, 3))
     left.axhline(25, color="gray", linewidth=0.8, linestyle="--")
     left.axvline(1.35, color="gray", linewidth=0.8, linestyle="--")
-    left.set_xlabel("step time / plain step time")
+    left.set_xlabel("step time / plain step time (CPU time, median of pairs)")
     left.set_ylabel("peak activation memory, % of plain")
     left.set_title("Checkpointing: memory against time (labels: segments)")
     left.legend(fontsize=8)
@@ -244,10 +263,12 @@ def main():
     start = time.perf_counter()
     one = part_one(args.batch, args.width, args.repeat)
     two = part_two(args.batch, args.repeat)
+    three = part_three(args.batch, args.width)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     results = {"batch": args.batch, "width": args.width, "repeat": args.repeat, "load_average": load,
                "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "time": "best CPU seconds of the process",
-               "mlp": one, "uniform_vs_balanced": two, "seconds": time.perf_counter() - start}
+               "mlp": one, "uniform_vs_balanced": two, "float16_storage": three,
+               "seconds": time.perf_counter() - start}
     path = save_results("checkpoint", results)
     png = os.path.join(os.path.dirname(path), f"{machine_name()}_checkpoint_memory_time.png")
     figure(one, two, png)

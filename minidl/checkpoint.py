@@ -6,7 +6,8 @@ stores only the inputs of a few *segments* and recomputes each segment's
 activations when the backward pass reaches it, at the price of one extra
 forward pass. With L layers cut into k segments the activations held at
 once are about k segment inputs plus one segment's L/k layers, smallest near
-k = √L (100 layers, 10 segments: about 20% of the plain run).
+k = √L (the book: 100 layers, 10 segments, about 20% of the activations;
+measured with ``minidl.memory.track``: 15% of the plain run's bytes)::
 
     y = checkpoint(block, x)                         # one block
     y = checkpoint_sequential(model, 10, x)          # a Sequential, PyTorch's semantics
@@ -20,20 +21,22 @@ node, :class:`CheckpointFunction`, whose inputs are the tensors given to
 reach the parameters even when no input requires one (the pitfall of
 PyTorch's reentrant checkpoint), ``mdl.grad(loss, params)`` works, and the
 engine accumulates ``.grad`` itself, in the same order as without
-checkpointing. Its backward restores the random state that ``fn`` started
-from (dropout draws the same masks), recomputes ``fn`` with recording on
-while BatchNorm running statistics are protected from a second update,
-and backpropagates through the recomputed graph only (the tensors at its
-border are made leaves for that walk). In ``create_graph=True`` mode the
-recomputed graph is built on the original inputs, so higher-order gradients
-(Hessian-vector products) through a checkpoint work; with 16-bit storage
-they raise an error, the stored inputs being rounded copies.
+checkpointing. Its backward restores the random state ``fn`` drew from
+(recorded just before its first draw: dropout draws the same masks; a
+function without randomness records nothing), recomputes ``fn`` with
+recording on while BatchNorm running statistics are protected from a second
+update, and backpropagates through the recomputed graph only: the tensors at
+its border are cut from their creators for that inner walk. The recomputed
+graph is built on the original input tensors, so with ``create_graph=True``
+the gradients stay connected to the rest of the graph and higher-order
+gradients (Hessian-vector products) through a checkpoint work; with 16-bit
+storage they raise an error, the stored inputs being rounded copies.
 
 ``fn`` must compute the same thing when run again: the same tensors, no
-side effects other than BatchNorm statistics (restored) and random draws
-(replayed). The planning helpers (``balanced_segments``, ``choose_segments``,
-``storage_report``) live in :mod:`minidl.checkpoint_plan` and are importable
-from here.
+side effects but BatchNorm statistics (restored) and random draws (replayed).
+The planning helpers (``balanced_segments``, ``choose_segments``,
+``flatten_layers``, ``storage_report``) live in :mod:`minidl.checkpoint_plan`;
+they can be imported from here too.
 """
 from __future__ import annotations
 
@@ -47,10 +50,10 @@ from minidl.nn.containers import Sequential
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
 
-__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "flatten_layers",
-           "uniform_boundaries", "resolve_storage_dtype",
-           "SegmentPlan", "balanced_segments", "choose_segments", "sqrt_segments", "profile_layers",
-           "storage_report"]
+# The planning names come from checkpoint_plan through __getattr__ (at the end of this file).
+__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",  # noqa: F822
+           "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
+           "profile_layers", "sqrt_segments", "storage_report"]
 
 
 # ---------------------------------------------------------------- which tensors fn uses
@@ -108,8 +111,13 @@ class _RngState:
         if kind == "cpu":
             if self.cpu is None:
                 self.cpu = backend.get_rng_state()
-        elif index not in self.gpu and _gpu_state(generator) is not None:
-            self.gpu[index] = _gpu_state(generator).copy()
+        elif index not in self.gpu:
+            state = _gpu_state(generator)
+            if state is None:  # replaying other masks would give silently wrong gradients: refuse
+                raise RuntimeError(f"checkpoint: cannot save the state of the random generator of {device} "
+                                   f"({type(generator).__name__} exposes no bit_generator._state); use "
+                                   "preserve_rng_state=False only if fn draws no random numbers there")
+            self.gpu[index] = state.copy()
 
     def now(self) -> "_RngState":
         """The current state of the same generators."""
@@ -362,22 +370,6 @@ def _layer_list(functions, where: str) -> list:
     return layers
 
 
-def flatten_layers(model) -> list:
-    """The chain of layers of a Sequential with nested Sequentials opened up.
-
-    Any other module stays whole, in particular a ``checkpoint_atomic`` one
-    (``nn.Residual``): a segment boundary inside it would cut the skip
-    connection from the input it adds back.
-    """
-    layers = []
-    for layer in _layer_list(model, "flatten_layers"):
-        if type(layer) is Sequential and not layer.checkpoint_atomic:
-            layers.extend(flatten_layers(layer))
-        else:
-            layers.append(layer)
-    return layers
-
-
 def uniform_boundaries(num_layers: int, segments: int) -> list:
     """PyTorch's segments: the first k − 1 of ⌊L/k⌋ layers each, the last one takes the rest."""
     size = num_layers // segments
@@ -436,8 +428,8 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state: bool =
     return _run(layers[starts[-1]:])(x)
 
 
-_PLAN_NAMES = ("SegmentPlan", "balanced_segments", "choose_segments", "sqrt_segments", "profile_layers",
-               "storage_report")
+_PLAN_NAMES = ("SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers", "profile_layers",
+               "sqrt_segments", "storage_report")
 
 
 def __getattr__(name):

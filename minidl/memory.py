@@ -1,10 +1,10 @@
 """Activation memory, measured: the bytes the graph holds for the backward pass.
 
 Every op recorded in the graph keeps what its backward needs: its input
-tensors (``fn.inputs``) and whatever forward stored on the node (a ReLU's
+tensors (``fn.inputs``) and whatever forward stored on the node (a dropout
 mask, a batch norm's statistics). Those arrays are the *activation memory*
 of training; gradient checkpointing trades them for recomputation.
-:func:`track` counts them while a block runs:
+:func:`track` counts them while a block runs::
 
     with minidl.memory.track() as m:
         loss = model(x).sum()
@@ -95,8 +95,8 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
 class MemoryTracker:
     """Counts of the bytes held for backward; made and filled by :func:`track`.
 
-    Attributes (bytes): ``current_bytes``, ``peak_bytes``, ``start_bytes`` (0:
-    only ops recorded inside the block count); ``by_device`` maps 'cpu' /
+    Attributes (bytes): ``current_bytes``, ``peak_bytes`` (only ops recorded
+    inside the block count); ``by_device`` maps 'cpu' /
     'cuda:N' to the peak on that device. On the GPU ``pool_start_bytes`` and
     ``pool_peak_bytes`` sample CuPy's memory pool (everything CuPy holds).
     ``nodes`` counts the ops recorded; ``timeline`` lists ``current_bytes``
@@ -107,7 +107,6 @@ class MemoryTracker:
         self.include_parameters = include_parameters
         self.current_bytes = 0
         self.peak_bytes = 0
-        self.start_bytes = 0
         self.nodes = 0
         self.by_device: dict[str, int] = {}
         self._current_by_device: dict[str, int] = {}

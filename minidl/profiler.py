@@ -161,6 +161,7 @@ class profile:
         for owner, attribute, original in reversed(self._restore):
             setattr(owner, attribute, original)
         self._restore.clear()
+        self._watched.clear()  # entering again (to add more steps to the same rows) re-wraps them
         self._read_events()
         if self.show:
             self.print_table()
@@ -291,7 +292,8 @@ class profile:
         rows = self.rows(sort_by)[:top]
         width = max([len(s.name) for s in rows] + [16])
         gpu = bool(self.cuda)
-        head = f"{'op':<{width}}  {'phase':<8}  {'calls':>6}  {'total ms':>9}  {'%':>5}  {'mean µs':>9}  {'overhead µs':>11}"
+        head = (f"{'op':<{width}}  {'phase':<8}  {'calls':>6}  {'total ms':>9}  {'%':>5}  {'mean µs':>9}  "
+                f"{'overhead µs':>11}")
         if gpu:
             head += f"  {'host ms':>8}"
         lines = [head, "-" * len(head)]

@@ -7,9 +7,19 @@ import pytest
 
 import minidl as mdl
 from minidl import backend, memory, nn
-from minidl.checkpoint import (CheckpointFunction, balanced_segments, checkpoint, checkpoint_sequential,
-                               choose_segments, flatten_layers, profile_layers, resolve_storage_dtype,
-                               sqrt_segments, storage_report, uniform_boundaries)
+from minidl.checkpoint import (
+    CheckpointFunction,
+    balanced_segments,
+    checkpoint,
+    checkpoint_sequential,
+    choose_segments,
+    flatten_layers,
+    profile_layers,
+    resolve_storage_dtype,
+    sqrt_segments,
+    storage_report,
+    uniform_boundaries,
+)
 
 
 # ---------------------------------------------------------------- models (float64, seeded)
@@ -214,12 +224,15 @@ def test_checkpointing_holds_what_the_model_says():
 def test_16_bit_storage_halves_the_stored_inputs_with_a_bounded_error():
     L, n, w = 8, 16, 32
     mdl.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.ReLU()) for _ in range(L)])
+    # a smooth activation: the error is float16's rounding (2⁻¹¹ ≈ 4.9e-4 relative) carried through
+    # a few layers; with ReLU a unit within rounding distance of 0 can flip its mask (see storage_report)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.Tanh()) for _ in range(L)])
     x = mdl.randn(n, w)
     report = storage_report(model, x, L, "float16")
     # L − 2 segment inputs are stored (not the user's input, not the last segment's): each halves
     assert report["saved_bytes"] == (L - 2) * n * w * 2
-    assert 0 < report["max_relative_grad_error"] < 2e-3  # float16 keeps 11 significant bits: 2⁻¹¹ ≈ 5e-4
+    assert 0 < report["relative_grad_error"] < 4 * 2.0 ** -11
+    assert 0 < report["max_relative_grad_error"] < 4 * 2.0 ** -11
     with mdl.no_grad():
         plain = model(x).numpy()
     stored = checkpoint_sequential(model, L, x, storage_dtype="float16")
@@ -247,7 +260,7 @@ def test_bfloat16_storage_where_ml_dtypes_is_installed():
     pytest.importorskip("ml_dtypes")
     model = mlp().float()
     report = storage_report(model, mdl.randn(4, 12), 8, "bfloat16")
-    assert report["saved_bytes"] > 0 and report["max_relative_grad_error"] < 2e-2
+    assert report["saved_bytes"] > 0 and 0 < report["relative_grad_error"] < 4 * 2.0 ** -8  # 8 significant bits
 
 
 # ---------------------------------------------------------------- segments

@@ -159,3 +159,14 @@ def test_work_and_overhead_are_told_apart():
     assert forward.overhead < forward.total - 0.02 + 1e-9  # ...and none of it is counted as overhead
     backward = prof.stats[("Sleepy", "backward")]
     assert 0 < backward.overhead <= backward.total
+
+
+def test_a_profile_can_be_entered_again_to_add_steps():
+    prof = profiler.profile()
+    with prof:
+        mlp_step("cpu")
+    with prof:
+        mlp_step("cpu")
+    linear = prof.stats[("Linear", "forward")]
+    assert linear.calls == 4
+    assert linear.work > 0  # the forward was timed on the second entry too

@@ -23,7 +23,8 @@ from minidl import backend
 from minidl.autograd import Function, is_grad_enabled
 from minidl.backend import xp_of
 from minidl.ops.activation import softmax, softplus
-from minidl.ops.reduction import mean, sum as reduce_sum
+from minidl.ops.reduction import mean
+from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 

@@ -9,7 +9,8 @@ For every op, forward and backward separately:
 - **bytes**: the *compulsory* traffic, every input array read once and every
   output array written once (elements × itemsize). Temporaries an
   implementation creates are extra traffic, not counted here: they are
-  what keeps it below the roofline.
+  what keeps it below the roofline. A gradient that can be handed on as
+  it is (add's backward) or as a broadcast view (sum's) costs nothing.
 
 Arithmetic intensity = FLOPs / bytes. Against the machine balance
 (peak FLOP/s ÷ bandwidth) it says which ceiling an op meets first: below the
@@ -33,8 +34,15 @@ class Cost:
 
     @property
     def intensity(self) -> float:
-        """FLOPs per byte moved (0 for an op that moves data only)."""
-        return self.flops / self.bytes if self.bytes else math.inf
+        """FLOPs per byte moved: 0 for an op that only moves data, NaN for one with no work at all."""
+        if not self.bytes:
+            return math.inf if self.flops else math.nan
+        return self.flops / self.bytes
+
+    @property
+    def work(self) -> bool:
+        """False for a phase with nothing compulsory to do (a gradient handed on by reference)."""
+        return bool(self.flops or self.bytes)
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.flops + other.flops, self.bytes + other.bytes)
@@ -88,9 +96,9 @@ def linear(batch: int, in_features: int, out_features: int, bias: bool = True,
 # ---------------------------------------------------------------- elementwise
 def add(shape, itemsize: int = 4) -> OpCost:
     """y = a + b (same shapes).  forward n FLOPs, reads a, b, writes y;
-    backward da = db = dy: no arithmetic, reads dy, writes da and db."""
+    backward da = db = dy: nothing to compute or move, dy is handed on by reference."""
     n = _elements(shape)
-    return OpCost(Cost(n, 3 * n * itemsize), Cost(0, 3 * n * itemsize))
+    return OpCost(Cost(n, 3 * n * itemsize), Cost(0, 0))
 
 
 def mul(shape, itemsize: int = 4) -> OpCost:
@@ -114,9 +122,9 @@ def exp(shape, itemsize: int = 4) -> OpCost:
 # ---------------------------------------------------------------- reductions over the last axis
 def sum_rows(rows: int, cols: int, itemsize: int = 4) -> OpCost:
     """y_r = Σ_c x_rc.  forward (cols − 1)·rows adds, reads x, writes y;
-    backward dx = dy broadcast: no arithmetic, reads dy, writes dx."""
+    backward dx = dy broadcast along the rows: a view of dy, nothing to compute or move."""
     n = rows * cols
-    return OpCost(Cost(rows * (cols - 1), (n + rows) * itemsize), Cost(0, (rows + n) * itemsize))
+    return OpCost(Cost(rows * (cols - 1), (n + rows) * itemsize), Cost(0, 0))
 
 
 def softmax(rows: int, cols: int, itemsize: int = 4) -> OpCost:

@@ -30,7 +30,8 @@ import numpy as np
 
 from minidl import backend
 from minidl.roofline import ceilings as ceilings_module
-from minidl.roofline.cases import FRAMEWORKS, cases as all_cases
+from minidl.roofline.cases import FRAMEWORKS
+from minidl.roofline.cases import cases as all_cases
 
 
 def machine_name() -> str:
@@ -81,9 +82,16 @@ def _torch_sync(device):
 
 # ---------------------------------------------------------------- analysis of one measurement
 def analyse(seconds: float, cost, ceilings) -> dict:
-    """Achieved FLOP/s and GB/s, intensity, verdict and fraction of the roofline for one timing."""
+    """Achieved FLOP/s and GB/s, intensity, verdict and fraction of the roofline for one timing.
+
+    A phase with no compulsory work (add's backward hands dy on) has no place on the roofline:
+    its verdict is "no work" and its intensity and fraction are None; its time is all overhead.
+    """
     flops_per_s = cost.flops / seconds
     bytes_per_s = cost.bytes / seconds
+    if not (cost.flops or cost.bytes):
+        return {"seconds": seconds, "flops": 0, "bytes": 0, "flops_per_s": 0.0, "bytes_per_s": 0.0,
+                "intensity": None, "verdict": "no work", "roofline_fraction": None}
     intensity = cost.flops / cost.bytes if cost.bytes else math.inf
     if cost.flops:
         fraction = flops_per_s / ceilings.roof(intensity)
@@ -263,10 +271,12 @@ def summary_table(results: dict) -> str:
         by = {r["framework"]: r for r in rows if (r["op"], r["size"], r["phase"]) == (op, size, phase)}
         ms = [f"{by[f]['seconds'] * 1e3:10.3f}" if f in by else f"{'-':>10}" for f in FRAMEWORKS]
         ref = by.get("minidl") or next(iter(by.values()))
-        intensity = ref["intensity"]
-        lines.append(f"{op:<12} {size:<20} {phase:<8} {' '.join(ms)} {ref['flops_per_s'] / 1e9:8.2f} "
-                     f"{ref['bytes_per_s'] / 1e9:7.2f} {intensity:7.2f} {100 * ref['roofline_fraction']:6.1f}  "
-                     f"{ref['verdict']}")
+        if ref["intensity"] is None:
+            placed = f"{'-':>8} {'-':>7} {'-':>7} {'-':>6}"
+        else:
+            placed = (f"{ref['flops_per_s'] / 1e9:8.2f} {ref['bytes_per_s'] / 1e9:7.2f} {ref['intensity']:7.2f} "
+                      f"{100 * ref['roofline_fraction']:6.1f}")
+        lines.append(f"{op:<12} {size:<20} {phase:<8} {' '.join(ms)} {placed}  {ref['verdict']}")
     c = results["ceilings"]
     lines.append(f"ceilings: peak {c['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {c['bandwidth'] / 1e9:.1f} GB/s, "
                  f"balance {c['balance']:.1f} FLOP/byte; GFLOP/s, GB/s and roof % are minidl's")

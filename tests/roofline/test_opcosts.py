@@ -26,6 +26,19 @@ def test_cost_intensity_and_sum():
     assert (c.flops, c.bytes) == (16, 64)
     assert c.intensity == 0.25
     assert Cost(0, 8).intensity == 0
+    assert math.isnan(Cost(0, 0).intensity) and not Cost(0, 0).work and Cost(0, 8).work
+
+
+def test_add_and_sum_backward_hand_on_dy_without_copying():
+    """Why their backward costs nothing: the engine passes dy itself (add) or a view of it (sum)."""
+    a, b = mdl.randn(3, 4, requires_grad=True), mdl.randn(3, 4, requires_grad=True)
+    dy = mdl.randn(3, 4)
+    da, db = mdl.grad(a + b, [a, b], grad_outputs=dy)
+    assert da.data is dy.data and db.data is dy.data
+    x = mdl.randn(3, 4, requires_grad=True)
+    g = mdl.randn(3)
+    (dx,) = mdl.grad(x.sum(axis=-1), [x], grad_outputs=g)
+    assert np.shares_memory(dx.data, g.data)
 
 
 @pytest.mark.parametrize("n,k,m", [(2, 3, 4), (5, 1, 7), (16, 32, 8)])
@@ -84,14 +97,14 @@ def test_linear_intensity_saturates_for_large_batches():
 
 
 def test_elementwise_hand_counts():
-    assert opcosts.add(10) == opcosts.OpCost(Cost(10, 120), Cost(0, 120))
+    assert opcosts.add(10) == opcosts.OpCost(Cost(10, 120), Cost(0, 0))  # dy is handed on as it is
     assert opcosts.mul((2, 5)) == opcosts.OpCost(Cost(10, 120), Cost(20, 200))
     assert opcosts.relu(10) == opcosts.OpCost(Cost(10, 80), Cost(10, 120))
     assert opcosts.exp(10, itemsize=8) == opcosts.OpCost(Cost(10, 160), Cost(10, 240))
 
 
 def test_reduction_hand_counts():
-    assert opcosts.sum_rows(2, 3) == opcosts.OpCost(Cost(4, 32), Cost(0, 32))  # 2 adds per row
+    assert opcosts.sum_rows(2, 3) == opcosts.OpCost(Cost(4, 32), Cost(0, 0))  # 2 adds per row; dx is a view
     assert opcosts.softmax(2, 3) == opcosts.OpCost(Cost(30, 48), Cost(24, 72))
     assert opcosts.log_softmax(2, 3) == opcosts.OpCost(Cost(32, 48), Cost(24, 72))
 

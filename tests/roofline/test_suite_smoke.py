@@ -30,6 +30,9 @@ def test_analyse_by_hand():
     row = suite.analyse(0.1, Cost(0, 5e8), TINY)
     assert row["intensity"] == 0 and row["verdict"] == "memory-bound"
     assert row["roofline_fraction"] == pytest.approx(0.5)
+    # nothing to do at all (add's backward): no place on the roofline
+    row = suite.analyse(1e-6, Cost(0, 0), TINY)
+    assert row["verdict"] == "no work" and row["intensity"] is None and row["roofline_fraction"] is None
 
 
 def test_quick_suite_writes_results_and_figures(tmp_path):
@@ -48,6 +51,9 @@ def test_quick_suite_writes_results_and_figures(tmp_path):
             "batch_norm", "layer_norm", "sgd", "adam"} <= ops
     for r in data["rows"]:
         assert r["seconds"] > 0 and math.isfinite(r["flops_per_s"])
+        if (r["op"], r["phase"]) in (("add", "backward"), ("sum", "backward")):
+            assert r["verdict"] == "no work"
+            continue
         assert r["verdict"] == ("compute-bound" if r["intensity"] >= 10.0 else "memory-bound")
         assert r["roofline_fraction"] > 0
     step = data["training_step"]
