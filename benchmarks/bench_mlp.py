@@ -16,7 +16,6 @@ import argparse
 import sys
 
 import numpy as np
-
 from common import best_time, save_results
 
 SIZES = (784, 1024, 1024, 10)

@@ -12,7 +12,6 @@ import argparse
 import sys
 
 import numpy as np
-
 from common import best_time, save_results
 
 OPS_PER_STEP = 8  # mul, add, relu, mul, sub, tanh, mean, + the scalar loss seed

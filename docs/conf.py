@@ -70,7 +70,6 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
-templates_path = ["_templates"]
 suppress_warnings = [
     "myst.header",  # notebooks start at "# 01 · Title" and then go to "###" for small asides
 ]

@@ -5,14 +5,35 @@
     y = (x * x).sum();  y.backward();  x.grad   # tensor([[2., 4.]])
 """
 from minidl import ops as _ops  # noqa: F401 - attaches Tensor's operators and methods
-from minidl.autograd import (AnomalyError, Function, detect_anomaly, enable_grad, grad,
-                             is_grad_enabled, no_grad, set_grad_enabled)
+from minidl.autograd import (
+    AnomalyError,
+    Function,
+    detect_anomaly,
+    enable_grad,
+    grad,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from minidl.backend import gpu_available, manual_seed
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from minidl.ops import concatenate, maximum, minimum, stack, where
 from minidl.serialization import load, save
-from minidl.tensor import (Tensor, arange, as_tensor, full, ones, ones_like, rand, rand_like, randn,
-                           randn_like, tensor, zeros, zeros_like)
+from minidl.tensor import (
+    Tensor,
+    arange,
+    as_tensor,
+    full,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
 
 __version__ = "0.1.0"
 

@@ -7,9 +7,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402 - after the thread settings above
-import pytest
+import pytest  # noqa: E402
 
-import minidl
+import minidl  # noqa: E402
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import minidl as mdl
-from minidl.gradcheck import max_relative_error
 from minidl.autograd import Function
+from minidl.gradcheck import max_relative_error
 from minidl.tensor import Tensor
 
 

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_check_passes():
-    command = [sys.executable, "-m", "ruff", "check", "--no-cache", "minidl", "tests", "benchmarks", "docs"]
+    command = [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+               "minidl", "tests", "benchmarks", "docs"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"ruff found problems (fix them, or run `ruff check --fix` on your files):\n" \
                                    f"{result.stdout[-6000:]}{result.stderr[-2000:]}"

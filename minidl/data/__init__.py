@@ -13,14 +13,28 @@ Everything here is NumPy: float32 features, int64 labels. The training loop
 moves batches to the device.
 """
 from minidl.data.dataset import Dataset, TensorDataset
-from minidl.data.datasets import (digits, gaussian_blobs, polynomial_coefficients, polynomial_features,
-                                  polynomial_regression, polynomial_target, two_spirals)
+from minidl.data.datasets import (
+    digits,
+    gaussian_blobs,
+    polynomial_coefficients,
+    polynomial_features,
+    polynomial_regression,
+    polynomial_target,
+    two_spirals,
+)
 from minidl.data.idx import load_idx, mnist
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
 from minidl.data.split import oversample_minority, train_val_test_split
-from minidl.data.transforms import (Compose, FrequencyMasking, GaussianNoise, RandomCrop,
-                                    RandomHorizontalFlip, TimeMasking, Transform)
+from minidl.data.transforms import (
+    Compose,
+    FrequencyMasking,
+    GaussianNoise,
+    RandomCrop,
+    RandomHorizontalFlip,
+    TimeMasking,
+    Transform,
+)
 
 __all__ = [
     "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "RandomCrop",

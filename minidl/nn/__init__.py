@@ -11,8 +11,20 @@ and state dicts carry over. Initializers and the textbook's bias rules are in
 from minidl.nn import init
 from minidl.nn.containers import Identity, ModuleList, Sequential
 from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
-from minidl.nn.layers import (ELU, GELU, Dropout, Embedding, Flatten, LeakyReLU, Linear, ReLU, Residual,
-                              Sigmoid, Softmax, Tanh)
+from minidl.nn.layers import (
+    ELU,
+    GELU,
+    Dropout,
+    Embedding,
+    Flatten,
+    LeakyReLU,
+    Linear,
+    ReLU,
+    Residual,
+    Sigmoid,
+    Softmax,
+    Tanh,
+)
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from minidl.nn.recurrent import GRU, LSTM, RNN

@@ -6,20 +6,16 @@ operators (``+ - * / ** @``, indexing) and NumPy-style methods (``sum``,
 attached here, not in tensor.py, because ops are the layer above tensors.
 """
 from minidl.ops import activation, elementwise, linalg, reduction, shape
-from minidl.ops.activation import (elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid,
-                                   softmax, softplus, tanh)
+from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
 from minidl.ops.conv import conv1d, conv2d, im2col
-from minidl.ops.elementwise import (abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow,
-                                    sqrt, sub, where)
+from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
-                             nll_loss)
+from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.reduction import max, mean, min, sum, var
 from minidl.ops.regularization import dropout, embedding
-from minidl.ops.shape import (broadcast_to, concatenate, flatten, getitem, pad, reshape, stack,
-                              sum_to, transpose)
+from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, sum_to, transpose
 from minidl.tensor import Tensor, as_tensor
 
 

@@ -60,6 +60,14 @@ class Ceilings:
         """Attainable FLOP/s at an arithmetic intensity: min(peak, intensity × bandwidth)."""
         return min(self.peak_flops, intensity * self.bandwidth)
 
+    def best(self, other: "Ceilings") -> "Ceilings":
+        """The higher of each rate from two measurements of the same device (a busy moment only lowers them)."""
+        return Ceilings(self.device, max(self.peak_flops, other.peak_flops),
+                        max(self.copy_bandwidth, other.copy_bandwidth),
+                        max(self.triad_bandwidth, other.triad_bandwidth),
+                        max(self.cache_bandwidth, other.cache_bandwidth),
+                        self.gemm_size, self.stream_bytes, self.threads)
+
     def as_dict(self) -> dict:
         return {**asdict(self), "bandwidth": self.bandwidth, "balance": self.balance}
 

@@ -32,6 +32,7 @@ from minidl import backend
 from minidl.roofline import ceilings as ceilings_module
 from minidl.roofline.cases import FRAMEWORKS
 from minidl.roofline.cases import cases as all_cases
+from minidl.roofline.opcosts import Cost
 
 
 def machine_name() -> str:
@@ -53,8 +54,8 @@ def machine_info(device: str) -> dict:
 
 
 # ---------------------------------------------------------------- timing one callable
-def time_call(fn, sync, repeat: int = 5, min_time: float = 0.01) -> float:
-    """Seconds per call: calls batched so that one timing lasts ≥ ``min_time``, best of ``repeat``."""
+def calibrate(fn, sync, min_time: float = 0.01) -> int:
+    """How many calls make one timing last ≥ ``min_time`` (after one warm-up call)."""
     fn()  # warm-up: first-call costs (allocation, caches, lazy imports) are not the op's
     sync()
     number, start = 0, perf_counter()
@@ -65,7 +66,28 @@ def time_call(fn, sync, repeat: int = 5, min_time: float = 0.01) -> float:
             sync()  # on the GPU the host runs ahead: count the time until the work is done
             if perf_counter() - start >= min_time:
                 break
+    return number
+
+
+def time_call(fn, sync, repeat: int = 5, min_time: float = 0.01) -> float:
+    """Seconds per call: calls batched so that one timing lasts ≥ ``min_time``, best of ``repeat``."""
+    number = calibrate(fn, sync, min_time)
     return ceilings_module.best_time(fn, repeat=repeat, number=number, warmup=0, sync=sync)
+
+
+def time_side_by_side(fns: dict, syncs: dict, repeat: int = 5, min_time: float = 0.01) -> dict:
+    """Best seconds per call of each callable, the repeats taken in turn (a, b, c, a, b, c...).
+
+    Interleaving puts every framework through the same moments of a shared machine, so a burst
+    of other work slows all of them alike and the ratios between them stay honest.
+    """
+    numbers = {key: calibrate(fn, syncs[key], min_time) for key, fn in fns.items()}
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(repeat):
+        for key, fn in fns.items():
+            seconds = ceilings_module.best_time(fn, repeat=1, number=numbers[key], warmup=0, sync=syncs[key])
+            best[key] = min(best[key], seconds)
+    return best
 
 
 def _torch_sync(device):
@@ -114,19 +136,20 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
     for case in all_cases(quick, device):
         if only and case.op not in only:
             continue
+        fns, syncs = {}, {}
         for framework in frameworks:
             try:
                 impl = case.build(framework, device)
             except ImportError:
                 impl = None
-            if impl is None:
-                continue
-            for phase, fn in impl.items():
-                seconds = time_call(fn, torch_sync if framework == "torch" else sync, repeat, min_time)
-                row = {"op": case.op, "size": case.size, "framework": framework, "phase": phase,
-                       "params": case.params, **analyse(seconds, case.costs[phase], ceilings)}
-                rows.append(row)
-            del impl
+            for phase, fn in (impl or {}).items():
+                fns[framework, phase] = fn
+                syncs[framework, phase] = torch_sync if framework == "torch" else sync
+        times = time_side_by_side(fns, syncs, repeat, min_time)
+        del fns
+        for (framework, phase), seconds in times.items():
+            rows.append({"op": case.op, "size": case.size, "framework": framework, "phase": phase,
+                         "params": case.params, **analyse(seconds, case.costs[phase], ceilings)})
         if log:
             log(_case_line(case, rows))
     return rows
@@ -214,7 +237,8 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
     """
     kind = backend.parse_device(device)[0]
     started = perf_counter()
-    if ceilings is None:
+    measured = ceilings is None
+    if measured:
         if log:
             log(f"measuring the ceilings of {kind}{' (quick)' if quick else ''}...")
         ceilings = ceilings_module.measure(kind, quick=quick)
@@ -222,6 +246,11 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
         log(ceilings.summary())
         log("timing ops (milliseconds per call):")
     rows = run_cases(kind, quick, ceilings, frameworks, only, repeat, min_time, log=log)
+    if measured:  # measured again after the ops, the better of the two kept: a busy moment only lowers them
+        ceilings = ceilings.best(ceilings_module.measure(kind, quick=quick))
+        rows = [{**r, **analyse(r["seconds"], Cost(r["flops"], r["bytes"]), ceilings)} for r in rows]
+        if log:
+            log("ceilings, best of before and after: " + ceilings.summary())
     if log:
         log("profiling one training step...")
     step = profile_training_step(kind, quick, steps=repeat or 5)

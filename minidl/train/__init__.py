@@ -11,12 +11,27 @@ The command line does all of it in one go: ``minidl train`` (see docs/training.m
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
 from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from minidl.train.curves import make_figure, plot_curves
-from minidl.train.diagnostics import (CheckResult, check_dropout_batchnorm, check_initial_loss,
-                                      compare_with_zeroed_inputs, diagnose, format_report,
-                                      format_statistics, layer_statistics, overfit_small_batch)
-from minidl.train.metrics import (accuracy, classification_report, confusion_matrix, macro_f1,
-                                  macro_precision, macro_recall, per_class_precision_recall_f1,
-                                  precision_recall_f1)
+from minidl.train.diagnostics import (
+    CheckResult,
+    check_dropout_batchnorm,
+    check_initial_loss,
+    compare_with_zeroed_inputs,
+    diagnose,
+    format_report,
+    format_statistics,
+    layer_statistics,
+    overfit_small_batch,
+)
+from minidl.train.metrics import (
+    accuracy,
+    classification_report,
+    confusion_matrix,
+    macro_f1,
+    macro_precision,
+    macro_recall,
+    per_class_precision_recall_f1,
+    precision_recall_f1,
+)
 from minidl.train.models import build_model
 from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
 

@@ -53,7 +53,8 @@ def cnn(input_shape, num_classes: int, channels=(16, 32), hidden: int = 64, drop
     """[Conv3x3 → ReLU → MaxPool2x2] per entry of ``channels``, Flatten, Linear → ReLU → Linear."""
     shape = _check_shape(input_shape)
     if len(shape) != 3:
-        kind = {1: "1-D feature vectors", 2: "2-D arrays without a channel axis"}.get(len(shape), f"{len(shape)}-D samples")
+        kinds = {1: "1-D feature vectors", 2: "2-D arrays without a channel axis"}
+        kind = kinds.get(len(shape), f"{len(shape)}-D samples")
         hint = ("use --model mlp (or nn.Linear layers) for feature vectors" if len(shape) == 1 else
                 "add a channel axis, e.g. x[:, None] for (N, H, W) images" if len(shape) == 2 else
                 "give images of shape (channels, height, width)")

@@ -35,9 +35,20 @@ from minidl.autograd import no_grad
 from minidl.tensor import Tensor
 from minidl.train import checkpoint as ckpt
 from minidl.train.callbacks import Callback, ModelCheckpoint
-from minidl.train.loop_helpers import (NonFiniteLossError, as_scheduler, batch_to_tensors, non_finite_error,
-                                       check_positive_int, default_loss, fresh_running, is_classification,
-                                       metric_functions, needs_create_graph, progress_bar, seed_everything)
+from minidl.train.loop_helpers import (
+    NonFiniteLossError,
+    as_scheduler,
+    batch_to_tensors,
+    check_positive_int,
+    default_loss,
+    fresh_running,
+    is_classification,
+    metric_functions,
+    needs_create_graph,
+    non_finite_error,
+    progress_bar,
+    seed_everything,
+)
 
 __all__ = ["NonFiniteLossError", "Trainer", "fit", "seed_everything"]
 

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 import minidl
-from minidl.data import (digits, gaussian_blobs, polynomial_features, polynomial_regression,
-                         polynomial_target, two_spirals)
+from minidl.data import (
+    digits,
+    gaussian_blobs,
+    polynomial_features,
+    polynomial_regression,
+    polynomial_target,
+    two_spirals,
+)
 from minidl.data.datasets import DIGITS_PATH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

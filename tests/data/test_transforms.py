@@ -5,8 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minidl
-from minidl.data import (Compose, FrequencyMasking, GaussianNoise, RandomCrop, RandomHorizontalFlip,
-                         TimeMasking)
+from minidl.data import Compose, FrequencyMasking, GaussianNoise, RandomCrop, RandomHorizontalFlip, TimeMasking
 
 
 def images(n=32, c=None, h=5, w=6, seed=0):
@@ -96,7 +95,7 @@ def test_spec_augment_masks_whole_bands_of_limited_width(cls, axis):
         widths += [length for _, length in found]
     assert max(widths) >= 4 and band.any(axis=1).mean() > 0.5
     starts = [s for sample in band for s, _ in runs(sample)]
-    assert min(starts) == 0 and max(s + l for sample in band for s, l in runs(sample)) == x.shape[axis]
+    assert min(starts) == 0 and max(s + n for sample in band for s, n in runs(sample)) == x.shape[axis]
 
 
 def test_masking_value_and_no_masks():

@@ -118,7 +118,8 @@ def test_embedding_matches_torch():
 
 def test_embedding_errors():
     w = mdl.randn(4, 3)
-    with pytest.raises(ValueError, match=r"embedding: index 4 is out of range for 4 embeddings \(valid indices are 0..3\)"):
+    message = r"embedding: index 4 is out of range for 4 embeddings \(valid indices are 0..3\)"
+    with pytest.raises(ValueError, match=message):
         F.embedding(np.array([0, 4]), w)
     with pytest.raises(ValueError, match=r"embedding: index -1 is out of range"):
         F.embedding(np.array([-1, 2]), w)

@@ -75,3 +75,12 @@ def test_measure_at_tiny_sizes(device):
         assert math.isfinite(value) and value > 0
     assert c.gemm_size == 64 and c.stream_bytes == 1 << 18
     assert c.balance == c.peak_flops / max(c.copy_bandwidth, c.triad_bandwidth)
+
+
+def test_best_of_two_measurements_keeps_each_higher_rate():
+    a = Ceilings("cpu", 100e9, 10e9, 8e9, 30e9, 2048, 1 << 28, 2)
+    b = Ceilings("cpu", 150e9, 9e9, 12e9, 20e9, 2048, 1 << 28, 2)
+    best = a.best(b)
+    assert (best.peak_flops, best.copy_bandwidth, best.triad_bandwidth, best.cache_bandwidth) == \
+        (150e9, 10e9, 12e9, 30e9)
+    assert best.balance == 150e9 / 12e9

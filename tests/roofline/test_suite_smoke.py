@@ -113,3 +113,12 @@ def test_results_name():
     assert suite.results_name("cpu", False, "box") == "box"
     assert suite.results_name("cpu", True, "box") == "box-quick"
     assert suite.results_name("cuda:0", False, "box") == "box-cuda"
+
+
+def test_side_by_side_timing_runs_each_callable_in_turn():
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    times = suite.time_side_by_side(fns, {"a": lambda: None, "b": lambda: None}, repeat=3, min_time=0.0)
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    # calibration (one warm-up and one timed call each), then the repeats alternate a, b, a, b, a, b
+    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3

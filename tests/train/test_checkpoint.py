@@ -9,8 +9,15 @@ import pytest
 import minidl as mdl
 from minidl import backend, nn, optim
 from minidl.data import DataLoader, gaussian_blobs
-from minidl.train import (Callback, CheckpointError, ModelCheckpoint, NonFiniteLossError, Trainer,
-                          load_checkpoint, save_checkpoint)
+from minidl.train import (
+    Callback,
+    CheckpointError,
+    ModelCheckpoint,
+    NonFiniteLossError,
+    Trainer,
+    load_checkpoint,
+    save_checkpoint,
+)
 from minidl.train.checkpoint import pack, unpack
 
 
