@@ -67,6 +67,7 @@ extensions = [
     "graphfigure",              # docs/_ext/graphfigure.py: the recorded graph of a two-layer net
     "apipages",                 # docs/_ext/apipages.py: one API page per public module, from __all__
     "docstrings",               # docs/_ext/docstrings.py: plain-text docstrings as clean reST
+    "optimdoc",                 # docs/_ext/optimdoc.py: the optimizer and schedule sections of optimizers.md
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]

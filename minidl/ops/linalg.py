@@ -85,8 +85,11 @@ class Linear(Function):
         """The same three products on raw arrays: the usual backward builds no nodes, so it
         needs no Tensor ops (those are for create_graph, to differentiate dx, dW again)."""
         g2 = g.reshape(-1, g.shape[-1])
+        x2 = x.data.reshape(-1, x.shape[-1])
         gx = Tensor(g @ weight.data) if x.requires_grad else None
-        gw = Tensor(g2.T @ x.data.reshape(-1, x.shape[-1])) if weight.requires_grad else None
+        gw = None
+        if weight.requires_grad:  # one sample: dW is an outer product, one broadcast multiply (BLAS is slow at k = 1)
+            gw = Tensor(g2.T * x2 if g2.shape[0] == 1 else g2.T @ x2)
         if len(self.inputs) == 2:
             return gx, gw
         return gx, gw, (Tensor(g2.sum(axis=0)) if self.inputs[2].requires_grad else None)

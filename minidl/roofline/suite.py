@@ -24,6 +24,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from time import perf_counter
 
 import numpy as np
@@ -75,16 +76,36 @@ def time_call(fn, sync, repeat: int = 5, min_time: float = 0.01) -> float:
     return ceilings_module.best_time(fn, repeat=repeat, number=number, warmup=0, sync=sync)
 
 
-def time_side_by_side(fns: dict, syncs: dict, repeat: int = 5, min_time: float = 0.01) -> dict:
+def time_side_by_side(fns: dict, syncs: dict, repeat: int = 5, min_time: float = 0.01, pools: dict | None = None,
+                      pause: float = 0.15) -> dict:
     """Best seconds per call of each callable, the repeats taken in turn (a, b, c, a, b, c...).
 
     Interleaving puts every framework through the same moments of a shared machine, so a burst
-    of other work slows all of them alike and the ratios between them stay honest.
+    of other work slows all of them alike and the ratios between them stay honest. ``pools``
+    names each callable's thread pool (NumPy's BLAS, PyTorch's OpenMP): after a pool's last call
+    its threads keep spinning for a while and would steal the cores from the next pool's work,
+    so switching pools waits ``pause`` seconds first (OpenBLAS's threads spin for ~0.1 s).
     """
-    numbers = {key: calibrate(fn, syncs[key], min_time) for key, fn in fns.items()}
+    pools = pools or {}
+    last = [None]
+
+    def switch_to(key):
+        if pools.get(key) != last[0]:
+            if last[0] is not None and pause:
+                time.sleep(pause)
+            last[0] = pools.get(key)
+
+    numbers = {}
+    for key, fn in fns.items():
+        switch_to(key)
+        numbers[key] = calibrate(fn, syncs[key], min_time)
     best = dict.fromkeys(fns, math.inf)
+    order = list(fns)
     for _ in range(repeat):
-        for key, fn in fns.items():
+        order.reverse()  # a, b, c, c, b, a, a, b...: one change of pool per round, not two
+        for key in order:
+            fn = fns[key]
+            switch_to(key)
             seconds = ceilings_module.best_time(fn, repeat=1, number=numbers[key], warmup=0, sync=syncs[key])
             best[key] = min(best[key], seconds)
     return best
@@ -132,6 +153,8 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
     min_time = min_time if min_time is not None else (0.002 if quick else 0.02)
     sync = ceilings_module.synchronizer(device)
     torch_sync = _torch_sync(device) if "torch" in frameworks else None
+    on_cpu = backend.parse_device(device)[0] == "cpu"
+    pause = (0.02 if quick else 0.15) if on_cpu and "torch" in frameworks else 0.0  # see time_side_by_side
     rows = []
     for case in all_cases(quick, device):
         if only and case.op not in only:
@@ -145,7 +168,8 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
             for phase, fn in (impl or {}).items():
                 fns[framework, phase] = fn
                 syncs[framework, phase] = torch_sync if framework == "torch" else sync
-        times = time_side_by_side(fns, syncs, repeat, min_time)
+        pools = {key: ("torch" if key[0] == "torch" else "numpy") for key in fns}
+        times = time_side_by_side(fns, syncs, repeat, min_time, pools, pause)
         del fns
         for (framework, phase), seconds in times.items():
             rows.append({"op": case.op, "size": case.size, "framework": framework, "phase": phase,

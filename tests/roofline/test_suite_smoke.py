@@ -120,5 +120,16 @@ def test_side_by_side_timing_runs_each_callable_in_turn():
     fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
     times = suite.time_side_by_side(fns, {"a": lambda: None, "b": lambda: None}, repeat=3, min_time=0.0)
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
-    # calibration (one warm-up and one timed call each), then the repeats alternate a, b, a, b, a, b
-    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3
+    # calibration (one warm-up and one timed call each), then the repeats in turn, back and forth
+    assert order == ["a", "a", "b", "b"] + ["b", "a", "a", "b", "b", "a"]
+
+
+def test_switching_thread_pools_pauses(monkeypatch):
+    """After NumPy's BLAS threads, PyTorch's would find the cores busy spinning: a pause separates them."""
+    sleeps = []
+    monkeypatch.setattr(suite.time, "sleep", sleeps.append)
+    fns = {("minidl", "f"): lambda: None, ("numpy", "f"): lambda: None, ("torch", "f"): lambda: None}
+    pools = {("minidl", "f"): "numpy", ("numpy", "f"): "numpy", ("torch", "f"): "torch"}
+    suite.time_side_by_side(fns, dict.fromkeys(fns, lambda: None), repeat=2, min_time=0.0, pools=pools, pause=0.5)
+    # calibration: numpy → torch; then the rounds go torch, numpy | numpy, torch: one change of pool each
+    assert sleeps == [0.5] * 3
