@@ -230,6 +230,7 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     captured = None if inputs is None else {id(x): None for x in inputs}
 
     def deliver(x: Tensor, g: Tensor):
+        """Hand g to whoever wants x's gradient: the caller of grad(), or x.grad."""
         if captured is not None:
             if id(x) in captured:
                 old = captured[id(x)]
@@ -241,26 +242,28 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     # outputs keeps them alive until their creator's backward, which may read them (exp, tanh)
     # after every consumer has been released.
     pending = {}
+    order = _topological_order({out.creator for out in outputs if out.creator is not None})
     with set_grad_enabled(create_graph):
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
             deliver(out, g)
             if out.creator is not None:
                 _add_pending(pending, out, g)
-        for fn in _topological_order({out.creator for out in outputs if out.creator is not None}):
+        for fn in order:
             entry = pending.pop(fn, None)
             if entry is None:
                 continue
-            gys = _fill_missing(fn, entry[0])
+            gys = entry[0] if len(entry[0]) == 1 else _fill_missing(fn, entry[0])
             gxs = _backward_blaming_node(fn, gys) if _anomaly else _run_backward(fn, gys)
-            if not isinstance(gxs, tuple):
+            if type(gxs) is not tuple:
                 gxs = (gxs,)
             if _anomaly:
                 _check_finite(fn, gxs, "backward")
             for x, gx in zip(fn.inputs, gxs):
                 if gx is None or not x.requires_grad:
                     continue
-                deliver(x, gx)
+                if captured is not None or x.creator is None or x.retains_grad:
+                    deliver(x, gx)
                 if x.creator is not None:
                     _add_pending(pending, x, gx)
             if not retain_graph:
@@ -287,9 +290,14 @@ def _backward_blaming_node(fn, gys):
 
 
 def _add_pending(pending, out: Tensor, g: Tensor):
-    entry = pending.get(out.creator)
+    """Add g to the gradient waiting for ``out``'s creator (first use: store it as is)."""
+    creator = out.creator
+    entry = pending.get(creator)
     if entry is None:
-        entry = pending[out.creator] = ([None] * len(getattr(out.creator, "output_meta", (0,))), [])
+        slots = [None] * len(creator.outputs)
+        slots[out.output_index] = g
+        pending[creator] = (slots, [out])
+        return
     slots = entry[0]
     old = slots[out.output_index]
     if old is None:
@@ -300,6 +308,7 @@ def _add_pending(pending, out: Tensor, g: Tensor):
 
 
 def _fill_missing(fn, gys):
+    """A multi-output op whose outputs did not all get a gradient: zeros stand in for the rest."""
     if all(g is not None for g in gys):
         return gys
     xp = backend.xp_of(fn.inputs[0].data)

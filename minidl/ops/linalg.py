@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.autograd import Function, is_grad_enabled
+from minidl.backend import xp_of
 from minidl.ops.shape import reshape, sum_to, swap_last_axes
 from minidl.tensor import Tensor, as_tensor
 
@@ -64,7 +65,12 @@ class Linear(Function):
         if x.shape[-1] != weight.shape[1]:
             raise ValueError(f"linear: input of shape {x.shape} has {x.shape[-1]} features but "
                              f"weight of shape {weight.shape} expects {weight.shape[1]} (weight is (out, in))")
-        y = x @ weight.T
+        if x.ndim == 2 and 1 < x.shape[0] < 64 and xp_of(x) is np:
+            # A few rows: OpenBLAS runs the wide product W xᵀ about twice as fast as the skinny
+            # x Wᵀ (measured on AVX-512, batch 2 to 32); one small copy gives back a row-major y.
+            y = np.ascontiguousarray((weight @ x.T).T)
+        else:
+            y = x @ weight.T
         if bias is not None:
             y += bias
         return y
