@@ -8,11 +8,13 @@
         opt.step()
     prof.print_table()
 
-    op               phase      calls   total ms      %    mean µs  overhead µs
-    Linear           backward       3      9.812   41.0     3270.7         21.4
-    Linear           forward        3      5.120   21.4     1706.6          4.9
-    SGD.step         update         1      4.310   18.0     4310.0            -
+    op                phase      calls   total ms      %    mean µs  overhead µs
+    Linear            backward       3      9.662   48.4     3220.6          0.0
+    Linear            forward        3      6.515   32.6     2171.6         22.4
+    SGD.step          update         1      1.897    9.5     1896.7            -
+    ReLU              backward       2      0.853    4.3      426.5          0.0
     ...
+    autograd engine   backward       1      0.239    1.2      239.3        239.3
 
 Each row is one op type (the Function's class) in one phase:
 
@@ -35,8 +37,9 @@ large ones it vanishes next to the arithmetic.
 
 On the GPU, kernels run asynchronously, so the time of the Python call is not
 the time of the work. By default each top-level interval is bracketed by two
-CUDA events and the ``gpu ms`` column is their elapsed time, read once the
-context exits (one synchronization at the end); ``synchronize=True`` instead
+CUDA events and the table's times are their elapsed time, read once the
+context exits (one synchronization at the end), with the host time in a
+column of its own; ``synchronize=True`` instead
 waits for the GPU before and after every op, so the host times are the true
 times at the cost of serializing the step.
 

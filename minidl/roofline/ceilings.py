@@ -192,7 +192,7 @@ def measure_triad(nbytes: int, device: str = "cpu", repeat: int = 5, threads: in
 # ---------------------------------------------------------------- all of them
 SIZES = {  # (GEMM n, bytes per array in the bandwidth runs, repeats)
     ("cpu", False): (2048, 256 << 20, 5),
-    ("cpu", True): (768, 32 << 20, 3),
+    ("cpu", True): (1024, 64 << 20, 3),
     ("cuda", False): (8192, 1 << 30, 10),
     ("cuda", True): (2048, 128 << 20, 5),
 }

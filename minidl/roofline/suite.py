@@ -114,7 +114,10 @@ def time_side_by_side(fns: dict, syncs: dict, repeat: int = 5, min_time: float =
 def _torch_sync(device):
     if backend.parse_device(device)[0] != "cuda":
         return lambda: None
-    import torch
+    try:
+        import torch
+    except ImportError:  # no PyTorch: its cases are skipped anyway
+        return lambda: None
     cupy_sync = ceilings_module.synchronizer(device)
 
     def sync():
@@ -148,7 +151,12 @@ def analyse(seconds: float, cost, ceilings) -> dict:
 
 def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, frameworks=FRAMEWORKS,
               only=None, repeat: int | None = None, min_time: float | None = None, log=print) -> list[dict]:
-    """Time every case in every framework; one row per (op, size, framework, phase)."""
+    """Time every case in every framework; one row per (op, size, framework, phase).
+
+    ``ceilings`` (measured quickly when None) judge each timing; ``only``: op names to run.
+    """
+    if ceilings is None:
+        ceilings = ceilings_module.measure(device, quick=True)
     repeat = repeat or (3 if quick else 5)
     min_time = min_time if min_time is not None else (0.002 if quick else 0.02)
     sync = ceilings_module.synchronizer(device)
