@@ -103,7 +103,7 @@ def test_matmul_of_a_0d_operand_is_an_error():
 
 
 # ---------------------------------------------------------------- linear
-@pytest.mark.parametrize("x_shape", [(4,), (5, 4), (2, 3, 4)])
+@pytest.mark.parametrize("x_shape", [(4,), (1, 4), (5, 4), (70, 4), (2, 3, 4)])  # 1 and 5 rows take fast paths
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_matches_x_wT_plus_b(x_shape, with_bias):
     rng = np.random.default_rng(1)
