@@ -14,7 +14,31 @@ only parses arguments and imports that module when the command runs.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+
+# ---------------------------------------------------------------- argument types shared by every command
+def positive_int(text):
+    """argparse type: an integer ≥ 1, with a message that says what was wrong."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (at least 1), got {value}")
+    return value
+
+
+def positive_float(text):
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
 
 
 def gradcheck_command(args) -> int:

@@ -24,7 +24,7 @@ from minidl.backend import xp_of
 from minidl.optim.adam import RAdam, radam_direction, radam_rectification
 from minidl.optim.kernels import run_update
 from minidl.optim.layerwise import norm, trust_ratio
-from minidl.optim.optimizer import Optimizer, _on_device, _plain, check_unit
+from minidl.optim.optimizer import Optimizer, WrapsOptimizer, _on_device, _plain, check_unit
 from minidl.tensor import Tensor
 
 
@@ -34,7 +34,7 @@ def lookahead_update(w, phi, *, alpha):
     xp_of(w).copyto(w, phi)
 
 
-class Lookahead(Optimizer):
+class Lookahead(WrapsOptimizer, Optimizer):
     """``Lookahead(optimizer, k=5, alpha=0.5)``: slow weights over any inner optimizer.
 
     φ₀ = θ₀; after every k steps of ``optimizer``: φ ← φ + α(θ − φ), θ ← φ.
@@ -53,14 +53,6 @@ class Lookahead(Optimizer):
         self.defaults = optimizer.defaults
         self.slow = {pos: p.data.copy() for pos, p, _ in optimizer.parameters()}
         self.inner_steps = 0
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
 
     def add_param_group(self, group):
         self.optimizer.add_param_group(group)

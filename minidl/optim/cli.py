@@ -7,27 +7,7 @@
 """
 from __future__ import annotations
 
-import argparse
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+from minidl.cli import positive_float, positive_int
 
 
 def optimizers(args) -> int:
@@ -49,16 +29,16 @@ def lr_find(args) -> int:
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("optimizers", help="every optimizer's trajectory on 2-D test functions (a PNG)")
     p.add_argument("--out", default="optimizers.png", help="the PNG to write (default optimizers.png)")
-    p.add_argument("--steps", type=_positive_int, default=200, help="steps per trajectory (default 200)")
+    p.add_argument("--steps", type=positive_int, default=200, help="steps per trajectory (default 200)")
     p.set_defaults(run=optimizers)
 
     p = subparsers.add_parser("lr-find", help="the learning-rate range test on the digits (a PNG)")
     p.add_argument("--out", default="lr_find.png", help="the PNG to write (default lr_find.png)")
-    p.add_argument("--steps", type=_positive_int, default=100, help="mini-batches in the sweep (default 100)")
-    p.add_argument("--lr-min", type=_positive_float, default=1e-5, help="first learning rate (default 1e-5)")
-    p.add_argument("--lr-max", type=_positive_float, default=1.0, help="last learning rate (default 1)")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
-    p.add_argument("--hidden", type=_positive_int, default=64, help="hidden units of the MLP (default 64)")
+    p.add_argument("--steps", type=positive_int, default=100, help="mini-batches in the sweep (default 100)")
+    p.add_argument("--lr-min", type=positive_float, default=1e-5, help="first learning rate (default 1e-5)")
+    p.add_argument("--lr-max", type=positive_float, default=1.0, help="last learning rate (default 1)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--hidden", type=positive_int, default=64, help="hidden units of the MLP (default 64)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="sgd (momentum 0.9) or adam")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=lr_find)

@@ -339,3 +339,18 @@ def weight_decay_groups(params, weight_decay: float, no_decay_names=NO_DECAY_NAM
     groups = [{"params": decay, "weight_decay": float(weight_decay), **group_options},
               {"params": no_decay, "weight_decay": 0.0, **group_options}]
     return [g for g in groups if g["params"]]
+
+
+class WrapsOptimizer:
+    """Mixin for optimizers built around another one (``self.optimizer``): Lookahead, the
+    data-parallel wrappers. Schedules and training loops read the inner optimizer's groups
+    and state through these, so one LRScheduler drives the wrapped optimizer too."""
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+

@@ -40,6 +40,7 @@ import numpy as np
 
 from minidl.autograd import enable_grad, is_grad_enabled
 from minidl.nn.module import Module
+from minidl.optim.optimizer import WrapsOptimizer
 from minidl.tensor import Tensor
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
@@ -223,7 +224,7 @@ def check_same_model(module: Module, comm) -> None:
                          + "\n  ".join(problems[:8]))
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(WrapsOptimizer):
     """An optimizer whose ``step()`` first all-reduces the gradients of a ``DataParallel`` model.
 
     Everything else (``param_groups``, ``state``, ``zero_grad``, ``state_dict``)
@@ -238,14 +239,6 @@ class DistributedOptimizer:
             raise TypeError(f"DistributedOptimizer: model must be a DataParallel, got {type(model).__name__}")
         self.optimizer, self.model = optimizer, model
         self._synchronized = False
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
 
     @property
     def requires_create_graph(self) -> bool:

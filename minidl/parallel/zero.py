@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl.optim.optimizer import WrapsOptimizer
 from minidl.tensor import Tensor
 
 
@@ -44,7 +45,7 @@ def partition_parameters(sizes, size: int) -> list[int]:
     return owner
 
 
-class ZeroRedundancyOptimizer:
+class ZeroRedundancyOptimizer(WrapsOptimizer):
     """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, **options)``.
 
     ``params`` is what ``optimizer_class`` takes (tensors or parameter-group
@@ -83,15 +84,8 @@ class ZeroRedundancyOptimizer:
         self.optimizer = optimizer_class(local_groups, **options)
         self._layout = self._gather_layout()
 
-    # ------------------------------------------------------------ what schedulers and loops read
-    @property
-    def param_groups(self):
-        """This rank's groups: the same hyperparameters everywhere, only the owned parameters."""
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
+    # param_groups (WrapsOptimizer) are this rank's groups: the same hyperparameters
+    # everywhere, only the owned parameters.
 
     def zero_grad(self, set_to_none: bool = True):
         for p in self.all_params:

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+from minidl.cli import positive_float, positive_int
 from minidl.train import data_sources
 
 DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "schedule": "cosine",
@@ -34,26 +35,6 @@ RUN_SETTINGS = tuple(DEFAULTS)
 
 
 # ---------------------------------------------------------------- argument types
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (at least 1), got {value}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
 def _nonnegative_float(text):
     value = float(text)
     if not value >= 0:
@@ -256,16 +237,16 @@ def _add_train(sub):
     p.add_argument("--data", type=_data_spec, help="digits (bundled, default), spirals, or mnist:PATH")
     p.add_argument("--model", choices=("mlp", "cnn"), help="mlp (default) or cnn (images only)")
     p.add_argument("--optimizer", help="any minidl.optim optimizer by name: adam (default), sgd, adamw, ...")
-    p.add_argument("--lr", type=_positive_float, help="learning rate (default: the optimizer's own, 0.05 for SGD)")
+    p.add_argument("--lr", type=positive_float, help="learning rate (default: the optimizer's own, 0.05 for SGD)")
     p.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule (default cosine)")
-    p.add_argument("--epochs", type=_positive_int, help="total epochs, counting a resumed run's (default 20)")
-    p.add_argument("--batch-size", dest="batch_size", type=_positive_int, help="samples per batch (default 32)")
+    p.add_argument("--epochs", type=positive_int, help="total epochs, counting a resumed run's (default 20)")
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, help="samples per batch (default 32)")
     p.add_argument("--weight-decay", dest="weight_decay", type=_nonnegative_float, help="L2 weight decay")
     p.add_argument("--label-smoothing", dest="label_smoothing", type=_nonnegative_float)
     p.add_argument("--dropout", type=_nonnegative_float, help="dropout after each hidden layer")
-    p.add_argument("--clip-norm", dest="clip_norm", type=_positive_float, help="clip gradients to this global norm")
-    p.add_argument("--accumulate", type=_positive_int, help="micro-batches per optimizer step")
-    p.add_argument("--patience", type=_positive_int, help="early stopping after this many epochs without "
+    p.add_argument("--clip-norm", dest="clip_norm", type=positive_float, help="clip gradients to this global norm")
+    p.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step")
+    p.add_argument("--patience", type=positive_int, help="early stopping after this many epochs without "
                    "a better validation accuracy (restores the best weights)")
     p.add_argument("--device", help="cpu (default) or cuda")
     p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default 0)")
@@ -314,7 +295,7 @@ def _add_diagnose(sub):
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--dropout", type=_nonnegative_float, default=0.0)
     p.add_argument("--weights", help="a model.safetensors to load instead of fresh weights")
-    p.add_argument("--steps", type=_positive_int, default=150, help="steps of the overfit and baseline runs")
+    p.add_argument("--steps", type=positive_int, default=150, help="steps of the overfit and baseline runs")
     p.add_argument("--device", help="cpu (default) or cuda")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=diagnose_command)
