@@ -133,7 +133,7 @@ class _RNNBase(Module):
             init.uniform_(p, -bound, bound)
 
     def _step_fn(self):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _step_fn (the one-step cell: RNN, LSTM, GRU)")
 
     def _layer_params(self, k, suffix):
         get = self._parameters.get

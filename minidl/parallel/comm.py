@@ -43,11 +43,11 @@ class Communicator:
 
     def allreduce_(self, array):
         """Sum ``array`` over every rank, in place; returns it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define allreduce_ (see LocalComm, MPIComm)")
 
     def broadcast_(self, array, root: int = 0):
         """Overwrite ``array`` with rank ``root``'s values, in place; returns it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define broadcast_ (see LocalComm, MPIComm)")
 
     def allgather(self, array):
         """A new array of shape ``(size, *array.shape)``: row r is rank r's ``array``."""
