@@ -38,7 +38,8 @@ class Add(Binary):
 
     def backward(self, gy):
         a, b = self.inputs
-        return sum_to(gy, a.shape), sum_to(gy, b.shape)
+        return (sum_to(gy, a.shape) if a.requires_grad else None,
+                sum_to(gy, b.shape) if b.requires_grad else None)
 
 
 class Sub(Binary):
@@ -50,7 +51,8 @@ class Sub(Binary):
 
     def backward(self, gy):
         a, b = self.inputs
-        return sum_to(gy, a.shape), (sum_to(-gy, b.shape) if b.requires_grad else None)
+        return (sum_to(gy, a.shape) if a.requires_grad else None,
+                sum_to(-gy, b.shape) if b.requires_grad else None)
 
 
 class Mul(Binary):
