@@ -19,7 +19,7 @@ from minidl import backend
 from minidl.autograd import grad as autograd_grad
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_betas, check_eps, check_nonnegative
+from minidl.optim.optimizer import Optimizer, check_nonnegative
 from minidl.tensor import Tensor
 
 
@@ -93,8 +93,6 @@ class AdaHessian(Optimizer):
 
     def check_group(self, group):
         super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
         power = check_nonnegative(self.name, "hessian_power", group["hessian_power"])
         if power > 1:
             raise ValueError(f"{self.name}: hessian_power must lie in [0, 1], got {power}")

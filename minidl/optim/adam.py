@@ -22,7 +22,7 @@ import math
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_betas, check_eps, check_nonnegative, decay_weights_, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_nonnegative, decay_weights_, l2_gradient
 
 
 def adam_direction(g, m, v, v_max=None, *, t, beta1, beta2, eps, tmp=None):
@@ -81,11 +81,6 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       amsgrad=bool(amsgrad)))
-
-    def check_group(self, group):
-        super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
 
     def update(self, w, g, state, group):
         if "t" not in state:
@@ -162,8 +157,6 @@ class NAdam(Optimizer):
 
     def check_group(self, group):
         super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
         group["momentum_decay"] = check_nonnegative(self.name, "momentum_decay", group["momentum_decay"])
 
     def update(self, w, g, state, group):
@@ -238,11 +231,6 @@ class RAdam(Optimizer):
                  decoupled_weight_decay=False):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       decoupled_weight_decay=bool(decoupled_weight_decay)))
-
-    def check_group(self, group):
-        super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
 
     def begin(self, w, state):
         if "t" not in state:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_eps, check_unit, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_unit, l2_gradient
 
 
 def adagrad_update(w, g, s, *, lr, eps, weight_decay=0.0, tmp=None):
@@ -44,10 +44,6 @@ class AdaGrad(Optimizer):
 
     def __init__(self, params, lr=1e-2, eps=1e-10, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay))
-
-    def check_group(self, group):
-        super().check_group(group)
-        group["eps"] = check_eps(self.name, group["eps"])
 
     def update(self, w, g, state, group):
         if "s" not in state:
@@ -102,7 +98,6 @@ class RMSProp(Optimizer):
     def check_group(self, group):
         super().check_group(group)
         group["rho"] = check_unit(self.name, "rho", group["rho"])
-        group["eps"] = check_eps(self.name, group["eps"])
         group["momentum"] = check_unit(self.name, "momentum", group["momentum"])
 
     def update(self, w, g, state, group):
@@ -150,7 +145,6 @@ class AdaDelta(Optimizer):
     def check_group(self, group):
         super().check_group(group)
         group["rho"] = check_unit(self.name, "rho", group["rho"])
-        group["eps"] = check_eps(self.name, group["eps"])
 
     def update(self, w, g, state, group):
         if "v" not in state:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from minidl.backend import xp_of
 from minidl.optim.adam import adam_direction
-from minidl.optim.optimizer import Optimizer, check_betas, check_eps, check_nonnegative, check_unit
+from minidl.optim.optimizer import Optimizer, check_nonnegative, check_unit
 
 
 def trust_ratio(numerator, denominator):
@@ -99,11 +99,6 @@ class LAMB(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    def check_group(self, group):
-        super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
-
     def update(self, w, g, state, group):
         if "t" not in state:
             state.update(t=0, m=xp_of(w).zeros_like(w), v=xp_of(w).zeros_like(w))
@@ -136,11 +131,6 @@ class NovoGrad(Optimizer):
 
     def __init__(self, params, lr, betas=(0.95, 0.98), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    def check_group(self, group):
-        super().check_group(group)
-        group["betas"] = check_betas(self.name, group["betas"])
-        group["eps"] = check_eps(self.name, group["eps"])
 
     def update(self, w, g, state, group):
         first = "m" not in state

@@ -141,6 +141,10 @@ class Optimizer:
             group["lr"] = check_lr(self.name, group["lr"])
         if "weight_decay" in group:
             group["weight_decay"] = check_nonnegative(self.name, "weight_decay", group["weight_decay"])
+        if "betas" in group:
+            group["betas"] = check_betas(self.name, group["betas"])
+        if "eps" in group:
+            group["eps"] = check_eps(self.name, group["eps"])
 
     # ------------------------------------------------------------ the step
     def parameters(self):
