@@ -24,12 +24,13 @@ def _tuple(value, n: int, name: str, layer: str) -> tuple:
 
 
 class _ConvNd(Module):
-    """Shared by Conv1d and Conv2d: parameter creation, default initialization, repr."""
+    """Shared by Conv1d and Conv2d: parameters, default initialization, groups and padding, repr."""
 
     dims = 0
+    conv = None  # F.conv1d or F.conv2d
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                 device, dtype):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, device=None, dtype=None):
         super().__init__()
         layer = type(self).__name__
         if in_channels <= 0 or out_channels <= 0:
@@ -62,6 +63,10 @@ class _ConvNd(Module):
         if self.bias is not None:
             fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
             fan_in_uniform_(self.bias, fan_in)
+
+    def forward(self, x):
+        self._check_input(x)
+        return self._convolve(type(self).conv, x)
 
     def _check_input(self, x):
         if x.ndim != self.dims + 2 or x.shape[1] != self.in_channels:
@@ -121,15 +126,7 @@ class Conv1d(_ConvNd):
     """
 
     dims = 1
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         device, dtype)
-
-    def forward(self, x):
-        self._check_input(x)
-        return self._convolve(F.conv1d, x)
+    conv = staticmethod(F.conv1d)
 
 
 class Conv2d(_ConvNd):
@@ -143,15 +140,7 @@ class Conv2d(_ConvNd):
     """
 
     dims = 2
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         device, dtype)
-
-    def forward(self, x):
-        self._check_input(x)
-        return self._convolve(F.conv2d, x)
+    conv = staticmethod(F.conv2d)
 
 
 class _Pool2d(Module):
@@ -167,6 +156,10 @@ class _Pool2d(Module):
         _tuple(kernel_size, 2, "kernel_size", layer)
         _tuple(self.stride, 2, "stride", layer)
         _tuple(padding, 2, "padding", layer)
+
+    def forward(self, x):
+        self._check_input(x)
+        return self._convolve(type(self).conv, x)
 
     def _check_input(self, x):
         if x.ndim != 4:
