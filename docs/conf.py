@@ -9,6 +9,10 @@ build starts and executed by MyST-NB, so every figure on the site comes from
 the current code. Execution results are cached under ``docs/_build`` keyed
 by each notebook's content; set ``MINIDL_DOCS_EXECUTE=force`` to run them all
 again (after changing minidl itself, for example).
+
+Equations are typeset by a copy of MathJax that the build puts in ``_static/``
+(``docs/_ext/offlinemath.py``), so the built folder works opened from disk,
+with no network.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "offlinemath",              # docs/_ext/offlinemath.py: MathJax shipped with the site, typeset offline
     "sphinx.ext.viewcode",
     "opsdoc",                   # docs/_ext/opsdoc.py: the "Ops and their gradients" page
     "graphfigure",              # docs/_ext/graphfigure.py: the recorded graph of a two-layer net

@@ -8,6 +8,7 @@ from minidl import ops as _ops  # noqa: F401 - attaches Tensor's operators and m
 from minidl.autograd import (
     AnomalyError,
     Function,
+    FunctionHook,
     detect_anomaly,
     enable_grad,
     grad,
@@ -38,7 +39,7 @@ from minidl.tensor import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AnomalyError", "Function", "GradcheckError", "Tensor", "arange", "as_tensor", "concatenate",
+    "AnomalyError", "Function", "FunctionHook", "GradcheckError", "Tensor", "arange", "as_tensor", "concatenate",
     "detect_anomaly", "enable_grad", "full", "gpu_available", "grad", "gradcheck", "gradgradcheck",
     "is_grad_enabled", "load", "manual_seed", "maximum", "minimum", "no_grad", "ones", "ones_like", "rand",
     "rand_like", "randn", "randn_like", "save", "set_grad_enabled", "stack", "tensor", "where", "zeros",

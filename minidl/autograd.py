@@ -24,10 +24,10 @@ import traceback
 import weakref
 
 from minidl import backend
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, _clock, version_of
 
 _grad_enabled = True  # is the graph being recorded?
-_anomaly = False  # check every forward and backward output for NaN/Inf?
+_hooks: tuple = ()  # the active FunctionHooks, outermost first (see FunctionHook)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -42,6 +42,12 @@ class Function:
     """
 
     inputs: tuple = ()
+    # Positions of the inputs whose values backward reads (directly, or through an array
+    # forward kept a view of); None means all; "each other": inputs 0 and 1 are each read
+    # only for the other's gradient (a·b, a @ b, x Wᵀ). An input not read may change in
+    # place between forward and backward without making the gradient wrong.
+    saved_inputs: tuple | str | None = None
+    _stamp = None  # the mutation clock when the op was recorded (see _check_inputs_unchanged)
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")
@@ -51,38 +57,38 @@ class Function:
 
     def __call__(self, *inputs: Tensor):
         # The hot path of the whole engine: keep it a handful of Python operations.
+        if _hooks:  # a FunctionHook is active: the same call, announced to it
+            return _call_with_hooks(self, inputs)
         if backend._cupy is not None:
             _check_same_device(self, inputs)
-        ys = self.forward(*[x.data for x in inputs])
+        ys = self.forward(*[x._data for x in inputs])
         record = _grad_enabled and any([x.requires_grad for x in inputs])
         if type(ys) is not tuple:  # one output: the common case
             out = Tensor(ys, record)
-            if _anomaly:
-                _check_finite(self, (ys,), "forward")
             if record:
                 self.inputs = inputs
+                self._stamp = _clock[0]
                 self.outputs = (weakref.ref(out),)
                 out.creator = self
-                if _anomaly:
-                    self.created_at = _user_frame()
             return out
         outputs = tuple(Tensor(y, record) for y in ys)
-        if _anomaly:
-            _check_finite(self, ys, "forward")
         if record:
             self.inputs = inputs
+            self._stamp = _clock[0]
             self.outputs = tuple(weakref.ref(out) for out in outputs)
             for index, out in enumerate(outputs):
                 out.creator = self
                 out.output_index = index
             self.output_meta = [(y.shape, y.dtype) for y in ys]  # to fill missing output grads with zeros
-            if _anomaly:
-                self.created_at = _user_frame()
         return outputs
 
     def output(self, index: int = 0) -> Tensor:
         """The output Tensor itself, for a backward written in terms of y (exp, tanh...)."""
-        return self.outputs[index]()
+        y = self.outputs[index]()
+        stamp = self._stamp
+        if stamp != _clock[0] and stamp is not None and y is not None and version_of(y) > stamp:
+            raise _changed_in_place(self, f"output {index}", y)  # changed in place since forward
+        return y
 
     def release(self):
         """Drop everything saved for backward (the graph is freed after use)."""
@@ -99,6 +105,103 @@ def _check_same_device(fn, inputs):
         shown = ", ".join(f"{tuple(x.shape)} on {x.device}" for x in inputs)
         raise ValueError(f"{type(fn).__name__}: inputs are on different devices ({shown}); "
                          "move them to one device first with .to(device)")
+
+
+# ---------------------------------------------------------------- hooks
+class FunctionHook:
+    """Code run around every op's forward and every node's backward while the hook is active.
+
+    Subclass it, override any of the four methods (each does nothing by
+    default) and activate it with ``with MyHook(): ...``; it is removed when
+    the block ends, also when the block raises. Modeled on Chainer's
+    ``FunctionHook``. The profiler, the memory tracker, gradient checkpointing
+    and :func:`detect_anomaly` are built on it.
+
+    - ``forward_preprocess(function, inputs)``: the op ``function`` was called
+      on ``inputs`` (a tuple of Tensors); nothing is computed yet.
+    - ``forward_postprocess(function, inputs, outputs)``: ``outputs`` (a Tensor
+      or a tuple of Tensors, as the call returns) are made, and when the
+      graph is recorded ``function`` is now their creator.
+    - ``backward_preprocess(function, grad_outputs)``: the backward walk is about
+      to run ``function.backward`` on ``grad_outputs`` (a tuple of Tensors).
+    - ``backward_postprocess(function, grad_outputs, grad_inputs)``: it returned
+      ``grad_inputs``, a tuple with one Tensor (or None) per input.
+
+    Each preprocess call is followed by its postprocess even when the op or
+    its backward raised (``outputs`` or ``grad_inputs`` is then None), so a hook
+    can keep state that opens and closes with each call. Ops that a backward
+    calls are seen (they are how it computes, and they may record a graph);
+    an op's forward works on arrays, and anything it might call is part of
+    that op. Hooks nest: preprocess runs outermost first, postprocess
+    innermost first. With no hook active the engine pays one check per op
+    call and one per node backward.
+    """
+
+    def forward_preprocess(self, function, inputs):
+        pass
+
+    def forward_postprocess(self, function, inputs, outputs):
+        pass
+
+    def backward_preprocess(self, function, grad_outputs):
+        pass
+
+    def backward_postprocess(self, function, grad_outputs, grad_inputs):
+        pass
+
+    def __enter__(self):
+        global _hooks
+        if any(hook is self for hook in _hooks):
+            raise RuntimeError(f"{type(self).__name__} is already active; enter a hook once at a time")
+        _hooks = _hooks + (self,)
+        return self
+
+    def __exit__(self, *exc):
+        global _hooks
+        _hooks = tuple(hook for hook in _hooks if hook is not self)
+        return False
+
+
+def _call_with_hooks(fn, inputs):
+    """Function.__call__ while hooks are active: the plain call, between the hooks' methods."""
+    global _hooks
+    hooks, entered, outputs = _hooks, 0, None
+    try:
+        for hook in hooks:
+            hook.forward_preprocess(fn, inputs)
+            entered += 1
+        _hooks = ()  # the call itself takes the plain path (it sees no hooks, so it cannot recurse here)
+        outputs = fn(*inputs)
+    finally:
+        _hooks = hooks
+        _each_hook(hooks[:entered], "forward_postprocess", fn, inputs, outputs)
+    return outputs
+
+
+def _backward_with_hooks(fn, gys):
+    """fn.backward(*gys) between the active hooks' backward methods; returns a tuple."""
+    hooks, entered, gxs, gys = _hooks, 0, None, tuple(gys)
+    try:
+        for hook in hooks:
+            hook.backward_preprocess(fn, gys)
+            entered += 1
+        gxs = fn.backward(*gys)
+        gxs = gxs if type(gxs) is tuple else (gxs,)
+    finally:
+        _each_hook(hooks[:entered], "backward_postprocess", fn, gys, gxs)
+    return gxs
+
+
+def _each_hook(hooks, method, *args):
+    """Call ``method`` of each hook, innermost first; every one runs even if one raises."""
+    error = None
+    for hook in reversed(hooks):
+        try:
+            getattr(hook, method)(*args)
+        except BaseException as e:  # re-raised below, once the others have closed their state
+            error = error or e
+    if error is not None:
+        raise error
 
 
 # ---------------------------------------------------------------- grad modes
@@ -136,15 +239,49 @@ class AnomalyError(FloatingPointError):
 def detect_anomaly():
     """Raise at the first op whose forward or backward output is NaN or Inf.
 
-    The error names the op and the line of user code that created it. It
-    costs a full scan of every output, so use it to debug, not to train.
+    The error names the op and the line of user code that created it. Wrap
+    the forward pass as well as the backward: an op created outside the block
+    is still checked in backward, but its creation was not seen, and the
+    error says so. It costs a full scan of every output, so use it to debug,
+    not to train. Nested blocks check once.
     """
-    global _anomaly
-    previous, _anomaly = _anomaly, True
-    try:
+    if any(isinstance(hook, _AnomalyCheck) for hook in _hooks):
         yield
-    finally:
-        _anomaly = previous
+        return
+    with _AnomalyCheck():
+        yield
+
+
+class _AnomalyCheck(FunctionHook):
+    """detect_anomaly's hook: every output scanned, every recorded op's creation line kept."""
+
+    def __init__(self):
+        # > 0 while a node's backward runs: a NaN made by the ops inside it is reported
+        # as that node's (with the user's line that created it), not as a Div's.
+        self.backward_depth = 0
+
+    def forward_postprocess(self, fn, inputs, outputs):
+        if outputs is None or self.backward_depth:
+            return
+        outputs = outputs if type(outputs) is tuple else (outputs,)
+        if outputs[0].creator is fn:  # recorded: a NaN in its backward will name this line
+            fn.created_at = _user_frame()
+        if not _all_finite(outputs):
+            where = getattr(fn, "created_at", None) or _user_frame()
+            raise AnomalyError(f"{type(fn).__name__} produced NaN or Inf in its forward pass; "
+                               f"the op was created at {where}")
+
+    def backward_preprocess(self, fn, grad_outputs):
+        self.backward_depth += 1
+
+    def backward_postprocess(self, fn, grad_outputs, grad_inputs):
+        self.backward_depth -= 1
+        if grad_inputs is None or self.backward_depth or _all_finite(grad_inputs):
+            return
+        where = getattr(fn, "created_at", None)
+        origin = (f"the op was created at {where}" if where else
+                  "the op was created outside detect_anomaly(); wrap the forward pass too to see where")
+        raise AnomalyError(f"{type(fn).__name__} produced NaN or Inf in its backward pass; {origin}")
 
 
 def _user_frame() -> str:
@@ -155,15 +292,12 @@ def _user_frame() -> str:
     return "<unknown>"
 
 
-def _check_finite(fn, arrays, phase):
-    for array in arrays:
-        if array is None:
-            continue
-        array = array.data if isinstance(array, Tensor) else array
-        if array.dtype.kind in "fc" and not bool(backend.xp_of(array).isfinite(array).all()):
-            where = getattr(fn, "created_at", None) or _user_frame()
-            raise AnomalyError(f"{type(fn).__name__} produced NaN or Inf in its {phase} pass; "
-                               f"the op was created at {where}")
+def _all_finite(tensors) -> bool:
+    """No NaN or Inf in any floating or complex Tensor of ``tensors`` (None entries skipped)."""
+    for t in tensors:
+        if t is not None and t.dtype.kind in "fc" and not bool(t.xp.isfinite(t.data).all()):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- the backward walk
@@ -192,7 +326,7 @@ def _topological_order(roots):
 
 def _as_grad(grad, like: Tensor) -> Tensor:
     if grad is None:
-        if like.data.size != 1:
+        if like._data.size != 1:
             raise RuntimeError(
                 f"backward() on a tensor of shape {like.shape} needs grad=: an upstream gradient "
                 "of the same shape (only a one-element tensor, like a loss, can omit it)")
@@ -210,9 +344,9 @@ def _accumulate_leaf(x: Tensor, g: Tensor, create_graph: bool):
     elif create_graph:
         x._grad, x._grad_owned = x._grad + g, False
     elif x._grad_owned:
-        x._grad.data += g.data
+        x._grad._data += g._data
     else:
-        x._grad, x._grad_owned = Tensor(x._grad.data + g.data), True
+        x._grad, x._grad_owned = Tensor(x._grad._data + g._data), True
 
 
 def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False, inputs=None):
@@ -243,6 +377,7 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     # after every consumer has been released.
     pending = {}
     order = _topological_order({out.creator for out in outputs if out.creator is not None})
+    now = _clock[0]  # a node stamped with this value saw no in-place change since it was recorded
     with set_grad_enabled(create_graph):
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
@@ -254,11 +389,11 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             if entry is None:
                 continue
             gys = entry[0] if len(entry[0]) == 1 else _fill_missing(fn, entry[0])
-            gxs = _backward_blaming_node(fn, gys) if _anomaly else _run_backward(fn, gys)
+            if fn._stamp != now:
+                _check_inputs_unchanged(fn)
+            gxs = fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
             if type(gxs) is not tuple:
                 gxs = (gxs,)
-            if _anomaly:
-                _check_finite(fn, gxs, "backward")
             for x, gx in zip(fn.inputs, gxs):
                 if gx is None or not x.requires_grad:
                     continue
@@ -273,20 +408,31 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     return None
 
 
-def _run_backward(fn, gys):
-    """fn.backward(*gys): one module-level call that minidl.profiler swaps to time each node."""
-    return fn.backward(*gys)
+def _check_inputs_unchanged(fn):
+    """Raise if an input that fn's backward reads was changed in place after fn was recorded."""
+    if fn._stamp is None:
+        return
+    inputs, saved = fn.inputs, fn.saved_inputs
+    if saved is None:
+        positions = range(len(inputs))
+    elif saved == "each other":
+        positions = [i for i in (0, 1) if inputs[1 - i].requires_grad]
+    else:
+        positions = saved
+    for i in positions:
+        if version_of(inputs[i]) > fn._stamp:
+            raise _changed_in_place(fn, f"input {i}", inputs[i])
 
 
-def _backward_blaming_node(fn, gys):
-    """fn.backward with the checks of the ops inside it paused, so that a NaN or Inf
-    it makes is reported as fn's (with the user's line that created fn), not as a Div's."""
-    global _anomaly
-    _anomaly = False
-    try:
-        return _run_backward(fn, gys)
-    finally:
-        _anomaly = True
+def _changed_in_place(fn, role, t):
+    op = type(fn).__name__
+    named = f" '{t.name}'" if t.name else ""
+    return RuntimeError(
+        f"backward through {op}: a tensor it saved for backward (its {role}{named} of shape "
+        f"{tuple(t.shape)}, {t.dtype}) was changed in place after {op} was recorded (by an "
+        "optimizer step, load_state_dict, an assignment to .data or an in-place method), so "
+        "the gradient would be computed from the new values; change a copy (t.clone()) instead, "
+        "or change it after backward (after an optimizer step, run the forward again)")
 
 
 def _add_pending(pending, out: Tensor, g: Tensor):
@@ -316,13 +462,14 @@ def _fill_missing(fn, gys):
             for g, (shape, dtype) in zip(gys, fn.output_meta)]
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None, allow_unused=True):
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None, allow_unused=False):
     """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
 
     ``outputs`` and ``inputs`` are Tensors or sequences of Tensors. Returns a
-    list with one Tensor per input (None for an input the outputs do not
-    depend on, unless ``allow_unused=False``). With ``create_graph=True`` the
-    returned gradients are themselves differentiable.
+    list with one Tensor per input. An input the outputs do not depend on is an
+    error (often a sign that the wrong tensor was passed), as in PyTorch; with
+    ``allow_unused=True`` its gradient is None instead. With
+    ``create_graph=True`` the returned gradients are themselves differentiable.
     """
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -331,14 +478,24 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
     retain_graph = create_graph if retain_graph is None else retain_graph
     result = backward(outputs, grad_outputs, retain_graph, create_graph, inputs=inputs)
     if not allow_unused and any(g is None for g in result):
-        missing = [i for i, g in enumerate(result) if g is None]
-        raise RuntimeError(f"grad(): inputs {missing} were not used to compute the outputs")
+        raise RuntimeError(_unused_message(inputs, result))
     return result
+
+
+def _unused_message(inputs, result):
+    unused = [(i, x) for i, (x, g) in enumerate(zip(inputs, result)) if g is None]
+    shown = ", ".join(f"{i} (shape {tuple(x.shape)}" + ("" if x.requires_grad else ", requires_grad=False")
+                      + ")" for i, x in unused)
+    many = len(unused) > 1
+    return (f"grad(): input{'s' if many else ''} {shown} (counting from 0, of {len(inputs)}) "
+            f"{'were' if many else 'was'} not used to compute the outputs, so no gradient reaches "
+            f"{'them' if many else 'it'}; pass allow_unused=True to get None for an unused input")
 
 
 # ---------------------------------------------------------------- ops the Tensor class itself needs
 class ToDevice(Function):
     """y = x on another device;  dx = dy moved back to x's device."""
+    saved_inputs = ()
 
     def __init__(self, device):
         self.device = device
@@ -353,6 +510,7 @@ class ToDevice(Function):
 
 class Cast(Function):
     """y = x converted to ``dtype``;  dx = dy converted back to x's dtype."""
+    saved_inputs = ()
 
     def __init__(self, dtype):
         self.dtype = dtype

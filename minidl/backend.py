@@ -7,8 +7,18 @@ lazily: a CPU-only machine never needs it installed.
 
     xp = backend.xp_of(array)          # numpy or cupy, whichever owns array
     xp = backend.xp_for("cuda:0")      # the module for a device string
+
+Where NumPy and CuPy spell one operation differently (an unbuffered
+scatter-add, the error function, NCCL), this module offers one function that
+picks the right spelling, so no other module needs ``import cupyx``:
+
+    backend.scatter_add(target, index, values)   target[index] += values, repeats add up
+    backend.erf(x)                               the error function, elementwise
+    backend.nccl()                               the cupy.cuda.nccl module
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -134,3 +144,55 @@ def get_rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     _cpu_rng.bit_generator.state = state
+
+
+# ---------------------------------------------------------------- one name, two spellings
+def scatter_add(target, index, values) -> None:
+    """``target[index] += values`` in place, adding every repeat of an index.
+
+    Plain ``target[index] += values`` keeps only one of the repeats; NumPy's
+    ``np.add.at`` and CuPy's ``cupyx.scatter_add`` add all of them.
+    """
+    if xp_of(target) is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+
+
+def erf(x):
+    """The error function erf(x) = (2/√π) ∫₀ˣ e^(−t²) dt, elementwise, in x's dtype.
+
+    NumPy arrays use SciPy's ``scipy.special.erf`` when SciPy is installed and
+    Python's exact ``math.erf`` element by element otherwise (slow: install
+    SciPy for speed); CuPy arrays use ``cupyx.scipy.special.erf``.
+    """
+    if xp_of(x) is np:
+        try:
+            from scipy.special import erf as scipy_erf
+        except ImportError:
+            return np.vectorize(math.erf, otypes=[x.dtype])(x)
+        return scipy_erf(x).astype(x.dtype, copy=False)
+    import cupyx.scipy.special
+    return cupyx.scipy.special.erf(x)
+
+
+def nccl():
+    """CuPy's NCCL binding, the ``cupy.cuda.nccl`` module, with an error that says how to get it.
+
+    Raises RuntimeError when there is no usable GPU, when CuPy is missing, or
+    when this CuPy build has no NCCL.
+    """
+    cupy_module()
+    try:
+        from cupy.cuda import nccl as module
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise RuntimeError(
+            "NCCL is not available: this CuPy build has no NCCL binding; install a CuPy wheel for CUDA 12 "
+            "(pip install 'minidl[gpu]') or use the MPI backend: init('mpi')"
+        ) from exc
+    if not getattr(module, "available", False):  # pragma: no cover
+        raise RuntimeError(
+            "NCCL is not available: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "
+            "(pip install 'minidl[gpu]') or use the MPI backend: init('mpi')")
+    return module

@@ -73,7 +73,7 @@ def _jacobians(fn, inputs, wrt, eps):
             if out.requires_grad:  # an output cut from the graph has a zero analytic row
                 seed = Tensor(out.xp.zeros(out.shape, out.dtype))
                 seed.data.reshape(-1)[k] = 1.0
-                grads = grad([out], wrt, grad_outputs=[seed], retain_graph=True)
+                grads = grad([out], wrt, grad_outputs=[seed], retain_graph=True, allow_unused=True)
                 for j, g in enumerate(grads):
                     if g is not None:
                         analytic[j][row] = backend.to_numpy(g.data).reshape(-1)
@@ -93,7 +93,8 @@ def _directional(fn, inputs, wrt, eps, rng):
     v = [Tensor(backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype)) for o in outputs]
     u = [backend.to_device(rng.standard_normal(x.shape), x.device) for x in wrt]
     live = [(o, w) for o, w in zip(outputs, v) if o.requires_grad]  # the rest have zero gradient
-    grads = grad([o for o, _ in live], wrt, grad_outputs=[w for _, w in live], retain_graph=True) if live else []
+    grads = (grad([o for o, _ in live], wrt, grad_outputs=[w for _, w in live], retain_graph=True,
+                  allow_unused=True) if live else [])
     analytic = sum(float((g.data * d).sum()) for g, d in zip(grads, u) if g is not None)
     saved = [x.data.copy() for x in wrt]
 
@@ -144,26 +145,27 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) ->
 
 
 def gradgradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> bool:
-    """Check second derivatives: gradcheck of x ↦ vᵀ ∂fn/∂x built with create_graph=True.
+    """Check second derivatives: gradcheck of (x, v) ↦ vᵀ ∂fn/∂x built with create_graph=True.
 
-    ``grad_outputs`` (the v) defaults to fixed random tensors; the function
-    under test is the gradient itself, so its Jacobian is the Hessian-vector
-    product that higher-order methods (AdaHessian) rely on. A gradient
-    computed without a graph (relu's saved mask) counts as a zero second
-    derivative, which the finite differences then confirm, or refute when a
-    backward used constants where it needed differentiable ops.
+    ``grad_outputs`` (the v, float64) defaults to fixed random tensors. Both
+    arguments are checked, as in PyTorch: the derivative with respect to x is
+    the Hessian-vector product that higher-order methods (AdaHessian) rely
+    on; the one with respect to v checks that the recorded backward is the
+    gradient itself (for a piecewise-linear op like relu, where the first is
+    zero, the second is not).
     """
     inputs, wrt = _checked_inputs(inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(seed + 1)
         with no_grad():
             outs = _outputs_of(fn, inputs)
-        grad_outputs = [Tensor(backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype))
-                        for o in outs]
+        grad_outputs = [backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype) for o in outs]
+    vs = [Tensor(v.data if isinstance(v, Tensor) else v, requires_grad=True) for v in grad_outputs]
+    n = len(inputs)
 
     def first_derivative(*args):
-        outs = _outputs_of(fn, args)
-        grads = grad(outs, wrt, grad_outputs=grad_outputs, create_graph=True)
+        outs = _outputs_of(fn, args[:n])
+        grads = grad(outs, wrt, grad_outputs=list(args[n:]), create_graph=True, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
-    return gradcheck(first_derivative, inputs, eps=eps, atol=atol, rtol=rtol, fast=fast, seed=seed)
+    return gradcheck(first_derivative, list(inputs) + vs, eps=eps, atol=atol, rtol=rtol, fast=fast, seed=seed)

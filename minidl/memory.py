@@ -12,14 +12,16 @@ of training; gradient checkpointing trades them for recomputation.
     m.peak_bytes          # the most bytes held for backward at any moment
     print(m.report())
 
-How it counts. Inside the block, ``Function.__call__`` and
-``Function.release`` are wrapped (outside the block they are the plain
-methods, so tracking costs nothing otherwise). Each op recorded inside the
-block registers the arrays it holds; each array is counted once by the
-buffer it lives in (a view and its base are one buffer), however many nodes
-hold it. The count goes down when the engine releases a node after its
-backward, or when a node is garbage-collected without a backward. After
-every change ``current_bytes`` is compared with ``peak_bytes``.
+How it counts. The tracker is a :class:`minidl.autograd.FunctionHook`:
+after each op call inside the block it registers the arrays the op's node
+holds, if the call recorded one (outside the block nothing is installed, so
+tracking costs nothing otherwise). Each array is counted once by the buffer
+it lives in (a view and its base are one buffer), however many nodes hold
+it. The count goes down when the node lets go of them: when the engine
+releases it after its backward, or when it is garbage-collected without a
+backward (a token stored among the node's saved values is freed with them,
+and that is the signal). After every change ``current_bytes`` is compared
+with ``peak_bytes``.
 
 Parameters (``nn.Parameter``) are held by the nodes that use them too, but
 they exist whether or not a graph is built, so they are left out unless
@@ -41,7 +43,7 @@ import weakref
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function
+from minidl.autograd import Function, FunctionHook
 from minidl.nn.module import Parameter
 from minidl.tensor import Tensor
 
@@ -113,7 +115,7 @@ class MemoryTracker:
         self.timeline = [] if timeline else None
         self.pool_start_bytes = self.pool_peak_bytes = None
         self._counts: dict[int, list] = {}  # buffer key -> [holders, bytes, device]
-        self._holders: dict[int, tuple] = {}  # id(node) -> (weakref to the node, its buffer keys)
+        self._holders: dict[int, tuple] = {}  # id(token) -> (weakref to the node's token, its buffer keys)
         self.active = False
 
     # ------------------------------------------------------------ bookkeeping
@@ -129,14 +131,17 @@ class MemoryTracker:
                 self._change(nbytes, device)
             else:
                 entry[0] += 1
-        token = id(fn)
-        self._holders[token] = (weakref.ref(fn, lambda _, token=token: self._forget(token)), keys)
+        # The token lives among the node's saved values, so it is freed exactly when they are:
+        # by release() after the node's backward, or with the node when its graph is dropped.
+        token = fn._memory_token = _Token()
+        key = id(token)
+        self._holders[key] = (weakref.ref(token, lambda _, key=key: self._forget(key)), keys)
         self.nodes += 1
         self._sample()
 
-    def _forget(self, token: int):
+    def _forget(self, key: int):
         """A node's arrays are no longer held: on release, or when the node is collected."""
-        entry = self._holders.pop(token, None)
+        entry = self._holders.pop(key, None)
         if entry is None:
             return
         for key in entry[1]:
@@ -185,26 +190,16 @@ class MemoryTracker:
                 f"current={format_bytes(self.current_bytes)} nodes={self.nodes}>")
 
 
-# The one tracker active now (None: the plain methods are in place), and the methods it wraps.
-_active: MemoryTracker | None = None
-_wrapped_call = Function.__call__
-_wrapped_release = Function.release
+class _Token:
+    """Stored on a node the tracker counts; its weak reference fires when the node's saved values go."""
+
+    __slots__ = ("__weakref__",)
 
 
-def _tracking_call(fn, *inputs):
-    out = _wrapped_call(fn, *inputs)
-    if "inputs" in vars(fn) and _active is not None:  # recorded: the node now holds its inputs
-        _active._register(fn)
-    return out
+_active: MemoryTracker | None = None  # the one tracker active now
 
 
-def _tracking_release(fn):
-    if _active is not None:
-        _active._forget(id(fn))
-    _wrapped_release(fn)
-
-
-class track:
+class track(FunctionHook):
     """Context manager: count the bytes held for backward by ops recorded inside it.
 
     ``with track() as m: ...`` then ``m.peak_bytes``, ``m.current_bytes``,
@@ -217,25 +212,25 @@ class track:
         self.tracker = MemoryTracker(include_parameters, timeline)
 
     def __enter__(self) -> MemoryTracker:
-        global _active, _wrapped_call, _wrapped_release
+        global _active
         if _active is not None:
             raise RuntimeError("minidl.memory.track(): a tracker is already active; "
                                "nest the measured code inside the one tracker instead")
         if backend._cupy is not None:
             pool = backend._cupy.get_default_memory_pool()
             self.tracker.pool_start_bytes = self.tracker.pool_peak_bytes = pool.used_bytes()
-        # wrap whatever is in place now (plain methods, or another wrapper), and put it back on exit
-        _wrapped_call, _wrapped_release = Function.__call__, Function.release
-        self._saved = (_wrapped_call, _wrapped_release)
-        Function.__call__ = _tracking_call
-        Function.release = _tracking_release
+        super().__enter__()
         _active = self.tracker
         self.tracker.active = True
         return self.tracker
 
     def __exit__(self, *exc):
         global _active
-        Function.__call__, Function.release = self._saved
+        super().__exit__(*exc)
         _active = None
         self.tracker.active = False
         return False
+
+    def forward_postprocess(self, fn, inputs, outputs):
+        if outputs is not None and "inputs" in vars(fn):  # recorded: the node now holds its inputs
+            self.tracker._register(fn)

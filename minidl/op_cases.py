@@ -57,7 +57,8 @@ def cases(seed: int = 0):
         ("log", F.log, [t(3, 4, positive=True)]),
         ("sqrt", F.sqrt, [t(3, 4, positive=True)]),
         ("abs", F.abs, [_away_from_kinks(rng, 3, 4)]),
-        ("clip", lambda x: F.clip(x, -0.05, 0.05), [_away_from_kinks(rng, 3, 4)]),
+        ("clip", lambda x: F.clip(x, -0.6, 0.4),  # some entries clipped, some not, none at a bound
+         [Tensor(np.linspace(-1.05, 1.05, 12).reshape(3, 4), requires_grad=True)]),
         ("maximum", F.maximum, [_distinct(rng, 3, 4), t(4)]),
         ("minimum", F.minimum, [_distinct(rng, 3, 4), t(4)]),
         ("where", lambda a, b: F.where(a.data > 0, a, b), [t(3, 4), t(4)]),
@@ -88,6 +89,7 @@ def cases(seed: int = 0):
         ("linear", F.linear, [t(5, 4), t(3, 4), t(3)]),
     ]
     out += _layer_cases(rng, t, targets)
+    out += _gradient_op_cases(rng, t, targets)
     return out
 
 
@@ -113,3 +115,46 @@ def _layer_cases(rng, t, targets):
          lambda z: F.binary_cross_entropy_with_logits(z, labels01), [t(3, 4)]),
     ]
     return out
+
+
+def _gradient_op_cases(rng, t, targets):
+    """The gradient ops: each first-order backward is an op of its own, checked here like any op.
+
+    What a gradient op's forward takes from its parent's forward (a mask, the softmax,
+    the normalization statistics) is recomputed from the inputs on every call, as the
+    parent would, so that the finite differences see a consistent function.
+    """
+    from minidl.ops.activation import GELUGrad, LogSoftmaxGrad, ReLUGrad, SigmoidGrad, SoftmaxGrad, TanhGrad
+    from minidl.ops.conv import Col2Im
+    from minidl.ops.linalg import LinearGradData, LinearGradWeight
+    from minidl.ops.loss import CrossEntropyGrad
+    from minidl.ops.norm import Normalize, NormalizeGrad
+
+    mask = rng.random((3, 4)) > 0.5
+    coefficients = np.eye(4)[targets] * 0.9 + 0.1 / 4  # label smoothing 0.1, as the cross_entropy case
+
+    def cross_entropy_grad(x, gy):
+        shifted = np.exp(x.data - x.data.max(axis=1, keepdims=True))
+        return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True), coefficients)(x, gy)
+
+    def normalize_grad(x, gy, axes=(1,)):
+        normalize = Normalize(axes, 1e-5)
+        x_hat = normalize.forward(x.data)
+        return NormalizeGrad(axes, 1e-5, x_hat, normalize.inv_std)(x, gy)
+
+    return [
+        ("relu_grad", lambda gy: ReLUGrad(mask)(gy), [t(3, 4)]),
+        ("tanh_grad", lambda y, gy: TanhGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
+        ("sigmoid_grad", lambda y, gy: SigmoidGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
+        ("softmax_grad", lambda y, gy: SoftmaxGrad(-1)(y, gy), [t(3, 4), t(3, 4)]),
+        ("log_softmax_grad", lambda y, gy: LogSoftmaxGrad(0)(y, gy), [t(3, 4), t(3, 4)]),
+        ("gelu_grad", lambda x: GELUGrad("none")(x), [t(3, 4)]),
+        ("gelu_tanh_grad", lambda x: GELUGrad("tanh")(x), [t(3, 4)]),
+        ("linear_grad_data", lambda gy, w: LinearGradData()(gy, w), [t(2, 5, 3), t(3, 4)]),
+        ("linear_grad_weight", lambda gy, x: LinearGradWeight()(gy, x), [t(2, 5, 3), t(2, 5, 4)]),
+        ("linear_grad_weight_one_row", lambda gy, x: LinearGradWeight()(gy, x), [t(1, 3), t(1, 4)]),
+        ("cross_entropy_grad", cross_entropy_grad, [t(5, 4), t(5)]),
+        ("normalize_grad", normalize_grad, [t(3, 4), t(3, 4)]),
+        ("normalize_grad_two_axes", lambda x, gy: normalize_grad(x, gy, (0, 2)), [t(2, 3, 4), t(2, 3, 4)]),
+        ("col2im", lambda cols: Col2Im((1, 2, 3, 3), (2, 2), (1, 1), (1, 1))(cols), [t(1, 4, 4, 2, 2, 2)]),
+    ]

@@ -44,15 +44,17 @@ waits for the GPU before and after every op, so the host times are the true
 times at the cost of serializing the step.
 
 Zero cost when not profiling: nothing is installed outside the ``with``
-block. Inside it, ``Function.__call__``, the engine's per-node backward call
-(``minidl.autograd._run_backward``), the backward walk and the optimizers'
-``step`` are swapped for timed versions, and restored on exit. Not thread-safe:
-profile one thread at a time.
+block. A profile is a :class:`minidl.autograd.FunctionHook`: the engine calls
+it around every op call and every node's backward. Each op's own ``forward``
+on arrays is timed by handing that op object, for that one call, a forward
+that times itself (no class is changed). The backward walk
+(``minidl.autograd.backward``) and the optimizers' ``step`` have no hook
+point, so they are wrapped for the block and restored on exit. Not
+thread-safe: profile one thread at a time.
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import sys
 from dataclasses import dataclass
 from time import perf_counter
@@ -111,7 +113,7 @@ class _Frame:
         self.start = perf_counter()
 
 
-class profile:
+class profile(autograd.FunctionHook):
     """Context that records the time of every op type, forward and backward (see the module docstring).
 
     ``cuda``: time GPU work with CUDA events (None: when CuPy is in use).
@@ -129,11 +131,11 @@ class profile:
         self._work = 0.0  # time inside forward() of the op calls in that interval
         self._forward = 0.0  # time inside forward() of the current op call
         self._depth = 0  # > 0 while inside an op, a node's backward, the walk or a region
-        self._in_forward = False
+        self._call = None  # (start, frame or None) of the op call in progress (calls never nest)
+        self._nodes = []  # frames of the node backwards in progress (a walk may run inside one)
         self._walk_nodes = [0.0, 0.0]  # node backward (total, forward work) inside the current walk
         self._events = []  # (key, start event, end event) to read after the block (GPU)
         self._restore = []  # (owner, attribute, original) to put back on exit
-        self._watched = set()  # Function classes whose forward is already timed
         self._cp = None
 
     # ------------------------------------------------------------ install / uninstall
@@ -147,8 +149,7 @@ class profile:
         if self.cuda:
             self._cp = backend.cupy_module()
             self._cp.cuda.Device().synchronize()  # earlier queued work is not ours
-        self._swap(autograd.Function, "__call__", _profiled_call)
-        self._swap(autograd, "_run_backward", _profiled_node_backward)
+        super().__enter__()
         self._swap(autograd, "backward", _profiled_walk)
         self._watch_optimizers()
         _active = self
@@ -161,10 +162,10 @@ class profile:
             self._cp.cuda.Device().synchronize()
         self.wall = perf_counter() - self._started
         _active = None
+        super().__exit__(*exc)
         for owner, attribute, original in reversed(self._restore):
             setattr(owner, attribute, original)
         self._restore.clear()
-        self._watched.clear()  # entering again (to add more steps to the same rows) re-wraps them
         self._read_events()
         if self.show:
             self.print_table()
@@ -173,16 +174,6 @@ class profile:
     def _swap(self, owner, attribute, replacement):
         self._restore.append((owner, attribute, owner.__dict__[attribute]))
         setattr(owner, attribute, replacement)
-
-    def _watch(self, cls):
-        """Time the forward that ``cls`` runs (the first class in its MRO defining it), once."""
-        self._watched.add(cls)
-        owner = next(k for k in cls.__mro__ if "forward" in k.__dict__)
-        if not inspect.isfunction(owner.__dict__["forward"]):  # a staticmethod or the like: leave it
-            return
-        if any(o is owner and a == "forward" for o, a, _ in self._restore):
-            return
-        self._swap(owner, "forward", _timed_forward(owner.__dict__["forward"]))
 
     def _watch_optimizers(self):
         """Time ``step()`` of every optimizer class, if minidl.optim is in use (never imported here)."""
@@ -198,6 +189,51 @@ class profile:
         for cls in classes:
             if "step" in cls.__dict__ and not any(o is cls and a == "step" for o, a, _ in self._restore):
                 self._swap(cls, "step", _timed_step(cls.__dict__["step"]))
+
+    # ------------------------------------------------------------ the engine's hook
+    def forward_preprocess(self, fn, inputs):
+        """An op call starts: a forward row at the top level, machinery time inside a backward or region."""
+        frame = None
+        if not self._depth:
+            self._depth = 1
+            frame = _Frame(self)
+        self._forward = 0.0
+        self._time_forward(fn)
+        self._call = (perf_counter(), frame)
+
+    def forward_postprocess(self, fn, inputs, outputs):
+        vars(fn).pop("forward", None)  # the call failed before its forward ran
+        start, frame = self._call
+        self._overhead += perf_counter() - start - self._forward  # the call minus its forward()
+        if frame is not None:
+            self._depth = 0
+            self._finish(frame, type(fn).__name__, "forward")
+
+    def _time_forward(self, fn):
+        """Give this op object, for this one call, a forward that adds its time to the op's work."""
+        forward = fn.forward
+
+        def timed_forward(*arrays):
+            del fn.forward  # used once: the op object is left as it was
+            start = perf_counter()
+            try:
+                return forward(*arrays)
+            finally:
+                elapsed = perf_counter() - start
+                self._forward += elapsed
+                self._work += elapsed
+        fn.forward = timed_forward
+
+    def backward_preprocess(self, fn, grad_outputs):
+        """A node's backward starts: a backward row of its op type, the ops it calls included."""
+        self._depth += 1
+        self._nodes.append(_Frame(self))
+
+    def backward_postprocess(self, fn, grad_outputs, grad_inputs):
+        self._depth -= 1
+        total, work = self._finish(self._nodes.pop(), type(fn).__name__, "backward")
+        self._walk_nodes[0] += total
+        self._walk_nodes[1] += work
 
     # ------------------------------------------------------------ timing
     def _start_event(self):
@@ -323,50 +359,8 @@ class profile:
         return self.table()
 
 
-# ---------------------------------------------------------------- the swapped-in versions
-_original_call = autograd.Function.__call__
-_original_run_backward = autograd._run_backward
+# ---------------------------------------------------------------- the wrapped versions
 _original_walk = autograd.backward
-
-
-def _profiled_call(fn, *inputs):
-    """Function.__call__, timed: a forward row at the top level, machinery time inside a backward."""
-    prof = _active
-    if prof is None or prof._in_forward:  # an op run by another op's forward is part of that work
-        return _original_call(fn, *inputs)
-    cls = type(fn)
-    if cls not in prof._watched:
-        prof._watch(cls)
-    top = not prof._depth
-    if top:
-        prof._depth = 1
-        frame = _Frame(prof)
-    prof._forward = 0.0
-    start = perf_counter()
-    try:
-        return _original_call(fn, *inputs)
-    finally:
-        prof._overhead += perf_counter() - start - prof._forward  # the call minus its forward()
-        if top:
-            prof._depth = 0
-            prof._finish(frame, cls.__name__, "forward")
-
-
-def _profiled_node_backward(fn, gys):
-    """One node's backward, timed as a backward row of its op type."""
-    prof = _active
-    if prof is None:
-        return _original_run_backward(fn, gys)
-    name = type(fn).__name__
-    prof._depth += 1
-    frame = _Frame(prof)
-    try:
-        return _original_run_backward(fn, gys)
-    finally:
-        prof._depth -= 1
-        total, work = prof._finish(frame, name, "backward")
-        prof._walk_nodes[0] += total
-        prof._walk_nodes[1] += work
 
 
 def _profiled_walk(*args, **kwargs):
@@ -389,24 +383,6 @@ def _profiled_walk(*args, **kwargs):
         engine = max(elapsed - nodes_total, 0.0)
         # the engine's own time is machinery, except the gradient sums it runs between nodes
         prof._add(ENGINE, "backward", engine, max(engine - (work - nodes_work), 0.0))
-
-
-def _timed_forward(original):
-    def forward(self, *arrays):
-        prof = _active
-        if prof is None or prof._in_forward:  # a forward calling a parent's forward counts once
-            return original(self, *arrays)
-        prof._in_forward = True
-        start = perf_counter()
-        try:
-            return original(self, *arrays)
-        finally:
-            elapsed = perf_counter() - start
-            prof._forward += elapsed
-            prof._work += elapsed
-            prof._in_forward = False
-    forward.__wrapped__ = original
-    return forward
 
 
 def _timed_step(original):

@@ -12,12 +12,64 @@ module must not import it.
 """
 from __future__ import annotations
 
+import math
+import operator
+
 import numpy as np
 
 from minidl import backend
 
 _FLOAT_KINDS = "fc"  # dtypes that can carry gradients: floating and complex
 _DEFAULT_FLOAT = np.float32
+
+# ---------------------------------------------------------------- in-place changes
+# The mutation clock counts the in-place changes made through minidl. Each recorded op keeps
+# the clock's value (its stamp); a backward that reads a saved tensor first checks that the
+# tensor's buffer did not change after the stamp. Versions belong to buffers, not Tensors,
+# so a change is seen through every view of the same memory (reshape, slices, detach), as
+# PyTorch's views share their base's version counter.
+_clock = [0]
+_changed: dict = {}  # id of the array that owns a buffer -> clock value at its last change
+_PRUNE_AT = 1 << 16  # entries kept before the oldest are forgotten
+
+
+def _owner(array):
+    """The object that owns ``array``'s memory: the end of its ``.base`` chain."""
+    base = getattr(array, "base", None)
+    while base is not None:
+        array, base = base, getattr(base, "base", None)
+    return array
+
+
+def mark_changed(*tensors: "Tensor"):
+    """Record that ``tensors`` were changed in place (an optimizer step, a load, a broadcast).
+
+    A backward through an op that saved one of them, recorded before this call, then raises
+    instead of computing a gradient from the new values. Ops and ``Tensor`` methods that
+    change values in place call this; code that writes into ``t.data[...]`` directly should too.
+    """
+    _clock[0] += 1
+    now = _clock[0]
+    for t in tensors:
+        _changed[id(_owner(t.data))] = now
+    if len(_changed) > _PRUNE_AT:
+        _forget_oldest()
+
+
+def _forget_oldest():
+    """Bound the table: drop the older half (a graph kept across that many changes is not checked)."""
+    cut = sorted(_changed.values())[len(_changed) // 2]
+    for key in [k for k, v in _changed.items() if v < cut]:
+        del _changed[key]
+
+
+def version_of(t: "Tensor") -> int:
+    """The clock value at the last in-place change of ``t``'s buffer (0: none recorded).
+
+    An id can be reused once its array is freed, so a fresh tensor may report an older
+    value; that value is never newer than an op recorded on the tensor, so checks hold.
+    """
+    return _changed.get(id(_owner(t.data)), 0)
 
 
 class Tensor:
@@ -28,7 +80,7 @@ class Tensor:
     produced this tensor, None for a leaf.
     """
 
-    __slots__ = ("data", "_grad", "_grad_owned", "requires_grad", "creator",
+    __slots__ = ("_data", "_grad", "_grad_owned", "requires_grad", "creator",
                  "output_index", "name", "retains_grad", "__weakref__")
     __array_priority__ = 1000  # ndarray + Tensor calls Tensor.__radd__
 
@@ -37,7 +89,7 @@ class Tensor:
             raise TypeError(
                 f"only floating-point tensors can require gradients, got dtype {data.dtype}; "
                 "convert first, e.g. mdl.tensor(x, dtype='float32', requires_grad=True)")
-        self.data = data
+        self._data = data  # the slot itself: a new tensor is no in-place change
         self._grad = None
         self._grad_owned = False  # True once .grad's buffer is ours to add into in place
         self.requires_grad = requires_grad
@@ -45,6 +97,18 @@ class Tensor:
         self.output_index = 0
         self.name = name
         self.retains_grad = False
+
+    # ------------------------------------------------------------ values
+    def _set_data(self, array):
+        self._data = array
+        mark_changed(self)
+
+    # attrgetter, not a def: reading .data is on the hot path of every op
+    data = property(operator.attrgetter("_data"), _set_data, doc="""The raw array (NumPy or CuPy).
+
+    Assigning to it (``t.data = a``, ``t.data -= u``) counts as an in-place change (see
+    :func:`mark_changed`); writing into the array (``t.data[...] = a``) is not seen: use
+    ``t.copy_(a)``, or call ``mark_changed(t)`` after the write.""")
 
     # ------------------------------------------------------------ gradient
     @property
@@ -62,6 +126,17 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self.creator is None
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Set ``requires_grad`` in place and return self: ``w = (mdl.randn(3) * 0.01).requires_grad_()``."""
+        if requires_grad and self._data.dtype.kind not in _FLOAT_KINDS:
+            raise TypeError(f"requires_grad_(): only floating-point tensors can require gradients, got "
+                            f"dtype {self.dtype}; convert first, e.g. t.astype('float32').requires_grad_()")
+        if not requires_grad and self.creator is not None:
+            raise RuntimeError("requires_grad_(False) on a tensor computed by an op: it is part of a graph; "
+                               "use t.detach() for a copy cut from the graph")
+        self.requires_grad = bool(requires_grad)
+        return self
 
     def retain_grad(self):
         """Keep ``.grad`` on this non-leaf tensor during backward (for inspection)."""
@@ -86,25 +161,88 @@ class Tensor:
         """The same data, cut from the graph (shares memory)."""
         return Tensor(self.data)
 
+    def clone(self) -> "Tensor":
+        """A copy with its own memory; gradients flow back through it (an identity Cast)."""
+        from minidl.autograd import Cast  # same layer; late import avoids a cycle
+        return Cast(self.dtype)(self)
+
     def zero_grad(self):
         self.grad = None
+
+    # ------------------------------------------------------------ in-place changes (not recorded)
+    def copy_(self, src) -> "Tensor":
+        """Copy ``src`` (a Tensor, array or number, broadcast to this shape) into this tensor."""
+        self._check_inplace("copy_")
+        array = src.data if isinstance(src, Tensor) else src
+        if hasattr(array, "dtype"):
+            array = backend.to_device(array, self.device)
+        try:
+            self._data[...] = array
+        except ValueError:
+            raise ValueError(f"copy_: cannot copy a value of shape {np.shape(array)} into a tensor of "
+                             f"shape {self.shape}; the shapes must broadcast") from None
+        mark_changed(self)
+        return self
+
+    def fill_(self, value) -> "Tensor":
+        """Set every element to ``value``."""
+        self._check_inplace("fill_")
+        self._data.fill(value)
+        mark_changed(self)
+        return self
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def add_(self, other, alpha=1) -> "Tensor":
+        """self ← self + alpha·other, in place."""
+        return self._update("add_", other, lambda a, b: a.__iadd__(b if alpha == 1 else alpha * b))
+
+    def sub_(self, other, alpha=1) -> "Tensor":
+        return self._update("sub_", other, lambda a, b: a.__isub__(b if alpha == 1 else alpha * b))
+
+    def mul_(self, other) -> "Tensor":
+        return self._update("mul_", other, lambda a, b: a.__imul__(b))
+
+    def div_(self, other) -> "Tensor":
+        return self._update("div_", other, lambda a, b: a.__itruediv__(b))
+
+    def _update(self, name, other, apply):
+        self._check_inplace(name)
+        other = other.data if isinstance(other, Tensor) else other
+        try:
+            apply(self._data, other)
+        except ValueError:
+            raise ValueError(f"{name}: an operand of shape {np.shape(other)} does not broadcast to the "
+                             f"tensor's shape {self.shape} (an in-place result keeps the tensor's shape)") from None
+        mark_changed(self)
+        return self
+
+    def _check_inplace(self, name):
+        """In-place methods are not recorded in the graph: refuse them where a gradient is wanted."""
+        from minidl import autograd  # same layer; imported late to avoid a cycle
+        if self.requires_grad and autograd.is_grad_enabled():
+            raise RuntimeError(
+                f"{name}: in-place changes are not recorded for backward, and this tensor (shape "
+                f"{self.shape}) requires grad; change a parameter's values inside `with mdl.no_grad():`, "
+                "or compute a new tensor out of place (x = x + y)")
 
     # ------------------------------------------------------------ array facts
     @property
     def shape(self) -> tuple:
-        return self.data.shape
+        return self._data.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     @property
     def size(self) -> int:
-        return self.data.size
+        return self._data.size
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self._data.dtype
 
     @property
     def device(self) -> str:
@@ -113,7 +251,7 @@ class Tensor:
     @property
     def xp(self):
         """numpy or cupy, whichever holds this tensor's data."""
-        return backend.xp_of(self.data)
+        return backend.xp_of(self._data)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -236,16 +374,34 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if like is not None and isinstance(value, (int, float, bool)):
-        dtype = like.data.dtype
-        if dtype.kind == "f" and type(like.data) is np.ndarray and type(value) is not bool:
+        dtype = like._data.dtype
+        if dtype.kind == "f" and type(like._data) is np.ndarray and type(value) is not bool:
             # The common `x * 0.5` on the CPU: a NumPy scalar of x's own float dtype gives the
             # same result as the weak Python scalar, at a tenth of the cost of a 0-d array.
             return Tensor(dtype.type(value))
         dtype = np.result_type(dtype, value)  # NumPy 2: Python scalars are weak
         return Tensor(like.xp.asarray(value, dtype=dtype))
-    if isinstance(value, (int, float, bool, list, tuple)):
-        return Tensor(np.asarray(value, dtype=_dtype_for(value, None)))
-    return Tensor(value)
+    if isinstance(value, (int, float, bool, complex, list, tuple)):
+        array = np.asarray(value, dtype=_dtype_for(value, None))
+    elif hasattr(value, "dtype") and hasattr(value, "shape"):  # NumPy/CuPy arrays and NumPy scalars
+        array = value
+    else:
+        raise _operand_error(value, like)
+    if getattr(array.dtype, "kind", None) not in tuple("biufc"):  # strings, objects, dates, other libraries
+        raise _operand_error(value, like)
+    return Tensor(array)
+
+
+def _operand_error(value, like):
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    module = type(value).__module__
+    kind = type(value).__qualname__ if module == "builtins" else f"{module.split('.')[0]}.{type(value).__qualname__}"
+    got = f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind} ({shown})"
+    if like is None:
+        return TypeError(f"expected a Tensor, a NumPy/CuPy array or a number as an operand, got {got}")
+    return TypeError(f"a tensor of shape {like.shape} ({like.dtype}) can't be combined with {got}: the "
+                     "other operand of +, -, *, /, ** and the like must be a Tensor, an array or a number")
 
 
 def _make(fill, shape, dtype, device, requires_grad):
@@ -290,9 +446,19 @@ def _drawn(sample, shape, dtype):
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu") -> Tensor:
+    """start, start + step, … below ``stop``. As torch.arange: integer arguments give int64,
+    any float argument gives float32 (each value start + i·step computed in float64, then rounded once)."""
     xp = backend.xp_for(device)
     if stop is None:
         start, stop = 0, start
+    if dtype is None:
+        if any(np.result_type(v).kind == "f" for v in (start, stop, step)):
+            if step == 0:
+                raise ValueError("arange: step must not be zero")
+            count = max(math.ceil((float(stop) - float(start)) / float(step)), 0)
+            values = float(start) + xp.arange(count, dtype=np.float64) * float(step)
+            return Tensor(values.astype(_DEFAULT_FLOAT))
+        dtype = np.int64
     return Tensor(xp.arange(start, stop, step, dtype=dtype))
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import minidl as mdl
+import minidl.functional as F
+from minidl import autograd
 from minidl.autograd import Function
 
 
@@ -205,12 +207,18 @@ def test_grad_for_a_non_leaf_input():
     assert h.grad is None and x.grad is None
 
 
-def test_grad_returns_none_for_an_unused_input_unless_disallowed():
-    x, unused = f64([1.0]), f64([2.0])
-    gx, gu = mdl.grad((x * 2).sum(), [x, unused])
+def test_grad_of_an_unused_input_raises_unless_allowed():
+    x, unused = f64([1.0]), f64([2.0, 3.0])
+    with pytest.raises(RuntimeError, match=r"input 1 \(shape \(2,\)\).*allow_unused=True"):
+        mdl.grad((x * 2).sum(), [x, unused])  # PyTorch's default: allow_unused=False
+    gx, gu = mdl.grad((x * 2).sum(), [x, unused], allow_unused=True)
     assert gx.item() == 2.0 and gu is None
-    with pytest.raises(RuntimeError, match="not used"):
-        mdl.grad((x * 2).sum(), [x, unused], allow_unused=False)
+
+
+def test_grad_names_an_input_that_does_not_require_grad():
+    x, constant = f64([1.0]), f64([2.0], requires_grad=False)
+    with pytest.raises(RuntimeError, match=r"input 1 \(shape \(1,\), requires_grad=False\)"):
+        mdl.grad((x * constant).sum(), [x, constant])
 
 
 def test_grad_with_grad_outputs():
@@ -298,6 +306,22 @@ def test_anomaly_mode_does_not_disturb_a_clean_backward():
     np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0]) * (1 + np.array([1.0, 2.0])))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_anomaly_mode_around_backward_only_says_the_op_was_made_outside():
+    x = f64([0.0, 4.0])
+    y = x.sqrt()  # made before the block: its creation was not seen
+    with mdl.detect_anomaly():
+        with mdl.detect_anomaly():  # nested blocks check once
+            assert sum(isinstance(h, autograd._AnomalyCheck) for h in autograd._hooks) == 1
+        with pytest.raises(mdl.AnomalyError) as info:
+            y.sum().backward()
+    message = str(info.value)
+    assert "Sqrt" in message and "backward" in message
+    assert "created outside detect_anomaly(); wrap the forward pass too to see where" in message
+    assert os.path.basename(__file__) not in message  # the backward line is not named as where Sqrt was made
+    assert autograd._hooks == ()
+
+
 # ---------------------------------------------------------------- errors that speak to the user
 def test_backward_on_a_non_scalar_needs_grad():
     x = f64([1.0, 2.0])
@@ -346,3 +370,139 @@ def test_backward_engine_on_device(device):
     (g,) = mdl.grad((x ** 3).sum(), x, create_graph=True)
     (h,) = mdl.grad(g.sum(), x)
     np.testing.assert_allclose(h.numpy(), 6 * np.array([1.0, 2.0, 3.0]))
+
+
+# ---------------------------------------------------------------- the hook point (FunctionHook)
+class Recorder(mdl.FunctionHook):
+    """Logs every call the engine makes to it, with the op's name."""
+
+    def __init__(self, name="hook", log=None):
+        self.name = name
+        self.log = [] if log is None else log
+
+    def forward_preprocess(self, function, inputs):
+        self.log.append((self.name, "forward_pre", type(function).__name__, inputs))
+
+    def forward_postprocess(self, function, inputs, outputs):
+        self.log.append((self.name, "forward_post", type(function).__name__, outputs))
+
+    def backward_preprocess(self, function, grad_outputs):
+        self.log.append((self.name, "backward_pre", type(function).__name__, grad_outputs))
+
+    def backward_postprocess(self, function, grad_outputs, grad_inputs):
+        self.log.append((self.name, "backward_post", type(function).__name__, grad_inputs))
+
+
+def outside_backwards(log):
+    """The events not made by ops running inside a node's backward."""
+    kept, depth = [], 0
+    for event in log:
+        if event[1] == "backward_post":
+            depth -= 1
+        if depth == 0:
+            kept.append(event)
+        if event[1] == "backward_pre":
+            depth += 1
+    assert depth == 0  # every backward_pre was closed
+    return kept
+
+
+def test_a_hook_sees_each_forward_and_each_backward_in_order():
+    x, w = f64([1.0, 2.0]), f64([3.0, -1.0])
+    with Recorder() as hook:
+        y = x * w
+        loss = y.sum()
+        loss.backward()
+    events = outside_backwards(hook.log)
+    assert [(kind, op) for _, kind, op, _ in events] == [
+        ("forward_pre", "Mul"), ("forward_post", "Mul"), ("forward_pre", "Sum"), ("forward_post", "Sum"),
+        ("backward_pre", "Sum"), ("backward_post", "Sum"), ("backward_pre", "Mul"), ("backward_post", "Mul")]
+    (a, b), (c,) = events[0][3], events[2][3]
+    assert a is x and b is w and events[1][3] is y and c is y and events[3][3] is loss
+    np.testing.assert_array_equal(events[4][3][0].numpy(), 1.0)  # d loss / d loss
+    np.testing.assert_array_equal(events[6][3][0].numpy(), [1.0, 1.0])  # d loss / d y
+    gx, gw = events[7][3]
+    np.testing.assert_array_equal(gx.numpy(), w.numpy())  # d Σ x·w / dx = w
+    np.testing.assert_array_equal(gw.numpy(), x.numpy())
+    # the ops a backward computes with are seen, between that node's two events
+    inside = [event for event in hook.log if not any(event is kept for kept in events)]
+    assert inside and all(kind.startswith("forward") for _, kind, _, _ in inside)
+
+
+class DoubleThroughAnOp(Function):
+    """y = 2x, computed in forward by calling another op: that op is part of this one."""
+
+    def forward(self, x):
+        return (mdl.tensor(x) * 2.0).data
+
+    def backward(self, gy):
+        return gy * 2.0
+
+
+def test_ops_run_inside_a_forward_are_part_of_that_op():
+    with Recorder() as hook:
+        y = DoubleThroughAnOp()(f64([1.5]))
+    assert [(kind, op) for _, kind, op, _ in hook.log] == [
+        ("forward_pre", "DoubleThroughAnOp"), ("forward_post", "DoubleThroughAnOp")]
+    assert y.item() == 3.0
+
+
+def test_nested_hooks_open_outermost_first_and_close_innermost_first():
+    log = []
+    x = f64([1.0])
+    with Recorder("outer", log):
+        with Recorder("inner", log):
+            x * 2.0
+        x * 3.0  # the inner hook is gone
+    assert [(name, kind) for name, kind, _, _ in log] == [
+        ("outer", "forward_pre"), ("inner", "forward_pre"), ("inner", "forward_post"), ("outer", "forward_post"),
+        ("outer", "forward_pre"), ("outer", "forward_post")]
+    assert autograd._hooks == ()
+
+
+def test_a_hook_is_removed_when_its_block_raises_and_is_entered_once_at_a_time():
+    hook = Recorder()
+    with pytest.raises(KeyError):
+        with hook:
+            raise KeyError("the block failed")
+    assert autograd._hooks == ()
+    f64([1.0]) * 2.0
+    assert hook.log == []
+    with hook:
+        with pytest.raises(RuntimeError, match="already active"):
+            with hook:
+                pass
+        assert autograd._hooks == (hook,)
+    assert autograd._hooks == ()
+
+
+class BackwardFails(Function):
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, gy):
+        raise ArithmeticError("this backward fails")
+
+
+def test_postprocess_follows_preprocess_even_when_the_op_raises():
+    with Recorder() as hook:
+        with pytest.raises(ValueError, match="linear"):
+            F.linear(mdl.randn(2, 3), mdl.randn(4, 5))
+        y = BackwardFails()(f64([1.0]))
+        hook.log.clear()
+        with pytest.raises(ArithmeticError):
+            y.backward()
+    assert [(kind, op, result) for _, kind, op, result in hook.log if kind.startswith("backward")] == [
+        ("backward_pre", "BackwardFails", hook.log[0][3]), ("backward_post", "BackwardFails", None)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_every_hook_closes_when_one_raises_in_its_postprocess():
+    with Recorder() as outer:
+        with mdl.detect_anomaly():
+            with pytest.raises(mdl.AnomalyError):
+                f64([-1.0]).log()
+    kinds = [(kind, op) for _, kind, op, _ in outer.log]
+    assert kinds == [("forward_pre", "Log"), ("forward_post", "Log")]
+    assert np.isnan(outer.log[1][3].item())  # the op itself succeeded: the outer hook saw its output
+    assert autograd._hooks == ()

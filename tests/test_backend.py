@@ -1,4 +1,9 @@
-"""minidl.backend: device strings, array modules, transfers, the seeded generators."""
+"""minidl.backend: device strings, array modules, transfers, the seeded generators, NumPy/CuPy spellings."""
+import ast
+import math
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -109,3 +114,78 @@ def test_arrays_move_between_devices(device):
     assert backend.device_of(on).startswith(backend.parse_device(device)[0])
     assert backend.xp_of(on) is backend.xp_for(device)
     np.testing.assert_array_equal(backend.to_numpy(on), a)
+
+
+# ---------------------------------------------------------------- one name, two spellings
+def test_scatter_add_adds_every_repeat_of_an_index():
+    target = np.zeros(4)
+    backend.scatter_add(target, np.array([1, 3, 1, 1]), np.array([1.0, 2.0, 10.0, 100.0]))
+    np.testing.assert_array_equal(target, [0.0, 111.0, 0.0, 2.0])
+    rows = np.zeros((3, 2), np.float32)
+    backend.scatter_add(rows, (np.array([2, 0, 2]),), np.array([[1, 2], [3, 4], [5, 6]], np.float32))
+    np.testing.assert_array_equal(rows, [[3, 4], [0, 0], [6, 8]])
+    assert rows.dtype == np.float32
+
+
+ERF_POINTS = [-3.0, -1.0, -0.5, -1e-3, 0.0, 0.25, 0.5, 1.0, 2.0, 6.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_erf_matches_pythons_math_erf(dtype):
+    x = np.array(ERF_POINTS, dtype=dtype).reshape(2, 5)
+    y = backend.erf(x)
+    assert y.dtype == dtype and y.shape == (2, 5)
+    expected = np.array([math.erf(float(v)) for v in x.ravel()]).reshape(2, 5)
+    np.testing.assert_allclose(y, expected, rtol=1e-15 if dtype == np.float64 else 1e-6, atol=0)
+
+
+def test_erf_without_scipy_falls_back_to_math_erf_exactly(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # `from scipy.special import erf` now fails
+    x = np.array(ERF_POINTS, dtype=np.float32)
+    y = backend.erf(x)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, np.array([math.erf(float(v)) for v in x], dtype=np.float32))
+    np.testing.assert_array_equal(backend.erf(np.array(0.5)), math.erf(0.5))  # a 0-d array too
+
+
+@no_gpu
+def test_nccl_without_a_gpu_says_how_to_get_one():
+    with pytest.raises(RuntimeError, match=r"minidl\[gpu\]"):
+        backend.nccl()
+    from minidl import parallel
+    assert parallel.nccl_available() is False
+
+
+def _cupy_imports(tree):
+    """(line, module) for each import of cupy or cupyx, including importlib.import_module('cupy...')."""
+    def is_cupy(name):
+        return name is not None and name.split(".")[0] in ("cupy", "cupyx")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names if is_cupy(alias.name))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and is_cupy(node.module):
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called in ("import_module", "__import__") and is_cupy(str(node.args[0].value)):
+                yield node.lineno, node.args[0].value
+
+
+def test_the_import_finder_sees_every_spelling():
+    source = ("import cupy\nimport cupyx.scipy.special as s\nfrom cupy.cuda import nccl\n"
+              "importlib.import_module('cupyx')\nimport numpy\nfrom .cupy_like import x\n")
+    assert [module for _, module in _cupy_imports(ast.parse(source))] == [
+        "cupy", "cupyx.scipy.special", "cupy.cuda", "cupyx"]
+
+
+def test_only_backend_imports_cupy():
+    package = Path(mdl.__file__).resolve().parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "backend.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        offenders += [f"{path.relative_to(package.parent)}:{line} imports {module}"
+                      for line, module in _cupy_imports(tree)]
+    assert not offenders, ("only minidl/backend.py may import cupy or cupyx (ask backend for xp, "
+                           "scatter_add, erf or nccl instead):\n" + "\n".join(offenders))

@@ -1,20 +1,19 @@
 """The documentation site builds with warnings as errors, and what it builds is whole.
 
 One build (``sphinx-build -W --keep-going -b html docs <tmp>``, the notebooks
-executed in it) is shared by the checks: every page and every notebook page is
-there, equations are set for MathJax, every image a page shows exists, and every
-link inside the site leads to a file that exists and to an anchor on it.
-Notebook results are cached by content under docs/_build, so a second run only
-executes what changed.
+executed in it; ``tests/docs/sitebuild.py``) is shared by these checks and the
+browser's (``tests/docs/test_browser.py``): every page and every notebook page
+is there, equations are set for the MathJax shipped with the site, every image
+a page shows exists, and every link inside the site leads to a file that exists
+and to an anchor on it. Notebook results are cached by content under
+docs/_build, so a second run only executes what changed.
 """
 from __future__ import annotations
 
 import importlib.util
 import inspect
-import os
 import pkgutil
 import re
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,8 +24,8 @@ import pytest
 pytest.importorskip("sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("myst_nb", reason="the docs extra is not installed: pip install -e '.[docs]'")
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+from tests.docs.sitebuild import DOCS, ROOT, built_site  # noqa: E402 - after the skips above
+
 GENERATED_DIRS = {"_build", "notebooks", "api", "_generated", "_templates", "_static", "_ext"}
 
 
@@ -58,14 +57,7 @@ class PageParser(HTMLParser):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-j", "2", "-b", "html", "-q",
-               str(DOCS), str(out)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    warnings = "\n".join(line for line in result.stderr.splitlines() if "WARNING:" in line or "ERROR:" in line)
-    assert result.returncode == 0, f"sphinx-build failed:\n{warnings or result.stderr[-8000:]}"
-    return out
+    return built_site(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +109,19 @@ def test_every_public_module_has_an_api_page(site):
     assert not undocumented, f"functional names missing from the API page: {undocumented}"
 
 
-def test_equations_are_typeset(pages, site):
+def test_equations_are_set_for_the_mathjax_shipped_with_the_site(pages, site):
     mathjax_pages = ["ops.html", "engine.html"] + (["optimizers.html"] if (DOCS / "optimizers.md").exists() else [])
     for name in mathjax_pages:
         page = pages[site / name]
-        assert any("mathjax" in src.lower() for src in page.scripts), f"{name} does not load MathJax"
+        sources = [src for src in page.scripts if "mathjax" in src.lower()]
+        assert sources, f"{name} does not load MathJax"
+        assert not any(urlsplit(src).scheme for src in sources), f"{name} loads MathJax from the network: {sources}"
+        assert all((site / unquote(src)).is_file() for src in sources), f"{name}: {sources} not in the site"
         assert page.math >= 5, f"{name} has {page.math} equations"
-    assert pages[site / "ops.html"].math >= 40  # most ops' docstring math is symbols, set as equations
+    fonts = site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert len(list(fonts.glob("*.woff"))) >= 20, "MathJax's fonts were not copied with it"
+    assert (site / "_static" / "mathjax" / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
+    assert pages[site / "ops.html"].math >= 2 * 40  # every op's forward and backward hold math
 
 
 def test_ops_page_lists_every_op(site):
@@ -141,7 +139,7 @@ def test_ops_page_lists_every_op(site):
     missing = [name for name in expected if f'id="op-{name.lower()}"' not in html]
     assert not missing, f"ops missing from the ops page: {missing}"
     # the math comes from the docstring: the matmul entry carries its transposes
-    assert r"db = a ^{\top} \, dy" in html
+    assert r"d b = a ^{\top} \, d y" in html
 
 
 def test_every_image_exists(pages, site):

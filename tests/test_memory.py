@@ -7,7 +7,7 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-from minidl import memory, nn
+from minidl import autograd, memory, nn, profiler
 from minidl.autograd import Function
 
 B = 8  # batch size of the hand-computed examples
@@ -110,18 +110,36 @@ def test_masks_saved_on_the_node_are_counted():
     del y
 
 
-def test_the_methods_are_restored_and_nesting_refused():
+def test_the_tracker_is_a_hook_removed_on_exit_and_nesting_refused():
     plain_call, plain_release = Function.__call__, Function.release
     with pytest.raises(ZeroDivisionError):
         with memory.track():
-            assert Function.__call__ is not plain_call
+            assert len(autograd._hooks) == 1 and isinstance(autograd._hooks[0], memory.track)
             1 / 0
-    assert Function.__call__ is plain_call and Function.release is plain_release
+    assert autograd._hooks == ()
+    assert Function.__call__ is plain_call and Function.release is plain_release  # nothing was swapped
     with memory.track():
         with pytest.raises(RuntimeError, match="already active"):
             with memory.track():
                 pass
-    assert Function.__call__ is plain_call
+    assert autograd._hooks == ()
+
+
+def test_the_tracker_and_the_profiler_measure_together():
+    """Two hooks at once: each sees what it sees alone, and the gradients do not change."""
+    model = chain([10, 20, 5])
+    x = mdl.randn(B, 10)
+    with memory.track() as alone:
+        model(x).sum().backward()
+    plain_grads = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    with profiler.profile() as prof, memory.track() as m:
+        model(x).sum().backward()
+    assert (m.peak_bytes, m.current_bytes, m.nodes) == (alone.peak_bytes, 0, alone.nodes)
+    assert m.peak_bytes == hand_count([10, 20, 5]) + B * 5 * 4
+    assert prof.stats[("Linear", "forward")].calls == 2 and prof.stats[("Linear", "backward")].calls == 2
+    for p, g in zip(model.parameters(), plain_grads):
+        np.testing.assert_array_equal(p.grad.numpy(), g)
 
 
 def test_no_graph_under_no_grad():

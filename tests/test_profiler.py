@@ -28,7 +28,8 @@ def mlp_step(device, with_region=None):
 
 
 def originals():
-    return (autograd.Function.__call__, autograd._run_backward, autograd.backward, Linear.__dict__["forward"])
+    """What a profile must leave as it found it: the engine's functions, an op class, the active hooks."""
+    return (autograd.Function.__call__, autograd.backward, Linear.__dict__["forward"], autograd._hooks)
 
 
 def test_records_each_op_type_forward_and_backward(device):
@@ -170,3 +171,28 @@ def test_a_profile_can_be_entered_again_to_add_steps():
     linear = prof.stats[("Linear", "forward")]
     assert linear.calls == 4
     assert linear.work > 0  # the forward was timed on the second entry too
+
+
+def test_a_failed_op_closes_its_row_and_leaves_the_op_object_as_it_was():
+    with profiler.profile() as prof:
+        with pytest.raises(ValueError, match="linear"):
+            F.linear(mdl.randn(2, 3), mdl.randn(4, 5))
+        y = mdl.randn(3, requires_grad=True) * 2.0  # the next op is a row of its own: the failed call closed
+    assert prof.stats[("Linear", "forward")].calls == 1
+    assert prof.stats[("Mul", "forward")].calls == 1
+    assert "forward" not in vars(y.creator)  # the timed forward was handed to this one call only
+
+
+class Refuses(autograd.FunctionHook):
+    def forward_preprocess(self, function, inputs):
+        raise KeyError("refused")
+
+
+def test_an_op_stopped_before_its_forward_is_left_as_it_was():
+    op = Sleepy()
+    with profiler.profile() as prof:
+        with Refuses(), pytest.raises(KeyError):
+            op(mdl.randn(3))
+    assert "forward" not in vars(op)
+    row = prof.stats[("Sleepy", "forward")]
+    assert row.calls == 1 and row.total < 0.02  # its 20 ms forward never ran

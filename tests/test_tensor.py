@@ -87,6 +87,26 @@ def test_arange():
     np.testing.assert_array_equal(b.numpy(), [0.0, 0.25, 0.5, 0.75])
 
 
+@pytest.mark.parametrize("args, values", [
+    ((0.0, 1.0, 0.25), [0.0, 0.25, 0.5, 0.75]),
+    ((3.0,), [0.0, 1.0, 2.0]),
+    ((1, 2, 0.5), [1.0, 1.5]),  # one float among integers is enough
+    ((np.float64(0.5), 2), [0.5, 1.5]),
+])
+def test_arange_with_a_float_argument_is_float32(args, values):
+    a = mdl.arange(*args)
+    assert a.dtype == np.float32  # as every float factory (and torch.arange), not NumPy's float64
+    np.testing.assert_array_equal(a.numpy(), values)
+
+
+def test_arange_matches_torch():
+    torch = pytest.importorskip("torch")
+    for args in [(7,), (2, 11, 3), (0.0, 1.0, 0.1), (-1.5, 2.0, 0.3), (5, 1, -0.7)]:
+        ours, theirs = mdl.arange(*args), torch.arange(*args)
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("like", [mdl.zeros_like, mdl.ones_like, mdl.randn_like, mdl.rand_like])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_like_factories_keep_shape_dtype_and_device(like, dtype):
@@ -222,6 +242,85 @@ def test_astype_to_an_integer_dtype_gives_a_constant():
     i = x.astype("int64")
     assert i.dtype == np.int64 and not i.requires_grad and i.creator is None
     np.testing.assert_array_equal(i.numpy(), [1, -2])
+
+
+# ---------------------------------------------------------------- operands that are not numbers
+@pytest.mark.parametrize("op", [
+    lambda x, o: x + o, lambda x, o: o + x, lambda x, o: x - o, lambda x, o: x * o,
+    lambda x, o: x / o, lambda x, o: x ** o, lambda x, o: o * x,
+], ids=["add", "radd", "sub", "mul", "div", "pow", "rmul"])
+@pytest.mark.parametrize("operand, kind", [("a", "str"), (None, "NoneType"), (["a", "b"], "list"),
+                                           ({1: 2}, "dict"), (np.array(["a"]), "numpy.ndarray")])
+def test_a_non_numeric_operand_is_a_type_error_naming_it(op, operand, kind):
+    x = mdl.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match=rf"shape \(2,\) \(float32\) can't be combined with an? {kind}"):
+        op(x, operand)
+
+
+def test_a_non_numeric_matmul_operand_is_a_type_error():
+    with pytest.raises(TypeError, match="got a str"):
+        mdl.tensor([1.0, 2.0]) @ "a"
+
+
+def test_numeric_operands_still_work():
+    x = mdl.tensor([1.0, 2.0])
+    np.testing.assert_array_equal((x + np.float32(1)).numpy(), [2.0, 3.0])
+    np.testing.assert_array_equal((x * np.array([2, 3])).numpy(), [2.0, 6.0])
+    np.testing.assert_array_equal((x - [1.0, 1.0]).numpy(), [0.0, 1.0])
+    assert (x * 1j).dtype.kind == "c"
+
+
+# ---------------------------------------------------------------- in-place methods, clone, requires_grad_
+@pytest.mark.parametrize("method, args, expected", [
+    ("add_", (np.array([1.0, 2.0, 3.0]),), [2.0, 4.0, 6.0]),
+    ("add_", (2.0,), [3.0, 4.0, 5.0]),
+    ("sub_", (1.0,), [0.0, 1.0, 2.0]),
+    ("mul_", (np.array([2.0, 0.5, -1.0]),), [2.0, 1.0, -3.0]),
+    ("div_", (4.0,), [0.25, 0.5, 0.75]),
+    ("fill_", (7.0,), [7.0, 7.0, 7.0]),
+    ("zero_", (), [0.0, 0.0, 0.0]),
+    ("copy_", (np.array([9.0, 8.0, 7.0]),), [9.0, 8.0, 7.0]),
+    ("copy_", (5,), [5.0, 5.0, 5.0]),
+])
+def test_in_place_methods_change_the_tensor_itself(method, args, expected):
+    t = mdl.tensor([1.0, 2.0, 3.0])
+    buffer = t.data
+    assert getattr(t, method)(*args) is t
+    assert t.data is buffer and t.dtype == np.float32
+    np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_add_with_alpha_and_copy_from_a_tensor():
+    t = mdl.tensor([1.0, 2.0])
+    t.add_(mdl.tensor([10.0, 20.0]), alpha=-0.5)
+    np.testing.assert_array_equal(t.numpy(), [-4.0, -8.0])
+    t.copy_(mdl.tensor([[3.0, 4.0]]).reshape(2))
+    np.testing.assert_array_equal(t.numpy(), [3.0, 4.0])
+
+
+def test_in_place_methods_name_a_shape_that_does_not_fit():
+    with pytest.raises(ValueError, match=r"copy_: cannot copy a value of shape \(3,\) into a tensor of shape \(2,\)"):
+        mdl.tensor([1.0, 2.0]).copy_(np.zeros(3))
+    with pytest.raises(ValueError, match=r"add_: an operand of shape \(2, 2\)"):
+        mdl.tensor([1.0, 2.0]).add_(np.zeros((2, 2)))
+
+
+def test_clone_copies_memory_and_passes_the_gradient():
+    x = mdl.tensor([1.0, 2.0], requires_grad=True)
+    y = x.clone()
+    assert y.data is not x.data and y.dtype == x.dtype
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_requires_grad_in_place():
+    w = (mdl.randn(3) * 0.01).requires_grad_()
+    assert w.requires_grad and w.is_leaf
+    (w * 2).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
+    assert not w.requires_grad_(False).requires_grad
+    with pytest.raises(TypeError, match="floating-point"):
+        mdl.arange(3).requires_grad_()
 
 
 # ---------------------------------------------------------------- on each device

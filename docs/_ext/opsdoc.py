@@ -5,14 +5,15 @@ and dtype moves) becomes a section; every :class:`~minidl.autograd.Function`
 subclass in it that has a backward becomes a subsection showing
 
 - the forward and backward math, cut from the first paragraph of the class
-  docstring at its first ``;`` and typeset by MathJax where the text is pure
-  math (see ``opsmath.py``), shown as written where it is not;
-- the rest of the docstring;
+  docstring at its first ``;`` and typeset (``docmath.py`` says how a
+  docstring's equations are written; words around them stay words);
+- the rest of the docstring, its formula blocks typeset too (``mathnodes.py``);
 - the public functions that call it (linked to the API reference), the cases of
   ``minidl gradcheck`` that check it, and where it is defined.
 
 Nothing is written by hand, so the page cannot drift from the code: add an op
-with a docstring and it appears here at the next build.
+with a docstring and it appears here at the next build. An equation line that
+cannot be typeset is a build warning (an error under ``-W``).
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ import re
 import types
 from pathlib import Path
 
+from docmath import line_pieces, op_parts
 from docutils import nodes
 from docutils.parsers.rst import Directive
-from opsmath import NotMath, split_forward_backward, split_note, to_latex
+from mathnodes import block_nodes, piece_nodes, warn_untypeset
 from sphinx import addnodes
 
 # The order a reader meets them in; a module not listed here is appended, so none is ever left out.
@@ -131,29 +133,35 @@ def body_nodes(text: str) -> list[nodes.Node]:
     return out
 
 
-def math_nodes(text: str) -> list[nodes.Node]:
-    """Typeset math where the docstring's text is math; the text as written where it is not."""
-    formula, note = split_note(text)
-    try:
-        latex = to_latex(formula)
-    except NotMath:
-        return [nodes.inline("", "", *inline_nodes(text.strip().rstrip(".")), classes=["op-math-text"])]
-    out = [nodes.math(latex, latex)]
-    if note:
-        out += [nodes.Text("  ("), *inline_nodes(note), nodes.Text(")")]
-    return out
+def op_names(cls) -> set[str]:
+    """The parameter names of an op's constructor and forward: symbols in its docstring (``eps``, ``axis``)."""
+    names = set()
+    for method in (cls.__init__, cls.forward):
+        try:
+            names |= set(inspect.signature(method).parameters)
+        except (TypeError, ValueError):
+            continue
+    return names - {"self", "args", "kwargs", "xs"}
 
 
-def math_table(forward: str, backward: str) -> nodes.Node:
+def math_table(forward: str, backward: str, names=frozenset()) -> nodes.Node:
+    """The forward and the backward, each typeset as far as it is math (the words around it as text)."""
     field_list = nodes.field_list(classes=["op-math"])
     for label, text in (("forward", forward), ("backward", backward)):
         if not text:
             continue
         field = nodes.field()
         field += nodes.field_name(label, label)
-        field += nodes.field_body("", nodes.paragraph("", "", *math_nodes(text)))
+        field += nodes.field_body("", nodes.paragraph("", "", *piece_nodes(line_pieces(text, names))))
         field_list += field
     return field_list
+
+
+def shown_docstrings():
+    """(what, docstring, symbol names) of every op docstring the ops page shows."""
+    for module in family_modules():
+        for cls in op_classes(module):
+            yield f"{module.__name__}.{cls.__name__}", cls.__doc__, op_names(cls)
 
 
 def reference(target: str, title: str) -> nodes.Node:
@@ -206,12 +214,13 @@ class OpsDoc(Directive):
     def _op_section(self, cls, module, case_names, public, where) -> nodes.section:
         import minidl.functional as functional
 
-        doc = inspect.cleandoc(cls.__doc__)
-        summary, _, rest = doc.partition("\n\n")
-        forward, backward = split_forward_backward(" ".join(summary.split("\n")))
+        env = self.state.document.settings.env
+        names = op_names(cls)
+        forward, backward, rest = op_parts(cls.__doc__)
+        warn_untypeset(cls.__doc__, names, f"{module.__name__}.{cls.__name__}", op=True, location=env.docname)
         section = self._section(f"op-{cls.__name__}", cls.__name__)
-        section += math_table(forward, backward)
-        section += body_nodes(rest)
+        section += math_table(forward, backward, names)
+        section += block_nodes(rest, names, env.docname)
         facts = nodes.bullet_list(classes=["op-facts"])
         forms = functional_forms(cls, module)
         if forms:

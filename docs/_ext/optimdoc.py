@@ -8,7 +8,7 @@ per optimizer class that ``minidl.optim`` exports, showing
 - the class docstring (its comparison with PyTorch is there);
 - the docstrings of the update functions the class runs, found by reading the
   code of its methods (``Adam.update`` calls ``adam_update``, which calls
-  ``adam_direction``), their equation lines typeset by MathJax (``optimmath.py``);
+  ``adam_direction``), their equation lines typeset (``docmath.py``, ``mathnodes.py``);
 - its trajectory on the ravine f = x²/20 + y², run at build time with
   :mod:`minidl.optim.trajectories`.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
+from mathnodes import doc_nodes, warn_untypeset
 from optimfigures import SCHEDULE_EXAMPLES, SCHEDULE_STEPS, fmt, ravine_figure, schedule_figure
-from optimmath import aligned_row, lhs_names, prose_pieces
 from sphinx import addnodes
 from sphinx.util import logging
 
@@ -41,116 +41,6 @@ logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- docstrings
-def doc_lines(doc: str) -> list[str]:
-    """A docstring's lines with the indentation of its body removed (an equation block keeps its own)."""
-    lines = doc.expandtabs().splitlines()
-    rest = lines[1:]
-    if rest and not rest[-1].strip():
-        base = len(rest[-1])  # the closing quotes' line
-    else:
-        base = min((len(line) - len(line.lstrip()) for line in rest if line.strip()), default=0)
-    lines = [lines[0].strip()] + [line[base:] if not line[:base].strip() else line.lstrip() for line in rest]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
-
-
-def blocks(doc: str):
-    """("para", text), ("bullets", [text]) and ("equations", [line]) blocks of a docstring."""
-    out, para, bullets, equations = [], [], [], []
-
-    def flush():
-        if para:
-            out.append(("para", " ".join(para)))
-        if bullets:
-            out.append(("bullets", [" ".join(item) for item in bullets]))
-        if equations:
-            out.append(("equations", list(equations)))
-        para.clear(), bullets.clear(), equations.clear()
-
-    for line in doc_lines(doc):
-        indent = len(line) - len(line.lstrip())
-        if not line.strip():
-            flush()
-        elif line.startswith("- "):
-            if para or equations:
-                flush()
-            bullets.append([line[2:].strip()])
-        elif bullets and indent >= 2:
-            bullets[-1].append(line.strip())
-        elif indent >= 4:
-            if para or bullets:
-                flush()
-            equations.append(line.strip())
-        else:
-            if equations or bullets:
-                flush()
-            para.append(line.strip())
-    flush()
-    return out
-
-
-_EMPHASIS = re.compile(r"(?<![\w*])\*([^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
-
-
-def inline(text: str, names) -> list[nodes.Node]:
-    """Prose as nodes: ``code`` as literals, *words* emphasized, equations in the sentences as math."""
-    out = []
-    for kind, content in prose_pieces(text, names):
-        if kind == "math":
-            out.append(nodes.math(content, content))
-        elif kind == "literal":
-            out.append(nodes.literal(content, content))
-        else:
-            last = 0
-            for match in _EMPHASIS.finditer(content):
-                out += [nodes.Text(content[last:match.start()]), nodes.emphasis(match.group(1), match.group(1))]
-                last = match.end()
-            out.append(nodes.Text(content[last:]))
-    return out
-
-
-def equation_nodes(lines, names, docname) -> list[nodes.Node]:
-    """An equation block: its math rows as one aligned display; a block of code shown as written."""
-    names = set(names) | lhs_names(lines)
-    rows = [(line, aligned_row(line, names)) for line in lines]
-    if not any(row for _, row in rows):
-        text = "\n".join(lines)
-        return [nodes.literal_block(text, text)]
-    out, run = [], []
-
-    def flush():
-        if run:
-            latex = r"\[\begin{aligned}" + r" \\ ".join(run) + r"\end{aligned}\]"
-            out.append(nodes.math_block(latex, latex, nowrap=True, number=None, label=None, docname=docname))
-            run.clear()
-
-    for line, row in rows:
-        if row:
-            run.append(row)
-        else:
-            flush()
-            out.append(nodes.paragraph("", "", *inline(line, names)))
-    flush()
-    return out
-
-
-def doc_nodes(doc: str, names, docname, edit_paragraph=None) -> list[nodes.Node]:
-    """A docstring as nodes; ``edit_paragraph(text)`` may rewrite or (returning "") drop a paragraph."""
-    out = []
-    for kind, content in blocks(doc):
-        if kind == "para":
-            content = edit_paragraph(content) if edit_paragraph else content
-            if content:
-                out.append(nodes.paragraph("", "", *inline(content, names)))
-        elif kind == "bullets":
-            out.append(nodes.bullet_list("", *[nodes.list_item("", nodes.paragraph("", "", *inline(item, names)))
-                                               for item in content]))
-        else:
-            out.extend(equation_nodes(content, names, docname))
-    return out
-
-
 def symbol_names(obj) -> set[str]:
     """The parameter names of a function or class (base_lr also as base): symbols in its docstring."""
     try:
@@ -273,9 +163,30 @@ def check_docstring_signature(cls, paragraph: str) -> str | None:
     return rest[:1].upper() + rest[1:]
 
 
+def shown_docstrings():
+    """(what, docstring, symbol names) of every docstring the Optimizers page shows, in page order."""
+    from minidl.optim import schedules
+    for module, classes in optimizer_classes():
+        yield module.__name__, (module.__doc__ or module.__name__).strip().partition("\n")[2], {"lr"}
+        for cls in classes:
+            yield cls.__name__, cls.__doc__ or "", symbol_names(cls)
+            for fn in update_functions(cls)[0]:
+                yield f"{fn.__module__}.{fn.__name__}", fn.__doc__, symbol_names(fn)
+    yield schedules.__name__, schedules.__doc__.strip().partition("\n")[2], {"lr"}
+    for name in schedules.__all__:
+        if inspect.isfunction(getattr(schedules, name)):
+            fn = getattr(schedules, name)
+            yield f"{fn.__module__}.{fn.__name__}", fn.__doc__, symbol_names(fn)
+
+
 # ---------------------------------------------------------------- directives
 class _Generated(Directive):
     has_content = False
+
+    def docstring(self, doc: str, names, what: str, edit_paragraph=None) -> list[nodes.Node]:
+        """``doc`` as nodes; a warning for each of its equation lines that is not typeset."""
+        warn_untypeset(doc, names, what, location=self.state.document.settings.env.docname)
+        return doc_nodes(doc, names, self.state.document.settings.env.docname, edit_paragraph)
 
     def section(self, ident: str, title: str) -> nodes.section:
         section = nodes.section(ids=[nodes.make_id(ident)], names=[nodes.fully_normalize_name(ident)])
@@ -301,7 +212,6 @@ class OptimizersDoc(_Generated):
     """``{optimizers}``: every optimizer class of minidl.optim, grouped by family."""
 
     def run(self):
-        docname = self.state.document.settings.env.docname
         sections = []
         for module, classes in optimizer_classes():
             doc = module.__doc__ or module.__name__
@@ -310,13 +220,13 @@ class OptimizersDoc(_Generated):
             where = self.where(module).rsplit(":", 1)[0]
             section += nodes.paragraph("", "", nodes.Text("Module "), nodes.literal(module.__name__, module.__name__),
                                        nodes.Text(f" ({where})."))
-            section += doc_nodes(rest, {"lr"}, docname)
+            section += self.docstring(rest, {"lr"}, module.__name__)
             for cls in classes:
-                section += self.optimizer_section(cls, docname)
+                section += self.optimizer_section(cls)
             sections.append(section)
         return sections
 
-    def optimizer_section(self, cls, docname) -> nodes.section:
+    def optimizer_section(self, cls) -> nodes.section:
         section = self.section(f"optimizer-{cls.__name__}", cls.__name__)
         signature = signature_text(cls)
         section += nodes.paragraph("", "", reference(f"minidl.optim.{cls.__name__}", f"optim.{signature}"))
@@ -337,13 +247,13 @@ class OptimizersDoc(_Generated):
         where = self.where(cls)
         facts += nodes.list_item("", nodes.paragraph("", "", nodes.Text("Defined in "), nodes.literal(where, where)))
         section += facts
-        section += doc_nodes(cls.__doc__ or "", symbol_names(cls), docname,
-                             lambda text: check_docstring_signature(cls, text))
+        section += self.docstring(cls.__doc__ or "", symbol_names(cls), cls.__name__,
+                                  lambda text: check_docstring_signature(cls, text))
         for fn in functions:
             title = f"{fn.__module__}.{fn.__name__}"
             section += nodes.rubric("", "", nodes.literal(title, title),
                                     ids=[nodes.make_id(f"{cls.__name__}-{fn.__name__}")])
-            section += doc_nodes(fn.__doc__, symbol_names(fn), docname)
+            section += self.docstring(fn.__doc__, symbol_names(fn), title)
         figure = ravine_figure(cls)
         if figure:
             section += self.figure(figure[0], figure[1], f"trajectory of {cls.__name__} on the ravine")
@@ -355,9 +265,8 @@ class SchedulesDoc(_Generated):
 
     def run(self):
         from minidl.optim import schedules
-        docname = self.state.document.settings.env.docname
         self.where(schedules)
-        out = doc_nodes(schedules.__doc__.strip().partition("\n")[2], {"lr"}, docname)
+        out = self.docstring(schedules.__doc__.strip().partition("\n")[2], {"lr"}, schedules.__name__)
         functions = [getattr(schedules, name) for name in schedules.__all__
                      if inspect.isfunction(getattr(schedules, name))]
         namespace = {name: getattr(schedules, name) for name in schedules.__all__}
@@ -366,7 +275,7 @@ class SchedulesDoc(_Generated):
             signature = signature_text(fn)
             section += nodes.paragraph("", "", reference(f"minidl.optim.schedules.{fn.__name__}",
                                                          f"schedules.{signature}"))
-            section += doc_nodes(fn.__doc__, symbol_names(fn), docname)
+            section += self.docstring(fn.__doc__, symbol_names(fn), f"{fn.__module__}.{fn.__name__}")
             example = SCHEDULE_EXAMPLES.get(fn.__name__)
             if example is None:
                 logger.warning(f"optimdoc: the schedule {fn.__name__} has no example call in "

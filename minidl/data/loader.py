@@ -136,23 +136,44 @@ class DataLoader:
         return {"seed": self.seed, "epoch": self._epoch, "batch": self._batch,
                 "num_samples": len(self.dataset), "batch_size": self.batch_size}
 
+    def check_state_dict(self, state) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state)`` would fail; change nothing."""
+        self._checked(state)
+
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``: the next iteration serves the batch after the last one served."""
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"DataLoader.load_state_dict: missing keys {missing}; "
-                             f"expected {list(_STATE_KEYS)} from DataLoader.state_dict()")
-        values = {k: int(np.asarray(state[k])) for k in _STATE_KEYS}
-        if values["num_samples"] != len(self.dataset) or values["batch_size"] != self.batch_size:
-            raise ValueError(
-                f"DataLoader.load_state_dict: the state was saved for {values['num_samples']} samples in "
-                f"batches of {values['batch_size']}, but this loader has {len(self.dataset)} samples in "
-                f"batches of {self.batch_size}; resume with the same dataset and batch_size")
-        if values["epoch"] < 0 or not 0 <= values["batch"] <= len(self):
-            raise ValueError(f"DataLoader.load_state_dict: epoch {values['epoch']} / batch "
-                             f"{values['batch']} out of range (0..{len(self)} batches per epoch)")
+        values = self._checked(state)
         self.seed, self._epoch, self._batch = values["seed"], values["epoch"], values["batch"]
         self._fresh = True
+
+    def _checked(self, state) -> dict:
+        owner = "DataLoader.load_state_dict"
+        if not isinstance(state, dict):
+            raise ValueError(f"{owner}: expected a dict from DataLoader.state_dict(), got {type(state).__name__}")
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"{owner}: missing keys {missing}; "
+                             f"expected {list(_STATE_KEYS)} from DataLoader.state_dict()")
+        values = {}
+        for k in _STATE_KEYS:
+            value = state[k]
+            if isinstance(value, np.ndarray) and value.shape == ():
+                value = value[()]  # a 0-d array from an npz file
+            top = 2**128 if k == "seed" else 2**63  # seeds may be large; counts fit in int64
+            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) \
+                    or not 0 <= value < top:
+                raise ValueError(f"{owner}: {k} must be a whole number from 0 to 2**{top.bit_length() - 1} - 1, "
+                                 f"got {repr(value)[:80]}")
+            values[k] = int(value)
+        if values["num_samples"] != len(self.dataset) or values["batch_size"] != self.batch_size:
+            raise ValueError(
+                f"{owner}: the state was saved for {values['num_samples']} samples in "
+                f"batches of {values['batch_size']}, but this loader has {len(self.dataset)} samples in "
+                f"batches of {self.batch_size}; resume with the same dataset and batch_size")
+        if not values["batch"] <= len(self):
+            raise ValueError(f"{owner}: epoch {values['epoch']} / batch "
+                             f"{values['batch']} out of range (0..{len(self)} batches per epoch)")
+        return values
 
     def __repr__(self) -> str:
         return (f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, shuffle={self.shuffle}, "

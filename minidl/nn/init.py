@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from minidl import backend
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 __all__ = [
     "calculate_gain", "constant_", "init_bias_class_priors", "init_bias_imbalanced_binary",
@@ -57,6 +57,7 @@ def _check(tensor, fn):
 def _fill(tensor: Tensor, array) -> Tensor:
     """Write ``array`` into the tensor's own buffer (optimizers keep their reference to it)."""
     tensor.data[...] = array.astype(tensor.dtype, copy=False)
+    mark_changed(tensor)
     return tensor
 
 
@@ -127,16 +128,19 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 # ---------------------------------------------------------------- constants and plain distributions
 def zeros_(tensor: Tensor) -> Tensor:
     _check(tensor, "zeros_").data[...] = 0
+    mark_changed(tensor)
     return tensor
 
 
 def ones_(tensor: Tensor) -> Tensor:
     _check(tensor, "ones_").data[...] = 1
+    mark_changed(tensor)
     return tensor
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
     _check(tensor, "constant_").data[...] = val
+    mark_changed(tensor)
     return tensor
 
 
@@ -306,6 +310,7 @@ def init_lstm_gate_biases(lstm, forget: float = 1.0, input: float = -1.0, output
             raise ValueError(f"init_lstm_gate_biases: {name} has {bias.shape[0]} entries, not 4 gates x hidden")
         for gate, value in enumerate((input, forget, cell, output)):
             bias.data[gate * hidden:(gate + 1) * hidden] = value
+        mark_changed(bias)
         zeros_(params[name.replace("bias_ih", "bias_hh")])
     return lstm
 

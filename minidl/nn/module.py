@@ -23,7 +23,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from minidl import backend
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed, tensor
 
 
 class Parameter(Tensor):
@@ -91,6 +91,10 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
+        for arg in args:
+            if not isinstance(arg, Tensor):  # the common case costs this one check per input
+                args = tuple(self._as_input(a) for a in args)
+                break
         out = self.forward(*args, **kwargs)
         if not self._forward_hooks:  # the common case: one dict check, nothing else
             return out
@@ -99,6 +103,24 @@ class Module:
             if result is not None:
                 out = result
         return out
+
+    def _as_input(self, value):
+        """A positional input as ``forward`` gets it: a NumPy or CuPy array becomes a constant Tensor.
+
+        The Tensor holds a copy, as ``mdl.tensor(array)`` makes (same dtype, same device), so
+        ``layer(array)`` is ``layer(mdl.tensor(array))``. Tensors, None, Python numbers, strings
+        and containers (an RNN's state tuple, a list of indices) pass unchanged; another
+        library's array (a torch tensor, say) is a TypeError.
+        """
+        if isinstance(value, np.ndarray) or backend.xp_of(value) is not np:
+            return tensor(value)
+        if not isinstance(value, np.generic) and any(
+                hasattr(value, name) for name in ("__array__", "__dlpack__", "__cuda_array_interface__")):
+            kind = type(value)
+            raise TypeError(f"{type(self).__name__}: got a {kind.__module__}.{kind.__qualname__} as input; "
+                            "minidl layers take minidl Tensors or NumPy/CuPy arrays: convert it first, "
+                            "e.g. mdl.tensor(np.asarray(x)) (for a torch tensor: mdl.tensor(x.numpy()))")
+        return value
 
     def register_forward_hook(self, hook) -> _HookHandle:
         """Call ``hook(module, inputs, output)`` after every forward (for activation statistics).
@@ -298,37 +320,53 @@ class Module:
         """
         return OrderedDict((name, t.xp.array(t.data, copy=True)) for name, t in self._state_items(prefix))
 
+    def check_state_dict(self, state, strict: bool = True) -> IncompatibleKeys:
+        """The StateDictError ``load_state_dict(state, strict)`` would raise, or what it would return; no change."""
+        return self._checked_state(state, strict)[0]
+
     def load_state_dict(self, state, strict: bool = True) -> IncompatibleKeys:
         """Copy values from ``state`` (name → NumPy/CuPy array or Tensor) into this module in place.
 
         Every check is made before anything is copied, so a failed load leaves the
-        module unchanged. Mis-shaped keys always raise StateDictError; missing and
-        unexpected keys raise it when ``strict`` (the message lists every problem),
-        and are returned as ``(missing_keys, unexpected_keys)`` otherwise.
+        module unchanged, buffers included. Mis-shaped keys and values that do not
+        convert to the tensor's dtype (text, a NaN for an integer counter) always
+        raise StateDictError; missing and unexpected keys raise it when ``strict``
+        (the message lists every problem), and are returned as
+        ``(missing_keys, unexpected_keys)`` otherwise.
         Values are cast to each parameter's dtype and moved to its device.
         """
+        result, values = self._checked_state(state, strict)
+        for target, value in values:
+            value = backend.to_device(value, target.device)
+            target.data[...] = value.astype(target.dtype, copy=False)
+            mark_changed(target)  # a graph recorded before the load must not see the new values
+        return result
+
+    def _checked_state(self, state, strict: bool):
+        """(IncompatibleKeys, [(tensor, value to copy into it)]) once every key of ``state`` is checked."""
         if not hasattr(state, "keys"):
             raise TypeError(f"load_state_dict: expected a mapping of name -> array, got {type(state).__name__}")
         own = OrderedDict(self._state_items())
         missing = [name for name in own if name not in state]
         unexpected = [name for name in state if name not in own]
-        mis_shaped = []
+        mis_shaped, unusable, values = [], [], []
         for name, target in own.items():
-            if name in state:
-                got = tuple(_shape_of(state[name]))
+            if name not in state:
+                continue
+            value, problem = _as_array(state[name])
+            if problem is None:
+                got = tuple(value.shape)
                 if got != tuple(target.shape):
                     mis_shaped.append((name, tuple(target.shape), got))
-        if mis_shaped or (strict and (missing or unexpected)):
-            raise StateDictError(_load_error(type(self).__name__, missing, unexpected, mis_shaped, strict))
-        for name, target in own.items():
-            if name in state:
-                value = state[name]
-                value = value.data if isinstance(value, Tensor) else value
-                if not hasattr(value, "dtype") or not hasattr(value, "shape"):
-                    value = np.asarray(value)  # e.g. a torch tensor or a list
-                value = backend.to_device(value, target.device)
-                target.data[...] = value.astype(target.dtype, copy=False)
-        return IncompatibleKeys(missing, unexpected)
+                    continue
+                problem = _cast_problem(value, np.dtype(target.dtype))
+            if problem is not None:
+                unusable.append((name, problem))
+                continue
+            values.append((target, value))
+        if mis_shaped or unusable or (strict and (missing or unexpected)):
+            raise StateDictError(_load_error(type(self).__name__, missing, unexpected, mis_shaped, strict, unusable))
+        return IncompatibleKeys(missing, unexpected), values
 
     # ------------------------------------------------------------ devices and dtypes
     def to(self, device=None, dtype=None):
@@ -419,12 +457,6 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join([lines[0]] + [" " * spaces + line for line in lines[1:]])
 
 
-def _shape_of(value):
-    if hasattr(value, "shape"):
-        return tuple(value.shape)
-    return np.shape(value)
-
-
 def _looks_like_device(value) -> bool:
     if not isinstance(value, str):
         return False
@@ -435,7 +467,42 @@ def _looks_like_device(value) -> bool:
     return True
 
 
-def _load_error(owner, missing, unexpected, mis_shaped, strict) -> str:
+def _as_array(value):
+    """(an array with a NumPy dtype, None) for a state value, or (None, what is wrong with it)."""
+    value = value.data if isinstance(value, Tensor) else value
+    try:
+        if hasattr(value, "dtype") and hasattr(value, "shape"):
+            np.dtype(value.dtype)  # a torch tensor's dtype is not one: convert it below
+            return value, None
+    except TypeError:
+        pass
+    try:
+        return np.asarray(value), None  # e.g. a torch tensor or a list
+    except (TypeError, ValueError, OverflowError) as exc:
+        return None, f"not an array ({exc})"
+
+
+def _cast_problem(value, dtype: np.dtype):
+    """Why ``value`` cannot be copied into a tensor of ``dtype`` without losing what it means, or None."""
+    kind = np.dtype(value.dtype).kind
+    allowed = {"f": "biuf", "c": "biufc", "i": "biuf", "u": "biuf", "b": "biu"}.get(dtype.kind)
+    if allowed is None:
+        ok = np.dtype(value.dtype) == dtype
+    else:
+        ok = kind in allowed
+    if not ok:
+        return f"holds {value.dtype} values, which do not convert to {dtype}"
+    if dtype.kind in "iub" and kind in "iuf" and value.size:
+        host = backend.to_numpy(value)
+        low, high = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        if kind == "f" and not (np.isfinite(host).all() and (host == np.round(host)).all()):
+            return f"holds non-integer values (NaN, infinity or fractions), which {dtype} cannot hold"
+        if host.min() < low or host.max() > high:
+            return f"holds values outside the range of {dtype}"
+    return None
+
+
+def _load_error(owner, missing, unexpected, mis_shaped, strict, unusable=()) -> str:
     lines = [f"load_state_dict for {owner}: the state does not fit the module:"]
     if strict and missing:
         lines.append(f"  missing keys ({len(missing)}): " + ", ".join(missing))
@@ -443,6 +510,8 @@ def _load_error(owner, missing, unexpected, mis_shaped, strict) -> str:
         lines.append(f"  unexpected keys ({len(unexpected)}): " + ", ".join(unexpected))
     for name, expected, got in mis_shaped:
         lines.append(f"  mis-shaped key {name}: the module expects shape {expected}, the state has {got}")
+    for name, problem in unusable:
+        lines.append(f"  unusable key {name}: {problem}")
     lines.append("  Was the state saved from a model built with the same layer sizes? "
                  "Use strict=False to load the matching keys only (shapes must still agree).")
     return "\n".join(lines)

@@ -37,6 +37,7 @@ class _Unbind(Function):
     Slicing a step at a time would cost one full-size zero gradient per step in
     backward; this op hands every step's gradient back in one stack.
     """
+    saved_inputs = ()
 
     def forward(self, x):
         return tuple(x[i] for i in range(x.shape[0]))
@@ -47,6 +48,7 @@ class _Unbind(Function):
 
 class _Chunk(Function):
     """ys = x split into ``chunks`` equal parts along the last axis (the gates);  dx = concatenate(dys)."""
+    saved_inputs = ()
 
     def __init__(self, chunks):
         self.chunks = chunks

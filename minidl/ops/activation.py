@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from minidl.autograd import Function, is_grad_enabled
+from minidl import backend
+from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.elementwise import exp, where
 from minidl.ops.reduction import _normalize_axis
@@ -28,14 +29,30 @@ class ReLU(Function):
         return xp_of(x).maximum(x, 0)
 
     def backward(self, gy):
-        positive = self.inputs[0].data > 0
-        if not is_grad_enabled():  # first-order backward: one array product, no node to build
-            return Tensor(gy.data * positive)
-        return gy * Tensor(positive)
+        return ReLUGrad(self.inputs[0].data > 0)(gy)
+
+
+class ReLUGrad(Function):
+    """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
+
+    The mask is piecewise constant, so z has no derivative with respect to x
+    (almost everywhere): the only input is dy.
+    """
+    saved_inputs = ()
+
+    def __init__(self, positive):
+        self.positive = positive
+
+    def forward(self, gy):
+        return gy * self.positive
+
+    def backward(self, gz):
+        return ReLUGrad(self.positive)(gz)
 
 
 class LeakyReLU(Function):
     """y = x for x > 0, αx otherwise;  dx = dy · (1 or α)."""
+    saved_inputs = ()
 
     def __init__(self, slope=0.01):
         self.slope = slope
@@ -50,6 +67,7 @@ class LeakyReLU(Function):
 
 class ELU(Function):
     """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α)."""
+    saved_inputs = ()
 
     def __init__(self, alpha=1.0):
         self.alpha = alpha
@@ -65,28 +83,50 @@ class ELU(Function):
 
 class Tanh(Function):
     """y = tanh x;  dx = dy · (1 − y²)."""
+    saved_inputs = ()
 
     def forward(self, x):
         return xp_of(x).tanh(x)
 
     def backward(self, gy):
-        y = self.output()
-        if not is_grad_enabled():  # first-order backward: plain array arithmetic, no nodes
-            return Tensor(gy.data * (1 - y.data * y.data))
+        return TanhGrad()(self.output(), gy)
+
+
+class TanhGrad(Function):
+    """Tanh's gradient as an op of (y, dy):  z = dy · (1 − y²);
+    d(dy) = dz · (1 − y²),  dy_out = −2 · dz · dy · y  (dy_out: the gradient reaching y).
+    """
+
+    def forward(self, y, gy):
         return gy * (1 - y * y)
+
+    def backward(self, gz):
+        y, gy = self.inputs
+        return -2 * gz * gy * y, gz * (1 - y * y)
 
 
 class Sigmoid(Function):
     """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y)."""
+    saved_inputs = ()
 
     def forward(self, x):
         return xp_of(x).tanh(x * 0.5) * 0.5 + 0.5
 
     def backward(self, gy):
-        y = self.output()
-        if not is_grad_enabled():
-            return Tensor(gy.data * y.data * (1 - y.data))
+        return SigmoidGrad()(self.output(), gy)
+
+
+class SigmoidGrad(Function):
+    """Sigmoid's gradient as an op of (y, dy):  z = dy · y(1 − y);
+    d(dy) = dz · y(1 − y),  dy_out = dz · dy · (1 − 2y).
+    """
+
+    def forward(self, y, gy):
         return gy * y * (1 - y)
+
+    def backward(self, gz):
+        y, gy = self.inputs
+        return gz * gy * (1 - 2 * y), gz * y * (1 - y)
 
 
 class Softplus(Function):
@@ -121,7 +161,12 @@ class GELU(Function):
 
 
 class GELUGrad(Function):
-    """y = d gelu(x)/dx (see GELU);  dx = dy · d²gelu/dx² (checked by gradgradcheck)."""
+    """z = d gelu(x)/dx (see GELU);  dx = dz · d²gelu/dx², written with Tensor ops so that it
+    can be differentiated again:
+    exact:  d²gelu/dx² = φ(x)(2 − x²)
+    tanh:   d²gelu/dx² = (1 − t²) u′ + ½x(−2t(1 − t²) u′² + (1 − t²) u″),
+            u′ = √(2/π)(1 + 3·0.044715x²),  u″ = √(2/π)·6·0.044715x
+    """
 
     def __init__(self, approximate):
         self.approximate = approximate
@@ -134,47 +179,29 @@ class GELUGrad(Function):
             return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
         return _gelu_cdf(x, "none") + x * xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
-    def backward(self, gy):
-        x = self.inputs[0].data
-        xp = xp_of(x)
+    def backward(self, gz):
+        x = self.inputs[0]
         if self.approximate == "tanh":
             c, k = math.sqrt(2 / math.pi), 0.044715
-            u = c * (x + k * x ** 3)
-            t = xp.tanh(u)
+            t = tanh(c * (x + k * x * x * x))
+            sech2 = 1 - t * t
             du = c * (1 + 3 * k * x * x)
-            second = (1 - t * t) * du + 0.5 * x * (-2 * t * (1 - t * t) * du * du + (1 - t * t) * c * 6 * k * x)
+            second = sech2 * du + 0.5 * x * (-2 * t * sech2 * du * du + sech2 * (c * 6 * k) * x)
         else:
-            second = xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * (2 - x * x)
-        return gy * Tensor(second.astype(x.dtype, copy=False))
+            second = exp(-0.5 * x * x) * (2 - x * x) / math.sqrt(2 * math.pi)
+        return gz * second
 
 
 def _gelu_cdf(x, approximate):
     xp = xp_of(x)
     if approximate == "tanh":
         return 0.5 * (1 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    return 0.5 * (1 + _erf(x / math.sqrt(2)))
-
-
-def _erf(x):
-    xp = xp_of(x)
-    if xp.__name__ == "numpy":
-        try:
-            from scipy.special import erf  # exact when SciPy is installed
-            return erf(x).astype(x.dtype, copy=False)
-        except ImportError:
-            return _erf_series(x)
-    import cupyx.scipy.special
-    return cupyx.scipy.special.erf(x)
-
-
-def _erf_series(x):
-    """erf through Python's math.erf, element by element: exact but slow (install SciPy for speed)."""
-    import numpy as np
-    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+    return 0.5 * (1 + backend.erf(x / math.sqrt(2)))
 
 
 class Softmax(Function):
     """y_i = e^(x_i − max x) / Σ_j e^(x_j − max x);  dx = y ⊙ (dy − Σ_j dy_j y_j)."""
+    saved_inputs = ()
 
     def __init__(self, axis=-1):
         self.axis = axis
@@ -187,11 +214,26 @@ class Softmax(Function):
         return e
 
     def backward(self, gy):
-        y = self.output()
-        if not is_grad_enabled():  # first-order backward: the same line on arrays, no nodes
-            g, y = gy.data, y.data
-            return Tensor(y * (g - (g * y).sum(axis=self.axis, keepdims=True)))
-        return y * (gy - reduce_sum(gy * y, axis=self.axis, keepdims=True))
+        return SoftmaxGrad(self.axis)(self.output(), gy)
+
+
+class SoftmaxGrad(Function):
+    """Softmax's gradient as an op of (y, dy), s = Σ_j dy_j y_j:  z = y ⊙ (dy − s);
+    d(dy) = y ⊙ (dz − Σ_j dz_j y_j)  (the Jacobian is symmetric),
+    dy_out = dz ⊙ (dy − s) − dy · Σ_j dz_j y_j.
+    """
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, y, gy):
+        return y * (gy - (gy * y).sum(axis=self.axis, keepdims=True))
+
+    def backward(self, gz):
+        y, gy = self.inputs
+        s = reduce_sum(gy * y, axis=self.axis, keepdims=True)
+        gz_dot_y = reduce_sum(gz * y, axis=self.axis, keepdims=True)
+        return gz * (gy - s) - gy * gz_dot_y, SoftmaxGrad(self.axis)(y, gz)
 
 
 class LogSoftmax(Function):
@@ -200,6 +242,7 @@ class LogSoftmax(Function):
     Subtracting m first, not x − logsumexp(x), keeps float32 exact near ±1000:
     m + ln Σ would round to the float32 spacing at 1000 (6e-5) before the difference.
     """
+    saved_inputs = ()
 
     def __init__(self, axis=-1):
         self.axis = axis
@@ -211,11 +254,25 @@ class LogSoftmax(Function):
         return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
 
     def backward(self, gy):
-        if not is_grad_enabled():  # first-order backward: the same line on arrays, no nodes
-            g = gy.data
-            return Tensor(g - xp_of(g).exp(self.output().data) * g.sum(axis=self.axis, keepdims=True))
-        softmax_x = exp(self.output())
-        return gy - softmax_x * reduce_sum(gy, axis=self.axis, keepdims=True)
+        return LogSoftmaxGrad(self.axis)(self.output(), gy)
+
+
+class LogSoftmaxGrad(Function):
+    """LogSoftmax's gradient as an op of (y, dy), p = eʸ = softmax(x), S = Σ_j dy_j:  z = dy − p S;
+    d(dy) = dz − Σ_j dz_j p_j,  dy_out = −dz ⊙ p S.
+    """
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, y, gy):
+        return gy - xp_of(y).exp(y) * gy.sum(axis=self.axis, keepdims=True)
+
+    def backward(self, gz):
+        y, gy = self.inputs
+        p = exp(y)
+        total = reduce_sum(gy, axis=self.axis, keepdims=True)
+        return -gz * p * total, gz - reduce_sum(gz * p, axis=self.axis, keepdims=True)
 
 
 class LogSumExp(Function):

@@ -82,6 +82,7 @@ class Im2Col(Function):
     """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p, j·sw + q]  (x_pad: x with zero borders);
     dx = col2im(dy): every window's gradient added back where it was read.
     """
+    saved_inputs = ()
 
     def __init__(self, kernel, stride, padding):
         self.kernel, self.stride, self.padding = kernel, stride, padding
@@ -98,6 +99,7 @@ class Col2Im(Function):
     """y = col2im(x): windows (N, OH, OW, KH, KW, C) summed back into an image (N, C, H, W);
     dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient).
     """
+    saved_inputs = ()
 
     def __init__(self, image_shape, kernel, stride, padding):
         self.image_shape = image_shape

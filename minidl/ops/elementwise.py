@@ -31,6 +31,7 @@ class Binary(Function):
 
 class Add(Binary):
     """y = a + b;  da = dy,  db = dy (each summed to its input's shape)."""
+    saved_inputs = ()
     name = "add"
 
     def compute(self, a, b):
@@ -44,6 +45,7 @@ class Add(Binary):
 
 class Sub(Binary):
     """y = a - b;  da = dy,  db = -dy."""
+    saved_inputs = ()
     name = "sub"
 
     def compute(self, a, b):
@@ -57,6 +59,7 @@ class Sub(Binary):
 
 class Mul(Binary):
     """y = a * b;  da = dy * b,  db = dy * a."""
+    saved_inputs = "each other"  # a is read only for db, b only for da
     name = "mul"
 
     def compute(self, a, b):
@@ -84,7 +87,15 @@ class Div(Binary):
 
 
 class Pow(Binary):
-    """y = a ** b;  da = dy * b * a^(b-1),  db = dy * y * log(a)."""
+    """y = a ** b;  da = dy · b · a^(b−1),  db = dy · y · ln a.
+
+    Where these formulas meet 0·∞ or ln 0, the values are PyTorch's:
+      da = 0 where b = 0, also at a = 0 (a⁰ = 1 does not depend on a);
+      db = 0 where a = 0 and b ≥ 0 (0^b is flat in b: 0 for b > 0, the limit from b > 0 at b = 0);
+      db = −∞ where a = 0 and b < 0 (y · ln a → +∞ · −∞).
+    Inside the masked places the formulas see stand-ins (b = 1 in a^(b−1), a = 1 in ln a), so the
+    backward is finite there and differentiating it again gives 0 there, not NaN.
+    """
     name = "pow"
 
     def compute(self, a, b):
@@ -92,13 +103,23 @@ class Pow(Binary):
 
     def backward(self, gy):
         a, b = self.inputs
-        ga = sum_to(gy * b * a ** (b - 1), a.shape) if a.requires_grad else None
-        gb = sum_to(gy * self.output() * log(a), b.shape) if b.requires_grad else None
+        ga = gb = None
+        if a.requires_grad:
+            flat = b.data == 0
+            ga = sum_to(where(flat, 0, gy * b * a ** (where(flat, 1, b) - 1)), a.shape)
+        if b.requires_grad:
+            zero_base = (a.data == 0) & (b.data >= 0)
+            gb = sum_to(where(zero_base, 0, gy * self.output() * log(where(zero_base, 1, a))), b.shape)
         return ga, gb
 
 
 class PowScalar(Function):
-    """y = x ** c for a constant c;  dx = dy * c * x^(c-1)."""
+    """y = x ** c for a constant c;  dx = dy · c · x^(c−1), and dx = 0 for c = 0.
+
+    c = 0 gives 0 everywhere, also at x = 0 where c · x^(c−1) would be 0 · ∞ (PyTorch's
+    convention: x⁰ = 1 does not depend on x). At x = 0 the other exponents give what the
+    formula gives, as in PyTorch: 0 for c > 1, 1 for c = 1, +∞ for 0 < c < 1, ±∞ for c < 0.
+    """
 
     def __init__(self, c):
         self.c = c
@@ -108,6 +129,8 @@ class PowScalar(Function):
 
     def backward(self, gy):
         x = self.inputs[0]
+        if self.c == 0:
+            return Tensor(gy.xp.zeros(x.shape, gy.dtype))
         if self.c == 2:  # the common square: avoid a power call
             return gy * (2 * x)
         return gy * (self.c * x ** (self.c - 1))
@@ -115,6 +138,7 @@ class PowScalar(Function):
 
 class Neg(Function):
     """y = -x;  dx = -dy."""
+    saved_inputs = ()
 
     def forward(self, x):
         return -x
@@ -125,6 +149,7 @@ class Neg(Function):
 
 class Exp(Function):
     """y = eˣ;  dx = dy * y."""
+    saved_inputs = ()
 
     def forward(self, x):
         return _xp(x).exp(x)
@@ -145,6 +170,7 @@ class Log(Function):
 
 class Sqrt(Function):
     """y = √x;  dx = dy / (2y)."""
+    saved_inputs = ()
 
     def forward(self, x):
         return _xp(x).sqrt(x)
@@ -166,6 +192,7 @@ class Abs(Function):
 
 class Clip(Function):
     """y = min(max(x, lo), hi);  dx = dy where lo ≤ x ≤ hi, else 0."""
+    saved_inputs = ()
 
     def __init__(self, lo, hi):
         self.lo, self.hi = lo, hi
@@ -186,6 +213,7 @@ class Clip(Function):
 
 class Where(Function):
     """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere."""
+    saved_inputs = ()
 
     def __init__(self, cond):
         self.cond = cond
@@ -206,6 +234,7 @@ class Where(Function):
 
 class Maximum(Binary):
     """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
+    saved_inputs = ()
     name = "maximum"
 
     def compute(self, a, b):

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function, is_grad_enabled
+from minidl.autograd import Function
 from minidl.backend import xp_of
+from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import reshape, sum_to, swap_last_axes
-from minidl.tensor import Tensor, as_tensor
+from minidl.tensor import as_tensor
 
 
 class MatMul(Function):
     """y = a @ b;  da = dy @ bᵀ,  db = aᵀ @ dy (vectors and batches as NumPy)."""
+    saved_inputs = "each other"
 
     def forward(self, a, b):
         if a.ndim == 0 or b.ndim == 0:
@@ -60,6 +62,7 @@ class Linear(Function):
     One op rather than matmul + add so a Linear layer costs one node and two
     GEMMs per backward, the BLAS calls working on contiguous 2-D arrays.
     """
+    saved_inputs = "each other"  # x is read only for dW, W only for dx; the bias never
 
     def forward(self, x, weight, bias=None):
         if x.shape[-1] != weight.shape[1]:
@@ -77,28 +80,44 @@ class Linear(Function):
 
     def backward(self, gy):
         x, weight = self.inputs[0], self.inputs[1]
-        if not is_grad_enabled():
-            return self._first_order(gy.data, x, weight)
-        gx = gy @ weight if x.requires_grad else None
-        g2 = reshape(gy, -1, gy.shape[-1])
-        gw = swap_last_axes(g2) @ reshape(x, -1, x.shape[-1]) if weight.requires_grad else None
+        gx = LinearGradData()(gy, weight) if x.requires_grad else None
+        gw = LinearGradWeight()(gy, x) if weight.requires_grad else None
         if len(self.inputs) == 2:
             return gx, gw
-        gb = g2.sum(axis=0) if self.inputs[2].requires_grad else None
+        gb = reduce_sum(gy, axis=tuple(range(gy.ndim - 1))) if self.inputs[2].requires_grad else None
         return gx, gw, gb
 
-    def _first_order(self, g, x, weight):
-        """The same three products on raw arrays: the usual backward builds no nodes, so it
-        needs no Tensor ops (those are for create_graph, to differentiate dx, dW again)."""
-        g2 = g.reshape(-1, g.shape[-1])
-        x2 = x.data.reshape(-1, x.shape[-1])
-        gx = Tensor(g @ weight.data) if x.requires_grad else None
-        gw = None
-        if weight.requires_grad:  # one sample: dW is an outer product, one broadcast multiply (BLAS is slow at k = 1)
-            gw = Tensor(g2.T * x2 if g2.shape[0] == 1 else g2.T @ x2)
-        if len(self.inputs) == 2:
-            return gx, gw
-        return gx, gw, (Tensor(g2.sum(axis=0)) if self.inputs[2].requires_grad else None)
+
+class LinearGradData(Function):
+    """Linear's input gradient as an op of (dy, W):  z = dy W;
+    d(dy) = dz Wᵀ (a Linear without bias),  dW = dyᵀ dz (a LinearGradWeight).
+    """
+
+    def forward(self, gy, weight):
+        return gy @ weight
+
+    def backward(self, gz):
+        gy, weight = self.inputs
+        return (Linear()(gz, weight) if gy.requires_grad else None,
+                LinearGradWeight()(gy, gz) if weight.requires_grad else None)
+
+
+class LinearGradWeight(Function):
+    """Linear's weight gradient as an op of (dy, x), leading axes flattened:  z = dyᵀ x;
+    d(dy) = x dzᵀ (a Linear of x by dz),  dx = dy dz (a LinearGradData).
+    """
+
+    def forward(self, gy, x):
+        g2 = gy.reshape(-1, gy.shape[-1])
+        x2 = x.reshape(-1, x.shape[-1])
+        if g2.shape[0] == 1:  # one sample: an outer product, one broadcast multiply (BLAS is slow at k = 1)
+            return g2.T * x2
+        return g2.T @ x2
+
+    def backward(self, gz):
+        gy, x = self.inputs
+        return (Linear()(x, gz) if gy.requires_grad else None,
+                LinearGradData()(gy, gz) if x.requires_grad else None)
 
 
 def linear(x, weight, bias=None):

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function, is_grad_enabled
+from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.activation import softmax, softplus
+from minidl.ops.activation import SoftmaxGrad, softmax, softplus
 from minidl.ops.reduction import mean
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import getitem, reshape, transpose
@@ -51,11 +51,30 @@ class CrossEntropy(Function):
         return -(self.coefficients * used).sum(axis=1)
 
     def backward(self, gy):
-        totals = self.coefficients.sum(axis=1, keepdims=True)
-        if not is_grad_enabled():  # first-order backward: the saved softmax, plain array arithmetic
-            return Tensor(gy.data.reshape(-1, 1) * (self.probs * totals - self.coefficients))
-        probs = softmax(self.inputs[0], axis=1)  # recorded: softmax as an op, so dx can be differentiated again
-        return reshape(gy, -1, 1) * (probs * Tensor(totals) - Tensor(self.coefficients))
+        return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
+
+
+class CrossEntropyGrad(Function):
+    """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
+    and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
+    d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
+    (the softmax Jacobian applied to dz: a SoftmaxGrad).
+    """
+
+    def __init__(self, probs, coefficients):
+        self.probs, self.coefficients = probs, coefficients
+        self.totals = coefficients.sum(axis=1, keepdims=True)
+
+    def forward(self, x, gy):
+        return gy.reshape(-1, 1) * (self.probs * self.totals - self.coefficients)
+
+    def backward(self, gz):
+        x, gy = self.inputs
+        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        probs = softmax(x, axis=1)  # an op of x, so this backward can be differentiated again
+        gx = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, gz) if x.requires_grad else None
+        ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
+        return gx, ggy
 
 
 # ---------------------------------------------------------------- argument checks

@@ -12,7 +12,7 @@ gradient; the affine part is ordinary broadcasting arithmetic.
 """
 from __future__ import annotations
 
-from minidl.autograd import Function, is_grad_enabled
+from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.reduction import mean
 from minidl.ops.shape import reshape
@@ -21,12 +21,10 @@ from minidl.tensor import Tensor, as_tensor
 
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
-    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩).
+    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
 
     The variance is the biased one (divided by n), as every normalization
-    layer uses. First-order backward reuses the saved x̂ and s; when the
-    backward is itself recorded (create_graph) x̂ and s are rebuilt from x
-    with Tensor ops, so that dx can be differentiated again.
+    layer uses. The backward reuses the saved x̂ and s.
     """
 
     def __init__(self, axes, eps):
@@ -41,19 +39,48 @@ class Normalize(Function):
         return centered * self.inv_std
 
     def backward(self, gy):
+        x_hat = self.output()
+        # the output may have been dropped by the caller: recompute it from the saved statistics
+        x_hat = (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
+        return NormalizeGrad(self.axes, self.eps, x_hat, self.inv_std)(self.inputs[0], gy)
+
+
+class NormalizeGrad(Function):
+    """Normalize's gradient as an op of (x, dy), with x̂, s and ⟨·⟩ as in Normalize:
+    z = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩);
+    d(dy) = s · (dz − ⟨dz⟩ − x̂ ⟨dz · x̂⟩)  (the map dy → z is symmetric: a NormalizeGrad of dz),
+    dx = −s² · (x̂ (⟨dz · (dy − ⟨dy⟩)⟩ − 3 b c) + c (dy − ⟨dy⟩) + b (dz − ⟨dz⟩)),
+    with b = ⟨dy · x̂⟩ and c = ⟨dz · x̂⟩.
+
+    dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
+    The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
+    from x with Tensor ops, so that it can be differentiated again.
+    """
+
+    def __init__(self, axes, eps, x_hat, inv_std):
+        self.axes, self.eps, self.x_hat, self.inv_std = axes, eps, x_hat, inv_std
+
+    def forward(self, x, gy):
+        axes, x_hat = self.axes, self.x_hat
+        return self.inv_std * (gy - gy.mean(axis=axes, keepdims=True)
+                               - x_hat * (gy * x_hat).mean(axis=axes, keepdims=True))
+
+    def backward(self, gz):
+        x, gy = self.inputs
         axes = self.axes
-        if is_grad_enabled():
-            x = self.inputs[0]
-            centered = x - mean(x, axis=axes, keepdims=True)
-            inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
-            x_hat = centered * inv_std
-        else:
-            inv_std = Tensor(self.inv_std)
-            x_hat = self.output()
-            if x_hat is None:  # the output was dropped by the caller: recompute it from the saved statistics
-                x_hat = Tensor((self.inputs[0].data - self.mean) * self.inv_std)
-        return inv_std * (gy - mean(gy, axis=axes, keepdims=True)
-                          - x_hat * mean(gy * x_hat, axis=axes, keepdims=True))
+        ggy = NormalizeGrad(axes, self.eps, self.x_hat, self.inv_std)(x, gz) if gy.requires_grad else None
+        if not x.requires_grad:
+            return None, ggy
+        centered = x - mean(x, axis=axes, keepdims=True)
+        inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
+        x_hat = centered * inv_std
+        gy_centered = gy - mean(gy, axis=axes, keepdims=True)
+        gz_centered = gz - mean(gz, axis=axes, keepdims=True)
+        b = mean(gy * x_hat, axis=axes, keepdims=True)
+        c = mean(gz * x_hat, axis=axes, keepdims=True)
+        e = mean(gz * gy_centered, axis=axes, keepdims=True)
+        gx = -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * gz_centered)
+        return gx, ggy
 
 
 def _affine(op, y, weight, bias, shape, expected):

@@ -22,6 +22,7 @@ class MaxPool2d(Function):
     """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p, j·sw + q]  (x_pad: x with −inf borders);
     dx = dy added at each window's argmax (flat indices saved in forward).
     """
+    saved_inputs = ()
 
     def __init__(self, kernel, stride, padding):
         self.kernel, self.stride, self.padding = kernel, stride, padding

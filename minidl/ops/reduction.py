@@ -52,6 +52,7 @@ class Reduction(Function):
 
 class Sum(Reduction):
     """y = Σ x over axes;  dx = dy broadcast to x's shape."""
+    saved_inputs = ()
 
     def forward(self, x):
         self.prepare(x)
@@ -63,6 +64,7 @@ class Sum(Reduction):
 
 class Mean(Reduction):
     """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape."""
+    saved_inputs = ()
 
     def forward(self, x):
         self.prepare(x)
@@ -74,6 +76,7 @@ class Mean(Reduction):
 
 class Max(Reduction):
     """y = max x over axes;  dx = dy at the maximum, split evenly among ties."""
+    saved_inputs = ()
 
     extreme = "max"
 
@@ -100,7 +103,12 @@ class Var(Reduction):
     """y = Σ (x − x̄)² / (n − ddof);  dx = dy · 2(x − x̄)/(n − ddof).
 
     ``ddof=0`` (NumPy's default) is the population variance; ``ddof=1`` is
-    PyTorch's default unbiased estimate.
+    PyTorch's default unbiased estimate (PyTorch calls ddof ``correction``).
+    When n ≤ ddof there is no estimate, and the numbers are PyTorch's: the
+    forward divides by max(n − ddof, 0), giving NaN (0/0) or inf; the
+    backward keeps the formula with 2/(n − ddof) taken as +inf at n = ddof,
+    so dx is NaN where x = x̄ and ±inf elsewhere (for n < ddof the factor is
+    the finite 2/(n − ddof), as in PyTorch). An empty x has an empty gradient.
     """
 
     def __init__(self, axis=None, keepdims=False, ddof=0):
@@ -113,8 +121,12 @@ class Var(Reduction):
 
     def backward(self, gy):
         x = self.inputs[0]
+        if x.data.size == 0:
+            return Tensor(x.xp.zeros(x.shape, gy.dtype))
+        dof = self.count - self.ddof
+        scale = 2.0 / dof if dof else math.inf
         centered = x - mean(x, axis=self.axes, keepdims=True)
-        return self.expand(gy) * centered * (2.0 / (self.count - self.ddof))
+        return self.expand(gy) * centered * scale
 
 
 def _axis(axis, dim):
@@ -138,5 +150,7 @@ def min(x, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
     return Min(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)
 
 
-def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, keepdim=None):
+def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, keepdim=None, correction=None):
+    """Variance over ``axis`` with n − ``ddof`` in the denominator; ``correction`` is PyTorch's name for ddof."""
+    ddof = ddof if correction is None else correction
     return Var(_axis(axis, dim), keepdims if keepdim is None else keepdim, ddof)(x)

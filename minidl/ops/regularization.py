@@ -22,6 +22,7 @@ from minidl.tensor import Tensor, as_tensor
 
 class Dropout(Function):
     """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p)."""
+    saved_inputs = ()
 
     def __init__(self, p):
         self.p = p

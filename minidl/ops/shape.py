@@ -6,15 +6,18 @@ permutation, sum over the broadcast axes, scatter into the indexed places.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from minidl.autograd import Function
-from minidl.backend import xp_of
+from minidl.backend import scatter_add, xp_of
 from minidl.tensor import Tensor, as_tensor
 
 
 class Reshape(Function):
     """y = x viewed with a new shape;  dx = dy reshaped to x's shape."""
+    saved_inputs = ()
 
     def __init__(self, shape):
         self.shape = shape
@@ -41,7 +44,13 @@ def reshape(x: Tensor, *shape) -> Tensor:
 
 
 class Transpose(Function):
-    """y = x with axes permuted;  dx = dy with the inverse permutation."""
+    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation.
+
+    ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
+    or None to reverse the axes. The inverse permutation p⁻¹ satisfies
+    p⁻¹[p[i]] = i, computed from the axes made non-negative.
+    """
+    saved_inputs = ()
 
     def __init__(self, axes):
         self.axes = axes
@@ -50,8 +59,27 @@ class Transpose(Function):
         return x.transpose(self.axes)
 
     def backward(self, gy):
-        inverse = tuple(np.argsort(self.axes)) if self.axes is not None else None
-        return Transpose(inverse)(gy)
+        if self.axes is None:
+            return Transpose(None)(gy)
+        inverse = [0] * len(self.axes)
+        for i, axis in enumerate(self.axes):
+            inverse[axis % len(self.axes)] = i
+        return Transpose(tuple(inverse))(gy)
+
+
+def _bad_axes(x, axes, why):
+    ndim = x.ndim
+    example = tuple(reversed(range(ndim)))
+    return ValueError(f"transpose: axes {axes} {why} for a tensor of shape {x.shape} ({ndim} dimensions); "
+                      f"pass a permutation of its {ndim} axes, e.g. {example}, each from {-ndim} to {ndim - 1}"
+                      ", or two axes to swap")
+
+
+def _axis_index(x, axes, axis):
+    try:
+        return operator.index(axis)
+    except TypeError:
+        raise TypeError(f"transpose: axes must be integers, got {axes} for a tensor of shape {x.shape}") from None
 
 
 def transpose(x: Tensor, *axes) -> Tensor:
@@ -59,16 +87,34 @@ def transpose(x: Tensor, *axes) -> Tensor:
 
     Two separate axes swap those two, as PyTorch's ``transpose(dim0, dim1)``
     does: on a matrix ``transpose(0, 1)`` is its transpose, while the tuple
-    ``transpose((0, 1))`` stays NumPy's identity permutation.
+    ``transpose((0, 1))`` stays NumPy's identity permutation. Negative axes
+    count from the end. Axes that are not a permutation (wrong count, a
+    repeat, out of range) raise ValueError.
     """
     permutation = len(axes) == 1 and isinstance(axes[0], (tuple, list))
     if permutation:
         axes = tuple(axes[0])
-    if len(axes) == 2 and not (permutation and x.ndim == 2):  # PyTorch's transpose(dim0, dim1)
-        perm = list(range(x.ndim))
+    if not axes:
+        return Transpose(None)(x)
+    given = axes
+    ndim = x.ndim
+    axes = tuple(_axis_index(x, given, a) for a in axes)
+    if len(axes) == 2 and not (permutation and ndim == 2):  # PyTorch's transpose(dim0, dim1)
+        if ndim == 0 and all(a in (0, -1) for a in axes):  # PyTorch lets a 0-d tensor swap 0 with itself
+            return Transpose(None)(x)
+        if any(not -ndim <= a < ndim for a in axes):
+            raise _bad_axes(x, given, "are out of range")
+        perm = list(range(ndim))
         perm[axes[0]], perm[axes[1]] = perm[axes[1]], perm[axes[0]]
-        axes = tuple(perm)
-    return Transpose(axes or None)(x)
+        return Transpose(tuple(perm))(x)
+    if len(axes) != ndim:
+        raise _bad_axes(x, given, f"name {len(axes)} axis" if len(axes) == 1 else f"name {len(axes)} axes")
+    if any(not -ndim <= a < ndim for a in axes):
+        raise _bad_axes(x, given, "are out of range")
+    axes = tuple(a % ndim for a in axes)
+    if len(set(axes)) != ndim:
+        raise _bad_axes(x, given, "repeat an axis")
+    return Transpose(axes)(x)
 
 
 def swap_last_axes(x: Tensor) -> Tensor:
@@ -80,6 +126,7 @@ def swap_last_axes(x: Tensor) -> Tensor:
 
 class BroadcastTo(Function):
     """y = x repeated along broadcast axes;  dx = dy summed back to x's shape."""
+    saved_inputs = ()
 
     def __init__(self, shape):
         self.shape = tuple(shape)
@@ -108,6 +155,7 @@ class SumTo(Function):
     broadcast a from shape s, then dL/da = sum over the broadcast axes of
     dL/dy, which is ``sum_to(dy, s)``.
     """
+    saved_inputs = ()
 
     def __init__(self, shape):
         self.shape = tuple(shape)
@@ -149,6 +197,7 @@ def _has_integer_array(key) -> bool:
 
 class GetItem(Function):
     """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros."""
+    saved_inputs = ()
 
     def __init__(self, key):
         self.key = key
@@ -163,6 +212,7 @@ class GetItem(Function):
 
 class GetItemGrad(Function):
     """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
+    saved_inputs = ()
 
     def __init__(self, key, shape):
         self.key, self.shape = key, shape
@@ -171,7 +221,7 @@ class GetItemGrad(Function):
         xp = xp_of(gy)
         gx = xp.zeros(self.shape, gy.dtype)
         if _has_integer_array(self.key):
-            scatter_add(xp, gx, self.key, gy)  # an index may repeat: add, do not overwrite
+            scatter_add(gx, self.key, gy)  # an index may repeat: add, do not overwrite
         else:
             gx[self.key] = gy
         return gx
@@ -180,21 +230,13 @@ class GetItemGrad(Function):
         return GetItem(self.key)(ggx)
 
 
-def scatter_add(xp, target, key, values):
-    """target[key] += values, adding every repeat of an index (np.add.at)."""
-    if xp is np:
-        np.add.at(target, key, values)
-    else:  # CuPy
-        import cupyx
-        cupyx.scatter_add(target, key, values)
-
-
 def getitem(x: Tensor, key) -> Tensor:
     return GetItem(_plain_key(key))(x)
 
 
 class Concatenate(Function):
     """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled."""
+    saved_inputs = ()
 
     def __init__(self, axis):
         self.axis = axis
@@ -222,6 +264,7 @@ def concatenate(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
 
 class Stack(Function):
     """y = tensors stacked along a new ``axis``;  dx_i = dy taken at index i of that axis."""
+    saved_inputs = ()
 
     def __init__(self, axis):
         self.axis = axis
@@ -245,6 +288,7 @@ def stack(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
 
 class Pad(Function):
     """y = x with constant borders (NumPy's pad_width);  dx = the interior of dy."""
+    saved_inputs = ()
 
     def __init__(self, pad_width, value):
         self.pad_width, self.value = pad_width, value

@@ -25,7 +25,7 @@ from minidl.optim.adam import RAdam, radam_direction, radam_rectification
 from minidl.optim.kernels import run_update
 from minidl.optim.layerwise import norm, trust_ratio
 from minidl.optim.optimizer import Optimizer, WrapsOptimizer, _on_device, _plain, check_unit
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 
 def lookahead_update(w, phi, *, alpha):
@@ -65,6 +65,7 @@ class Lookahead(WrapsOptimizer, Optimizer):
             with no_grad():
                 for pos, p, _ in self.optimizer.parameters():
                     run_update(lookahead_update, w=p.data, phi=self.slow[pos], alpha=self.alpha)
+                mark_changed(*[p for _, p, _ in self.optimizer.parameters()])
         return loss
 
     def state_dict(self):
@@ -168,6 +169,7 @@ class SWA:
             current = p.data.copy()
             xp_of(current).copyto(p.data, average)
             xp_of(current).copyto(average, current)
+        mark_changed(*self.params)
 
     def state_dict(self):
         return {"averages": [_plain(a) for a in self.averages], "n_averaged": self.n_averaged}

@@ -42,7 +42,7 @@ def _gradient_graph(loss, params):
     if not loss.requires_grad:
         raise RuntimeError("curvature: the loss has no graph; compute it outside no_grad from "
                            "parameters with requires_grad=True")
-    return grad(loss, params, create_graph=True, retain_graph=True)
+    return grad(loss, params, create_graph=True, retain_graph=True, allow_unused=True)
 
 
 def _hvp(grads, params, vectors):
@@ -51,7 +51,7 @@ def _hvp(grads, params, vectors):
     if not live:  # the loss is at most linear in the parameters: H = 0
         return [p.xp.zeros(p.shape, p.dtype) for p in params]
     hv = grad([grads[i] for i in live], params, grad_outputs=[Tensor(vectors[i]) for i in live],
-              retain_graph=True)
+              retain_graph=True, allow_unused=True)
     return [p.xp.zeros(p.shape, p.dtype) if h is None else h.data for p, h in zip(params, hv)]
 
 
@@ -143,7 +143,7 @@ def gradient_noise_scale(loss_fn, params, batches, batch_size: int | None = None
     flat, size = [], batch_size
     for batch in batches:
         size = size or _batch_size(batch)
-        gs = grad(loss_fn(batch), params)
+        gs = grad(loss_fn(batch), params, allow_unused=True)
         flat.append(np.concatenate([np.zeros(p.size) if g is None else backend.to_numpy(g.data).astype(np.float64)
                                     .reshape(-1) for p, g in zip(params, gs)]))
     n = len(flat)

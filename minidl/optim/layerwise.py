@@ -7,7 +7,7 @@ optimizers scale each layer's step by a *trust ratio* built from norms of
 that layer only, so every layer moves by a similar fraction of its size.
 
 - LARS (You, Gitman & Ginsburg 2017): SGD with momentum, each layer's rate
-  scaled by η‖w‖/(‖g‖ + λ‖w‖).
+  scaled by η‖w‖/(‖g‖ + β‖w‖).
 - LAMB (You et al. 2020): the same idea on Adam's direction; trained BERT
   with batches of 64k.
 - NovoGrad (Ginsburg et al. 2019): Adam with one second moment per layer
@@ -39,16 +39,21 @@ def norm(x):
 def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt=True):
     """One LARS step, in place on w and the momentum buffer b.
 
-        local ← η‖w‖ / (‖g‖ + λ‖w‖)          1 when a norm is zero; 1 (and λ = 0) if not adapt
-        b ← μb + lr·local·(g + λw)
+    The paper's local rate of layer l, with η = trust_coefficient and β = weight_decay:
+        local ← η‖w‖ / (‖g‖ + β‖w‖)          λˡ in You, Gitman & Ginsburg (2017)
+        local ← 1  when ‖w‖ = 0 or ‖g‖ = 0    (not η: a zero layer still moves; the rule of the
+                                              reference implementations, e.g. TensorFlow's and timm's)
+        local ← 1 and β ← 0  if not adapt     (1-D parameters)
+        b ← μb + lr·local·(g + βw)
         w ← w − b
-    With η = 1, μ = 0, λ = 0 this is the book's w ← w − lr·(‖w‖/‖g‖)·g.
+    With η = 1, μ = 0, β = 0 this is the book's w ← w − lr·(‖w‖/‖g‖)·g.
     """
     if not adapt:
         local, weight_decay = 1.0, 0.0
     else:
-        w_norm = norm(w)
-        local = trust_coefficient * trust_ratio(w_norm, norm(g) + weight_decay * w_norm)
+        w_norm, g_norm = norm(w), norm(g)
+        ratio = trust_coefficient * trust_ratio(w_norm, g_norm + weight_decay * w_norm)
+        local = xp_of(w).where((w_norm > 0) & (g_norm > 0), ratio, 1)
     step = g + weight_decay * w if weight_decay else g
     b *= momentum
     b += (lr * local) * step

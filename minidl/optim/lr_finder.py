@@ -19,7 +19,7 @@ import numpy as np
 
 from minidl import backend
 from minidl.optim.schedules import LRScheduler
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 
 class LRRangeResult(NamedTuple):
@@ -109,6 +109,7 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
         for p, saved in zip(params, saved_weights):
             backend.xp_of(p.data).copyto(p.data, saved)
             p.grad = None
+        mark_changed(*params)
         optimizer.load_state_dict(saved_optimizer)
     finite = [i for i, loss in enumerate(losses) if math.isfinite(loss)]
     lrs, losses = [lrs[i] for i in finite], [losses[i] for i in finite]

@@ -21,13 +21,15 @@ lists and tuples of those, so it can be written without pickle
 from __future__ import annotations
 
 import copy
+import math
 import numbers
+import warnings
 
 import numpy as np
 
 from minidl import backend
 from minidl.autograd import enable_grad, no_grad
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 
 # ---------------------------------------------------------------- hyperparameter checks
@@ -127,6 +129,11 @@ class Optimizer:
         for p in params:
             if not isinstance(p, Tensor):
                 raise TypeError(f"{self.name}: parameters must be minidl Tensors, got {type(p).__name__}")
+            if p.creator is not None:  # the update would change a temporary, not the tensor the graph starts from
+                raise ValueError(
+                    f"{self.name}: can't optimize a non-leaf tensor (shape {p.shape}, made by "
+                    f"{type(p.creator).__name__}); create it with requires_grad=True after scaling, e.g. "
+                    "(mdl.randn(3) * 0.01).requires_grad_(), or use nn.Parameter")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params) or len({id(p) for p in params}) != len(params):
             raise ValueError(f"{self.name}: a parameter appears in more than one place; each tensor may "
@@ -175,6 +182,9 @@ class Optimizer:
                 loss = closure()
         with no_grad():
             self.step_groups()
+        # One place for every update equation: the parameters just written in place get a
+        # new version, so a backward through a graph recorded before this step raises.
+        mark_changed(*[p for _, p, _ in self.parameters() if p.grad is not None and p.requires_grad])
         return loss
 
     def step_groups(self):
@@ -200,28 +210,86 @@ class Optimizer:
         state = {pos: {k: _plain(v) for k, v in s.items()} for pos, s in self.state.items()}
         return {"state": state, "param_groups": groups}
 
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing.
+
+        Checked: as many groups, as large, as this optimizer has; the same
+        hyperparameter names, each value of the kind this optimizer holds and
+        passing its own checks (``check_group``); and each parameter's state:
+        empty, or the keys, kinds, shapes and dtypes that one step of this
+        optimizer creates for that parameter.
+        """
+        self._checked_state(state_dict)
+
     def load_state_dict(self, state_dict: dict):
-        """Restore hyperparameters and state saved by ``state_dict()`` (copied onto each parameter's device)."""
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(
-                len(saved["params"]) != len(group["params"]) for saved, group in zip(groups, self.param_groups)):
-            mine = [len(g["params"]) for g in self.param_groups]
-            theirs = [len(g["params"]) for g in groups]
-            raise ValueError(f"{self.name}.load_state_dict: the saved optimizer has groups of sizes {theirs} "
-                             f"but this one has {mine}; build it over the same parameters in the same order")
-        for saved, group in zip(groups, self.param_groups):
-            for key, value in saved.items():
-                if key != "params":
-                    group[key] = tuple(value) if isinstance(value, list) and key == "betas" else copy.deepcopy(value)
+        """Restore hyperparameters and state saved by ``state_dict()`` (copied onto each parameter's device).
+
+        All or nothing: everything is checked first (see :meth:`check_state_dict`),
+        so a damaged state raises ValueError and leaves the optimizer as it was.
+        """
+        groups, state = self._checked_state(state_dict)
         params = {pos: p for pos, p, _ in self.parameters()}
-        self.state = {}
-        for pos, saved in state_dict["state"].items():
-            pos = int(pos)
+        state = {pos: {k: _on_device(v, params[pos].device) for k, v in saved.items()} for pos, saved in state.items()}
+        for group, saved in zip(self.param_groups, groups):
+            group.update(saved)
+        self.state = state
+
+    def _checked_state(self, state_dict):
+        """(hyperparameters of each group, {position: state}) from a state dict, checked completely."""
+        owner = f"{self.name}.load_state_dict"
+        if not (isinstance(state_dict, dict) and isinstance(state_dict.get("param_groups"), (list, tuple))
+                and isinstance(state_dict.get("state"), dict)):
+            raise ValueError(f"{owner}: expected {{'state': {{...}}, 'param_groups': [...]}} as state_dict() "
+                             f"returns, got {_describe(state_dict)}")
+        saved_groups = state_dict["param_groups"]
+        sizes = [len(g["params"]) if isinstance(g, dict) and isinstance(g.get("params"), (list, tuple)) else None
+                 for g in saved_groups]
+        mine = [len(g["params"]) for g in self.param_groups]
+        if sizes != mine:
+            raise ValueError(f"{owner}: the saved optimizer has groups of sizes {sizes} but this one has "
+                             f"{mine}; build it over the same parameters in the same order")
+        groups, first = [], 0
+        for index, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            groups.append(_checked_group(self, index, saved, group, first))
+            first += len(group["params"])
+        params = {pos: (p, index) for pos, p, index in _positions(self.param_groups)}
+        state, templates = {}, {}
+        for key, saved in state_dict["state"].items():
+            pos = _position(key)
             if pos not in params:
-                raise ValueError(f"{self.name}.load_state_dict: state for parameter position {pos}, "
-                                 f"but there are only {len(params)} parameters")
-            device = params[pos].device
-            self.state[pos] = {k: _on_device(v, device) for k, v in saved.items()}
+                raise ValueError(f"{owner}: state for parameter position {key!r}, but the positions of this "
+                                 f"optimizer's {len(params)} parameters run from 0 to {len(params) - 1}")
+            if pos in state:
+                raise ValueError(f"{owner}: two states for parameter position {pos}")
+            if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
+                raise ValueError(f"{owner}: the state of parameter {pos} must be a dict with string keys, "
+                                 f"got {_describe(saved)}")
+            p, index = params[pos]
+            if saved:
+                where = f"{owner}: the state of parameter {pos} (shape {tuple(p.shape)}, {p.dtype})"
+                cache = (index, tuple(p.shape), str(p.dtype))
+                if cache not in templates:
+                    templates[cache] = self._state_template(p, {**self.param_groups[index], **groups[index]})
+                _check_state_entry(where, saved, templates[cache], p)
+            state[pos] = saved
+        return groups, state
+
+    def _state_template(self, p, group):
+        """The state one step of this optimizer creates for a parameter like ``p`` (None if unknown).
+
+        Found by running ``update`` on zero arrays of p's shape and dtype, so
+        every optimizer defines its own expected state just by defining its step.
+        """
+        if type(self).update is Optimizer.update:
+            return None
+        state = {}
+        try:
+            with no_grad(), np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.update(np.zeros(p.shape, p.dtype), np.zeros(p.shape, p.dtype), state, group)
+        except Exception:  # an update that needs more than arrays (a graph, a device): check loosely
+            return None
+        return state
 
     def __repr__(self):
         lines = [f"{self.name} ("]
@@ -244,6 +312,133 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return copy.deepcopy(value)
+
+
+def _positions(param_groups):
+    """(position, parameter, group index) in the flattened group order."""
+    position = 0
+    for index, group in enumerate(param_groups):
+        for p in group["params"]:
+            yield position, p, index
+            position += 1
+
+
+def _position(key):
+    """A state key as a parameter position: an int, or its decimal text (other formats key by strings)."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        return int(key)
+    if isinstance(key, str) and key.isdecimal() and len(key) < 19:
+        return int(key)
+    return None
+
+
+def _describe(value) -> str:
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+        return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:60] + '...'}"
+
+
+def _is_array(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _same_kind(where: str, name: str, value, current):
+    """``value`` (a saved hyperparameter) if it is of the kind of ``current`` (this optimizer's), else ValueError."""
+    if isinstance(current, (bool, np.bool_)):
+        ok = isinstance(value, (bool, np.bool_))
+    elif isinstance(current, numbers.Integral):
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    elif isinstance(current, numbers.Real):
+        ok = _is_number(value) and math.isfinite(value)
+    elif isinstance(current, (tuple, list)):
+        ok = isinstance(value, (tuple, list)) and len(value) == len(current)
+        if ok:
+            return type(current)(_same_kind(where, f"{name}[{i}]", v, c)
+                                 for i, (v, c) in enumerate(zip(value, current)))
+    elif current is None:
+        ok = value is None or isinstance(value, (bool, numbers.Real, str))
+    else:
+        ok = type(value) is type(current)
+    if not ok:
+        raise ValueError(f"{where}: {name} must be like this optimizer's {current!r} "
+                         f"({type(current).__name__}), the state has {_describe(value)}")
+    return copy.deepcopy(value)
+
+
+def _checked_group(optimizer, index: int, saved, group: dict, first: int) -> dict:
+    """The saved hyperparameters of group ``index``, checked against the group and ``check_group``."""
+    where = f"{optimizer.name}.load_state_dict: parameter group {index}"
+    expected = list(range(first, first + len(group["params"])))
+    listed = saved["params"]
+    if not all(_position(k) is not None and not isinstance(k, str) for k in listed) or list(listed) != expected:
+        raise ValueError(f"{where} lists the parameter positions {_describe(list(listed))}; this optimizer's "
+                         f"are {expected[0] if expected else ''}..{expected[-1] if expected else ''}")
+    names, theirs = set(group) - {"params"}, set(saved) - {"params"}
+    if names != theirs:
+        raise ValueError(f"{where} has the hyperparameters {sorted(map(str, theirs))}, this optimizer "
+                         f"{sorted(names)}: missing {sorted(names - theirs)}, unexpected "
+                         f"{sorted(map(str, theirs - names))}")
+    candidate = {**group, **{k: _same_kind(where, k, saved[k], group[k]) for k in names}}
+    try:
+        optimizer.check_group(candidate)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return {k: v for k, v in candidate.items() if k != "params"}
+
+
+def _check_state_entry(where: str, saved: dict, template, p) -> None:
+    """``saved`` must hold what ``template`` (one step's state) holds, or, without one, plausible values."""
+    if template is None:
+        for key, value in saved.items():
+            ok = ((_is_array(value) and tuple(value.shape) in (tuple(p.shape), ())
+                   and np.dtype(value.dtype).kind in "biuf")
+                  or (_is_number(value) and math.isfinite(value)) or isinstance(value, (bool, np.bool_)))
+            if not ok:
+                raise ValueError(f"{where}: {key} is {_describe(value)}, neither a number nor an array of the "
+                                 "parameter's shape")
+        return
+    if set(saved) != set(template):
+        raise ValueError(f"{where} has the keys {sorted(saved)}, but a step keeps {sorted(template)}: missing "
+                         f"{sorted(set(template) - set(saved))}, unexpected {sorted(set(saved) - set(template))}")
+    for key, expected in template.items():
+        _check_like(f"{where}: {key}", saved[key], expected)
+
+
+def _check_like(where: str, value, expected) -> None:
+    if _is_array(expected):
+        ok = _is_array(value) and tuple(value.shape) == tuple(expected.shape) and value.dtype == expected.dtype
+        if not ok:
+            raise ValueError(f"{where} must be an array of shape {tuple(expected.shape)} and dtype "
+                             f"{expected.dtype}, the state has {_describe(value)}")
+    elif isinstance(expected, (bool, np.bool_)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{where} must be True or False, the state has {_describe(value)}")
+    elif isinstance(expected, numbers.Integral):
+        if not (isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+                and 0 <= value < 2**63):
+            raise ValueError(f"{where} must be a count (an int from 0 to 2**63 - 1), the state has "
+                             f"{_describe(value)}")
+    elif isinstance(expected, numbers.Real):
+        if not (_is_number(value) and math.isfinite(value)):
+            raise ValueError(f"{where} must be a finite number, the state has {_describe(value)}")
+    elif isinstance(expected, dict):
+        if not isinstance(value, dict) or set(value) != set(expected):
+            raise ValueError(f"{where} must be a dict with the keys {sorted(expected)}, the state has "
+                             f"{_describe(value)}")
+        for key in expected:
+            _check_like(f"{where}.{key}", value[key], expected[key])
+    elif isinstance(expected, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(expected):
+            raise ValueError(f"{where} must be a sequence of {len(expected)}, the state has {_describe(value)}")
+        for i, (v, e) in enumerate(zip(value, expected)):
+            _check_like(f"{where}[{i}]", v, e)
+    elif type(value) is not type(expected):
+        raise ValueError(f"{where} must be like {expected!r}, the state has {_describe(value)}")
 
 
 def _on_device(value, device):

@@ -86,6 +86,8 @@ def cosine_restarts(a0: float, T0: int, T_mult: int = 1, eta_min: float = 0.0): 
 
     def f(t):
         t_cur, t_i = int(t), T0
+        if T_mult == 1 and t_cur >= T0:  # equal cycles: one remainder, however many (a large t cannot stall)
+            t_cur %= T0
         while t_cur >= t_i:  # whole cycles already finished (exact integers: no log rounding)
             t_cur -= t_i
             t_i *= T_mult
@@ -166,6 +168,34 @@ class LRScheduler:
     def state_dict(self) -> dict:
         return {"t": self.t, "scales": list(self.scales)}
 
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        self._checked(state_dict)
+
     def load_state_dict(self, state_dict: dict):
-        self.t, self.scales = int(state_dict["t"]), [float(s) for s in state_dict["scales"]]
+        """Continue from ``state_dict()``; everything is checked before anything changes."""
+        self.t, self.scales = self._checked(state_dict)
         self._apply()
+
+    def _checked(self, state_dict):
+        owner = "LRScheduler.load_state_dict"
+        if not isinstance(state_dict, dict) or set(state_dict) != {"t", "scales"}:
+            keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ValueError(f"{owner}: expected {{'t': steps taken, 'scales': [one per group]}} as "
+                             f"state_dict() returns, got {keys}")
+        t, scales = state_dict["t"], state_dict["scales"]
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t < 2**63:
+            raise ValueError(f"{owner}: t must be a whole number of steps from 0 to 2**63 - 1, got {repr(t)[:80]}")
+        groups = len(self.optimizer.param_groups)
+        if not (isinstance(scales, (list, tuple)) and len(scales) == groups and all(
+                isinstance(s, numbers.Real) and not isinstance(s, bool) and math.isfinite(s) and s >= 0
+                for s in scales)):
+            raise ValueError(f"{owner}: scales must be {groups} finite numbers ≥ 0 (one per parameter group), "
+                             f"got {repr(scales)[:80]}")
+        try:
+            lr = float(self.schedule(int(t)))
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            raise ValueError(f"{owner}: the schedule cannot be evaluated at step t={t} ({exc})") from None
+        if not (math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"{owner}: the schedule gives lr={lr} at step t={t}; a learning rate is a number ≥ 0")
+        return int(t), [float(s) for s in scales]

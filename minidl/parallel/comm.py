@@ -203,13 +203,11 @@ _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": 
 
 def nccl_available() -> bool:
     """True when CuPy sees a GPU and was built with NCCL (never raises)."""
-    if not backend.gpu_available():
-        return False
     try:
-        from cupy.cuda import nccl
-    except ImportError:
+        backend.nccl()
+    except RuntimeError:
         return False
-    return bool(getattr(nccl, "available", False))
+    return True
 
 
 class NCCLComm(Communicator):
@@ -230,10 +228,10 @@ class NCCLComm(Communicator):
 
     def __init__(self, mpi_comm=None, device_index: int | None = None):
         cp = backend.cupy_module()
-        from cupy.cuda import nccl
-        if not getattr(nccl, "available", False):
-            raise RuntimeError("NCCLComm: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "
-                               "(pip install 'minidl[gpu]') or use the MPI backend: init('mpi')")
+        try:
+            nccl = backend.nccl()
+        except RuntimeError as exc:
+            raise RuntimeError(f"NCCLComm: {exc}") from exc
         self.nccl_module, self.cp = nccl, cp
         self.mpi = MPIComm(mpi_comm) if (mpi_comm is not None or _under_mpi_launcher()) else None
         if self.mpi is not None:

@@ -41,7 +41,7 @@ import numpy as np
 from minidl.autograd import enable_grad, is_grad_enabled
 from minidl.nn.module import Module
 from minidl.optim.optimizer import WrapsOptimizer
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
 
@@ -117,6 +117,7 @@ class DataParallel(Module):
             offset = 0
             for t in group:
                 t.data[...] = flat[offset:offset + t.size].reshape(t.shape)
+                mark_changed(t)
                 offset += t.size
         self.comm.synchronize()
 

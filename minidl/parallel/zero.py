@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.optim.optimizer import WrapsOptimizer
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, mark_changed
 
 
 def partition_parameters(sizes, size: int) -> list[int]:
@@ -114,6 +114,7 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
                 offset = 0
                 for p in params:
                     p.data[...] = gathered[rank, offset:offset + p.size].reshape(p.shape)
+                    mark_changed(p)
                     offset += p.size
 
     def _gather_layout(self):

@@ -26,11 +26,14 @@ uninterrupted one would.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
 
 import numpy as np
+
+from minidl.serialization import atomic_write
 
 
 class Callback:
@@ -57,8 +60,42 @@ class Callback:
     def state_dict(self) -> dict:
         return {}
 
+    def check_state_dict(self, state, trainer=None) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state)`` would fail; change nothing.
+
+        ``trainer``, when given, is the one resuming (EarlyStopping checks its saved
+        weights against ``trainer.model``). A callback that overrides
+        ``load_state_dict`` overrides this too; otherwise it is restored first and
+        put back if a later part of a checkpoint fails.
+        """
+
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+# ---------------------------------------------------------------- checking saved states
+def _checked_fields(owner: str, state, required, optional=()) -> dict:
+    if not isinstance(state, dict):
+        raise ValueError(f"{owner}: expected the dict {owner}.state_dict() returns, got {type(state).__name__}")
+    missing = [k for k in required if k not in state]
+    unexpected = sorted(str(k) for k in state if k not in required and k not in optional)
+    if missing or unexpected:
+        raise ValueError(f"{owner}: the saved state lacks {missing} and has unexpected {unexpected}; "
+                         f"expected {list(required) + list(optional)}")
+    return state
+
+
+def _check_best(owner: str, value) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)):
+        raise ValueError(f"{owner}: best must be a number (or ±inf before any), got {repr(value)[:60]}")
+
+
+def _check_step(owner: str, name: str, value, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63):
+        raise ValueError(f"{owner}: {name} must be a step number{' or None' if optional else ''}, "
+                         f"got {repr(value)[:60]}")
 
 
 # ---------------------------------------------------------------- monitoring a value
@@ -150,7 +187,22 @@ class EarlyStopping(Callback):
             state["best_state"] = dict(self.best_state)
         return state
 
+    def check_state_dict(self, state, trainer=None):
+        owner = "EarlyStopping"
+        _checked_fields(owner, state, ("best", "wait"), ("best_step", "stopped_step", "best_state"))
+        _check_best(owner, state["best"])
+        _check_step(owner, "wait", state["wait"], optional=False)
+        _check_step(owner, "best_step", state.get("best_step"))
+        _check_step(owner, "stopped_step", state.get("stopped_step"))
+        best_state = state.get("best_state")
+        if best_state is not None:
+            if not isinstance(best_state, dict):
+                raise ValueError(f"{owner}: best_state must be a state dict, got {type(best_state).__name__}")
+            if trainer is not None:
+                trainer.model.check_state_dict(best_state)
+
     def load_state_dict(self, state):
+        self.check_state_dict(state)
         self.tracker.best = float(state["best"])
         self.wait, self.best_step = int(state["wait"]), state.get("best_step")
         self.stopped_step = state.get("stopped_step")
@@ -207,7 +259,13 @@ class ModelCheckpoint(Callback):
     def state_dict(self):
         return {"best": self.tracker.best, "best_step": self.best_step}
 
+    def check_state_dict(self, state, trainer=None):
+        _checked_fields("ModelCheckpoint", state, ("best",), ("best_step",))
+        _check_best("ModelCheckpoint", state["best"])
+        _check_step("ModelCheckpoint", "best_step", state.get("best_step"))
+
     def load_state_dict(self, state):
+        self.check_state_dict(state)
         self.tracker.best, self.best_step = float(state["best"]), state.get("best_step")
 
 
@@ -219,12 +277,66 @@ def _plain(value):
     return value
 
 
+def _step_of(record):
+    """The step a logged record belongs to, or None."""
+    try:
+        step = float(record.get("step"))
+    except (TypeError, ValueError):
+        return None
+    return step if math.isfinite(step) else None
+
+
+def _rewind_jsonl(path: str, step: int) -> None:
+    """Drop the records after ``step`` (and a line cut short by a kill) from a JSON Lines log.
+
+    A run resumed from a checkpoint taken at ``step`` logs what follows again;
+    the records an interrupted run wrote after its checkpoint would otherwise
+    appear twice.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    kept = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        after = isinstance(record, dict) and (_step_of(record) or 0) > step
+        if not after:
+            kept.append(line)
+    new_text = "".join(line + "\n" for line in kept)
+    if new_text != text:
+        atomic_write(path, lambda tmp: _write_text(tmp, new_text))
+
+
+def _rewind_csv(path: str, step: int) -> None:
+    """The CSV counterpart of :func:`_rewind_jsonl`: keep the header and the rows up to ``step``."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or "step" not in rows[0]:
+        return
+    column = rows[0].index("step")
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and (_step_of({"step": r[column]}) or 0) <= step]
+    if len(kept) != len(rows) or not text.endswith("\n"):
+        out = io.StringIO()
+        csv.writer(out).writerows(kept)
+        atomic_write(path, lambda tmp: _write_text(tmp, out.getvalue()))
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        f.write(text)
+
+
 class JSONLLogger(Callback):
     """Append every history record to a JSON Lines file (one JSON object per line).
 
     Each line is written and flushed as it happens, so the file can be read
     (``tail -f``, pandas.read_json(lines=True)) while training runs, and a
-    resumed run appends to it. ``append=False`` starts the file afresh.
+    resumed run appends to it: records the interrupted run wrote after the
+    checkpoint it resumes from are dropped first, since the resumed run logs
+    them again, so each record appears once. ``append=False`` starts the file afresh.
     """
 
     def __init__(self, path, append: bool = True):
@@ -236,6 +348,8 @@ class JSONLLogger(Callback):
         os.makedirs(folder, exist_ok=True)
         if not self.append and trainer.step == 0 and os.path.exists(self.path):
             os.remove(self.path)
+        elif trainer.step > 0 and os.path.exists(self.path):
+            _rewind_jsonl(self.path, trainer.step)
 
     def on_evaluate(self, trainer, logs):
         self.write(logs)
@@ -246,7 +360,10 @@ class JSONLLogger(Callback):
 
 
 class CSVLogger(Callback):
-    """Append every history record to a CSV file; the first record's keys become the header."""
+    """Append every history record to a CSV file; the first record's keys become the header.
+
+    A resumed run first drops the rows after its checkpoint's step, as :class:`JSONLLogger` does.
+    """
 
     def __init__(self, path, append: bool = True):
         self.path = os.fspath(path)
@@ -257,6 +374,8 @@ class CSVLogger(Callback):
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         if not self.append and trainer.step == 0 and os.path.exists(self.path):
             os.remove(self.path)
+        elif trainer.step > 0 and os.path.exists(self.path):
+            _rewind_csv(self.path, trainer.step)
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with open(self.path, newline="", encoding="utf-8") as f:
                 self.fields = next(csv.reader(f), None)

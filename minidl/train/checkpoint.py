@@ -19,10 +19,18 @@ GPU the data order, the optimizer and the CPU generators resume exactly, but
 CuPy's generator state is not saved, so dropout masks drawn on the GPU differ.
 
 The file is safetensors written through :func:`minidl.save`: arrays as raw
-bytes, everything else as JSON in the header, written to a temporary file and
-renamed, so a crash leaves the previous checkpoint untouched. Loading reads
-numbers and strings only; a truncated, foreign or pickled file raises a
-``ValueError`` and no code from it is ever run.
+bytes, everything else as JSON in the header (optimizer states keep their
+integer keys and tuples), written to a temporary file and renamed, so a crash
+leaves the previous checkpoint untouched. Loading reads numbers and strings
+only, and no code from the file is ever run.
+
+Restoring is all or nothing. Every part of the file is checked against the
+objects it goes into before any of them changes: the model (names, shapes,
+dtypes, buffers), the optimizer (groups, hyperparameter types, each
+parameter's state keys, shapes and dtypes), the schedule, the loader position,
+every random state and the training loop's own state. A truncated, foreign,
+pickled or damaged file raises :class:`CheckpointError` (a ``ValueError``)
+naming the damaged part, and leaves every object as it was.
 """
 from __future__ import annotations
 
@@ -39,48 +47,16 @@ VERSION = 1
 
 
 class CheckpointError(ValueError):
-    """A file that is not a complete minidl training checkpoint."""
+    """A file that is not a complete minidl training checkpoint, or a part of one that does not fit.
 
-
-# ---------------------------------------------------------------- packing
-# mdl.save stores dicts with string keys, lists, arrays, numbers and strings.
-# Optimizer states are keyed by parameter position (ints) and hold tuples
-# (Adam's betas), so they are packed into that vocabulary with two markers and
-# unpacked to the same Python values on load.
-_DICT, _TUPLE = "__dict_items__", "__tuple__"
-
-
-def pack(value):
-    """``value`` with int-keyed dicts and tuples turned into marked JSON-able structures."""
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value) and _DICT not in value and _TUPLE not in value:
-            return {k: pack(v) for k, v in value.items()}
-        return {_DICT: [[pack(k), pack(v)] for k, v in value.items()]}
-    if isinstance(value, tuple):
-        return {_TUPLE: [pack(v) for v in value]}
-    if isinstance(value, list):
-        return [pack(v) for v in value]
-    return value
-
-
-def unpack(value):
-    """The inverse of :func:`pack`."""
-    if isinstance(value, dict):
-        if set(value) == {_DICT}:
-            return {_hashable(unpack(k)): unpack(v) for k, v in value[_DICT]}
-        if set(value) == {_TUPLE}:
-            return tuple(unpack(v) for v in value[_TUPLE])
-        return {k: unpack(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unpack(v) for v in value]
-    return value
-
-
-def _hashable(key):
-    return tuple(key) if isinstance(key, list) else key
+    The message names the file and the part (model, optimizer, scheduler, loader, rng, trainer).
+    """
 
 
 # ---------------------------------------------------------------- random states
+_RNG_KEYS = ("minidl_cpu", "numpy_global", "python")
+
+
 def get_rng_states() -> dict:
     """Every CPU random state minidl and common user code draw from."""
     return {
@@ -90,19 +66,55 @@ def get_rng_states() -> dict:
     }
 
 
+def check_rng_states(states) -> None:
+    """Raise ValueError naming the state when :func:`set_rng_states` would fail; change nothing.
+
+    Each state is set on a scratch generator of the same kind, which checks it
+    exactly as the real one would.
+    """
+    _checked_rng_states(states)
+
+
 def set_rng_states(states: dict) -> None:
-    """Restore what :func:`get_rng_states` returned (arrays are brought back to NumPy)."""
-    states = _to_numpy(states)
+    """Restore what :func:`get_rng_states` returned (arrays are brought back to NumPy); all or nothing."""
+    states = _checked_rng_states(states)
     if "minidl_cpu" in states:
         backend.set_rng_state(states["minidl_cpu"])
     if "numpy_global" in states:
-        state = dict(states["numpy_global"])
-        state["state"] = dict(state["state"])
-        state["state"]["key"] = np.asarray(state["state"]["key"], dtype=np.uint32)
-        np.random.set_state(state)
+        np.random.set_state(states["numpy_global"])
     if "python" in states:
-        version, internal, gauss = states["python"]
-        random.setstate((version, tuple(int(v) for v in internal), gauss))
+        random.setstate(states["python"])
+
+
+def _checked_rng_states(states) -> dict:
+    if not isinstance(states, dict) or not set(states) <= set(_RNG_KEYS):
+        keys = sorted(map(str, states)) if isinstance(states, dict) else type(states).__name__
+        raise ValueError(f"the random states must be a dict with keys among {list(_RNG_KEYS)}, got {keys}")
+    states, out = _to_numpy(states), {}
+    name = "minidl_cpu"
+    try:
+        if name in states:
+            type(backend.rng("cpu").bit_generator)().state = states[name]
+            out[name] = states[name]
+        name = "numpy_global"
+        if name in states:
+            state = dict(states[name])
+            state["state"] = dict(state["state"])
+            key = np.asarray(state["state"]["key"])
+            if key.dtype.kind not in "iu" or key.shape != (624,) or key.min() < 0 or key.max() >= 2**32:
+                raise ValueError("the MT19937 key must be 624 integers from 0 to 2**32 - 1")
+            state["state"]["key"] = key.astype(np.uint32)
+            np.random.RandomState().set_state(state)
+            out[name] = state
+        name = "python"
+        if name in states:
+            version, internal, gauss = states[name]
+            state = (version, tuple(internal), gauss)
+            random.Random().setstate(state)
+            out[name] = state
+    except Exception as exc:  # the generators raise TypeError, ValueError, KeyError, OverflowError...
+        raise ValueError(f"the random state {name!r} is damaged ({type(exc).__name__}: {exc})") from None
+    return out
 
 
 def _to_numpy(value):
@@ -116,6 +128,9 @@ def _to_numpy(value):
 
 
 # ---------------------------------------------------------------- save / load
+_PARTS = ("optimizer", "scheduler", "loader", "rng", "trainer")  # dicts, or None when not saved
+
+
 def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, trainer_state=None,
                     extra=None) -> None:
     """Write a complete training checkpoint to ``path`` atomically (temporary file, then rename).
@@ -127,12 +142,12 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, tr
         "format": FORMAT,
         "version": VERSION,
         "model": model.state_dict(),
-        "optimizer": pack(optimizer.state_dict()) if optimizer is not None else None,
-        "scheduler": pack(scheduler.state_dict()) if _has_state(scheduler) else None,
-        "loader": pack(loader.state_dict()) if _has_state(loader) else None,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if _has_state(scheduler) else None,
+        "loader": loader.state_dict() if _has_state(loader) else None,
         "rng": get_rng_states(),
-        "trainer": pack(trainer_state),
-        "extra": pack(extra),
+        "trainer": trainer_state,
+        "extra": extra,
     }
     save(state, path)
 
@@ -142,10 +157,11 @@ def _has_state(obj) -> bool:
 
 
 def read_checkpoint(path, device="cpu") -> dict:
-    """Read and validate a checkpoint file without applying it; arrays land on ``device``.
+    """Read a checkpoint file and check its outline without applying it; arrays land on ``device``.
 
     Raises FileNotFoundError for a missing file and :class:`CheckpointError`
-    (a ValueError) for a truncated, damaged or foreign file.
+    (a ValueError) for a truncated, damaged or foreign file. Whether each part
+    fits the objects it is meant for is checked by :func:`load_checkpoint`.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -160,37 +176,97 @@ def read_checkpoint(path, device="cpu") -> dict:
             f"(no '{FORMAT}' marker). If it holds model weights only, load them with "
             "model.load_state_dict(minidl.load(path)).")
     if state.get("version") != VERSION:
-        raise CheckpointError(f"load_checkpoint: {path} has checkpoint version {state.get('version')!r}; "
+        raise CheckpointError(f"load_checkpoint: {path} has checkpoint version {_short(state.get('version'))}; "
                               f"this minidl reads version {VERSION}")
     if not isinstance(state.get("model"), dict):
         raise CheckpointError(f"load_checkpoint: {path} has no model state")
+    for part in _PARTS:
+        if not isinstance(state.get(part), (dict, type(None))):
+            raise CheckpointError(f"load_checkpoint: {path} is damaged: its {part} state is "
+                                  f"{_short(state.get(part))}, not a dict")
     return state
+
+
+def own_check(obj):
+    """``obj.check_state_dict`` when it checks the format ``obj.load_state_dict`` reads, else None.
+
+    A subclass that overrides ``load_state_dict`` with a format of its own
+    (Lookahead saves its inner optimizer's state and its slow weights) inherits
+    a ``check_state_dict`` written for its base's format, which is not used.
+    """
+    def defined_by(name):
+        return next((cls for cls in type(obj).__mro__ if name in vars(cls)), None)
+
+    check, loader = defined_by("check_state_dict"), defined_by("load_state_dict")
+    if check is None or loader is None or not issubclass(check, loader):
+        return None
+    return obj.check_state_dict
 
 
 def load_checkpoint(path, model=None, optimizer=None, scheduler=None, loader=None,
-                    restore_rng: bool = True) -> dict:
+                    restore_rng: bool = True, trainer=None) -> dict:
     """Restore a checkpoint into the given objects; returns the decoded checkpoint.
 
-    The file is read and checked completely before anything is changed, and
-    the model's ``load_state_dict`` checks every key and shape first, so a bad
-    file leaves model and optimizer as they were. The returned dict has the
+    ``trainer`` is anything whose ``load_state_dict`` takes the file's
+    ``trainer`` entry (a :class:`~minidl.train.Trainer` passes itself). All or
+    nothing: every part the file holds for a given object is checked against
+    that object (its ``check_state_dict``) before any object changes. Then the
+    parts are applied, optimizer first (so the schedule sets the learning
+    rate), each after a snapshot of its object is taken, and the model last:
+    its load checks everything before it copies. Should a part fail anyway (an
+    object whose format cannot be checked ahead, such as Lookahead's), the
+    snapshots are put back. Any failure raises :class:`CheckpointError`
+    naming the part, and every object is as it was. The returned dict has the
     keys ``model``, ``optimizer``, ``scheduler``, ``loader``, ``rng``,
-    ``trainer`` and ``extra`` (unpacked Python values).
+    ``trainer`` and ``extra``.
     """
     # Read onto the CPU: load_state_dict of model and optimizer moves each array to its parameter's device.
+    path = os.fspath(path)
     state = read_checkpoint(path)
-    for key in ("optimizer", "scheduler", "loader", "trainer", "extra"):
-        state[key] = unpack(state.get(key))
     if optimizer is not None and state["optimizer"] is None:
         raise CheckpointError(f"load_checkpoint: {path} holds no optimizer state to resume from")
-    if model is not None:
-        model.load_state_dict(state["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state["scheduler"] is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    if loader is not None and state["loader"] is not None:
-        loader.load_state_dict(_to_numpy(state["loader"]))
-    if restore_rng and state.get("rng"):
-        set_rng_states(state["rng"])
+    parts = [(name, obj) for name, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("loader", loader),
+                                           ("trainer", trainer))
+             if obj is not None and state[name] is not None]
+    rng = state["rng"] if restore_rng else None
+
+    for name, obj in ([("model", model)] if model is not None else []) + parts:
+        check = own_check(obj)
+        if check is not None:
+            _as_checkpoint_error(path, name, check, state[name])
+    if rng is not None:
+        _as_checkpoint_error(path, "rng", check_rng_states, rng)
+
+    undo = []
+    try:
+        for name, obj in parts:  # the way back is recorded first: a failing load may change its object half-way
+            undo.append(lambda obj=obj, snapshot=obj.state_dict(): obj.load_state_dict(snapshot))
+            _as_checkpoint_error(path, name, obj.load_state_dict, state[name])
+        if rng is not None:
+            undo.append(lambda snapshot=get_rng_states(): set_rng_states(snapshot))
+            _as_checkpoint_error(path, "rng", set_rng_states, rng)
+        if model is not None:
+            _as_checkpoint_error(path, "model", model.load_state_dict, state["model"])
+    except BaseException:
+        for put_back in reversed(undo):
+            put_back()
+        raise
     return state
+
+
+def _as_checkpoint_error(path, part: str, fn, value):
+    """``fn(value)``, with any failure raised as a one-line CheckpointError that names ``part``."""
+    try:
+        return fn(value)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # whatever a damaged part makes a load raise, the caller sees one error type
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        kind = "" if isinstance(exc, ValueError) else f"{type(exc).__name__}: "
+        raise CheckpointError(f"load_checkpoint: {path}: the {part} state does not fit ({kind}{text}); "
+                              "nothing was changed") from None
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -117,6 +117,50 @@ def _settings(args, saved: dict | None) -> dict:
     return out
 
 
+def _saved_settings(extra) -> dict:
+    """The run settings a checkpoint carries (its ``extra["settings"]``), each checked as the command line would."""
+    settings = extra.get("settings") if isinstance(extra, dict) else extra
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"its run settings are damaged (a {type(settings).__name__}, not a dict)")
+
+    def number(value, low=0.0, allow_none=False, positive=False):
+        if value is None:
+            return allow_none
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and (value > low if positive else value >= low))
+
+    def whole(value, low):
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**63
+
+    checks = {"data": lambda v: isinstance(v, str) and _valid(_data_spec, v),
+              "model": lambda v: v in ("mlp", "cnn"), "optimizer": lambda v: isinstance(v, str),
+              "lr": lambda v: number(v, allow_none=True, positive=True), "schedule": lambda v: v in SCHEDULES,
+              "epochs": lambda v: whole(v, 1), "batch_size": lambda v: whole(v, 1), "seed": lambda v: whole(v, 0),
+              "weight_decay": number, "label_smoothing": number, "dropout": number,
+              "clip_norm": lambda v: number(v, allow_none=True, positive=True), "accumulate": lambda v: whole(v, 1)}
+    out = {}
+    for key, value in settings.items():
+        if key in checks:
+            if not checks[key](value):
+                raise ValueError(f"its run setting {key} is damaged: {repr(value)[:60]}")
+            out[key] = value
+    return out
+
+
+def _valid(check, value) -> bool:
+    try:
+        check(value)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 def _run_folder(args, settings) -> str:
     if args.out:
         return args.out
@@ -133,7 +177,7 @@ def _run_folder(args, settings) -> str:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"minidl train: error: {message}", file=sys.stderr)
+    print(f"minidl train: error: {_one_line(message)}", file=sys.stderr)
     return code
 
 
@@ -150,7 +194,7 @@ def train_command(args) -> int:
     from minidl.data import DataLoader, TensorDataset
     from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, Trainer, plot_curves
     from minidl.train.callbacks import EarlyStopping
-    from minidl.train.checkpoint import read_checkpoint, unpack
+    from minidl.train.checkpoint import read_checkpoint
     from minidl.train.models import build_model
     from minidl.train.trainer import seed_everything
 
@@ -158,13 +202,13 @@ def train_command(args) -> int:
     saved = None
     if args.resume:
         try:
-            saved = (unpack(read_checkpoint(args.resume).get("extra")) or {}).get("settings")
-        except (FileNotFoundError, ValueError) as exc:
-            return _fail(str(exc))
+            saved = _saved_settings(read_checkpoint(args.resume).get("extra"))
+        except (OSError, ValueError) as exc:  # FileNotFoundError, CheckpointError and damaged settings
+            return _fail(f"cannot resume from {args.resume}: {exc}")
     s = _settings(args, saved)
-    seed_everything(s["seed"])
     comm = None
     try:
+        seed_everything(s["seed"])
         if getattr(args, "data_parallel", False):  # one replica per MPI rank, each on its slice of every batch
             from minidl import parallel
             comm = parallel.init(device=args.device or "cpu")
@@ -201,7 +245,7 @@ def train_command(args) -> int:
     if args.resume:
         try:
             trainer.load_checkpoint(args.resume)
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, OSError) as exc:  # CheckpointError names the damaged part; nothing was changed
             return _end(comm, _fail(f"cannot resume: {exc}"))
     if root:
         print(f"{s['model']} on {data.name}: {model.num_parameters():,} parameters, {len(data.x_train)} training / "

@@ -349,26 +349,105 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        """The loop's own state: counters, records, running sums and every callback's state."""
+        """The loop's own state: counters, records, running sums and every callback's state.
+
+        The per-step curves are arrays, so a long run's checkpoint header stays small.
+        """
         return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self._batches_in_epoch,
-                "history": self.history, "steps": self.steps,
+                "history": [dict(r) for r in self.history],
+                "steps": {"step": np.asarray(self.steps["step"], dtype=np.int64),
+                          "loss": np.asarray(self.steps["loss"], dtype=np.float64),
+                          "lr": np.asarray(self.steps["lr"], dtype=np.float64)},
                 "running": dict(self._running),
                 "elapsed": self._elapsed if self._clock is None else time.perf_counter() - self._clock,
                 "callbacks": [cb.state_dict() for cb in self.callbacks]}
 
+    def check_state_dict(self, state) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state)`` would fail; change nothing."""
+        self._checked_state(state)
+
     def load_state_dict(self, state: dict) -> None:
-        self.step, self.epoch = int(state["step"]), int(state["epoch"])
-        self._batches_in_epoch = int(state.get("batches_in_epoch", 0))
-        self.history = [dict(r) for r in state["history"]]
-        self.steps = {k: list(v) for k, v in state["steps"].items()}
-        self._running = {**fresh_running(), **state["running"]}
-        self._elapsed = float(state.get("elapsed", 0.0))
+        """Restore what :meth:`state_dict` returned; all or nothing.
+
+        Everything is checked first; callbacks that cannot be checked ahead (a
+        custom ``load_state_dict`` without its own ``check_state_dict``) are
+        loaded first and put back from a snapshot if one of them fails.
+        """
+        values = self._checked_state(state)
+        pairs = list(zip(self.callbacks, values["callbacks"]))
+        done = []
+        try:
+            for cb, cb_state in pairs:
+                if ckpt.own_check(cb) is None:
+                    done.append((cb, cb.state_dict()))  # before the load: a failing load may change it half-way
+                    cb.load_state_dict(cb_state)
+        except BaseException:
+            for cb, snapshot in reversed(done):
+                cb.load_state_dict(snapshot)
+            raise
+        for cb, cb_state in pairs:
+            if ckpt.own_check(cb) is not None:
+                cb.load_state_dict(cb_state)
+        self.step, self.epoch, self._batches_in_epoch = values["step"], values["epoch"], values["batches_in_epoch"]
+        self.history, self.steps = values["history"], values["steps"]
+        self._running, self._elapsed = values["running"], values["elapsed"]
+
+    def _checked_state(self, state) -> dict:
+        owner = "Trainer.load_state_dict"
+
+        def fail(message):
+            raise ValueError(f"{owner}: {message}")
+
+        if not isinstance(state, dict):
+            fail(f"expected the dict Trainer.state_dict() returns, got {type(state).__name__}")
+        required = {"step", "epoch", "history", "steps", "running"}
+        allowed = required | {"batches_in_epoch", "elapsed", "callbacks"}
+        if not required <= set(state) <= allowed:
+            fail(f"the state has the keys {sorted(map(str, state))}: missing {sorted(required - set(state))}, "
+                 f"unexpected {sorted(map(str, set(state) - allowed))}")
+        out = {}
+        for key in ("step", "epoch", "batches_in_epoch"):
+            out[key] = _count(state.get(key, 0), key, fail)
+        history = state["history"]
+        if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+            fail("history must be a list of records (dicts)")
+        for i, record in enumerate(history):
+            if not all(isinstance(k, str) and _is_number(v) for k, v in record.items()) or "step" not in record:
+                fail(f"history record {i} must map names to numbers and hold a step, got {_short(record)}")
+            _count(record["step"], f"history record {i}'s step", fail)
+        out["history"] = [dict(r) for r in history]
+        steps = state["steps"]
+        if not isinstance(steps, dict) or set(steps) != {"step", "loss", "lr"}:
+            fail(f"steps must be a dict of the curves 'step', 'loss' and 'lr', got {_short(steps)}")
+        out["steps"] = {k: _numbers(v, f"steps[{k!r}]", fail) for k, v in steps.items()}
+        if len({len(v) for v in out["steps"].values()}) != 1:
+            fail("the curves in steps must have one entry per step each (their lengths differ)")
+        if not all(isinstance(t, int) for t in out["steps"]["step"]):
+            fail("steps['step'] must hold whole step numbers")
+        running = state["running"]
+        defaults = fresh_running()
+        if not isinstance(running, dict) or not set(running) <= set(defaults) or not all(
+                _is_number(v) and math.isfinite(v) for v in running.values()):
+            fail(f"running must map {sorted(defaults)} to finite numbers, got {_short(running)}")
+        out["running"] = {**defaults, **running}
+        elapsed = state.get("elapsed", 0.0)
+        if not (_is_number(elapsed) and math.isfinite(elapsed) and elapsed >= 0):
+            fail(f"elapsed must be a number of seconds ≥ 0, got {_short(elapsed)}")
+        out["elapsed"] = float(elapsed)
         saved = state.get("callbacks", [])
-        if len(saved) != len(self.callbacks):
-            raise ValueError(f"Trainer.load_state_dict: the checkpoint has {len(saved)} callback states but "
-                             f"this trainer has {len(self.callbacks)} callbacks; resume with the same callbacks")
-        for cb, cb_state in zip(self.callbacks, saved):
-            cb.load_state_dict(cb_state)
+        if not isinstance(saved, list) or len(saved) != len(self.callbacks):
+            count = len(saved) if isinstance(saved, list) else _short(saved)
+            fail(f"the checkpoint has {count} callback states but this trainer has {len(self.callbacks)} "
+                 "callbacks; resume with the same callbacks")
+        for i, (cb, cb_state) in enumerate(zip(self.callbacks, saved)):
+            check = ckpt.own_check(cb)
+            if check is not None:
+                try:
+                    check(cb_state, trainer=self)
+                except ValueError as exc:
+                    fail(f"callback {i} ({type(cb).__name__}): {exc}")
+        out["callbacks"] = saved
+        return out
 
     def save_checkpoint(self, path, extra=None) -> None:
         """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
@@ -376,11 +455,14 @@ class Trainer:
                              self.state_dict(), extra=self.extra if extra is None else extra)
 
     def load_checkpoint(self, path) -> dict:
-        """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly."""
-        state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader)
-        if state.get("trainer"):
-            self.load_state_dict(state["trainer"])
-        return state
+        """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.
+
+        All or nothing: a damaged or mismatched part raises ``CheckpointError``
+        naming it, and model, optimizer, schedule, loader, random states and
+        this loop are left as they were.
+        """
+        return ckpt.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
+                                    trainer=self)
 
     # ------------------------------------------------------------ helpers
     def _param_groups(self):
@@ -424,6 +506,32 @@ class Trainer:
     def _call(self, hook: str, *args) -> None:
         for cb in self.callbacks:
             getattr(cb, hook)(self, *args)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _count(value, name: str, fail) -> int:
+    if not (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < 2**63):
+        fail(f"{name} must be a whole number from 0 to 2**63 - 1, got {_short(value)}")
+    return int(value)
+
+
+def _numbers(values, name: str, fail) -> list:
+    """A curve as a list of Python numbers, from a 1-D array or a list of numbers."""
+    if hasattr(values, "dtype") and hasattr(values, "shape"):
+        if len(values.shape) != 1 or np.dtype(values.dtype).kind not in "iuf":
+            fail(f"{name} must be a 1-D array of numbers, got shape {tuple(values.shape)} and dtype {values.dtype}")
+        return backend.to_numpy(values).tolist()
+    if not isinstance(values, list) or not all(_is_number(v) for v in values):
+        fail(f"{name} must be a list of numbers, got {_short(values)}")
+    return list(values)
 
 
 def fit(model, optimizer, train_loader, val_loader=None, epochs: int = 1, **options) -> Trainer:

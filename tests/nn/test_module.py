@@ -225,6 +225,69 @@ def test_to_device_moves_parameters_and_buffers_in_place(device):
         model.to("tpu")
 
 
+# ---------------------------------------------------------------- inputs that are not Tensors
+def test_a_layer_called_on_a_numpy_array_gives_what_it_gives_on_the_tensor():
+    layer = nn.Linear(3, 2)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) / 7
+    y = layer(x)
+    assert isinstance(y, mdl.Tensor) and y.dtype == np.float32 and y.shape == (4, 2)
+    w, b = layer.weight.numpy().astype(np.float64), layer.bias.numpy().astype(np.float64)
+    np.testing.assert_allclose(y.numpy(), x.astype(np.float64) @ w.T + b, rtol=1e-6)
+    np.testing.assert_array_equal(y.numpy(), layer(mdl.tensor(x)).numpy())
+    assert nn.Linear(3, 2).double()(x.astype(np.float64)).dtype == np.float64  # the array's dtype is kept
+
+
+def test_a_numpy_input_is_a_constant_copied_like_mdl_tensor():
+    layer = nn.Linear(3, 1, bias=False)
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    y = layer(x)
+    x[...] = 100.0  # the layer holds its own copy: dW = xᵀ·1 uses the values at call time
+    y.sum().backward()
+    np.testing.assert_array_equal(layer.weight.grad.numpy(), [[5.0, 7.0, 9.0]])
+
+
+def test_containers_hooks_and_embedding_see_numpy_inputs_as_tensors():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    seen = []
+    model.register_forward_hook(lambda module, inputs, out: seen.append(type(inputs[0])))
+    x = np.ones((5, 3), np.float32)
+    np.testing.assert_array_equal(model(x).numpy(), model(mdl.tensor(x)).numpy())
+    assert seen == [mdl.Tensor, mdl.Tensor]
+    table = nn.Embedding(6, 2)
+    np.testing.assert_array_equal(table(np.array([4, 0, 4])).numpy(), table.weight.numpy()[[4, 0, 4]])
+
+
+def test_other_positional_inputs_reach_forward_unchanged():
+    class Takes(nn.Module):
+        def forward(self, x, state, mode, scale, indices):
+            return x, state, mode, scale, indices
+
+    x, state = mdl.ones(2), (mdl.zeros(1), mdl.zeros(1))
+    out = Takes()(x, state, "fast", 0.5, [1, 2])
+    assert out[0] is x and out[1] is state and out[2:] == ("fast", 0.5, [1, 2])
+    assert Takes()(x, None, "slow", np.float32(2.0), None)[1] is None
+
+
+class ForeignArray:
+    """Another library's array: it offers NumPy's array protocol but is not a NumPy array."""
+
+    def __array__(self, dtype=None, copy=None):
+        return np.ones((4, 3), np.float32)
+
+
+def test_another_librarys_array_is_a_type_error_naming_the_layer_and_the_type():
+    with pytest.raises(TypeError) as info:
+        nn.Linear(3, 2)(ForeignArray())
+    message = str(info.value)
+    assert message.startswith("Linear:") and "ForeignArray" in message and "mdl.tensor" in message
+
+
+def test_a_torch_tensor_is_a_type_error_naming_the_layer():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"Sequential: got a torch\.Tensor"):
+        nn.Sequential(nn.Linear(3, 2))(torch.ones(4, 3))
+
+
 # ---------------------------------------------------------------- repr and hooks
 def test_repr_tree_reads_like_pytorch():
     assert repr(mlp()) == (
@@ -345,3 +408,59 @@ def test_deepcopy_gives_an_independent_model():
     clone(mdl.randn(4, 3))
     assert not np.array_equal(clone[0].weight.data, model[0].weight.data)
     assert int(model[1].num_batches_tracked.data) == 0
+
+
+# ---------------------------------------------------------------- all-or-nothing loads, buffers included
+def _bn_model():
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    model(mdl.tensor(np.random.default_rng(0).normal(size=(4, 2)).astype(np.float32)))  # move the buffers
+    return model
+
+
+def _copies(model):
+    return {k: np.array(v) for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", "unusable key 1.num_batches_tracked: holds <U3 values"),
+    (None, "unusable key 1.num_batches_tracked: holds object values"),
+    (np.array(np.nan), "non-integer values"),
+    (np.array(2.5), "non-integer values"),
+    (np.array(2**70, dtype=np.float64), "outside the range of int64"),
+    (np.array(1 + 2j), "complex128 values"),
+])
+def test_a_bad_buffer_value_leaves_the_whole_module_unchanged(value, message):
+    model = _bn_model()
+    state = {k: v + 1 for k, v in _copies(model).items()}   # every entry changes; 0.weight comes first
+    state["1.num_batches_tracked"] = value
+    before = _copies(model)
+    with pytest.raises(nn.StateDictError, match=message):
+        model.check_state_dict(state)
+    with pytest.raises(nn.StateDictError, match=message):
+        model.load_state_dict(state)
+    for k, v in _copies(model).items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_integral_values_convert_and_check_state_dict_changes_nothing():
+    model = _bn_model()
+    state = _copies(model)
+    state["1.num_batches_tracked"] = np.array(7.0)
+    state["extra"] = np.ones(1)
+    before = _copies(model)
+    result = model.check_state_dict(state, strict=False)
+    assert result.unexpected_keys == ["extra"] and result.missing_keys == []
+    for k, v in _copies(model).items():
+        np.testing.assert_array_equal(v, before[k])
+    model.load_state_dict(state, strict=False)
+    assert int(model[1].num_batches_tracked.data) == 7 and model[1].num_batches_tracked.dtype == np.int64
+
+
+def test_a_ragged_list_is_an_unusable_key():
+    model = nn.Linear(2, 2)
+    state = {"weight": [[1.0, 2.0], [3.0]], "bias": np.zeros(2, np.float32)}
+    before = _copies(model)
+    with pytest.raises(nn.StateDictError, match="unusable key weight: not an array"):
+        model.load_state_dict(state)
+    np.testing.assert_array_equal(model.bias.data, before["bias"])

@@ -168,25 +168,29 @@ def test_recurrent_input_errors():
 
 
 def test_lstm_learns_to_remember_the_first_input():
-    """A sanity run: a small LSTM learns 'the sign of the first of 6 steps' in a few hundred SGD steps."""
+    """A sanity run: a small LSTM learns 'the sign of the first of 6 steps' with Adam.
+
+    Adam at lr 0.03 brings the loss under 2e-3 within 300 steps for every seed tried
+    (0 to 7); plain SGD at lr 1 lands anywhere from 0.02 to 0.7 depending on the seed and
+    the machine's rounding, so it cannot carry a threshold.
+    """
+    from minidl import optim
     mdl.manual_seed(0)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 6, 1)).astype(np.float32)
     y = (x[:, 0, 0] > 0).astype(np.float32)[:, None]
     lstm, head = nn.LSTM(1, 8, batch_first=True), nn.Linear(8, 1)
     nn.init.init_lstm_gate_biases(lstm)
-    params = list(lstm.parameters()) + list(head.parameters())
+    opt = optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=0.03)
     for _ in range(300):
         out, _ = lstm(mdl.tensor(x))
-        logits = head(out[:, -1])
-        p = logits.sigmoid()
+        p = head(out[:, -1]).sigmoid()
         loss = -(mdl.tensor(y) * (p + 1e-7).log() + (1 - mdl.tensor(y)) * (1 - p + 1e-7).log()).mean()
-        for q in params:
-            q.grad = None
+        opt.zero_grad()
         loss.backward()
-        for q in params:
-            q.data -= 1.0 * q.grad.data
-    assert loss.item() < 0.05
+        opt.step()
+    assert loss.item() < 0.05  # from ln 2 ≈ 0.69 at the start
+    assert ((p.numpy() > 0.5) == (y > 0.5)).all()
 
 
 def test_recurrent_on_the_device(device):

@@ -215,6 +215,96 @@ def test_power_by_hand():
     assert x.grad.item() == pytest.approx(12.0) and e.grad.item() == pytest.approx(8 * np.log(2))
 
 
+# ---------------------------------------------------------------- powers at zero
+INF = np.inf
+# (exponent x, d/dx 0**x): 0**x is 0 for x > 0 and 1 at 0, flat in x; for x < 0 it is +inf, and
+# d/dx = 0**x · ln 0 = +inf · −inf = −inf.
+ZERO_BASE = [(-2.0, -INF), (-1.0, -INF), (-0.5, -INF), (0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (2.0, 0.0)]
+# (c, d/dx x**c at x = 0): c·0^(c−1), with x**0 = 1 flat in x.
+SCALAR_EXPONENT_AT_ZERO = [(0, 0.0), (0.0, 0.0), (0.5, INF), (1, 1.0), (2, 0.0), (3, 0.0), (-1, -INF), (-2.0, -INF)]
+# (y, d/dx x**y, d/dy x**y) at x = 0, with a tensor exponent.
+TENSOR_EXPONENT_AT_ZERO = [(-1.0, -INF, -INF), (0.0, 0.0, 0.0), (0.5, INF, 0.0), (1.0, 1.0, 0.0), (2.0, 0.0, 0.0)]
+
+
+def _grads(fn, *vals):
+    ts = [mdl.tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for v in vals]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [g.numpy() for g in mdl.grad(fn(*ts).sum(), ts)]
+
+
+def test_gradient_of_a_power_of_zero_by_hand():
+    xs, expected = zip(*ZERO_BASE)
+    np.testing.assert_array_equal(_grads(lambda x: 0.0 ** x, xs)[0], expected)
+    np.testing.assert_array_equal(_grads(lambda x: F.pow(0.0, x), xs)[0], expected)
+    # the same base as a tensor that needs no gradient, broadcast against the exponents
+    np.testing.assert_array_equal(_grads(lambda x: mdl.zeros(2, 1, dtype="float64") ** x, xs)[0],
+                                  2 * np.array(expected))
+
+
+@pytest.mark.parametrize("c, expected", SCALAR_EXPONENT_AT_ZERO)
+def test_gradient_of_zero_to_a_constant_power_by_hand(c, expected):
+    (gx,) = _grads(lambda x: x ** c, [0.0, 2.0])
+    assert gx[0] == expected
+    assert gx[1] == pytest.approx(c * 2.0 ** (c - 1), rel=1e-15)  # the plain formula away from zero
+
+
+def test_gradient_of_zero_to_a_tensor_power_by_hand():
+    ys, dx, dy = zip(*TENSOR_EXPONENT_AT_ZERO)
+    gx, gy = _grads(lambda x, y: x ** y, np.zeros(len(ys)), ys)
+    np.testing.assert_array_equal(gx, dx)
+    np.testing.assert_array_equal(gy, dy)
+    # x**0 has gradient 0 in x wherever x is, and 2**y has gradient 2**y ln 2 in y
+    gx, gy = _grads(lambda x, y: x ** y, [0.0, 3.0, 2.0], [0.0, 0.0, 3.0])
+    np.testing.assert_array_equal(gx, [0.0, 0.0, 12.0])
+    np.testing.assert_allclose(gy, [0.0, np.log(3.0), 8 * np.log(2.0)], rtol=1e-15)
+
+
+def test_second_derivatives_of_powers_at_zero_are_finite_where_the_function_is_flat():
+    def second(fn, *vals):
+        ts = [mdl.tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for v in vals]
+        first = mdl.grad(fn(*ts).sum(), ts, create_graph=True)
+        return [[g.numpy() for g in mdl.grad(f.sum(), ts, retain_graph=True)] for f in first]
+    # 0**x = 0 for x > 0 and 1 at x = 0, flat from the right: d²/dx² = 0 (a NaN would come from 0 · ln 0)
+    ((d2,),) = second(lambda x: 0.0 ** x, [0.0, 0.5, 2.0])
+    np.testing.assert_array_equal(d2, 0.0)
+    # x**2 with a tensor exponent at x = 0, y = 2: d²/dx² = y(y−1)x^(y−2) = 2; d²/dy² = x^y ln²x → 0;
+    # d²/dx dy = x^(y−1)(1 + y ln x) → 0
+    (dxx, dxy), (dyx, dyy) = second(lambda x, y: x ** y, [0.0], [2.0])
+    np.testing.assert_array_equal([dxx, dxy, dyx, dyy], [[2.0], [0.0], [0.0], [0.0]])
+
+
+def test_powers_at_zero_match_pytorch():
+    torch = pytest.importorskip("torch")
+
+    def theirs(fn, *vals):
+        ts = [torch.tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for v in vals]
+        return [g.numpy() for g in torch.autograd.grad(fn(*ts).sum(), ts)]
+
+    def same(ours, reference):  # the same infinities and NaNs; finite values to the last bits
+        np.testing.assert_allclose(ours, reference, rtol=1e-14, atol=0)
+
+    xs = [x for x, _ in ZERO_BASE]
+    same(_grads(lambda x: 0.0 ** x, xs)[0], theirs(lambda x: 0.0 ** x, xs)[0])
+    same(_grads(lambda x: F.pow(0.0, x), xs)[0], theirs(lambda x: torch.pow(0.0, x), xs)[0])
+    for c, _ in SCALAR_EXPONENT_AT_ZERO:
+        same(_grads(lambda x: x ** c, [0.0, -2.0, 2.0])[0],
+                                      theirs(lambda x: x ** c, [0.0, -2.0, 2.0])[0])
+    bases = np.array([[0.0], [-2.0], [2.0]])  # broadcast against the exponents
+    exponents = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
+    for ours, reference in zip(_grads(lambda x, y: x ** y, bases, exponents),
+                               theirs(lambda x, y: x ** y, bases, exponents)):
+        same(ours, reference)
+
+
+def test_pow_with_a_tensor_exponent_keeps_float32():
+    x = mdl.tensor([0.0, 1.5, 2.0], requires_grad=True)
+    y = mdl.tensor([0.0, 2.0, 0.5], requires_grad=True)
+    out = x ** y
+    out.sum().backward()
+    assert out.dtype == x.grad.dtype == y.grad.dtype == np.float32
+    np.testing.assert_allclose(x.grad.numpy(), [0.0, 3.0, 0.5 / np.sqrt(2.0)], rtol=1e-6)
+
+
 # ---------------------------------------------------------------- float32 stays float32
 FLOAT32_CASES = {
     "x*2.0": lambda x: x * 2.0, "2.0*x": lambda x: 2.0 * x, "x+1": lambda x: x + 1,

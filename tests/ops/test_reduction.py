@@ -1,4 +1,6 @@
 """Reductions: every axis form (None, int, negative, tuple) with keepdims, ties, ddof, empty axes."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -98,6 +100,69 @@ def test_var_with_ddof_matches_numpy_and_the_hand_gradient(ddof):
     assert y.item() == pytest.approx(np.var(v, ddof=ddof), rel=1e-14)
     y.backward()
     np.testing.assert_allclose(x.grad.numpy(), 2 * (v - v.mean()) / (len(v) - ddof), rtol=1e-14)
+
+
+def _var_case(shape, axis, ddof):
+    v = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) * 1.5 + 1.0
+    x = mdl.tensor(v, requires_grad=True)
+    with pytest.warns(RuntimeWarning):  # NumPy warns that there are no degrees of freedom left
+        y = F.var(x, axis=axis, ddof=ddof)
+    with np.errstate(invalid="ignore"):  # inf · 0 = NaN is the expected value here
+        y.sum().backward()
+    return v, y.numpy(), x.grad.numpy()
+
+
+def test_var_with_as_many_corrections_as_values_is_nan_or_inf_not_an_exception():
+    # one value per row, ddof=1: 0/0 in the forward; the factor 2/(n − ddof) = 2/0 = +inf meets x − x̄ = 0
+    _, y, grad = _var_case((3, 1), 1, 1)
+    assert np.isnan(y).all() and y.shape == (3,)
+    assert np.isnan(grad).all() and grad.shape == (3, 1)
+    # two values per row, ddof=2: Σ(x − x̄)² = 2·0.75² > 0 over 0 is +inf; x − x̄ = ∓0.75 gives ∓inf
+    _, y, grad = _var_case((3, 2), 1, 2)
+    np.testing.assert_array_equal(y, [np.inf] * 3)
+    np.testing.assert_array_equal(grad, [[-np.inf, np.inf]] * 3)
+
+
+def test_var_with_more_corrections_than_values_keeps_the_finite_factor():
+    # n = 2, ddof = 3: the forward divides by max(n − ddof, 0) = 0; dx = 2(x − x̄)/(n − ddof) = −2·(∓0.75)
+    _, y, grad = _var_case((3, 2), 1, 3)
+    np.testing.assert_array_equal(y, [np.inf] * 3)
+    np.testing.assert_array_equal(grad, [[1.5, -1.5]] * 3)
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_var_over_an_empty_axis_is_nan_with_an_empty_gradient(ddof):
+    _, y, grad = _var_case((3, 0), 1, ddof)
+    assert y.shape == (3,) and np.isnan(y).all()
+    assert grad.shape == (3, 0)
+
+
+@pytest.mark.parametrize("shape, axis, ddof", [
+    ((3, 1), 1, 1), ((3, 2), 1, 2), ((3, 2), 1, 3), ((3, 2), (0, 1), 6), ((3, 0), 1, 0), ((3, 0), 1, 1),
+    ((1,), 0, 1), ((4, 3), 0, 1),
+])
+def test_var_without_degrees_of_freedom_matches_pytorch(shape, axis, ddof):
+    torch = pytest.importorskip("torch")
+    v = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) * 1.5 + 1.0
+    x = mdl.tensor(v, requires_grad=True)
+    theirs = torch.tensor(v, requires_grad=True)
+    with warnings.catch_warnings():  # both libraries warn that no degrees of freedom are left
+        warnings.simplefilter("ignore")
+        y = F.var(x, axis=axis, ddof=ddof)
+        y.sum().backward()
+        ty = torch.var(theirs, dim=axis, correction=ddof)
+        ty.sum().backward()
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), theirs.grad.numpy())
+
+
+def test_var_accepts_pytorchs_correction_keyword():
+    v = np.array([[1.0, 2.0, 4.0], [0.5, -1.0, 3.0]])
+    for correction in (0, 1, 2):
+        np.testing.assert_allclose(F.var(mdl.tensor(v), dim=1, correction=correction).numpy(),
+                                   np.var(v, axis=1, ddof=correction), rtol=1e-14)
+    np.testing.assert_allclose(mdl.tensor(v).var(dim=0, correction=1, keepdim=True).numpy(),
+                               np.var(v, axis=0, ddof=1, keepdims=True), rtol=1e-14)
 
 
 def test_mean_gradient_is_one_over_n():

@@ -76,6 +76,51 @@ def test_transpose_with_two_axes_swaps_them_as_pytorch_does():
     check(lambda a: a.mT, x, np.swapaxes(x, -1, -2))
 
 
+@pytest.mark.parametrize("axes", [(-2, -1, 1, 0), (-1, -2, -3, -4), (3, -3, 0, -2)])
+def test_transpose_with_negative_axes_sends_the_gradient_back_to_each_place(axes):
+    x = np.random.default_rng(0).standard_normal((3, 4, 5, 6))
+    positive = tuple(a % 4 for a in axes)
+    t = leaf(x)
+    y = t.transpose(axes)
+    assert y.shape == tuple(x.shape[a] for a in positive)
+    weights = np.random.default_rng(1).standard_normal(y.shape)
+    (y * mdl.tensor(weights)).sum().backward()
+    assert t.grad.shape == x.shape
+    expected = np.zeros_like(x)
+    for index in np.ndindex(y.shape):  # y[index] = x[source], so dL/dx[source] = weights[index]
+        source = [0] * 4
+        for i, a in enumerate(positive):
+            source[a] = index[i]
+        expected[tuple(source)] = weights[index]
+    np.testing.assert_array_equal(t.grad.numpy(), expected)
+    small = np.random.default_rng(2).standard_normal((2, 3, 1, 2))
+    check(lambda a: a.transpose(axes), small, small.transpose(positive))
+
+
+@pytest.mark.parametrize("shape, axes, why", [
+    ((2, 3), ((0, 2),), "out of range"),
+    ((2, 3), (0, 2), "out of range"),
+    ((2, 3), ((0, 0),), "repeat"),
+    ((2, 3, 4), ((0, 1, 1),), "repeat"),
+    ((2, 3), ((0, 1, 2),), "3 axes"),
+    ((2, 3, 4), (1,), "1 axis"),
+    ((2, 3, 4), ((0, 1, -4),), "out of range"),
+    ((2, 3), (-3, 0), "out of range"),
+])
+def test_transpose_with_bad_axes_names_the_op_the_shape_and_the_axes(shape, axes, why):
+    with pytest.raises(ValueError) as info:
+        mdl.zeros(*shape).transpose(*axes)
+    message = str(info.value)
+    given = axes[0] if len(axes) == 1 and isinstance(axes[0], tuple) else axes
+    assert message.startswith("transpose:") and str(shape) in message and str(given) in message
+    assert why in message
+
+
+def test_transpose_axes_must_be_integers():
+    with pytest.raises(TypeError, match=r"transpose.*integers.*\(2, 3\)"):
+        mdl.zeros(2, 3).transpose((1.0, 0))
+
+
 # ---------------------------------------------------------------- broadcast_to and sum_to
 @FEW
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=1, min_dims=0, max_dims=3, max_side=3), seed=seeds)

@@ -77,6 +77,30 @@ def test_lars_is_the_books_equation():
     np.testing.assert_allclose(w.numpy(), w0 - 0.5 * np.linalg.norm(w0) / np.linalg.norm(g) * g, rtol=1e-13)
 
 
+def test_lars_step_from_zero_weights_uses_local_rate_one_not_eta():
+    """‖w‖ = 0: local = 1, so with b = 0 the step is b = lr·(g + β·0) and w = −lr·g."""
+    w = mdl.tensor(np.zeros((2, 2)), requires_grad=True, dtype="float64")
+    w.grad = mdl.tensor(np.array([[0.1, 0.4], [-0.3, 0.2]]))
+    opt = optim.LARS([w], lr=0.5, momentum=0.9, trust_coefficient=0.01, weight_decay=0.1)
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), [[-0.05, -0.2], [0.15, -0.1]], rtol=1e-15)
+    # second step, ‖w‖ = 0.5·‖g‖ = 0.5·√0.3 and g unchanged: local = 0.01·‖w‖/(‖g‖ + 0.1‖w‖) = 0.005/1.05
+    # b = 0.9·(0.5·g) + 0.5·local·(g + 0.1·w) = (0.45 + 0.5·local·0.95)·g ;  w = −0.5g − b
+    opt.step()
+    g = np.array([[0.1, 0.4], [-0.3, 0.2]])
+    local = 0.005 / 1.05
+    np.testing.assert_allclose(w.numpy(), -(0.5 + 0.45 + 0.5 * local * 0.95) * g, rtol=1e-14)
+
+
+def test_lars_step_with_a_zero_gradient_uses_local_rate_one():
+    """‖g‖ = 0, ‖w‖ = 5: local = 1, so only the weight decay moves w: w ← w − lr·β·w = 0.95·w."""
+    w0 = np.array([[3.0, 4.0], [0.0, 0.0]])
+    w = mdl.tensor(w0, requires_grad=True, dtype="float64")
+    w.grad = mdl.tensor(np.zeros((2, 2)))
+    optim.LARS([w], lr=0.5, momentum=0.0, trust_coefficient=0.01, weight_decay=0.1).step()
+    np.testing.assert_allclose(w.numpy(), 0.95 * w0, rtol=1e-15)
+
+
 def test_trust_ratio_is_one_when_a_norm_is_zero():
     assert float(layerwise.trust_ratio(np.float64(0.0), np.float64(2.0))) == 1.0
     assert float(layerwise.trust_ratio(np.float64(3.0), np.float64(0.0))) == 1.0

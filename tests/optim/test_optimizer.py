@@ -185,6 +185,52 @@ def test_bad_parameter_lists_raise():
         optim.SGD(Model(), lr=0.1)
 
 
+def test_a_non_leaf_tensor_is_refused_with_the_fix():
+    w = mdl.randn(3, requires_grad=True) * 0.01  # the scaled copy is what step() would change
+    with pytest.raises(ValueError, match=r"SGD: can't optimize a non-leaf tensor \(shape \(3,\), made by Mul\)"
+                                         r".*requires_grad_\(\).*nn.Parameter"):
+        optim.SGD([w], lr=0.1)
+    opt = optim.Adam([mdl.tensor(np.ones(2), requires_grad=True)])
+    with pytest.raises(ValueError, match="non-leaf"):
+        opt.add_param_group({"params": [w]})
+    assert len(opt.param_groups) == 1
+    optim.SGD([(mdl.randn(3) * 0.01).requires_grad_()], lr=0.1)  # the fix the message gives
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_step_makes_a_graph_recorded_before_it_raise(name):
+    """Every optimizer changes its parameters in place; a backward through a graph that saved them raises."""
+    params = minidl_params()
+    opt = ALL[name](params)
+    minidl_loss(params).backward(create_graph=name == "AdaHessian")
+    stale = sum((p * p).sum() for p in params)
+    opt.step()
+    with pytest.raises(RuntimeError, match="changed in place"):
+        stale.backward()
+
+
+def test_step_leaves_parameters_without_a_gradient_unmarked():
+    w, frozen, v = (mdl.tensor(np.array([1.0, 2.0]), requires_grad=True) for _ in range(3))
+    frozen.requires_grad = False
+    opt = optim.SGD([w, frozen], lr=0.1)
+    (w * w).sum().backward()
+    y = (frozen * v).sum()  # dv reads the frozen parameter, which step() skips
+    opt.step()
+    y.backward()
+    np.testing.assert_array_equal(v.grad.numpy(), [1.0, 2.0])
+    np.testing.assert_allclose(w.numpy(), [0.8, 1.6])  # w ← w − 0.1·2w
+
+
+def test_swa_swap_counts_as_an_in_place_change():
+    w, v = mdl.tensor([1.0, 2.0], requires_grad=True), mdl.tensor([3.0, 4.0], requires_grad=True)
+    swa = optim.SWA([w])
+    swa.update()
+    y = (w * v).sum()
+    swa.swap()
+    with pytest.raises(RuntimeError, match="Mul"):
+        y.backward()
+
+
 def test_load_state_dict_checks_the_shape_of_the_groups():
     saved = optim.Adam(minidl_params()).state_dict()
     with pytest.raises(ValueError, match="groups of sizes"):
@@ -267,3 +313,108 @@ def test_runs_on_the_device(device):
         opt.step()
         opt.zero_grad()
     assert w.device.startswith(device) and w.dtype == np.float32
+
+
+# ---------------------------------------------------------------- checked loads: through a file, all or nothing
+def _stepped(name, steps):
+    graph = name == "AdaHessian"
+    params = minidl_params()
+    opt = ALL[name](params)
+    for _ in range(steps):
+        opt.zero_grad()
+        minidl_loss(params).backward(create_graph=graph)
+        opt.step()
+    return opt, params
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_state_dict_through_a_file_resumes_the_same_trajectory(tmp_path, name):
+    graph = name == "AdaHessian"
+    opt, params = _stepped(name, 3)
+    mdl.save(opt.state_dict(), tmp_path / "opt.safetensors")
+    copies = [mdl.tensor(p.numpy().copy(), requires_grad=True) for p in params]
+    fresh = ALL[name](copies)
+    fresh.load_state_dict(mdl.load(tmp_path / "opt.safetensors"))
+    for o, ps in ((opt, params), (fresh, copies)):
+        for _ in range(3):
+            o.zero_grad()
+            minidl_loss(ps).backward(create_graph=graph)
+            o.step()
+    for a, b in zip(params, copies):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _adam_state():
+    opt, _ = _stepped("Adam", 2)
+    return opt.state_dict()
+
+
+def _set(path, value):
+    def damage(state):
+        target = state
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return damage
+
+
+def _drop(path):
+    def damage(state):
+        target = state
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+    return damage
+
+
+BAD_ADAM = {
+    "no v": (_drop(["state", 0, "v"]), "missing \\['v'\\]"),
+    "m is text": (_set(["state", 0, "m"], "abc"), "m must be an array of shape \\(3,\\) and dtype float64"),
+    "m mis-shaped": (_set(["state", 1, "m"], np.zeros(3)), "m must be an array of shape \\(2, 3\\)"),
+    "m of another dtype": (_set(["state", 0, "m"], np.zeros(3, np.float32)), "dtype float64"),
+    "t negative": (_set(["state", 0, "t"], -1), "t must be a count"),
+    "t a bool": (_set(["state", 0, "t"], True), "t must be a count"),
+    "t a float": (_set(["state", 0, "t"], 2.0), "t must be a count"),
+    "an extra key": (_set(["state", 0, "s"], np.zeros(3)), "unexpected \\['s'\\]"),
+    "betas[0] is text": (_set(["param_groups", 0, "betas"], ("abc", 0.999)), "betas\\[0\\] must be like"),
+    "betas of three": (_set(["param_groups", 0, "betas"], (0.9, 0.99, 0.9)), "betas must be like"),
+    "betas out of range": (_set(["param_groups", 0, "betas"], (1.5, 0.999)), "must lie in \\[0, 1\\)"),
+    "lr is NaN": (_set(["param_groups", 0, "lr"], float("nan")), "lr must be like"),
+    "lr negative": (_set(["param_groups", 0, "lr"], -1.0), "learning rate must be a number ≥ 0"),
+    "amsgrad a number": (_set(["param_groups", 0, "amsgrad"], 1), "amsgrad must be like"),
+    "lr renamed": (lambda s: s["param_groups"][0].__setitem__("rate", s["param_groups"][0].pop("lr")),
+                   "missing \\['lr'\\], unexpected \\['rate'\\]"),
+    "a position past the end": (_set(["state", 9], {}), "positions .* run from 0 to 1"),
+    "params listed wrongly": (_set(["param_groups", 0, "params"], [1, 0]), "lists the parameter positions"),
+    "a state that is a list": (_set(["state", 0], [1, 2]), "must be a dict"),
+    "no groups": (_drop(["param_groups"]), "expected \\{'state'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ADAM))
+def test_a_damaged_state_raises_and_leaves_the_optimizer_as_it_was(case):
+    damage, message = BAD_ADAM[case]
+    state = _adam_state()
+    damage(state)
+    opt, params = _stepped("Adam", 1)
+    before, weights = opt.state_dict(), [p.numpy().copy() for p in params]
+    with pytest.raises(ValueError, match=message):
+        opt.check_state_dict(state)
+    with pytest.raises(ValueError, match=message):
+        opt.load_state_dict(state)
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for pos in before["state"]:
+        for key, value in before["state"][pos].items():
+            np.testing.assert_array_equal(after["state"][pos][key], value)
+    opt.zero_grad()
+    minidl_loss(params).backward()
+    opt.step()   # still a working optimizer
+    assert all(not np.array_equal(p.numpy(), w) for p, w in zip(params, weights))
+
+
+def test_amsgrad_state_must_match_the_saved_groups():
+    state = _adam_state()                      # plain Adam: no v_max
+    state["param_groups"][0]["amsgrad"] = True
+    with pytest.raises(ValueError, match="missing \\['v_max'\\]"):
+        optim.Adam(minidl_params(), lr=0.05).load_state_dict(state)

@@ -9,7 +9,7 @@ import pytest
 import minidl as mdl
 from minidl import nn, optim
 from minidl.data import DataLoader, gaussian_blobs
-from minidl.train import CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint, Trainer, load_checkpoint
+from minidl.train import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint, Trainer, load_checkpoint
 
 
 class _StubTrainer:
@@ -135,3 +135,82 @@ def test_jsonl_and_csv_loggers_hold_the_history(tmp_path):
     trainer.fit(4)   # a continued run appends, the CSV header is written once
     assert len(jsonl.read_text().splitlines()) == 4
     assert csv_path.read_text().count("step,") == 1 and len(csv_path.read_text().splitlines()) == 5
+
+
+# ---------------------------------------------------------------- logs of a resumed run
+class _KeepCheckpointAt(Callback):
+    """Copy the checkpoint written at the end of ``epoch``: the file a crash after it would leave."""
+
+    def __init__(self, folder, epoch):
+        self.folder, self.epoch = folder, epoch
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        if epoch + 1 == self.epoch:
+            trainer.save_checkpoint(os.path.join(self.folder, "kept.safetensors"))
+
+
+def _logged_trainer(folder, extra=()):
+    x, y = gaussian_blobs(n=60, centers=3, std=1.5, seed=0)
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3))
+    callbacks = [JSONLLogger(os.path.join(folder, "metrics.jsonl")), CSVLogger(os.path.join(folder, "metrics.csv"))]
+    return Trainer(model, optim.Adam(model.parameters(), lr=1e-2),
+                   DataLoader((x, y), batch_size=16, shuffle=True, seed=0), DataLoader((x, y), batch_size=60),
+                   eval_every=3, callbacks=callbacks + list(extra), progress=False)
+
+
+def test_a_resumed_run_logs_each_record_once(tmp_path):
+    straight = _logged_trainer(tmp_path / "straight")
+    straight.fit(4)
+
+    crashed = _logged_trainer(tmp_path / "run", extra=[_KeepCheckpointAt(tmp_path, 2)])
+    crashed.fit(3)                                          # the run goes on past its checkpoint, then dies
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 99, "val_lo')                    # killed in the middle of a line
+    resumed = _logged_trainer(tmp_path / "run", extra=[_KeepCheckpointAt(tmp_path / "unused", 2)])
+    resumed.load_checkpoint(tmp_path / "kept.safetensors")
+    resumed.fit(4)
+
+    def records(folder):
+        with open(folder / "metrics.jsonl") as f:
+            return [json.loads(line) for line in f]
+
+    got, expected = records(tmp_path / "run"), records(tmp_path / "straight")
+    assert [r["step"] for r in got] == [r["step"] for r in expected]
+    assert len({r["step"] for r in got}) == len(got)
+    assert [r["val_loss"] for r in got] == [r["val_loss"] for r in expected]
+    with open(tmp_path / "run" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [r["step"] for r in expected]
+
+
+def test_a_fresh_run_keeps_an_existing_log(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 50, "note": "an earlier run"}\n')
+    trainer = _logged_trainer(tmp_path)
+    trainer.fit(1)
+    with open(path) as f:
+        first = json.loads(f.readline())
+    assert first == {"step": 50, "note": "an earlier run"}
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"best": "x", "wait": 0}, "best must be a number"),
+    ({"best": 1.0, "wait": -1}, "wait must be a step number"),
+    ({"best": 1.0, "wait": 0, "patience_left": 2}, "unexpected \\['patience_left'\\]"),
+    ({"wait": 0}, "lacks \\['best'\\]"),
+    ({"best": 1.0, "wait": 0, "best_state": [1]}, "best_state must be a state dict"),
+])
+def test_early_stopping_refuses_a_damaged_state_and_keeps_its_own(state, message):
+    stopper = EarlyStopping(patience=3)
+    stopper.wait, stopper.tracker.best = 2, 0.5
+    with pytest.raises(ValueError, match=message):
+        stopper.load_state_dict(state)
+    assert stopper.wait == 2 and stopper.best == 0.5
+
+
+def test_model_checkpoint_refuses_a_damaged_state(tmp_path):
+    ckpt = ModelCheckpoint(tmp_path)
+    with pytest.raises(ValueError, match="best_step must be a step number"):
+        ckpt.load_state_dict({"best": 0.1, "best_step": "7"})
+    assert ckpt.best_step is None

@@ -12,13 +12,13 @@ from minidl.data import DataLoader, gaussian_blobs
 from minidl.train import (
     Callback,
     CheckpointError,
+    EarlyStopping,
     ModelCheckpoint,
     NonFiniteLossError,
     Trainer,
     load_checkpoint,
     save_checkpoint,
 )
-from minidl.train.checkpoint import pack, unpack
 
 
 def _trainer(callbacks=(), seed=0, epochs_total=3):
@@ -84,12 +84,14 @@ def test_checkpoint_restores_every_random_state(tmp_path):
     assert got[2] == expected[2]
 
 
-def test_pack_round_trips_optimizer_style_state():
+def test_optimizer_style_state_round_trips_through_a_file(tmp_path):
     state = {"state": {0: {"m": np.arange(3.0), "t": 2}, 5: {}}, "param_groups": [{"betas": (0.9, 0.999),
              "params": [0, 5], "nested": {(1, 2): "tuple key"}}]}
-    out = unpack(pack(state))
+    mdl.save(state, tmp_path / "o.safetensors")
+    out = mdl.load(tmp_path / "o.safetensors")
     assert out["param_groups"][0]["betas"] == (0.9, 0.999)
     assert set(out["state"]) == {0, 5} and out["state"][0]["t"] == 2
+    np.testing.assert_array_equal(out["state"][0]["m"], np.arange(3.0))
     assert out["param_groups"][0]["nested"] == {(1, 2): "tuple key"}
 
 
@@ -170,3 +172,159 @@ def test_best_checkpoint_intact_after_a_nan_stop(tmp_path):
     assert state["trainer"]["step"] == best_step
     assert all(np.all(np.isfinite(v)) for v in model.state_dict().values())
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
+
+
+# ---------------------------------------------------------------- damaged parts: all or nothing
+def _resumable(folder, optimizer=None, callbacks=None):
+    """BatchNorm (buffers), Adam, a schedule, a shuffled loader, EarlyStopping with saved weights."""
+    x, y = gaussian_blobs(n=60, centers=3, std=1.5, seed=0)
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    opt = (optimizer or (lambda params: optim.Adam(params, lr=1e-2)))(model.parameters())
+    if callbacks is None:
+        callbacks = [EarlyStopping(monitor="val_loss", patience=5), ModelCheckpoint(folder)]
+    return Trainer(model, opt, DataLoader((x, y), batch_size=16, shuffle=True, seed=0),
+                   DataLoader((x, y), batch_size=60), scheduler=optim.schedules.cosine_restarts(1e-2, 40),
+                   callbacks=callbacks, progress=False)
+
+
+def _everything(trainer) -> dict:
+    """Every piece of state a resume may change, as plain copies."""
+    state = trainer.state_dict()
+    state.pop("elapsed")
+    return {"model": {k: np.array(v) for k, v in trainer.model.state_dict().items()},
+            "optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict(),
+            "lr": [g["lr"] for g in trainer.optimizer.param_groups],
+            "loader": trainer.train_loader.state_dict(), "trainer": state,
+            "rng": (backend.get_rng_state(), np.random.get_state(legacy=False), random.getstate())}
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def good_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("good")
+    trainer = _resumable(folder)
+    trainer.fit(2)
+    return folder / "last.safetensors"
+
+
+def _pop(d, key):
+    d.pop(key)
+
+
+DAMAGE = {
+    "scheduler key renamed": ("scheduler", lambda s: s["scheduler"].__setitem__("tt", s["scheduler"].pop("t"))),
+    "scheduler t is text": ("scheduler", lambda s: s["scheduler"].__setitem__("t", "3")),
+    "loader seed negative": ("loader", lambda s: s["loader"].__setitem__("seed", -5)),
+    "loader seed huge float": ("loader", lambda s: s["loader"].__setitem__("seed", 1e300)),
+    "loader batch past the end": ("loader", lambda s: s["loader"].__setitem__("batch", 99)),
+    "python rng negative": ("rng", lambda s: s["rng"].__setitem__("python", [3, [-1] * 625, None])),
+    "minidl rng too large": ("rng", lambda s: s["rng"]["minidl_cpu"]["state"].__setitem__("state", 2**200)),
+    "numpy rng key short": ("rng", lambda s: s["rng"]["numpy_global"]["state"].__setitem__("key", np.ones(3))),
+    "adam without v": ("optimizer", lambda s: _pop(s["optimizer"]["state"][0], "v")),
+    "betas[0] is text": ("optimizer", lambda s: s["optimizer"]["param_groups"][0].__setitem__("betas", ("abc", .9))),
+    "m is text": ("optimizer", lambda s: s["optimizer"]["state"][0].__setitem__("m", "abc")),
+    "m mis-shaped": ("optimizer", lambda s: s["optimizer"]["state"][1].__setitem__("m", np.zeros(3, np.float32))),
+    "lr renamed": ("optimizer", lambda s: s["optimizer"]["param_groups"][0].__setitem__(
+        "rate", s["optimizer"]["param_groups"][0].pop("lr"))),
+    "num_batches_tracked is text": ("model", lambda s: s["model"].__setitem__("1.num_batches_tracked", "abc")),
+    "running_var mis-shaped": ("model", lambda s: s["model"].__setitem__("1.running_var", np.ones(3, np.float32))),
+    "trainer step is text": ("trainer", lambda s: s["trainer"].__setitem__("step", "x")),
+    "history record not a dict": ("trainer", lambda s: s["trainer"]["history"].append("x")),
+    "curves of different lengths": ("trainer", lambda s: s["trainer"]["steps"].__setitem__("lr", np.ones(1))),
+    "early stopping best is text": ("trainer", lambda s: s["trainer"]["callbacks"][0].__setitem__("best", "x")),
+    "best weights mis-shaped": ("trainer", lambda s: s["trainer"]["callbacks"][0]["best_state"].__setitem__(
+        "0.weight", np.zeros(3, np.float32))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_part_raises_checkpoint_error_naming_it_and_changes_nothing(tmp_path, good_checkpoint, case):
+    part, damage = DAMAGE[case]
+    state = mdl.load(good_checkpoint)
+    damage(state)
+    bad = tmp_path / "bad.safetensors"
+    mdl.save(state, bad)    # a well-formed file with one damaged part
+    trainer = _resumable(tmp_path)
+    before = _everything(trainer)
+    with pytest.raises(CheckpointError, match=f"the {part} state does not fit") as info:
+        trainer.load_checkpoint(bad)
+    assert "\n" not in str(info.value)
+    assert _equal(_everything(trainer), before)
+    trainer.load_checkpoint(good_checkpoint)     # the same objects still take a good file
+    assert trainer.step == 8
+
+
+def test_an_optimizer_that_cannot_be_checked_ahead_is_put_back(tmp_path):
+    """Lookahead reads its own format: it is restored first, and put back when a later part fails."""
+    def lookahead(params):
+        return optim.Lookahead(optim.Adam(params, lr=1e-2), k=2)
+
+    trainer = _resumable(tmp_path, optimizer=lookahead)
+    trainer.fit(1)
+    state = mdl.load(tmp_path / "last.safetensors")
+    state["model"]["1.num_batches_tracked"] = np.array(np.nan)
+    mdl.save(state, tmp_path / "bad.safetensors")
+    fresh = _resumable(tmp_path / "b", optimizer=lookahead)
+    before = _everything(fresh)
+    slow = {k: v.copy() for k, v in fresh.optimizer.slow.items()}
+    with pytest.raises(CheckpointError, match="the model state does not fit.*num_batches_tracked"):
+        fresh.load_checkpoint(tmp_path / "bad.safetensors")
+    assert _equal(_everything(fresh), before)
+    assert _equal(fresh.optimizer.slow, slow) and fresh.optimizer.inner_steps == 0
+
+
+class _Fragile(Callback):
+    """A callback with a load_state_dict of its own and no check: it fails on a bad state, after changing."""
+
+    def __init__(self):
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = -1
+        self.count = int(state["count"])
+
+
+def test_a_callback_that_cannot_be_checked_ahead_is_put_back(tmp_path):
+    trainer = _resumable(tmp_path, callbacks=[_Fragile(), ModelCheckpoint(tmp_path)])
+    trainer.callbacks[0].count = 4
+    trainer.fit(1)
+    state = mdl.load(tmp_path / "last.safetensors")
+    state["trainer"]["callbacks"][0] = {"count": "many"}
+    mdl.save(state, tmp_path / "bad.safetensors")
+    fresh = _resumable(tmp_path / "b", callbacks=[_Fragile(), ModelCheckpoint(tmp_path / "b")])
+    fresh.callbacks[0].count = 7
+    before = _everything(fresh)
+    with pytest.raises(CheckpointError, match="the trainer state does not fit"):
+        fresh.load_checkpoint(tmp_path / "bad.safetensors")
+    assert fresh.callbacks[0].count == 7
+    assert _equal(_everything(fresh), before)
+
+
+def test_a_huge_schedule_step_does_not_stall(tmp_path, good_checkpoint):
+    """SGDR with equal cycles is periodic: step 10**15 takes no longer than step 15."""
+    import math
+    import threading
+
+    state = mdl.load(good_checkpoint)
+    state["scheduler"]["t"] = 10**15
+    mdl.save(state, tmp_path / "far.safetensors")
+    trainer = _resumable(tmp_path)
+    thread = threading.Thread(target=trainer.load_checkpoint, args=(tmp_path / "far.safetensors",), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "loading a large schedule step hung"
+    expected = 1e-2 * (1 + math.cos(math.pi * (10**15 % 40) / 40)) / 2
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)

@@ -132,3 +132,47 @@ def test_diagnose_command(capsys):
     assert code == 0
     assert "initial loss" in out and "overfit 2 samples" in out and "zeroed inputs" in out
     assert "dead ReLU" in out and "4 of 4 checks passed" in out
+
+
+@pytest.fixture(scope="module")
+def spirals_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spirals")
+    assert main(["train", "--data", "spirals", "--epochs", "1", "--lr", "0.01", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def _damage_last(run, folder, damage):
+    state = mdl.load(run / "last.safetensors")
+    damage(state)
+    target = folder / "run"
+    target.mkdir()
+    mdl.save(state, target / "last.safetensors")
+    return target / "last.safetensors"
+
+
+@pytest.mark.parametrize("part, damage", [
+    ("scheduler", lambda s: s["scheduler"].__setitem__("T", s["scheduler"].pop("t"))),
+    ("loader", lambda s: s["loader"].__setitem__("seed", "zero")),
+    ("rng", lambda s: s["rng"]["python"].__setitem__(0, "three")),
+    ("optimizer", lambda s: s["optimizer"]["state"][0].pop("v")),
+    ("run setting batch_size", lambda s: s["extra"]["settings"].__setitem__("batch_size", "many")),
+])
+def test_resume_from_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, capsys, spirals_run, part, damage):
+    path = _damage_last(spirals_run, tmp_path, damage)
+    before = path.read_bytes()
+    code, out, err = _run(capsys, "train", "--resume", str(path), "--epochs", "2", "--quiet")
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("minidl train: error: cannot resume") and part in err
+    assert "Traceback" not in err and out == ""
+    assert path.read_bytes() == before and sorted(os.listdir(path.parent)) == ["last.safetensors"]
+
+
+def test_resumed_run_writes_each_metrics_record_once(tmp_path, capsys, spirals_run):
+    path = _damage_last(spirals_run, tmp_path, lambda s: None)
+    step = int(mdl.load(path)["trainer"]["step"])
+    with open(path.parent / "metrics.jsonl", "w") as f:   # what a run killed after its checkpoint left
+        f.write(f'{{"step": {step}, "epoch": 1.0}}\n{{"step": {2 * step}, "epoch": 2.0, "killed": 1}}\n{{"ste')
+    assert _run(capsys, "train", "--resume", str(path), "--epochs", "2", "--quiet")[0] == 0
+    records = _records(path.parent)
+    assert [(r["step"], r.get("split")) for r in records] == [(step, None), (2 * step, None), (2 * step, "test")]
+    assert not any("killed" in r for r in records)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from minidl import autograd, backend, memory
-from minidl.checkpoint import _BufferGuard, _layer_list, _RngState, checkpoint_sequential, uniform_boundaries
+from minidl.checkpoint.replay import BufferGuard, RngState
+from minidl.checkpoint.segments import checkpoint_sequential, layer_list, uniform_boundaries
 from minidl.nn.containers import Sequential
 from minidl.tensor import Tensor
 
@@ -102,7 +103,7 @@ def flatten_layers(model) -> list:
     connection from the input it adds back.
     """
     layers = []
-    for layer in _layer_list(model, "flatten_layers"):
+    for layer in layer_list(model, "flatten_layers"):
         if type(layer) is Sequential and not layer.checkpoint_atomic:
             layers.extend(flatten_layers(layer))
         else:
@@ -121,14 +122,14 @@ def profile_layers(model, sample_input) -> SegmentPlan:
     Parameter gradients, BatchNorm statistics and the random state are left
     as they were. Returns a one-segment plan holding the measurements.
     """
-    layers = _layer_list(model, "profile_layers")
+    layers = layer_list(model, "profile_layers")
     if not isinstance(sample_input, Tensor):
         raise TypeError(f"profile_layers: sample_input must be a Tensor, got {type(sample_input).__name__}")
     device = sample_input.device
     inputs, held, forward, backward = [], [], [], []
-    rng = _RngState.of([device])
+    rng = RngState.of([device])
     try:
-        with _BufferGuard():
+        with BufferGuard():
             x = sample_input
             for layer in layers:
                 inp = Tensor(x.data, requires_grad=x.dtype.kind == "f")
@@ -142,7 +143,7 @@ def profile_layers(model, sample_input) -> SegmentPlan:
                 forward.append(middle - start)
                 targets = [inp] + [p for p in layer.parameters() if p.requires_grad]
                 if y.requires_grad:  # gradients returned, not accumulated: .grad stays untouched
-                    autograd.grad([y], targets, grad_outputs=[Tensor(y.xp.ones_like(y.data))])
+                    autograd.grad([y], targets, grad_outputs=[Tensor(y.xp.ones_like(y.data))], allow_unused=True)
                     _synchronize(device)
                 backward.append(time.perf_counter() - middle)
                 x = y.detach()
@@ -278,14 +279,14 @@ def storage_report(model, sample_input, segments, storage_dtype="float16", loss_
     squares). Gradients, BatchNorm statistics and the random state are left
     as they were; both runs draw the same dropout masks.
     """
-    layers = _layer_list(model, "storage_report")
+    layers = layer_list(model, "storage_report")
     loss_fn = loss_fn or (lambda out: (out * out).mean())
     params = list({id(p): p for layer in layers for p in layer.parameters() if p.requires_grad}.values())
     kept = [p.grad for p in params]
-    rng = _RngState.of([sample_input.device])
+    rng = RngState.of([sample_input.device])
     runs = {}
     try:
-        with _BufferGuard():
+        with BufferGuard():
             for dtype in (None, storage_dtype):
                 rng.restore()
                 for p in params:

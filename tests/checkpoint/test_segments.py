@@ -1,76 +1,13 @@
-"""Gradient checkpointing: the same gradients as the plain run, less memory held, clear errors."""
-import itertools
+"""checkpoint and checkpoint_sequential: the same gradients as the plain run, less memory held, clear errors."""
 import sys
 
 import numpy as np
 import pytest
 
 import minidl as mdl
-from minidl import backend, memory, nn
-from minidl.checkpoint import (
-    CheckpointFunction,
-    balanced_segments,
-    checkpoint,
-    checkpoint_sequential,
-    choose_segments,
-    flatten_layers,
-    profile_layers,
-    resolve_storage_dtype,
-    sqrt_segments,
-    storage_report,
-    uniform_boundaries,
-)
-
-
-# ---------------------------------------------------------------- models (float64, seeded)
-def mlp(layers=8, width=12, dropout=0.0, batchnorm=False):
-    mdl.manual_seed(1)
-    blocks = []
-    for _ in range(layers):
-        block = [nn.Linear(width, width)] + ([nn.BatchNorm1d(width)] if batchnorm else []) + [nn.Tanh()]
-        blocks.append(nn.Sequential(*block, *([nn.Dropout(dropout)] if dropout else [])))
-    return nn.Sequential(*blocks).double()
-
-
-def cnn():
-    mdl.manual_seed(2)
-    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Conv2d(4, 6, 3), nn.Tanh(), nn.Flatten(), nn.Linear(6 * 2 * 2, 3)).double()
-
-
-def residual_net():
-    mdl.manual_seed(3)
-
-    def block():
-        return nn.Residual(nn.Sequential(nn.Linear(10, 10), nn.Tanh(), nn.Linear(10, 10)))
-    return nn.Sequential(nn.Linear(6, 10), block(), nn.ReLU(), block(), nn.Tanh(), block(),
-                         nn.Linear(10, 2)).double()
-
-
-def data(*shape, requires_grad=False, seed=0):
-    return mdl.tensor(np.random.default_rng(seed).standard_normal(shape), requires_grad=requires_grad)
-
-
-def step(model, forward, x, seed=7):
-    """One loss.backward(); returns the loss, every parameter's gradient and x's gradient."""
-    model.zero_grad()
-    x.grad = None
-    mdl.manual_seed(seed)
-    out = forward(x)
-    loss = (out * out).sum()
-    loss.backward()
-    return loss.item(), [p.grad.numpy().copy() for p in model.parameters()], (
-        None if x.grad is None else x.grad.numpy().copy())
-
-
-def assert_same_step(model, forward, x, **kw):
-    plain = step(model, model, x, **kw)
-    checked = step(model, forward, x, **kw)
-    assert checked[0] == plain[0]
-    for a, b in zip(checked[1], plain[1]):
-        np.testing.assert_array_equal(a, b)  # exact: the same float64 operations in the same order
-    if plain[2] is not None:
-        np.testing.assert_array_equal(checked[2], plain[2])
+from minidl import autograd, backend, memory, nn
+from minidl.checkpoint import CheckpointFunction, checkpoint, checkpoint_sequential, resolve_storage_dtype
+from tests.checkpoint._helpers import assert_same_step, cnn, data, mlp, residual_net, step
 
 
 # ---------------------------------------------------------------- gradients equal the plain run
@@ -201,6 +138,30 @@ def test_hessian_vector_products_through_a_checkpoint():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
+def test_a_tensor_fn_captures_gets_its_gradient():
+    """Neither an input nor a parameter: found as an op input while fn runs, then a node input."""
+    w = data(3, requires_grad=True, seed=2)
+    x = data(4, 3)
+    y = checkpoint(lambda t: (t * w).tanh(), x)
+    assert any(t is w for t in y.creator.inputs)
+    (g,) = mdl.grad(y.sum(), [w])
+    expected = ((1 - np.tanh(x.numpy() * w.numpy()) ** 2) * x.numpy()).sum(axis=0)  # Σₙ (1 − tanh²) x
+    np.testing.assert_allclose(g.numpy(), expected, rtol=1e-12)
+
+
+def test_the_hook_that_watches_fn_is_gone_afterwards_even_when_fn_raises():
+    model = mlp(layers=2)
+    checkpoint(model, data(2, 12))
+    assert autograd._hooks == ()
+
+    def broken(x):
+        model(x)
+        raise KeyError("fn failed")
+    with pytest.raises(KeyError):
+        checkpoint(broken, data(2, 12))
+    assert autograd._hooks == ()
+
+
 # ---------------------------------------------------------------- memory
 def test_checkpointing_holds_what_the_model_says():
     """L equal Linear→ReLU layers: plain holds L·(input + pre-activation); k segments hold
@@ -221,24 +182,6 @@ def test_checkpointing_holds_what_the_model_says():
     assert peaks[4] < peaks[1] / 2
 
 
-def test_16_bit_storage_halves_the_stored_inputs_with_a_bounded_error():
-    L, n, w = 8, 16, 32
-    mdl.manual_seed(0)
-    # a smooth activation: the error is float16's rounding (2⁻¹¹ ≈ 4.9e-4 relative) carried through
-    # a few layers; with ReLU a unit within rounding distance of 0 can flip its mask (see storage_report)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.Tanh()) for _ in range(L)])
-    x = mdl.randn(n, w)
-    report = storage_report(model, x, L, "float16")
-    # L − 2 segment inputs are stored (not the user's input, not the last segment's): each halves
-    assert report["saved_bytes"] == (L - 2) * n * w * 2
-    assert 0 < report["relative_grad_error"] < 4 * 2.0 ** -11
-    assert 0 < report["max_relative_grad_error"] < 4 * 2.0 ** -11
-    with mdl.no_grad():
-        plain = model(x).numpy()
-    stored = checkpoint_sequential(model, L, x, storage_dtype="float16")
-    np.testing.assert_array_equal(stored.numpy(), plain)  # the forward pass itself is untouched
-
-
 def test_16_bit_storage_refuses_what_it_cannot_do(monkeypatch):
     model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3))
     x = mdl.randn(2, 3, requires_grad=True)
@@ -254,88 +197,6 @@ def test_16_bit_storage_refuses_what_it_cannot_do(monkeypatch):
     big[0].weight.data[...] = 1e5
     with pytest.raises(ValueError, match="exceeds the range"):
         checkpoint_sequential(big, 3, x, storage_dtype="float16")
-
-
-def test_bfloat16_storage_where_ml_dtypes_is_installed():
-    pytest.importorskip("ml_dtypes")
-    model = mlp().float()
-    report = storage_report(model, mdl.randn(4, 12), 8, "bfloat16")
-    assert report["saved_bytes"] > 0 and 0 < report["relative_grad_error"] < 4 * 2.0 ** -8  # 8 significant bits
-
-
-# ---------------------------------------------------------------- segments
-def test_uniform_boundaries_are_pytorchs():
-    assert uniform_boundaries(10, 3) == [0, 3, 6]  # the last segment takes the rest: 6..9
-    assert uniform_boundaries(100, 16) == [i * 6 for i in range(16)]
-    assert sqrt_segments(100) == 10 and sqrt_segments(64) == 8 and sqrt_segments(1) == 1
-
-
-def varying_net():
-    mdl.manual_seed(5)
-    widths = [8, 80, 8, 8, 80, 80, 8, 40, 8, 80, 8]
-    return nn.Sequential(*[nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(widths, widths[1:])])
-
-
-def test_balanced_segments_find_the_least_modeled_peak():
-    model, x = varying_net(), mdl.randn(16, 8)
-    profile = profile_layers(model, x)
-    L = profile.num_layers
-    for k in (2, 3, 4):
-        plan = balanced_segments(model, x, k, profile)
-        brute = min(profile.peak_bytes([0, *rest]) for rest in itertools.combinations(range(1, L), k - 1))
-        assert plan.peak_bytes() == brute
-        assert plan.peak_bytes() <= profile.peak_bytes(uniform_boundaries(L, k))
-        with memory.track() as m:
-            out = checkpoint_sequential(model, plan, x)
-            out.sum().backward()
-        # the measured peak, by the model: inputs of earlier segments + this segment's layers (+ the
-        # output, held by the final Sum, while the last segment's graph is alive)
-        starts, held, expected = plan.boundaries + [L], 0, 0
-        for a, b in zip(starts, starts[1:]):
-            expected = max(expected, held + sum(profile.layer_bytes[a:b]) + (out.data.nbytes if b == L else 0))
-            held += profile.input_bytes[a]
-        assert m.peak_bytes == expected
-
-
-def test_profile_measures_layers_and_leaves_state_alone():
-    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Dropout(0.5), nn.Linear(6, 2))
-    x = mdl.randn(5, 4)
-    before = [b.numpy().copy() for b in model.buffers()]
-    mdl.manual_seed(3)
-    expected_draw = mdl.rand(2).numpy()
-    mdl.manual_seed(3)
-    profile = profile_layers(model, x)
-    np.testing.assert_array_equal(mdl.rand(2).numpy(), expected_draw)  # the dry run's dropout drew nothing
-    assert all(np.array_equal(a, b.numpy()) for a, b in zip(before, model.buffers()))
-    assert all(p.grad is None for p in model.parameters())
-    assert profile.input_bytes == [5 * 4 * 4, 5 * 6 * 4, 5 * 6 * 4, 5 * 6 * 4]
-    assert profile.layer_bytes[0] == 5 * 4 * 4  # Linear keeps its input
-    assert profile.layer_bytes[2] == 2 * 5 * 6 * 4  # Dropout keeps its input and its scaled mask
-
-
-def test_choose_segments_default_and_time_budget():
-    model, x = varying_net(), mdl.randn(16, 8)
-    profile = profile_layers(model, x)
-    assert choose_segments(model, x, profile=profile).segments == sqrt_segments(10)
-    assert choose_segments(model, x, 1.0, profile).boundaries == [0]  # no time to spare: no checkpoint
-    previous = None
-    for budget in (1.1, 1.3, 2.0):
-        plan = choose_segments(model, x, budget, profile)
-        assert plan.slowdown() <= budget
-        assert previous is None or plan.peak_bytes() <= previous  # more time never costs memory
-        previous = plan.peak_bytes()
-    with pytest.raises(ValueError, match="at least 1"):
-        choose_segments(model, x, 0.5, profile)
-
-
-def test_boundaries_never_cut_a_residual_block():
-    model = residual_net()
-    layers = flatten_layers(nn.Sequential(model[0], nn.Sequential(model[1], model[2]), *list(model)[3:]))
-    assert [type(layer).__name__ for layer in layers] == [
-        "Linear", "Residual", "ReLU", "Residual", "Tanh", "Residual", "Linear"]
-    plan = balanced_segments(layers, data(4, 6), 3)
-    assert len(plan.layer_bytes) == 7  # a Residual is one layer: a boundary can only fall between blocks
-    assert nn.Residual.checkpoint_atomic
 
 
 # ---------------------------------------------------------------- bad input
@@ -357,8 +218,6 @@ def test_bad_input_messages():
         checkpoint(3, x)
     with pytest.raises(TypeError, match="must return a Tensor or a tuple of Tensors"):
         checkpoint(lambda t: t.numpy(), data(2, requires_grad=True))
-    with pytest.raises(ValueError, match="between 1 and the number of layers"):
-        balanced_segments(model, x, 9)
 
 
 def test_on_the_device(device):

@@ -1,42 +1,26 @@
 """Gradient checkpointing: keep a few activations, recompute the rest during backward.
 
-The textbook's "training with limited memory": backpropagation needs every
-activation of the forward pass, so memory grows with depth. Rematerialization
-stores only the inputs of a few *segments* and recomputes each segment's
-activations when the backward pass reaches it, at the price of one extra
-forward pass. With L layers cut into k segments the activations held at
-once are about k segment inputs plus one segment's L/k layers, smallest near
-k = √L (the book: 100 layers, 10 segments, about 20% of the activations;
-measured with ``minidl.memory.track``: 15% of the plain run's bytes)::
-
-    y = checkpoint(block, x)                         # one block
-    y = checkpoint_sequential(model, 10, x)          # a Sequential, PyTorch's semantics
-    plan = balanced_segments(model, x, 10)           # boundaries by measured memory
-    y = checkpoint_sequential(model, plan, x, storage_dtype="float16")
-
-How it works. ``checkpoint`` runs ``fn`` under ``no_grad`` and records one
+``checkpoint(fn, *inputs)`` runs ``fn`` under ``no_grad`` and records one
 node, :class:`CheckpointFunction`, whose inputs are the tensors given to
 ``fn`` *and* every tensor requiring gradients that ``fn`` used from outside
-(its parameters, seen as op inputs during that run). Gradients therefore
-reach the parameters even when no input requires one (the pitfall of
-PyTorch's reentrant checkpoint), ``mdl.grad(loss, params)`` works, and the
-engine accumulates ``.grad`` itself, in the same order as without
-checkpointing. Its backward restores the random state ``fn`` drew from
-(recorded just before its first draw: dropout draws the same masks; a
-function without randomness records nothing), recomputes ``fn`` with
-recording on while BatchNorm running statistics are protected from a second
-update, and backpropagates through the recomputed graph only: the tensors at
-its border are cut from their creators for that inner walk. The recomputed
-graph is built on the original input tensors, so with ``create_graph=True``
-the gradients stay connected to the rest of the graph and higher-order
-gradients (Hessian-vector products) through a checkpoint work; with 16-bit
-storage they raise an error, the stored inputs being rounded copies.
+(its parameters, seen as op inputs by a :class:`~minidl.autograd.FunctionHook`
+during that run). Gradients therefore reach the parameters even when no
+input requires one (the pitfall of PyTorch's reentrant checkpoint),
+``mdl.grad(loss, params)`` works, and the engine accumulates ``.grad``
+itself, in the same order as without checkpointing. Its backward restores
+the random state ``fn`` drew from, recomputes ``fn`` with recording on
+while BatchNorm running statistics are protected from a second update (both
+from :mod:`minidl.checkpoint.replay`), and backpropagates through the
+recomputed graph only: the tensors at its border are cut from their
+creators for that inner walk. The recomputed graph is built on the original
+input tensors, so with ``create_graph=True`` the gradients stay connected to
+the rest of the graph and higher-order gradients (Hessian-vector products)
+through a checkpoint work; with 16-bit storage they raise an error, the
+stored inputs being rounded copies.
 
-``fn`` must compute the same thing when run again: the same tensors, no
-side effects but BatchNorm statistics (restored) and random draws (replayed).
-The planning helpers (``balanced_segments``, ``choose_segments``,
-``flatten_layers``, ``storage_report``) live in :mod:`minidl.checkpoint_plan`;
-they can be imported from here too.
+``checkpoint_sequential`` cuts a chain of layers into segments (a count, a
+list of starts, or a :class:`~minidl.checkpoint.SegmentPlan`) and
+checkpoints all but the last.
 """
 from __future__ import annotations
 
@@ -44,155 +28,32 @@ import contextlib
 
 import numpy as np
 
-from minidl import autograd, backend
-from minidl.autograd import Function, enable_grad, is_grad_enabled, no_grad
+from minidl import autograd
+from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled, no_grad
+from minidl.checkpoint.replay import BufferGuard, RngState, first_draws_recorded
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
 
-# The planning names come from checkpoint_plan through __getattr__ (at the end of this file).
-__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",  # noqa: F822
-           "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
-           "profile_layers", "sqrt_segments", "storage_report"]
+__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
+           "resolve_storage_dtype", "layer_list"]
 
 
 # ---------------------------------------------------------------- which tensors fn uses
-@contextlib.contextmanager
-def _grad_tensors_used():
-    """Collect every tensor requiring gradients that an op receives inside the block.
+class _TensorsUsed(FunctionHook):
+    """Every tensor requiring gradients that an op receives while the hook is active.
 
     Under no_grad nothing made inside the block requires gradients, so these
     are exactly the tensors fn takes from outside: parameters, inputs, captured tensors.
     """
-    seen = {}
-    inner = Function.__call__
-
-    def observing_call(fn, *inputs):
-        for x in inputs:
-            if x.requires_grad:
-                seen[id(x)] = x
-        return inner(fn, *inputs)
-
-    Function.__call__ = observing_call
-    try:
-        yield seen
-    finally:
-        Function.__call__ = inner
-
-
-# ---------------------------------------------------------------- random state
-def _gpu_state(generator):
-    """The device array holding a CuPy generator's state (its cuRAND states), or None if not reachable."""
-    state = getattr(getattr(generator, "bit_generator", None), "_state", None)
-    return state if state is not None and hasattr(state, "copy") else None
-
-
-class _RngState:
-    """Snapshots of the random generators of some devices, to draw the same numbers again.
-
-    A checkpoint records them lazily (:func:`_first_draws_recorded`): only the
-    generators fn draws from, just before its first draw. A function without
-    randomness costs nothing, and no GPU state (megabytes of cuRAND states) is copied.
-    """
 
     def __init__(self):
-        self.cpu, self.gpu = None, {}
+        self.seen = {}  # id -> tensor, in the order of first use
 
-    @classmethod
-    def of(cls, devices) -> "_RngState":
-        """The generators of ``devices`` (and the CPU's) as they are now."""
-        state = cls()
-        for device in set(devices) | {"cpu"}:
-            state.take(device, backend.rng(device))
-        return state
-
-    def take(self, device, generator):
-        kind, index = backend.parse_device(device)
-        if kind == "cpu":
-            if self.cpu is None:
-                self.cpu = backend.get_rng_state()
-        elif index not in self.gpu:
-            state = _gpu_state(generator)
-            if state is None:  # replaying other masks would give silently wrong gradients: refuse
-                raise RuntimeError(f"checkpoint: cannot save the state of the random generator of {device} "
-                                   f"({type(generator).__name__} exposes no bit_generator._state); use "
-                                   "preserve_rng_state=False only if fn draws no random numbers there")
-            self.gpu[index] = state.copy()
-
-    def now(self) -> "_RngState":
-        """The current state of the same generators."""
-        return _RngState.of(["cpu"] * (self.cpu is not None) + [f"cuda:{i}" for i in self.gpu])
-
-    def restore(self):
-        if self.cpu is not None:
-            backend.set_rng_state(self.cpu)
-        for index, saved in self.gpu.items():
-            _gpu_state(backend.rng(f"cuda:{index}"))[...] = saved
-
-    def __bool__(self):
-        return self.cpu is not None or bool(self.gpu)
-
-
-@contextlib.contextmanager
-def _first_draws_recorded(state: _RngState):
-    """Inside: the first time a device's generator is asked for, its state is recorded first."""
-    inner = backend.rng
-
-    def recording_rng(device="cpu"):
-        generator = inner(device)
-        state.take(device, generator)
-        return generator
-
-    backend.rng = recording_rng
-    try:
-        yield state
-    finally:
-        backend.rng = inner
-
-
-# ---------------------------------------------------------------- stateful layers
-_guards: list = []  # buffer guards open now (recomputations in progress)
-_unguarded_call = Module.__call__  # the method the guard wraps, taken when the first guard opens
-
-
-def _guarded_module_call(module, *args, **kwargs):
-    for guard in _guards:
-        guard.remember(module)
-    return _unguarded_call(module, *args, **kwargs)
-
-
-class _BufferGuard:
-    """Inside: each module called has its buffers copied first; on exit they are put back.
-
-    Recomputing a BatchNorm in training mode would update its running
-    statistics a second time; this undoes that (the recomputed output uses the
-    batch statistics, so it does not depend on them).
-    """
-
-    def __enter__(self):
-        global _unguarded_call
-        self.saved = {}
-        if not _guards:
-            _unguarded_call, Module.__call__ = Module.__call__, _guarded_module_call
-        _guards.append(self)
-        return self
-
-    def remember(self, module):
-        if id(module) in self.saved:
-            return
-        self.saved[id(module)] = [(module, name, t, t.data, t.data.copy())
-                                  for name, t in module._buffers.items() if t is not None]
-
-    def __exit__(self, *exc):
-        _guards.remove(self)
-        if not _guards:
-            Module.__call__ = _unguarded_call
-        for entries in self.saved.values():
-            for module, name, tensor, array, copy in entries:
-                module._buffers[name] = tensor
-                tensor.data = array
-                array[...] = copy  # in place: anyone holding the array sees the restored values
-        return False
+    def forward_preprocess(self, function, inputs):
+        for x in inputs:
+            if x.requires_grad:
+                self.seen[id(x)] = x
 
 
 @contextlib.contextmanager
@@ -281,7 +142,7 @@ class CheckpointFunction(Function):
         try:
             if now is not None:
                 self.rng.restore()
-            with _BufferGuard(), enable_grad():
+            with BufferGuard(), enable_grad():
                 outs = self.fn(*args)
         finally:
             if now is not None:
@@ -337,14 +198,14 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
         return fn(*inputs)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     template = [_TENSOR if isinstance(x, Tensor) else x for x in inputs]
-    rng = _RngState()
-    recording = _first_draws_recorded(rng) if preserve_rng_state else contextlib.nullcontext()
-    with no_grad(), _grad_tensors_used() as used, recording:
+    rng = RngState()
+    recording = first_draws_recorded(rng) if preserve_rng_state else contextlib.nullcontext()
+    with no_grad(), _TensorsUsed() as used, recording:
         outputs = fn(*inputs)
     multiple = not isinstance(outputs, Tensor)
     results = [o.data for o in _as_tuple(outputs, "checkpoint")]
     explicit = {id(x) for x in tensors}
-    captured = [t for key, t in used.items() if key not in explicit]
+    captured = [t for key, t in used.seen.items() if key not in explicit]
     stored = [None] * len(tensors)
     if store_first_as is not None and isinstance(tensors[0].creator, CheckpointFunction):
         stored[0] = tensors[0].dtype  # recomputation starts from the 16-bit copy cast back to this
@@ -354,7 +215,7 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
 
 
 # ---------------------------------------------------------------- sequential models
-def _layer_list(functions, where: str) -> list:
+def layer_list(functions, where: str) -> list:
     if isinstance(functions, Sequential):
         layers = list(functions)
     elif isinstance(functions, (list, tuple)):
@@ -408,7 +269,7 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state: bool =
 
     ``functions``: an ``nn.Sequential`` or a list of Modules. ``segments``: a
     count k (uniform: k − 1 segments of ⌊L/k⌋ layers, the last takes the
-    rest), a :class:`~minidl.checkpoint_plan.SegmentPlan` from
+    rest), a :class:`~minidl.checkpoint.SegmentPlan` from
     ``balanced_segments``, or a list of segment starts. The last segment runs
     normally: its activations would be needed at once anyway.
 
@@ -417,7 +278,7 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state: bool =
     checkpoint memory; the forward pass itself is unchanged and exact, the
     recomputation starts from the rounded values (see ``storage_report``).
     """
-    layers = _layer_list(functions, "checkpoint_sequential")
+    layers = layer_list(functions, "checkpoint_sequential")
     if not isinstance(input, Tensor):
         raise TypeError(f"checkpoint_sequential: input must be a Tensor, got {type(input).__name__}")
     starts = _segment_starts(segments, len(layers))
@@ -426,15 +287,3 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state: bool =
     for a, b in zip(starts, starts[1:]):
         x = _checkpoint(_run(layers[a:b]), (x,), preserve_rng_state, dtype)
     return _run(layers[starts[-1]:])(x)
-
-
-_PLAN_NAMES = ("SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers", "profile_layers",
-               "sqrt_segments", "storage_report")
-
-
-def __getattr__(name):
-    # The planning helpers live in checkpoint_plan (which imports this module): loaded on first use.
-    if name in _PLAN_NAMES:
-        from minidl import checkpoint_plan
-        return getattr(checkpoint_plan, name)
-    raise AttributeError(f"module 'minidl.checkpoint' has no attribute {name!r}")

@@ -1,0 +1,49 @@
+"""Gradient checkpointing: keep a few activations, recompute the rest during backward.
+
+The textbook's "training with limited memory": backpropagation needs every
+activation of the forward pass, so memory grows with depth. Rematerialization
+stores only the inputs of a few *segments* and recomputes each segment's
+activations when the backward pass reaches it, at the price of one extra
+forward pass. With L layers cut into k segments the activations held at
+once are about k segment inputs plus one segment's L/k layers, smallest near
+k = √L (the book: 100 layers, 10 segments, about 20% of the activations;
+measured with ``minidl.memory.track``: 15% of the plain run's bytes)::
+
+    y = checkpoint(block, x)                         # one block
+    y = checkpoint_sequential(model, 10, x)          # a Sequential, PyTorch's semantics
+    plan = balanced_segments(model, x, 10)           # boundaries by measured memory
+    y = checkpoint_sequential(model, plan, x, storage_dtype="float16")
+
+``fn`` must compute the same thing when run again: the same tensors, no
+side effects but BatchNorm statistics (restored) and random draws (replayed).
+
+The package, each module importing only those before it:
+
+- :mod:`minidl.checkpoint.replay`: what a recomputation must replay or
+  restore (the random generators' state, the stateful layers' buffers);
+- :mod:`minidl.checkpoint.segments`: ``checkpoint``, ``checkpoint_sequential``
+  and the node that recomputes a segment during backward;
+- :mod:`minidl.checkpoint.plan`: where to cut (``balanced_segments``,
+  ``choose_segments``, ``flatten_layers``) and what 16-bit storage costs
+  (``storage_report``).
+"""
+from minidl.checkpoint.plan import (
+    SegmentPlan,
+    balanced_segments,
+    choose_segments,
+    flatten_layers,
+    profile_layers,
+    sqrt_segments,
+    storage_report,
+)
+from minidl.checkpoint.segments import (
+    CheckpointFunction,
+    checkpoint,
+    checkpoint_sequential,
+    resolve_storage_dtype,
+    uniform_boundaries,
+)
+
+__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
+           "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
+           "profile_layers", "sqrt_segments", "storage_report"]
