@@ -129,6 +129,7 @@ def _gradient_op_cases(rng, t, targets):
     from minidl.ops.linalg import LinearGradData, LinearGradWeight
     from minidl.ops.loss import CrossEntropyGrad
     from minidl.ops.norm import Normalize, NormalizeGrad
+    from minidl.ops.shape import GetItemGrad
 
     mask = rng.random((3, 4)) > 0.5
     coefficients = np.eye(4)[targets] * 0.9 + 0.1 / 4  # label smoothing 0.1, as the cross_entropy case
@@ -156,5 +157,6 @@ def _gradient_op_cases(rng, t, targets):
         ("cross_entropy_grad", cross_entropy_grad, [t(5, 4), t(5)]),
         ("normalize_grad", normalize_grad, [t(3, 4), t(3, 4)]),
         ("normalize_grad_two_axes", lambda x, gy: normalize_grad(x, gy, (0, 2)), [t(2, 3, 4), t(2, 3, 4)]),
+        ("getitem_grad", lambda gy: GetItemGrad((np.array([0, 2, 0]), slice(1, 3)), (3, 4))(gy), [t(3, 2)]),
         ("col2im", lambda cols: Col2Im((1, 2, 3, 3), (2, 2), (1, 1), (1, 1))(cols), [t(1, 4, 4, 2, 2, 2)]),
     ]

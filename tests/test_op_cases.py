@@ -44,3 +44,44 @@ def test_every_functional_op_has_a_case():
     covered = set(IDS) | {"gelu", "getitem", "flatten"}
     missing = [name for name in F.__all__ if name not in covered]
     assert not missing, f"ops without a case in minidl/op_cases.py: {missing}"
+
+
+def _function_classes(base):
+    for cls in base.__subclasses__():
+        yield cls
+        yield from _function_classes(cls)
+
+
+def test_every_op_function_is_run_by_a_case():
+    """Each Function in minidl.ops (gradient ops included) runs, forward and backward, in some case:
+    so a wrong backward of any of them fails gradcheck above."""
+    from minidl.autograd import Function, FunctionHook
+
+    class Census(FunctionHook):
+        def __init__(self):
+            self.forward, self.backward = set(), set()
+
+        def forward_preprocess(self, function, inputs):
+            self.forward.add(type(function))
+
+        def backward_preprocess(self, function, grad_outputs):
+            self.backward.add(type(function))
+
+    census = Census()
+    with census:
+        for _, fn, inputs in cases():
+            outputs = fn(*inputs)
+            outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+            wrt = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+            gs = mdl.grad(outputs, wrt, grad_outputs=[Tensor(np.ones(o.shape)) for o in outputs],
+                          create_graph=True, allow_unused=True)
+            live = [g for g in gs if g is not None and g.requires_grad]
+            if live:  # second order: runs the gradient ops' own backward
+                mdl.grad(live, wrt, grad_outputs=[Tensor(np.ones(g.shape)) for g in live], allow_unused=True)
+    ops = {cls for cls in _function_classes(Function)
+           if cls.__module__.startswith("minidl.ops.") and "backward" in vars(cls)}
+    assert ops, "no Function classes found in minidl.ops"
+    not_run = sorted(cls.__qualname__ for cls in ops - census.forward)
+    no_backward = sorted(cls.__qualname__ for cls in ops - census.backward)
+    assert not not_run, f"ops never called by a case in minidl/op_cases.py: {not_run}"
+    assert not no_backward, f"ops whose backward no case runs: {no_backward}"
