@@ -156,6 +156,7 @@ def test_learns_a_separable_problem():
     model = _model()
     trainer = fit(model, optim.Adam(model.parameters(), lr=0.05), DataLoader((x, y), batch_size=32, shuffle=True,
                                                                               seed=0), epochs=15, progress=False)
+    # every seed from 0 to 5 (data, model and shuffling) reaches 100%: the bar leaves 30 samples of room
     assert trainer.evaluate(DataLoader((x, y), batch_size=300))["accuracy"] > 0.9
 
 
