@@ -228,38 +228,34 @@ def test_bad_markers_are_refused(tmp_path, structure):
         mdl.load(path)
 
 
-def test_oversized_header_is_refused_before_it_is_read(tmp_path):
-    """A header within safetensors' own 100 MB cap but over minidl's is refused from its 8-byte length."""
+def _peak_memory_of_refused_load(path, match):
+    """Peak bytes Python allocated while mdl.load(path) refused the file with a ValueError matching ``match``."""
     import tracemalloc
 
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            mdl.load(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_oversized_header_is_refused_before_it_is_read(tmp_path):
+    """A header within safetensors' own 100 MB cap but over minidl's is refused from its 8-byte length."""
     size = mdl.serialization.MAX_HEADER_BYTES + 8
     path = tmp_path / "huge.safetensors"
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", size))
         f.write(b'{"__metadata__":{"minidl.structure":"[' + b"0," * ((size - 40) // 2) + b'0]"}}')
         f.write(b" " * (size + 8 - f.tell()))
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="over the limit"):
-            mdl.load(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 2**20
+    assert _peak_memory_of_refused_load(path, "over the limit") < 2**20
 
 
 def test_too_many_json_values_are_refused_before_decoding(tmp_path):
-    import tracemalloc
-
     n = mdl.serialization.MAX_JSON_VALUES + 10
     path = _file_with_structure(tmp_path / "wide.safetensors", "[" + "0," * n + "0]")
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match="JSON values, over the limit"):
-            mdl.load(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_memory_of_refused_load(path, "JSON values, over the limit")
     assert peak < 4 * path.stat().st_size  # the header is read, never turned into millions of objects
 
 
