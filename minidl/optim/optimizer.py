@@ -252,7 +252,8 @@ class Optimizer:
         for index, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
             groups.append(_checked_group(self, index, saved, group, first))
             first += len(group["params"])
-        params = {pos: (p, index) for pos, p, index in _positions(self.param_groups)}
+        index_of = {id(group): index for index, group in enumerate(self.param_groups)}
+        params = {pos: (p, index_of[id(group)]) for pos, p, group in self.parameters()}
         state, templates = {}, {}
         for key, saved in state_dict["state"].items():
             pos = _position(key)
@@ -314,15 +315,6 @@ def _plain(value):
     return copy.deepcopy(value)
 
 
-def _positions(param_groups):
-    """(position, parameter, group index) in the flattened group order."""
-    position = 0
-    for index, group in enumerate(param_groups):
-        for p in group["params"]:
-            yield position, p, index
-            position += 1
-
-
 def _position(key):
     """A state key as a parameter position: an int, or its decimal text (other formats key by strings)."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
@@ -333,7 +325,7 @@ def _position(key):
 
 
 def _describe(value) -> str:
-    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+    if _is_array(value):
         return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:60] + '...'}"
