@@ -90,6 +90,13 @@ def cases(seed: int = 0):
     ]
     out += _layer_cases(rng, t, targets)
     out += _gradient_op_cases(rng, t, targets)
+    out += _shape_cases(rng, t)
+    out += _reduction_and_indexing_cases(rng, t)
+    out += _math_cases(rng, t)
+    out += _activation_cases(rng, t)
+    out += _conv_and_pool_cases(rng, t)
+    out += _loss_and_attention_cases(rng, t)
+    out += _normalization_and_recurrent_cases(rng, t)
     return out
 
 
@@ -160,3 +167,38 @@ def _gradient_op_cases(rng, t, targets):
         ("getitem_grad", lambda gy: GetItemGrad((np.array([0, 2, 0]), slice(1, 3)), (3, 4))(gy), [t(3, 2)]),
         ("col2im", lambda cols: Col2Im((1, 2, 3, 3), (2, 2), (1, 1), (1, 1))(cols), [t(1, 4, 4, 2, 2, 2)]),
     ]
+
+
+def _shape_cases(rng, t):
+    """The shape ops: permute, squeeze, flip, split, unfold..."""
+    return []
+
+
+def _reduction_and_indexing_cases(rng, t):
+    """Reductions, sorting, gathering and scattering, norms and einsum."""
+    return []
+
+
+def _math_cases(rng, t):
+    """The elementwise math functions: trigonometric, rounding, logarithms, comparisons' kin."""
+    return []
+
+
+def _activation_cases(rng, t):
+    """The activation functions beyond ReLU and its first kin."""
+    return []
+
+
+def _conv_and_pool_cases(rng, t):
+    """Grouped, dilated and transposed convolution; pooling variants; resampling."""
+    return []
+
+
+def _loss_and_attention_cases(rng, t):
+    """The losses of the PyTorch vocabulary and scaled dot-product attention."""
+    return []
+
+
+def _normalization_and_recurrent_cases(rng, t):
+    """Instance and RMS normalization, recurrent cells."""
+    return []

@@ -35,10 +35,9 @@ def _attach_tensor_methods():
     T.__pos__ = lambda self: self
     T.__abs__ = abs
     T.__getitem__ = getitem
-    for name in ("sum", "mean", "max", "min", "var", "reshape", "transpose", "broadcast_to",
-                 "sum_to", "flatten", "exp", "log", "sqrt", "abs", "clip", "relu", "sigmoid",
-                 "tanh", "softmax", "log_softmax", "logsumexp"):
-        setattr(T, name, globals()[name])
+    for family in (activation, elementwise, linalg, reduction, shape):
+        for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
+            setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))
     T.mT = property(shape.swap_last_axes)
     T.view = reshape  # PyTorch habit

@@ -17,6 +17,9 @@ from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.tensor import Tensor
 
+# The ops of this family that minidl.ops also attaches to Tensor as methods.
+TENSOR_METHODS = ("relu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp")
+
 
 class ReLU(Function):
     """y = max(x, 0);  dx = dy · [x > 0].

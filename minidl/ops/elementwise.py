@@ -11,6 +11,9 @@ from minidl.backend import xp_of as _xp
 from minidl.ops.shape import sum_to
 from minidl.tensor import Tensor, as_tensor
 
+# The ops of this family that minidl.ops also attaches to Tensor as methods.
+TENSOR_METHODS = ("exp", "log", "sqrt", "abs", "clip")
+
 
 def _broadcast_error(op, a, b):
     return ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast "

@@ -19,6 +19,9 @@ from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import reshape, sum_to, swap_last_axes
 from minidl.tensor import as_tensor
 
+# The ops of this family that minidl.ops also attaches to Tensor as methods.
+TENSOR_METHODS = ()
+
 
 class MatMul(Function):
     """y = a @ b;  da = dy @ bᵀ,  db = aᵀ @ dy (vectors and batches as NumPy)."""

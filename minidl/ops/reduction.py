@@ -14,6 +14,9 @@ from minidl.autograd import Function
 from minidl.ops.shape import broadcast_to, reshape
 from minidl.tensor import Tensor
 
+# The ops of this family that minidl.ops also attaches to Tensor as methods.
+TENSOR_METHODS = ("sum", "mean", "max", "min", "var")
+
 
 def _normalize_axis(axis, ndim, op="reduction", shape=None):
     """A tuple of non-negative axes (all axes for None), with a clear error when out of range.

@@ -14,6 +14,9 @@ from minidl.autograd import Function
 from minidl.backend import scatter_add, xp_of
 from minidl.tensor import Tensor, as_tensor
 
+# The ops of this family that minidl.ops also attaches to Tensor as methods.
+TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten")
+
 
 class Reshape(Function):
     """y = x viewed with a new shape;  dx = dy reshaped to x's shape."""
