@@ -6,6 +6,8 @@ Each name here is a thin call of one Function in :mod:`minidl.ops`; the
 docstrings there give the forward and backward math.
 """
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
+from minidl.ops.activation import (celu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish, prelu, relu6, selu,
+                                   silu, softmin, softsign)
 from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
@@ -24,4 +26,6 @@ __all__ = [
     "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv1d", "conv2d",
     "cross_entropy", "dropout", "embedding", "group_norm", "im2col", "l1_loss", "layer_norm",
     "max_pool2d", "mse_loss", "nll_loss",
+    "celu", "glu", "hardsigmoid", "hardswish", "hardtanh", "logsigmoid", "mish", "prelu", "relu6", "selu",
+    "silu", "softmin", "softsign",
 ]

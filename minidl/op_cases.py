@@ -186,7 +186,33 @@ def _math_cases(rng, t):
 
 def _activation_cases(rng, t):
     """The activation functions beyond ReLU and its first kin."""
-    return []
+
+    def avoiding(kinks, lo, hi, *shape):
+        """Uniform values in [lo, hi], each at least 0.1 from every kink (pushed 0.2 up when too close)."""
+        data = rng.uniform(lo, hi, shape)
+        for kink in kinks:
+            data = np.where(np.abs(data - kink) < 0.1, data + 0.2, data)
+        return Tensor(data, requires_grad=True)
+
+    return [
+        ("silu", F.silu, [t(3, 4, spread=2.0)]),
+        ("mish", F.mish, [t(3, 4, spread=2.0)]),
+        ("selu", F.selu, [_away_from_kinks(rng, 3, 4)]),
+        ("celu", lambda x: F.celu(x, alpha=0.5), [_away_from_kinks(rng, 3, 4)]),
+        ("relu6", F.relu6, [avoiding((0, 6), -2, 8, 3, 4)]),
+        ("hardtanh", F.hardtanh, [avoiding((-1, 1), -2, 2, 3, 4)]),
+        ("hardtanh_bounds", lambda x: F.hardtanh(x, -0.5, 2.0), [avoiding((-0.5, 2), -2, 3, 3, 4)]),
+        ("hardswish", F.hardswish, [avoiding((-3, 3), -5, 5, 3, 4)]),
+        ("hardsigmoid", F.hardsigmoid, [avoiding((-3, 3), -5, 5, 3, 4)]),
+        ("logsigmoid", F.logsigmoid, [t(3, 4, spread=3.0)]),
+        ("softsign", F.softsign, [_away_from_kinks(rng, 3, 4)]),  # |x|: softsign'' jumps at 0
+        ("softmin", lambda x: F.softmin(x, dim=0), [t(3, 4)]),
+        ("softplus_beta_threshold", lambda x: F.softplus(x, beta=2.0, threshold=3.0),  # linear above x = 1.5
+         [avoiding((1.5,), -2, 3, 3, 4)]),
+        ("glu", lambda x: F.glu(x, dim=1), [t(3, 4)]),
+        ("prelu", F.prelu, [_away_from_kinks(rng, 2, 3, 4), t(3)]),
+        ("prelu_one_slope", F.prelu, [_away_from_kinks(rng, 3, 4), t(1)]),
+    ]
 
 
 def _conv_and_pool_cases(rng, t):

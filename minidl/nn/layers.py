@@ -98,13 +98,17 @@ class Flatten(Module):
 
 # ---------------------------------------------------------------- activations (no parameters)
 class ReLU(Module):
-    """y = max(x, 0). ``inplace`` is accepted for PyTorch compatibility and ignored."""
+    """y = max(x, 0). ``inplace=True`` writes into x as in PyTorch (refused where x needs a gradient)."""
 
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
 
     def forward(self, x):
-        return F.relu(x)
+        return F.relu(x, self.inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
 
 
 class LeakyReLU(Module):
@@ -112,10 +116,10 @@ class LeakyReLU(Module):
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
-        return F.leaky_relu(x, self.negative_slope)
+        return F.leaky_relu(x, self.negative_slope, self.inplace)
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}"
@@ -126,10 +130,10 @@ class ELU(Module):
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.inplace = alpha, inplace
 
     def forward(self, x):
-        return F.elu(x, self.alpha)
+        return F.elu(x, self.alpha, self.inplace)
 
     def extra_repr(self):
         return f"alpha={self.alpha}"
@@ -166,9 +170,10 @@ class Sigmoid(Module):
 
 
 class Softmax(Module):
-    """y = softmax(x) along ``dim`` (default: the last axis)."""
+    """y = softmax(x) along ``dim``; dim=None (PyTorch's default) is the last axis for inputs of
+    at most 2 axes, which is PyTorch's implicit choice there, and refused for more."""
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__()
         self.dim = dim
 

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import math
 
-from minidl import backend
+from minidl import autograd, backend
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.elementwise import exp, where
+from minidl.ops.elementwise import abs, exp, neg, where
 from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import sum as reduce_sum
+from minidl.ops.shape import getitem, reshape
 from minidl.tensor import Tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("relu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp")
+TENSOR_METHODS = ("relu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp", "prelu")
 
 
 class ReLU(Function):
@@ -133,14 +134,77 @@ class SigmoidGrad(Function):
 
 
 class Softplus(Function):
-    """y = ln(1 + eˣ) (as max(x, 0) + ln(1 + e^−|x|));  dx = dy · σ(x)."""
+    """y = ln(1 + e^(βx)) / β (as (max(βx, 0) + ln(1 + e^−|βx|)) / β), and y = x where βx > threshold;
+    dx = dy · σ(βx), and dy where βx > threshold.
+
+    ``threshold=None`` (the default of this class, which the losses use) has no linear
+    region; ``F.softplus`` passes PyTorch's threshold=20.
+    """
+
+    def __init__(self, beta=1.0, threshold=None):
+        self.beta = float(beta)
+        self.threshold = None if threshold is None else float(threshold)
 
     def forward(self, x):
         xp = xp_of(x)
-        return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+        z = x if self.beta == 1 else x * self.beta
+        y = xp.maximum(z, 0) + xp.log1p(xp.exp(-xp.abs(z)))
+        if self.beta != 1:
+            y /= self.beta
+        if self.threshold is None:
+            self.linear = None
+            return y
+        self.linear = z > self.threshold
+        return xp.where(self.linear, x, y)
 
     def backward(self, gy):
-        return gy * sigmoid(self.inputs[0])
+        x = self.inputs[0]
+        slope = sigmoid(x if self.beta == 1 else x * self.beta)
+        return gy * (slope if self.linear is None else where(self.linear, 1.0, slope))
+
+
+class LogSigmoid(Function):
+    """y = ln σ(x) = min(x, 0) − ln(1 + e^−|x|) (finite for any x);  dx = dy · σ(−x)."""
+
+    def forward(self, x):
+        xp = xp_of(x)
+        return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+    def backward(self, gy):
+        return gy * sigmoid(-self.inputs[0])
+
+
+class CELU(Function):
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1)."""
+    saved_inputs = ()
+
+    def __init__(self, alpha=1.0):
+        if alpha == 0:
+            raise ValueError("celu: alpha cannot be 0 (the formula divides by it)")
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        xp = xp_of(x)
+        self.positive = x > 0
+        return xp.where(self.positive, x, self.alpha * xp.expm1(xp.minimum(x, 0) / self.alpha))
+
+    def backward(self, gy):
+        return gy * where(self.positive, 1.0, self.output() / self.alpha + 1)
+
+
+class Hardtanh(Function):
+    """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
+    saved_inputs = ()
+
+    def __init__(self, lo=-1.0, hi=1.0):
+        self.lo, self.hi = lo, hi
+
+    def forward(self, x):
+        self.inside = ((x > self.lo) & (x < self.hi)).astype(x.dtype)
+        return xp_of(x).clip(x, self.lo, self.hi)
+
+    def backward(self, gy):
+        return gy * Tensor(self.inside)
 
 
 class GELU(Function):
@@ -319,16 +383,19 @@ def _logsumexp(x, axis):
 
 
 # ---------------------------------------------------------------- functional forms
-def relu(x):
-    return ReLU()(x)
+# Signatures and defaults are PyTorch's. ``inplace=True`` writes the result into x and
+# returns x, as PyTorch does; minidl records no in-place op in a graph, so it is refused
+# (a RuntimeError) when x requires grad and gradients are being recorded.
+def relu(x, inplace=False):
+    return _result("relu", x, ReLU()(x), inplace)
 
 
-def leaky_relu(x, negative_slope=0.01):
-    return LeakyReLU(negative_slope)(x)
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    return _result("leaky_relu", x, LeakyReLU(negative_slope)(x), inplace)
 
 
-def elu(x, alpha=1.0):
-    return ELU(alpha)(x)
+def elu(x, alpha=1.0, inplace=False):
+    return _result("elu", x, ELU(alpha)(x), inplace)
 
 
 def tanh(x):
@@ -339,8 +406,9 @@ def sigmoid(x):
     return Sigmoid()(x)
 
 
-def softplus(x):
-    return Softplus()(x)
+def softplus(x, beta=1.0, threshold=20.0):
+    """ln(1 + e^(βx)) / β, and x itself where βx > threshold (PyTorch's semantics and defaults)."""
+    return Softplus(beta, threshold)(x)
 
 
 def gelu(x, approximate="none"):
@@ -348,13 +416,128 @@ def gelu(x, approximate="none"):
     return GELU(approximate)(x)
 
 
-def softmax(x, axis=-1, *, dim=None):
-    return Softmax(axis if dim is None else dim)(x)
+def silu(x, inplace=False):
+    """SiLU (swish): y = x σ(x)."""
+    return _result("silu", x, x * sigmoid(x), inplace)
 
 
-def log_softmax(x, axis=-1, *, dim=None):
-    return LogSoftmax(axis if dim is None else dim)(x)
+def mish(x, inplace=False):
+    """y = x tanh(softplus(x)), with softplus stable for any x (no linear cut-off)."""
+    return _result("mish", x, x * tanh(Softplus()(x)), inplace)
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x, inplace=False):
+    """y = λ·elu(x, α) with the self-normalizing constants α ≈ 1.6733, λ ≈ 1.0507 (Klambauer et al. 2017)."""
+    return _result("selu", x, ELU(SELU_ALPHA)(x) * SELU_SCALE, inplace)
+
+
+def celu(x, alpha=1.0, inplace=False):
+    return _result("celu", x, CELU(alpha)(x), inplace)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    return _result("hardtanh", x, Hardtanh(min_val, max_val)(x), inplace)
+
+
+def relu6(x, inplace=False):
+    """y = min(max(x, 0), 6)."""
+    return _result("relu6", x, Hardtanh(0.0, 6.0)(x), inplace)
+
+
+def hardsigmoid(x, inplace=False):
+    """y = min(max(x + 3, 0), 6) / 6: 0 below −3, 1 above 3, x/6 + ½ between."""
+    return _result("hardsigmoid", x, Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
+
+
+def hardswish(x, inplace=False):
+    """y = x · min(max(x + 3, 0), 6) / 6 (MobileNetV3); dx = 0 below −3, x/3 + ½ between, 1 above 3."""
+    return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
+
+
+def logsigmoid(x):
+    """y = ln σ(x), finite and exact for any x (no log of an underflowed σ)."""
+    return LogSigmoid()(x)
+
+
+def softsign(x):
+    """y = x / (1 + |x|)."""
+    return x / (1 + abs(x))
+
+
+def glu(x, dim=-1):
+    """Gated linear unit: x split in halves a, b along ``dim``;  y = a · σ(b)."""
+    if x.ndim == 0:
+        raise ValueError("glu: a 0-d input has no dimension to halve; give a tensor of at least one axis")
+    axis = _normalize_axis(int(dim), x.ndim, "glu", x.shape)[0]
+    if x.shape[axis] % 2:
+        raise ValueError(f"glu: the halved dimension must have an even size, but dimension {dim} "
+                         f"of the input of shape {x.shape} has size {x.shape[axis]}")
+    half = x.shape[axis] // 2
+    before = (slice(None),) * axis
+    return getitem(x, before + (slice(0, half),)) * sigmoid(getitem(x, before + (slice(half, None),)))
+
+
+def prelu(x, weight):
+    """y = x for x > 0, a·x otherwise, a = ``weight``: one slope (numel 1) or one per channel,
+    the channel axis being axis 1 (PyTorch's layout; an input of fewer than 2 axes has one channel)."""
+    if weight.ndim > 1:
+        raise ValueError(f"prelu: weight must be a scalar or 1-D tensor, got shape {weight.shape}")
+    if weight.size != 1:
+        channels = x.shape[1] if x.ndim >= 2 else 1
+        if weight.size != channels:
+            raise ValueError(f"prelu: weight has {weight.size} slopes but the input of shape {x.shape} has "
+                             f"{channels} channel(s) (axis 1); give 1 slope or one per channel")
+        weight = reshape(weight, (channels,) + (1,) * (x.ndim - 2))
+    return where(x.data > 0, x, weight * x)
+
+
+def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
+
+
+def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmin(x) = softmax(−x) along ``dim``."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
+
+
+def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    x = x if dtype is None else x.astype(dtype)
+    return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
 
 
 def logsumexp(x, axis=-1, keepdims=False, *, dim=None, keepdim=None):
     return LogSumExp(axis if dim is None else dim, keepdims if keepdim is None else keepdim)(x)
+
+
+def _softmax_dim(op, x, dim, axis):
+    """The axis of a softmax: ``dim`` (or its alias ``axis``); when neither is given, the last axis for
+    inputs of at most 2 axes, which is also PyTorch's implicit choice there. For more axes PyTorch's
+    deprecated implicit choice (axis 0 for 3-D, 1 beyond) is not the last axis: refused, not guessed."""
+    if dim is None:
+        dim = axis
+    if dim is None:
+        if x.ndim > 2:
+            raise ValueError(f"{op}: give dim for an input of shape {x.shape} (PyTorch's implicit choice for "
+                             f"{x.ndim} axes is deprecated and is not the last axis); dim=-1 is the last axis")
+        return -1
+    return dim
+
+
+def _result(op, x, y, inplace):
+    """y, or with ``inplace=True`` y's values written into x and x returned (see the note above)."""
+    if not inplace:
+        return y
+    if x.requires_grad and autograd.is_grad_enabled():
+        raise RuntimeError(f"{op}(inplace=True): minidl records no in-place op for backward, and this input "
+                           f"(shape {x.shape}) requires grad; use inplace=False (the default), or call it "
+                           "under mdl.no_grad()")
+    return x.copy_(y)
