@@ -5,9 +5,31 @@
 Each name here is a thin call of one Function in :mod:`minidl.ops`; the
 docstrings there give the forward and backward math.
 """
-from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
-from minidl.ops.activation import (celu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish, prelu, relu6, selu,
-                                   silu, softmin, softsign)
+from minidl.ops.activation import (
+    celu,
+    elu,
+    gelu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    log_softmax,
+    logsigmoid,
+    logsumexp,
+    mish,
+    prelu,
+    relu,
+    relu6,
+    selu,
+    sigmoid,
+    silu,
+    softmax,
+    softmin,
+    softplus,
+    softsign,
+    tanh,
+)
 from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul

@@ -9,8 +9,23 @@ and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
 from minidl.nn import init
-from minidl.nn.activation import (CELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LogSigmoid, LogSoftmax, Mish,
-                                  PReLU, ReLU6, SiLU, Softmin, Softplus, Softsign)
+from minidl.nn.activation import (
+    CELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    PReLU,
+    ReLU6,
+    SiLU,
+    Softmin,
+    Softplus,
+    Softsign,
+)
 from minidl.nn.containers import Identity, ModuleList, Sequential
 from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
 from minidl.nn.layers import (

@@ -4,6 +4,12 @@ Each derivative is written in terms of what forward already computed (the
 output y or a mask), so backward costs one or two elementwise passes. The
 softmax family subtracts the maximum before exponentiating, so logits of
 ±1000 give exact, finite results.
+
+Several activations of PyTorch's vocabulary are compositions of these ops and
+the elementwise ones, exact as written, their gradients those of the pieces:
+silu = x·σ(x), mish = x·tanh(softplus(x)), selu = λ·elu(x, α), relu6,
+hardsigmoid and hardswish through hardtanh, softsign = x/(1 + |x|),
+softmin = softmax(−x), glu = a·σ(b) and prelu = where(x > 0, x, a·x).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import math
 from minidl import autograd, backend
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.elementwise import abs, exp, neg, where
+from minidl.ops.elementwise import abs, exp, where
 from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import getitem, reshape
@@ -437,6 +443,7 @@ def selu(x, inplace=False):
 
 
 def celu(x, alpha=1.0, inplace=False):
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise (α = ``alpha``)."""
     return _result("celu", x, CELU(alpha)(x), inplace)
 
 
@@ -511,6 +518,7 @@ def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
 
 
 def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
     x = x if dtype is None else x.astype(dtype)
     return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
 
