@@ -24,6 +24,7 @@ from minidl.nn.layers import (
     Sigmoid,
     Softmax,
     Tanh,
+    Unflatten,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
@@ -34,4 +35,5 @@ __all__ = [
     "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
     "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
     "Softmax", "StateDictError", "Tanh", "init",
+    "Unflatten",
 ]

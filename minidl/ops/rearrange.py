@@ -52,7 +52,7 @@ def flip(x: Tensor, *dims) -> Tensor:
 
 
 class Roll(Function):
-    """y = x shifted cyclically along ``dims``, y[(i + s) mod n] = x[i];  dx = dy rolled back by −s.
+    """y[(i + s) % n] = x[i] along each of ``dims`` (x shifted cyclically by s);  dx = dy rolled back by −s.
 
     With ``dims`` None the tensor is rolled as if flattened, then given its
     shape back (PyTorch's and NumPy's rule).
@@ -88,8 +88,7 @@ def roll(x: Tensor, shifts, dims=None) -> Tensor:
 
 # ---------------------------------------------------------------- repeat, repeat_interleave
 class Repeat(Function):
-    """y = x tiled, y[i] = x[i mod n] along each axis, with ``sizes`` copies along each;
-    dx = the sum of dy over the copies.
+    """y[i] = x[i % n] along each axis (x tiled, ``sizes`` copies along each);  dx = the sum of dy over the copies.
 
     As ``np.tile``: when ``sizes`` names more axes than x has, x counts as
     having leading axes of size 1. The backward views dy of shape

@@ -511,7 +511,7 @@ class Pad(Function):
 
         reflect:    s(p) = |p| mirrored at n − 1, so … 2 1 | 0 1 2 | 1 0 …
         replicate:  s(p) = min(max(p, 0), n − 1)
-        circular:   s(p) = p mod n
+        circular:   s(p) = p % n
 
     A value copied to several places collects the gradient of each: dx is the
     scatter-add of dy onto s, the backward of indexing (whose own backward is
