@@ -191,8 +191,8 @@ def _shape_cases(rng, t):
         ("roll", lambda x: F.roll(x, (1, -2), (0, 1)), [t(3, 4)]),
         ("roll_flattened", lambda x: F.roll(x, 5), [t(3, 4)]),
         ("repeat", lambda x: F.repeat(x, 2, 1, 3), [t(2, 2)]),
-        ("repeat_interleave", lambda x: F.repeat_interleave(x, 2, dim=1), [t(2, 3)]),
-        ("repeat_interleave_counts", lambda x: F.repeat_interleave(x, [2, 0, 3], dim=0), [t(3, 2)]),
+        ("repeat_interleave",  # one count for all, then one count per element
+         lambda x: F.repeat_interleave(F.repeat_interleave(x, 2, dim=1), [2, 0, 3], dim=0), [t(3, 2)]),
         ("tril", lambda x: F.tril(x, 1), [t(2, 3, 4)]),
         ("triu", lambda x: F.triu(x, -1), [t(3, 4)]),
         ("diagonal", lambda x: F.diagonal(x, 1, 0, 2), [t(3, 2, 4)]),
