@@ -46,9 +46,13 @@ class Flip(Function):
         return Flip(self.dims)(gy)
 
 
-def flip(x: Tensor, *dims) -> Tensor:
-    """Reverse the order of elements along ``dims``: ``flip(x, 0)``, ``flip(x, 0, 1)`` or ``flip(x, (0, 1))``."""
-    return Flip(_dims("flip", x, _varargs(dims)) if x.ndim else ())(x)
+def flip(x: Tensor, *args, dims=None) -> Tensor:
+    """Reverse the order of elements along dims: ``flip(x, 0)``, ``flip(x, 0, 1)``, ``flip(x, dims=(0, 1))``."""
+    if (dims is None) == (not args):
+        raise TypeError(f"flip: name the dims once, as flip(x, 0, 1) or flip(x, dims=(0, 1)); got {args} and "
+                        f"dims={dims}")
+    dims = _varargs(args) if dims is None else dims
+    return Flip(_dims("flip", x, dims) if x.ndim else ())(x)
 
 
 class Roll(Function):

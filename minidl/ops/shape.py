@@ -214,9 +214,12 @@ def transpose(x: Tensor, *axes, dim0: int | None = None, dim1: int | None = None
     return Transpose(_permutation(x, given, "transpose"))(x)
 
 
-def permute(x: Tensor, *dims) -> Tensor:
-    """PyTorch's permute: y.shape[i] = x.shape[dims[i]]; ``permute(x, 2, 0, 1)`` or ``permute(x, (2, 0, 1))``."""
-    return Transpose(_permutation(x, _varargs(dims), "permute"))(x)
+def permute(x: Tensor, *args, dims=None) -> Tensor:
+    """PyTorch's permute: y.shape[i] = x.shape[dims[i]]; ``permute(x, 2, 0, 1)`` or ``permute(x, dims=(2, 0, 1))``."""
+    if dims is not None and args:
+        raise TypeError(f"permute: name the dims once, as permute(x, 2, 0, 1) or permute(x, dims=(2, 0, 1)); "
+                        f"got {args} and dims={dims}")
+    return Transpose(_permutation(x, _varargs(args) if dims is None else tuple(dims), "permute"))(x)
 
 
 def movedim(x: Tensor, source, destination) -> Tensor:

@@ -168,6 +168,8 @@ FUNCTIONAL = [
     (lambda a: F.chunk(a, 2, dim=2), lambda a: a.chunk(2, 2)),
     (lambda a: F.narrow(a, 2, 1, 2), lambda a: a.narrow(2, 1, 2)),
     (lambda a: F.flip(a, [0, 1]), lambda a: a.flip(0, 1)),
+    (lambda a: F.flip(a, dims=(2,)), lambda a: a.flip(2)),
+    (lambda a: F.permute(a, dims=[2, 0, 1]), lambda a: a.permute(2, 0, 1)),
     (lambda a: F.roll(a, 1, 2), lambda a: a.roll(1, 2)),
     (lambda a: F.repeat(a, 1, 2, 1), lambda a: a.repeat(1, 2, 1)),
     (lambda a: F.repeat_interleave(a, [1, 2, 0], dim=1), lambda a: a.repeat_interleave([1, 2, 0], 1)),
@@ -356,6 +358,9 @@ def test_nn_unflatten_inverts_nn_flatten():
     (lambda x: x.permute(0, 1.0, 2), TypeError, "permute: axes must be integers"),
     (lambda x: x.unsqueeze(1.0), TypeError, "unsqueeze: dim must be an integer"),
     (lambda x: x.transpose(0, dim1=1), TypeError, "transpose: pass two dims"),
+    (lambda x: x.flip(), TypeError, "flip: name the dims once"),
+    (lambda x: x.flip(0, dims=(1,)), TypeError, "flip: name the dims once"),
+    (lambda x: x.permute(0, 1, 2, dims=(0, 1, 2)), TypeError, "permute: name the dims once"),
 ])
 def test_bad_arguments_name_the_op_and_what_it_expected(call, error, words):
     with pytest.raises(error, match=words):
