@@ -436,8 +436,10 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
 
     Returns a tuple of Tensors (views of x).
     """
+    if x.ndim == 0:
+        raise ValueError("split: a 0-d tensor has no dim to split")
     d = dim_index("split", x, dim)
-    n = x.shape[d] if x.ndim else 1
+    n = x.shape[d]
     if isinstance(split_size_or_sections, (tuple, list)):
         sizes = tuple(operator.index(k) for k in split_size_or_sections)
         if any(k < 0 for k in sizes) or sum(sizes) != n:
@@ -448,9 +450,7 @@ def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
         if size < 0 or (size == 0 and n > 0):
             raise ValueError(f"split: split_size must be positive (0 only for an empty dim), got {size} for "
                              f"dim {dim} of a tensor of shape {x.shape}")
-        sizes = (size,) * (n // size) + ((n % size,) if n % size else ()) if size else (0,)
-    if x.ndim == 0:
-        raise ValueError("split: a 0-d tensor has no dim to split")
+        sizes = (size,) * (n // size) + ((n % size,) if n % size else ()) if n else (0,)  # empty: one piece
     return Split(d, sizes)(x)
 
 

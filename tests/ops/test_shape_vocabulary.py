@@ -271,6 +271,14 @@ def test_unfold_gradient_counts_each_window_an_element_is_in(n, size, step, seed
     np.testing.assert_array_equal(t.grad.numpy(), np.broadcast_to(counts, (2, n)))
 
 
+@pytest.mark.parametrize("call", [lambda t: t.split(2), lambda t: t.split(0), lambda t: t.split([0, 0]),
+                                  lambda t: t.chunk(3), lambda t: t.split(2, dim=1)])
+def test_split_and_chunk_of_an_empty_dim_give_pytorchs_pieces(call):
+    torch = pytest.importorskip("torch")
+    pieces, expected = call(mdl.zeros(0, 2)), call(torch.zeros(0, 2))
+    assert [p.shape for p in pieces] == [tuple(e.shape) for e in expected]
+
+
 def test_repeat_interleave_counts_sum_the_gradient_of_each_elements_copies():
     t = leaf([1.0, 2.0, 3.0])
     y = t.repeat_interleave([2, 0, 3])
@@ -340,6 +348,7 @@ def test_nn_unflatten_inverts_nn_flatten():
     (lambda x: x.split([1, 1], 1), ValueError, r"split: sizes \(1, 1\) .* add up to 3"),
     (lambda x: x.split(0, 1), ValueError, "split: split_size must be positive"),
     (lambda x: x.chunk(0), ValueError, "chunk: chunks must be positive"),
+    (lambda x: mdl.tensor(1.0).split(1), ValueError, "split: a 0-d tensor has no dim"),
     (lambda x: x.narrow(2, 3, 2), ValueError, "narrow: start 3 and length 2 do not fit in dim 2 of size 4"),
     (lambda x: x.narrow(2, -5, 1), ValueError, "narrow"),
     (lambda x: x.flip(0, 0), ValueError, "flip: dims .* twice"),
