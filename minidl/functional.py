@@ -36,9 +36,29 @@ from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
+from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
 from minidl.ops.reduction import max, mean, min, sum, var
 from minidl.ops.regularization import dropout, embedding
-from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, transpose
+from minidl.ops.shape import (
+    broadcast_to,
+    cat,
+    chunk,
+    concatenate,
+    expand,
+    flatten,
+    getitem,
+    movedim,
+    narrow,
+    pad,
+    permute,
+    reshape,
+    split,
+    squeeze,
+    stack,
+    transpose,
+    unflatten,
+    unsqueeze,
+)
 
 __all__ = [
     "abs", "add", "broadcast_to", "clip", "concatenate", "div", "elu", "exp", "flatten", "gelu",
@@ -50,4 +70,6 @@ __all__ = [
     "max_pool2d", "mse_loss", "nll_loss",
     "celu", "glu", "hardsigmoid", "hardswish", "hardtanh", "logsigmoid", "mish", "prelu", "relu6", "selu",
     "silu", "softmin", "softsign",
+    "cat", "chunk", "diagonal", "expand", "flip", "movedim", "narrow", "permute", "repeat", "repeat_interleave",
+    "roll", "split", "squeeze", "tril", "triu", "unflatten", "unsqueeze",
 ]

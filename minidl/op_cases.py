@@ -84,7 +84,7 @@ def cases(seed: int = 0):
         ("getitem", lambda x: F.getitem(x, (np.array([0, 2, 0]), slice(1, 3))), [t(3, 4)]),
         ("concatenate", lambda a, b: F.concatenate([a, b], axis=1), [t(3, 2), t(3, 4)]),
         ("stack", lambda a, b: F.stack([a, b], axis=1), [t(3, 4), t(3, 4)]),
-        ("pad", lambda x: F.pad(x, ((1, 0), (2, 1))), [t(3, 4)]),
+        ("pad", lambda x: F.pad(x, (2, 1, 1, 0)), [t(3, 4)]),
         ("matmul", F.matmul, [t(2, 3, 4), t(4, 5)]),
         ("linear", F.linear, [t(5, 4), t(3, 4), t(3)]),
     ]
@@ -171,7 +171,33 @@ def _gradient_op_cases(rng, t, targets):
 
 def _shape_cases(rng, t):
     """The shape ops: permute, squeeze, flip, split, unfold..."""
-    return []
+    return [
+        ("flatten", lambda x: F.flatten(x, 1), [t(2, 3, 2)]),
+        ("unflatten", lambda x: F.unflatten(x, 1, (2, -1)), [t(3, 4)]),
+        ("squeeze", lambda x: F.squeeze(x, (0, 2)), [t(1, 3, 1, 2)]),
+        ("unsqueeze", lambda x: F.unsqueeze(x, -2), [t(3, 4)]),
+        ("permute", lambda x: F.permute(x, 2, 0, 1), [t(2, 3, 4)]),
+        ("movedim", lambda x: F.movedim(x, (0, 1), (2, 0)), [t(2, 3, 4)]),
+        ("expand", lambda x: F.expand(x, 2, -1, 4), [t(3, 1)]),
+        ("cat", lambda a, b: F.cat([a, b], dim=-1), [t(3, 2), t(3, 1)]),
+        ("split", lambda x: F.split(x, 2, dim=1), [t(2, 5)]),
+        ("split_sizes", lambda x: F.split(x, [1, 0, 2], dim=0), [t(3, 2)]),
+        ("chunk", lambda x: F.chunk(x, 3, dim=-1), [t(2, 4)]),
+        ("narrow", lambda x: F.narrow(x, 1, -3, 2), [t(2, 4)]),
+        ("pad_reflect", lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"), [t(1, 3, 4)]),
+        ("pad_replicate", lambda x: F.pad(x, (3, -1), mode="replicate"), [t(2, 3)]),
+        ("pad_circular", lambda x: F.pad(x, (1, 2, 2, 0), mode="circular"), [t(1, 2, 3)]),
+        ("flip", lambda x: F.flip(x, (0, 2)), [t(2, 3, 2)]),
+        ("roll", lambda x: F.roll(x, (1, -2), (0, 1)), [t(3, 4)]),
+        ("roll_flattened", lambda x: F.roll(x, 5), [t(3, 4)]),
+        ("repeat", lambda x: F.repeat(x, 2, 1, 3), [t(2, 2)]),
+        ("repeat_interleave",  # one count for all, then one count per element
+         lambda x: F.repeat_interleave(F.repeat_interleave(x, 2, dim=1), [2, 0, 3], dim=0), [t(3, 2)]),
+        ("tril", lambda x: F.tril(x, 1), [t(2, 3, 4)]),
+        ("triu", lambda x: F.triu(x, -1), [t(3, 4)]),
+        ("diagonal", lambda x: F.diagonal(x, 1, 0, 2), [t(3, 2, 4)]),
+        ("unfold", lambda x: x.unfold(1, 3, 2), [t(2, 7)]),
+    ]
 
 
 def _reduction_and_indexing_cases(rng, t):

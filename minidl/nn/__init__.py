@@ -41,6 +41,7 @@ from minidl.nn.layers import (
     Sigmoid,
     Softmax,
     Tanh,
+    Unflatten,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
@@ -53,4 +54,5 @@ __all__ = [
     "Softmax", "StateDictError", "Tanh", "init",
     "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6",
     "SELU", "SiLU", "Softmin", "Softplus", "Softsign",
+    "Unflatten",
 ]

@@ -84,7 +84,8 @@ class _ConvNd(Module):
         after = tuple(k - 1 - b for k, b in zip(self.kernel_size, before))
         if before == after:
             return x, before
-        return F.pad(x, ((0, 0), (0, 0)) + tuple(zip(before, after))), (0,) * self.dims
+        widths = tuple(w for b, a in zip(before[::-1], after[::-1]) for w in (b, a))  # F.pad: last dim first
+        return F.pad(x, widths), (0,) * self.dims
 
     def _convolve(self, conv, x):
         """conv(x, weight, bias, stride, padding), one call per group when groups > 1."""

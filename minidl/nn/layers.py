@@ -1,4 +1,4 @@
-"""Basic layers: Linear, Flatten, activations as modules, Dropout, Embedding, Residual.
+"""Basic layers: Linear, Flatten, Unflatten, activations as modules, Dropout, Embedding, Residual.
 
 Constructor signatures, weight layouts and default initializations are
 PyTorch's, so code and state dicts carry over. Every parameter is float32
@@ -94,6 +94,23 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Split dim ``dim`` into ``unflattened_size``: (N, 12) → (N, 3, 4) with ``Unflatten(1, (3, 4))``.
+
+    The inverse of Flatten; one size may be -1 (the rest).
+    """
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x):
+        return F.unflatten(x, self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 # ---------------------------------------------------------------- activations (no parameters)

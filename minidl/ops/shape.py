@@ -1,11 +1,16 @@
-"""Shape ops: reshape, transpose, broadcasting, indexing, joining, padding.
+"""Shape ops: reshape, transpose, broadcasting, indexing, joining, splitting, padding.
 
 None of these change values, so each backward only moves the gradient back
 to where the value came from: undo the reshape, apply the inverse
-permutation, sum over the broadcast axes, scatter into the indexed places.
+permutation, sum over the broadcast axes, scatter into the indexed places,
+join the split pieces. The PyTorch names that are one of these ops with other
+arguments (flatten, unflatten, squeeze and unsqueeze are reshapes; permute
+and movedim transposes; expand a broadcast; narrow an indexing; cat a
+concatenation) are defined here too.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -15,7 +20,25 @@ from minidl.backend import scatter_add, xp_of
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten")
+TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten", "unflatten", "squeeze", "unsqueeze",
+                  "permute", "movedim", "expand", "split", "chunk", "narrow")
+
+
+def dim_index(op: str, x: Tensor, dim, new: int = 0) -> int:
+    """``dim`` as an index from 0 to x.ndim − 1 + new (negative counts from the end), or a clear error.
+
+    ``new`` counts dims the op adds (unsqueeze may name the place after the last).
+    A 0-d tensor accepts dim 0 or -1, as PyTorch does.
+    """
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"{op}: dim must be an integer, got {dim!r} for a tensor of shape {x.shape}") from None
+    limit = max(x.ndim + new, 1)
+    if not -limit <= dim < limit:
+        raise ValueError(f"{op}: dim {dim} is out of range for a tensor of shape {x.shape} ({x.ndim} "
+                         f"dimensions); use a dim from {-limit} to {limit - 1}")
+    return dim % limit
 
 
 class Reshape(Function):
@@ -46,6 +69,55 @@ def reshape(x: Tensor, *shape) -> Tensor:
     return Reshape(shape)(x)
 
 
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """PyTorch's flatten: dims start_dim..end_dim merged into one, all of them by default.
+
+    A (2, 3, 4) tensor becomes (24,); ``flatten(x, 1)`` keeps the batch axis,
+    (2, 12), as ``nn.Flatten()`` does. A 0-d tensor becomes (1,).
+    """
+    if x.ndim == 0:
+        return reshape(x, 1)
+    start, end = dim_index("flatten", x, start_dim), dim_index("flatten", x, end_dim)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
+                         f"for a tensor of shape {x.shape}")
+    return reshape(x, x.shape[:start] + (math.prod(x.shape[start:end + 1]),) + x.shape[end + 1:])
+
+
+def unflatten(x: Tensor, dim: int, sizes) -> Tensor:
+    """Split dim ``dim`` into ``sizes`` (one of them may be -1): the inverse of flatten."""
+    d = dim_index("unflatten", x, dim)
+    sizes = tuple(operator.index(n) for n in sizes)
+    n = x.shape[d]
+    known = math.prod(k for k in sizes if k != -1)
+    unknown = sizes.count(-1)
+    fits = (known > 0 and n % known == 0) if unknown else known == n
+    if not sizes or unknown > 1 or any(k < -1 for k in sizes) or not fits:
+        raise ValueError(f"unflatten: sizes {sizes} do not split dim {dim} of size {n} (tensor of shape "
+                         f"{x.shape}); their product must be {n}, with at most one -1 standing for the rest")
+    sizes = tuple(n // known if k == -1 else k for k in sizes)
+    return reshape(x, x.shape[:d] + sizes + x.shape[d + 1:])
+
+
+def squeeze(x: Tensor, dim=None) -> Tensor:
+    """Remove dims of size 1: all of them (dim=None), or those of ``dim`` (an int or a tuple) that have size 1.
+
+    As in PyTorch, a named dim whose size is not 1 is left alone, not an error.
+    """
+    if dim is None:
+        dims = range(x.ndim)
+    else:
+        dims = {dim_index("squeeze", x, d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+    drop = {d for d in dims if d < x.ndim and x.shape[d] == 1}
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in drop))
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """Insert a dim of size 1 at place ``dim`` (from −(ndim + 1) to ndim)."""
+    d = dim_index("unsqueeze", x, dim, new=1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
 class Transpose(Function):
     """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation.
 
@@ -70,30 +142,59 @@ class Transpose(Function):
         return Transpose(tuple(inverse))(gy)
 
 
-def _bad_axes(x, axes, why):
+def _bad_axes(x, axes, why, op="transpose"):
     ndim = x.ndim
     example = tuple(reversed(range(ndim)))
-    return ValueError(f"transpose: axes {axes} {why} for a tensor of shape {x.shape} ({ndim} dimensions); "
+    hint = ", or two axes to swap" if op == "transpose" else ""
+    return ValueError(f"{op}: axes {axes} {why} for a tensor of shape {x.shape} ({ndim} dimensions); "
                       f"pass a permutation of its {ndim} axes, e.g. {example}, each from {-ndim} to {ndim - 1}"
-                      ", or two axes to swap")
+                      + hint)
 
 
-def _axis_index(x, axes, axis):
+def _axis_index(x, axes, axis, op="transpose"):
     try:
         return operator.index(axis)
     except TypeError:
-        raise TypeError(f"transpose: axes must be integers, got {axes} for a tensor of shape {x.shape}") from None
+        raise TypeError(f"{op}: axes must be integers, got {axes} for a tensor of shape {x.shape}") from None
 
 
-def transpose(x: Tensor, *axes) -> Tensor:
-    """NumPy's transpose: no axes reverses them; ``transpose(x, 1, 0, 2)`` permutes.
+def _permutation(x, given, op):
+    """``given`` as a permutation of x's axes made non-negative, or a clear error."""
+    ndim = x.ndim
+    axes = tuple(_axis_index(x, given, a, op) for a in given)
+    if len(axes) != ndim:
+        raise _bad_axes(x, given, f"name {len(axes)} axis" if len(axes) == 1 else f"name {len(axes)} axes", op)
+    if any(not -ndim <= a < ndim for a in axes):
+        raise _bad_axes(x, given, "are out of range", op)
+    axes = tuple(a % ndim for a in axes)
+    if len(set(axes)) != ndim:
+        raise _bad_axes(x, given, "repeat an axis", op)
+    return axes
 
-    Two separate axes swap those two, as PyTorch's ``transpose(dim0, dim1)``
-    does: on a matrix ``transpose(0, 1)`` is its transpose, while the tuple
-    ``transpose((0, 1))`` stays NumPy's identity permutation. Negative axes
-    count from the end. Axes that are not a permutation (wrong count, a
-    repeat, out of range) raise ValueError.
+
+def _varargs(values):
+    """``f(x, 2, 3)`` and ``f(x, (2, 3))`` both as the tuple (2, 3)."""
+    if len(values) == 1 and isinstance(values[0], (tuple, list)):
+        return tuple(values[0])
+    return tuple(values)
+
+
+def transpose(x: Tensor, *axes, dim0: int | None = None, dim1: int | None = None) -> Tensor:
+    """Two dims swap them, as PyTorch's ``transpose(dim0, dim1)``; other forms are NumPy's.
+
+    ``transpose(x, 0, 2)`` (or ``dim0=0, dim1=2``) swaps those two axes; on a
+    matrix ``transpose(0, 1)`` is its transpose. NumPy's forms stay: no axes
+    reverses them, and a tuple, or three or more ints, is a permutation, so the
+    tuple ``transpose((0, 1))`` is NumPy's identity permutation (PyTorch has no
+    such form; its ``permute`` is :func:`permute` here). Negative axes count
+    from the end. Axes that are not a permutation (wrong count, a repeat, out
+    of range) raise ValueError.
     """
+    if dim0 is not None or dim1 is not None:
+        if axes or dim0 is None or dim1 is None:
+            raise TypeError(f"transpose: pass two dims, either as transpose(dim0, dim1) or with both keywords, "
+                            f"got axes {axes} and dim0={dim0}, dim1={dim1}")
+        axes = (dim0, dim1)
     permutation = len(axes) == 1 and isinstance(axes[0], (tuple, list))
     if permutation:
         axes = tuple(axes[0])
@@ -110,14 +211,35 @@ def transpose(x: Tensor, *axes) -> Tensor:
         perm = list(range(ndim))
         perm[axes[0]], perm[axes[1]] = perm[axes[1]], perm[axes[0]]
         return Transpose(tuple(perm))(x)
-    if len(axes) != ndim:
-        raise _bad_axes(x, given, f"name {len(axes)} axis" if len(axes) == 1 else f"name {len(axes)} axes")
-    if any(not -ndim <= a < ndim for a in axes):
-        raise _bad_axes(x, given, "are out of range")
-    axes = tuple(a % ndim for a in axes)
-    if len(set(axes)) != ndim:
-        raise _bad_axes(x, given, "repeat an axis")
-    return Transpose(axes)(x)
+    return Transpose(_permutation(x, given, "transpose"))(x)
+
+
+def permute(x: Tensor, *args, dims=None) -> Tensor:
+    """PyTorch's permute: y.shape[i] = x.shape[dims[i]]; ``permute(x, 2, 0, 1)`` or ``permute(x, dims=(2, 0, 1))``."""
+    if dims is not None and args:
+        raise TypeError(f"permute: name the dims once, as permute(x, 2, 0, 1) or permute(x, dims=(2, 0, 1)); "
+                        f"got {args} and dims={dims}")
+    return Transpose(_permutation(x, _varargs(args) if dims is None else tuple(dims), "permute"))(x)
+
+
+def movedim(x: Tensor, source, destination) -> Tensor:
+    """Move dims ``source`` to places ``destination`` (ints or sequences); the others keep their order."""
+    many = isinstance(source, (tuple, list))
+    sources = tuple(source) if many else (source,)
+    destinations = tuple(destination) if isinstance(destination, (tuple, list)) else (destination,)
+    if len(sources) != len(destinations):
+        raise ValueError(f"movedim: source {source} and destination {destination} must name as many dims")
+    sources = tuple(dim_index("movedim", x, d) for d in sources)
+    destinations = tuple(dim_index("movedim", x, d) for d in destinations)
+    for named, what in ((sources, source), (destinations, destination)):
+        if len(set(named)) != len(named):
+            raise ValueError(f"movedim: {what} repeats a dim (tensor of shape {x.shape})")
+    order = [d for d in range(x.ndim) if d not in sources]
+    for place, d in sorted(zip(destinations, sources)):
+        order.insert(place, d)
+    if order == list(range(x.ndim)):
+        return x
+    return Transpose(tuple(order))(x)
 
 
 def swap_last_axes(x: Tensor) -> Tensor:
@@ -149,6 +271,27 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
     if x.shape == tuple(shape):
         return x
     return BroadcastTo(shape)(x)
+
+
+def expand(x: Tensor, *sizes) -> Tensor:
+    """PyTorch's expand: broadcast_to, where -1 keeps a dim's size; new dims may be added in front.
+
+    ``expand(x, 3, -1)`` or ``expand(x, (3, -1))``; only dims of size 1 grow.
+    """
+    sizes = tuple(operator.index(n) for n in _varargs(sizes))
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: sizes {sizes} name fewer dims than the tensor's shape {x.shape}")
+    target = list(sizes)
+    for i, n in enumerate(sizes):
+        old = x.shape[i - lead] if i >= lead else None
+        if n == -1 and old is not None:
+            target[i] = old
+        elif n < 0 or (old is not None and old != 1 and old != n):
+            raise ValueError(f"expand: cannot expand a tensor of shape {x.shape} to {sizes}: each size must "
+                             f"equal the tensor's, or the tensor's must be 1 (or -1 keeps it; new leading "
+                             f"dims need sizes ≥ 0), but dim {i} asks {n}")
+    return broadcast_to(x, tuple(target))
 
 
 class SumTo(Function):
@@ -238,7 +381,7 @@ def getitem(x: Tensor, key) -> Tensor:
 
 
 class Concatenate(Function):
-    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled."""
+    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled (a split of dy)."""
     saved_inputs = ()
 
     def __init__(self, axis):
@@ -253,16 +396,87 @@ class Concatenate(Function):
             raise ValueError(f"concatenate: shapes {shapes} do not match outside axis {self.axis}") from None
 
     def backward(self, gy):
-        bounds = np.cumsum([0] + self.sizes)
-        axis = self.axis % gy.ndim
-        lead = (slice(None),) * axis
-        return tuple(gy[lead + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:]))
+        return Split(self.axis % gy.ndim, self.sizes)(gy)
 
 
 def concatenate(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
     """Join tensors along an existing axis (``dim`` is PyTorch's name for it)."""
     axis = axis if dim is None else dim
     return Concatenate(axis)(*[as_tensor(t) for t in tensors])
+
+
+def cat(tensors, dim: int = 0, *, axis: int | None = None) -> Tensor:
+    """PyTorch's name for :func:`concatenate`: join tensors along an existing dim."""
+    return concatenate(tensors, dim=dim if axis is None else axis)
+
+
+class Split(Function):
+    """y_1, y_2, ... = consecutive pieces of x along ``axis``, of the given sizes;
+    dx = [dy_1, dy_2, ...] joined along axis.
+
+    Each piece is a view of x. An output that the loss does not use gets a zero
+    gradient from the engine, so dx always has x's shape.
+    """
+    saved_inputs = ()
+
+    def __init__(self, axis, sizes):
+        self.axis, self.sizes = axis, tuple(sizes)
+
+    def forward(self, x):
+        lead = (slice(None),) * self.axis
+        bounds = np.cumsum((0,) + self.sizes).tolist()
+        return tuple(x[lead + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:]))
+
+    def backward(self, *gys):
+        return concatenate(gys, axis=self.axis)
+
+
+def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
+    """PyTorch's split: pieces of ``split_size`` along ``dim`` (the last one smaller), or of the listed sizes.
+
+    Returns a tuple of Tensors (views of x).
+    """
+    if x.ndim == 0:
+        raise ValueError("split: a 0-d tensor has no dim to split")
+    d = dim_index("split", x, dim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, (tuple, list)):
+        sizes = tuple(operator.index(k) for k in split_size_or_sections)
+        if any(k < 0 for k in sizes) or sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} must be non-negative and add up to {n}, the size of dim "
+                             f"{dim} of a tensor of shape {x.shape}")
+    else:
+        size = operator.index(split_size_or_sections)
+        if size < 0 or (size == 0 and n > 0):
+            raise ValueError(f"split: split_size must be positive (0 only for an empty dim), got {size} for "
+                             f"dim {dim} of a tensor of shape {x.shape}")
+        sizes = (size,) * (n // size) + ((n % size,) if n % size else ()) if n else (0,)  # empty: one piece
+    return Split(d, sizes)(x)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
+    """PyTorch's chunk: split into pieces of ⌈n / chunks⌉ along ``dim``; there may be fewer than ``chunks``."""
+    chunks = operator.index(chunks)
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    d = dim_index("chunk", x, dim)
+    n = x.shape[d] if x.ndim else 1
+    if n == 0:  # PyTorch gives ``chunks`` empty pieces
+        return split(x, [0] * chunks, d)
+    return split(x, -(-n // chunks), d)
+
+
+def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
+    """x[..., start:start + length, ...] along ``dim`` (a view); a negative ``start`` counts from the end."""
+    d = dim_index("narrow", x, dim)
+    n = x.shape[d]
+    start, length = operator.index(start), operator.index(length)
+    begin = start + n if start < 0 else start
+    if not 0 <= begin <= n or length < 0 or begin + length > n:
+        raise ValueError(f"narrow: start {start} and length {length} do not fit in dim {dim} of size {n} "
+                         f"(tensor of shape {x.shape}); need -{n} ≤ start ≤ {n}, length ≥ 0, and start + "
+                         "length ≤ size")
+    return getitem(x, (slice(None),) * d + (slice(begin, begin + length),))
 
 
 class Stack(Function):
@@ -290,27 +504,110 @@ def stack(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
 
 
 class Pad(Function):
-    """y = x with constant borders (NumPy's pad_width);  dx = the interior of dy."""
+    """y = x with borders, a constant or copies of x's own values;
+    dx = the interior of dy (constant mode), or dy added back onto the sources.
+
+    ``widths`` holds one (before, after) pair of non-negative widths per axis.
+    Mode ``constant`` fills the borders with ``value``. The copying modes take
+    y = x[s], with ``key`` holding the source index s(p) of every place p of a
+    padded axis of size n (p from −before to n + after − 1):
+
+        reflect:    s(p) = |p| mirrored at n − 1, so … 2 1 | 0 1 2 | 1 0 …
+        replicate:  s(p) = min(max(p, 0), n − 1)
+        circular:   s(p) = p % n
+
+    A value copied to several places collects the gradient of each: dx is the
+    scatter-add of dy onto s, the backward of indexing (whose own backward is
+    the indexing again).
+    """
     saved_inputs = ()
 
-    def __init__(self, pad_width, value):
-        self.pad_width, self.value = pad_width, value
+    def __init__(self, widths, mode, value, key=None):
+        self.widths, self.mode, self.value, self.key = widths, mode, value, key
 
     def forward(self, x):
-        return xp_of(x).pad(x, self.pad_width, mode="constant", constant_values=self.value)
+        self.in_shape = x.shape
+        if self.mode == "constant":
+            return xp_of(x).pad(x, self.widths, mode="constant", constant_values=self.value)
+        return x[self.key]
 
     def backward(self, gy):
-        key = tuple(slice(before, gy.shape[i] - after) for i, (before, after) in enumerate(self.pad_width))
-        return gy[key]
+        if self.mode == "constant":
+            return gy[tuple(slice(before, n - after) for n, (before, after) in zip(gy.shape, self.widths))]
+        return GetItemGrad(self.key, self.in_shape)(gy)
 
 
-def pad(x: Tensor, pad_width, value: float = 0.0) -> Tensor:
-    """Constant padding with NumPy's ``pad_width``: an int, a (before, after) pair, or one pair per axis."""
-    pad_width = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2))
-    pad_width = tuple((int(a), int(b)) for a, b in pad_width)
-    return Pad(pad_width, value)(x)
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-def flatten(x: Tensor, start_axis: int = 1) -> Tensor:
-    """Collapse the axes from ``start_axis`` on into one (PyTorch's Flatten default)."""
-    return reshape(x, x.shape[:start_axis] + (-1,))
+def _pad_pairs(x, widths, mode):
+    """PyTorch's flat ``pad`` tuple as (before, after) pairs for the last dims, last dim first."""
+    if not isinstance(widths, (tuple, list)) or not all(isinstance(w, (int, np.integer)) for w in widths):
+        raise TypeError(f"pad: pad must be a flat tuple of ints, as PyTorch's (left, right) for the last dim, then "
+                        f"(top, bottom) for the dim before, ...; got {widths!r}. NumPy's per-axis "
+                        "((before, after), ...) is not accepted: reverse the axes and flatten it")
+    if len(widths) % 2:
+        raise ValueError(f"pad: pad must hold a (before, after) pair per padded dim, got {len(widths)} numbers")
+    pairs = [(int(widths[i]), int(widths[i + 1])) for i in range(0, len(widths), 2)]
+    if len(pairs) > x.ndim:
+        raise ValueError(f"pad: pad {tuple(widths)} names {len(pairs)} dims, but the tensor of shape {x.shape} "
+                         f"has {x.ndim}")
+    if mode != "constant" and not (1 <= len(pairs) <= 3 and x.ndim in (len(pairs) + 1, len(pairs) + 2)):
+        raise ValueError(f"pad: mode '{mode}' pads the last 1, 2 or 3 dims of an input with one or two more "
+                         f"dims (batch, channels); pad {tuple(widths)} pads {len(pairs)}, so the input needs "
+                         f"{len(pairs) + 1} or {len(pairs) + 2} dims, got shape {x.shape}")
+    return pairs[::-1]  # now first to last axis
+
+
+def _source_index(n, before, after, mode):
+    """Where each place of an axis of size n, padded by (before, after), copies its value from."""
+    p = np.arange(-before, n + after)
+    if mode == "reflect":
+        p = np.abs(p)
+        return np.where(p > n - 1, 2 * (n - 1) - p, p)
+    if mode == "replicate":
+        return np.clip(p, 0, n - 1)
+    return p % n
+
+
+def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """PyTorch's ``F.pad``: ``pad`` = (left, right) of the last dim, then (top, bottom) of the dim before, …
+
+    ``F.pad(x, (1, 1))`` pads only the last dim, by one on each side;
+    ``F.pad(x, (1, 1, 2, 0))`` also pads the dim before, by two at its start.
+    Modes: ``constant`` (``value``, default 0), ``reflect`` (mirror without the
+    edge: widths below the dim's size), ``replicate`` (repeat the edge) and
+    ``circular`` (wrap around: widths at most the size); as in PyTorch, the
+    copying modes pad the last 1, 2 or 3 dims of an input with one or two dims
+    more. A negative width crops that side first.
+    """
+    if mode not in PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
+    if mode != "constant" and value not in (None, 0):
+        raise ValueError(f"pad: mode '{mode}' copies x's own values and takes no value, got value={value}")
+    pairs = _pad_pairs(x, pad, mode)
+    pairs = [(0, 0)] * (x.ndim - len(pairs)) + pairs
+    if any(b < 0 or a < 0 for b, a in pairs):  # crop first: the rest pads what is left
+        key = tuple(slice(max(-b, 0), n - max(-a, 0)) for n, (b, a) in zip(x.shape, pairs))
+        if any(k.stop < k.start for k in key):
+            raise ValueError(f"pad: pad {tuple(pad)} crops more than a tensor of shape {x.shape} holds")
+        x = getitem(x, key)
+        pairs = [(max(b, 0), max(a, 0)) for b, a in pairs]
+    if not any(b or a for b, a in pairs):
+        return x
+    if mode == "constant":
+        return Pad(tuple(pairs), mode, 0 if value is None else value)(x)
+    padded = [i for i, (b, a) in enumerate(pairs) if b or a]
+    limit = {"reflect": "less than", "circular": "at most", "replicate": None}[mode]
+    for i in padded:
+        n, (b, a) = x.shape[i], pairs[i]
+        if n == 0 or (mode == "reflect" and max(b, a) >= n) or (mode == "circular" and max(b, a) > n):
+            need = f"widths {limit} the size" if limit else "a non-empty dim"
+            raise ValueError(f"pad: mode '{mode}' needs {need}, but dim {i} of the (cropped) input of shape "
+                             f"{x.shape} has size {n} and widths {(b, a)}")
+    axes = range(padded[0], padded[-1] + 1)  # index every axis between, so the index arrays stay adjacent
+    xp = x.xp
+    index = [xp.asarray(_source_index(x.shape[i], *pairs[i], mode)) for i in axes]
+    index = [ix.reshape([-1 if j == k else 1 for k in range(len(index))]) for j, ix in enumerate(index)]
+    key = (slice(None),) * padded[0] + tuple(index)
+    return Pad(tuple(pairs), mode, None, key)(x)

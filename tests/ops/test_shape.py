@@ -1,4 +1,7 @@
-"""Shape ops: reshape, transpose, broadcast_to, sum_to, indexing, concatenate, stack, pad, flatten."""
+"""Shape ops: reshape, transpose, broadcast_to, sum_to, indexing, concatenate, stack, pad, flatten.
+
+The PyTorch vocabulary (permute, squeeze, split...) is tested in test_shape_vocabulary.py.
+"""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -50,8 +53,8 @@ def test_reshape_to_a_wrong_size_names_the_op_and_shapes():
 def test_view_and_flatten():
     x = np.arange(24.0).reshape(2, 3, 4)
     check(lambda a: a.view(6, 4), x, x.reshape(6, 4))
-    check(lambda a: a.flatten(), x, x.reshape(2, 12))
-    check(lambda a: F.flatten(a, 0), x, x.reshape(24))
+    check(lambda a: a.flatten(), x, x.reshape(24))  # PyTorch's default: every dim
+    check(lambda a: F.flatten(a, 1), x, x.reshape(2, 12))
 
 
 # ---------------------------------------------------------------- transpose
@@ -242,18 +245,21 @@ def test_stack_mismatch_names_the_op_and_shapes():
         mdl.stack([mdl.zeros(2), mdl.zeros(3)])
 
 
-# ---------------------------------------------------------------- pad
-@pytest.mark.parametrize("pad_width", [1, (2, 0), ((0, 1), (2, 3)), [[1, 1], [0, 0]]])
+# ---------------------------------------------------------------- pad (more in test_shape_pad.py)
+@pytest.mark.parametrize("widths, numpy_widths", [
+    ((1, 1), ((0, 0), (1, 1))), ((2, 0), ((0, 0), (2, 0))), ((0, 1, 2, 3), ((2, 3), (0, 1))),
+    ([1, 1, 0, 0], ((0, 0), (1, 1))),
+])
 @pytest.mark.parametrize("value", [0.0, -1.5])
-def test_pad(pad_width, value):
+def test_pad(widths, numpy_widths, value):
     x = np.arange(6.0).reshape(2, 3)
-    expected = np.pad(x, pad_width, constant_values=value)
-    check(lambda a: F.pad(a, pad_width, value), x, expected)
+    expected = np.pad(x, numpy_widths, constant_values=value)
+    check(lambda a: F.pad(a, widths, value=value), x, expected)
 
 
 def test_pad_gradient_is_the_interior():
     x = leaf(np.ones((2, 2)))
-    y = F.pad(x, 1)
+    y = F.pad(x, (1, 1, 1, 1))
     (y * mdl.tensor(np.arange(16.0).reshape(4, 4))).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [[5.0, 6.0], [9.0, 10.0]])
 
@@ -263,8 +269,8 @@ SHAPE_OPS = {
     "reshape": lambda a: a.reshape(3, 2), "transpose": lambda a: a.transpose(),
     "broadcast_to": lambda a: a.broadcast_to((2, 2, 3)), "getitem": lambda a: a[np.array([1, 1]), 1:],
     "mask": lambda a: a[a > 0.5], "concatenate": lambda a: mdl.concatenate([a, a * 2], axis=1),
-    "stack": lambda a: mdl.stack([a, a], axis=-1), "pad": lambda a: F.pad(a, 1),
-    "flatten": lambda a: a.flatten(0), "sum_to": lambda a: sum_to(a, (1, 3)),
+    "stack": lambda a: mdl.stack([a, a], axis=-1), "pad": lambda a: F.pad(a, (1, 1, 1, 1)),
+    "flatten": lambda a: a.flatten(), "sum_to": lambda a: sum_to(a, (1, 3)),
 }
 
 
