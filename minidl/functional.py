@@ -6,10 +6,23 @@ Each name here is a thin call of one Function in :mod:`minidl.ops`; the
 docstrings there give the forward and backward math.
 """
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
+from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
+from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
+from minidl.ops.loss import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    one_hot,
+    smooth_l1_loss,
+)
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.reduction import max, mean, min, sum, var
@@ -24,4 +37,6 @@ __all__ = [
     "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv1d", "conv2d",
     "cross_entropy", "dropout", "embedding", "group_norm", "im2col", "l1_loss", "layer_norm",
     "max_pool2d", "mse_loss", "nll_loss",
+    "binary_cross_entropy", "cosine_similarity", "huber_loss", "kl_div", "normalize", "one_hot",
+    "pairwise_distance", "scaled_dot_product_attention", "smooth_l1_loss",
 ]
