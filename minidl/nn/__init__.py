@@ -25,6 +25,17 @@ from minidl.nn.layers import (
     Softmax,
     Tanh,
 )
+from minidl.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from minidl.nn.recurrent import GRU, LSTM, RNN
@@ -34,4 +45,6 @@ __all__ = [
     "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
     "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
     "Softmax", "StateDictError", "Tanh", "init",
+    "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
+    "SmoothL1Loss",
 ]

@@ -23,7 +23,7 @@ binary_cross_entropy_with_logits
 kl_div         ℓ = t·(ln t − x) for log-probabilities x (0 where t = 0), or
                eᵗ·(t − x) with log_target=True.
 mse_loss       ℓ = (x − t)²;   l1_loss  ℓ = |x − t|;   with ``weight`` w,
-               "mean" is Σ w ℓ / Σ w, as PyTorch.
+               "mean" is Σ w ℓ / Σ w, as PyTorch (huber_loss: Σ w ℓ / count).
 smooth_l1_loss ℓ = ½d²/β where |d| < β, else |d| − ½β  (d = x − t).
 huber_loss     ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ)  (β · smooth_l1).
 one_hot        the class indices as int64 rows of 0s and a 1 (no gradient).
@@ -336,8 +336,8 @@ def _same_shape_target(op, x, target):
     if not isinstance(target, Tensor):
         array = backend.to_device(target if hasattr(target, "dtype") else np.asarray(target), x.device)
         target = Tensor(array.astype(x.dtype, copy=False))
-    elif target.dtype.kind != "f":
-        target = Tensor(target.data.astype(x.dtype))
+    elif target.dtype.kind != "f" or (target.dtype != x.dtype and not target.requires_grad):
+        target = Tensor(target.data.astype(x.dtype))  # a constant target never upcasts the loss
     if target.shape != x.shape:
         raise ValueError(f"{op}: input of shape {x.shape} and target of shape {target.shape} differ; they must "
                          "match exactly (broadcasting here usually hides a bug: reshape one of them)")
@@ -345,21 +345,26 @@ def _same_shape_target(op, x, target):
 
 
 def _optional_constant(value, x):
-    if value is None or isinstance(value, Tensor):
+    """A weight as a Tensor of x's dtype; a Tensor that requires grad is kept as it is (it gets its gradient)."""
+    if value is None or (isinstance(value, Tensor) and (value.requires_grad or value.dtype == x.dtype)):
         return value
+    value = value.data if isinstance(value, Tensor) else value
     array = backend.to_device(value if hasattr(value, "dtype") else np.asarray(value), x.device)
     return Tensor(array.astype(x.dtype, copy=False))
 
 
-def _weighted_reduce(op, losses, weight, x, reduction):
-    """Elementwise ``weight`` (the input's shape): w ⊙ ℓ, Σ w ℓ, or for "mean" Σ w ℓ / Σ w (PyTorch's)."""
+def _weighted_reduce(op, losses, weight, x, reduction, mean_over_weights=True):
+    """Elementwise ``weight`` (the input's shape): w ⊙ ℓ, Σ w ℓ, or for "mean" Σ w ℓ / Σ w
+    (PyTorch's mse_loss and l1_loss; its huber_loss divides by the count instead)."""
     if weight is None:
         return _reduce(losses, reduction)
     weight = _optional_constant(weight, x)
     if weight.shape != x.shape:
         raise ValueError(f"{op}: weight of shape {weight.shape} must have the input's shape {x.shape}")
     losses = losses * weight
-    return reduce_sum(losses) / reduce_sum(weight) if reduction == "mean" else _reduce(losses, reduction)
+    if reduction == "mean" and mean_over_weights:
+        return reduce_sum(losses) / reduce_sum(weight)
+    return _reduce(losses, reduction)
 
 
 def mse_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa: A002 - PyTorch's name
@@ -400,7 +405,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tenso
     """ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ), with d = input − target;  d input = clip(d, −δ, δ).
 
     δ = ``delta`` > 0. Equals δ · smooth_l1_loss with β = δ. ``weight`` (the
-    input's shape) weighs each element; "mean" then divides by Σ w (PyTorch's).
+    input's shape) weighs each element; "mean" still divides by the count, as
+    PyTorch's huber_loss does (its mse_loss and l1_loss divide by Σ w).
     """
     op = "huber_loss"
     _check_reduction(op, reduction)
@@ -409,7 +415,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tenso
     input = as_tensor(input)
     d = input - _same_shape_target(op, input, target)
     losses = where(abs(d.data) < delta, d * d * 0.5, (abs(d) - 0.5 * delta) * delta)
-    return _weighted_reduce(op, losses, weight, input, reduction)
+    return _weighted_reduce(op, losses, weight, input, reduction, mean_over_weights=False)
 
 
 def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # noqa: A002
@@ -452,7 +458,11 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Ten
     losses = BinaryCrossEntropy()(x, t)
     weight = _optional_constant(weight, x)
     if weight is not None:
-        if np.broadcast_shapes(weight.shape, x.shape) != x.shape:
+        try:
+            fits = np.broadcast_shapes(weight.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
             raise ValueError(f"{op}: weight of shape {weight.shape} does not broadcast to the input's shape {x.shape}")
         losses = losses * weight
     return _reduce(losses, reduction)
