@@ -69,8 +69,9 @@ class ScaledDotProductAttention(Function):
 
 class AttentionGrad(Function):
     """The attention gradient as an op of (dO, Q, K, V[, B]), P and D saved by the forward:
-    z = (dQ, dK, dV[, dB]) as in ScaledDotProductAttention;  d(dO) = (P ⊙ D) dV̄ + dP̄ V,
-    dQ̄ = s·(Z̄ K + dZ dK̄),  dK̄ = s·(Z̄ᵀ Q + dZᵀ dQ̄),  dV̄ = dP̄ᵀ dO,  dB̄ = Z̄  (see backward).
+    z = (dQ, dK, dV[, dB]) as in ScaledDotProductAttention;  with x̄ the gradient reaching x,
+    d(dO) = (P ⊙ D) dV̄ + dP̄ V,  Q̄ = s·(Z̄ K + dZ dK̄),  K̄ = s·(Z̄ᵀ Q + dZᵀ dQ̄),  V̄ = dP̄ᵀ dO,  B̄ = Z̄
+    (Z̄ and dP̄ as in backward).
 
     Its backward recomputes P from (Q, K, B) with differentiable ops, so third
     derivatives work too; the first-order backward never does (it reads the saved P).
