@@ -32,7 +32,7 @@ from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, softmax
 from minidl.ops.elementwise import where
 from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import sum_to, swap_last_axes
+from minidl.ops.shape import reshape, sum_to, swap_last_axes
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -179,7 +179,7 @@ def _as_input(op, name, value):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                 scale=None) -> Tensor:
+                                 scale=None, enable_gqa=False) -> Tensor:
     """softmax(Q Kᵀ · scale + mask) V for Q (…, L, E), K (…, S, E), V (…, S, Ev): output (…, L, Ev).
 
     ``attn_mask`` broadcasts to (…, L, S): boolean (True: the key takes part) or
@@ -189,9 +189,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``dropout_p`` > 0 drops attention weights with minidl's seeded generator,
     whenever it is given (as PyTorch: pass 0.0 in evaluation). The leading axes
     broadcast. A query whose keys are all masked gets 0 output, as in PyTorch.
+    ``enable_gqa`` (grouped-query attention): Hq query heads (axis −3) share Hk
+    key and value heads, query head h using head h // (Hq/Hk), as PyTorch.
     """
     op = "scaled_dot_product_attention"
     q, k, v = (_as_input(op, n, x) for n, x in (("query", query), ("key", key), ("value", value)))
+    if enable_gqa:
+        return _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"{op}: query, key and value must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -238,3 +242,31 @@ def _mask(op, attn_mask, q, scores):
     if isinstance(attn_mask, Tensor) and attn_mask.dtype == q.dtype:
         return None, attn_mask  # kept as it is, so that it can get a gradient
     return None, Tensor(backend.to_device(array, q.device).astype(q.dtype))
+
+
+def _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
+    """Hq query heads on Hk key/value heads: the heads axis split into (Hk, Hq/Hk), the keys
+    broadcast over the groups, the same op on that shape (no copy of K or V), heads merged back."""
+    op = "scaled_dot_product_attention"
+    if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
+        raise ValueError(f"{op}: enable_gqa needs a heads axis (..., heads, length, features); got query "
+                         f"{q.shape}, key {k.shape}, value {v.shape}")
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if v.shape[-3] != kv_heads or heads % kv_heads:
+        raise ValueError(f"{op}: enable_gqa needs key and value with the same number of heads (axis −3), "
+                         f"dividing the query's: got {heads} query, {kv_heads} key and {v.shape[-3]} value heads")
+    group = heads // kv_heads
+    q5 = reshape(q, q.shape[:-3] + (kv_heads, group) + q.shape[-2:])
+    k5, v5 = (reshape(x, x.shape[:-3] + (kv_heads, 1) + x.shape[-2:]) for x in (k, v))
+    if attn_mask is not None:
+        mask = as_tensor(attn_mask if hasattr(attn_mask, "dtype") else np.asarray(attn_mask))
+        if mask.ndim < 3:
+            mask = reshape(mask, (1,) * (3 - mask.ndim) + mask.shape)
+        split = {heads: (kv_heads, group), 1: (1, 1)}.get(mask.shape[-3])
+        if split is None:
+            raise ValueError(f"{op}: attn_mask of shape {mask.shape} has {mask.shape[-3]} heads (axis −3); "
+                             f"expected 1 or the query's {heads}")
+        mask = reshape(mask, mask.shape[:-3] + split + mask.shape[-2:])
+        attn_mask = mask if mask.dtype.kind == "f" else mask.data  # a float mask keeps its gradient
+    out = scaled_dot_product_attention(q5, k5, v5, attn_mask, dropout_p, is_causal, scale)
+    return reshape(out, out.shape[:-4] + (heads,) + out.shape[-2:])

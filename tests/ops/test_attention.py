@@ -213,3 +213,43 @@ def test_errors_speak_to_the_user():
         F.scaled_dot_product_attention(mdl.randn(4), k, v)
     with pytest.raises(ValueError, match=r"leading axes .* do not broadcast"):
         F.scaled_dot_product_attention(mdl.randn(3, 3, 4), k, v)
+
+
+@pytest.mark.parametrize("mask", [None, "bool_per_head", "float", "causal"])
+def test_grouped_query_attention_matches_torch(torch, mask):
+    rng = np.random.default_rng(8)
+    arrays = [rng.standard_normal((2, 6, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))]
+    kwargs = {}
+    if mask == "bool_per_head":
+        m = rng.random((6, 3, 5)) > 0.4
+        m[..., 0] = True
+        kwargs["attn_mask"] = m
+    elif mask == "float":
+        arrays.append(rng.standard_normal((3, 5)))
+    elif mask == "causal":
+        kwargs["is_causal"] = True
+    xs = [mdl.tensor(a, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    tkw = {key: torch.tensor(val) if key == "attn_mask" else val for key, val in kwargs.items()}
+    if mask == "float":
+        kwargs["attn_mask"], tkw["attn_mask"] = xs[3], ts[3]
+    out = F.scaled_dot_product_attention(*xs[:3], enable_gqa=True, **kwargs)
+    tout = torch.nn.functional.scaled_dot_product_attention(*ts[:3], enable_gqa=True, **tkw)
+    assert out.shape == (2, 6, 3, 3)
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-10, atol=1e-12)
+    g = rng.standard_normal(out.shape)
+    out.backward(mdl.tensor(g))
+    tout.backward(torch.tensor(g))
+    for x, t in zip(xs, ts):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_grouped_query_attention_errors():
+    q, k = mdl.randn(1, 6, 3, 4), mdl.randn(1, 4, 5, 4)
+    with pytest.raises(ValueError, match=r"enable_gqa needs key and value with the same number of heads"):
+        F.scaled_dot_product_attention(q, k, mdl.randn(1, 4, 5, 2), enable_gqa=True)
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 3, 5\) has 3 heads"):
+        F.scaled_dot_product_attention(q, mdl.randn(1, 3, 5, 4), mdl.randn(1, 3, 5, 2),
+                                       attn_mask=np.ones((3, 3, 5), bool), enable_gqa=True)
+    with pytest.raises(ValueError, match=r"do not broadcast"):  # without enable_gqa the heads must broadcast
+        F.scaled_dot_product_attention(q, mdl.randn(1, 3, 5, 4), mdl.randn(1, 3, 5, 2))
