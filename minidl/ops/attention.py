@@ -84,12 +84,15 @@ class AttentionGrad(Function):
         xp = xp_of(gy)
         p, d = self.probs, self.dropout
         gv = _sum_to(xp.swapaxes(p if d is None else p * d, -1, -2) @ gy, v.shape)
-        gp = gy @ xp.swapaxes(v, -1, -2)
+        gz = gy @ xp.swapaxes(v, -1, -2)  # dP, then dZ = P ⊙ (dP − Σ_j dP_j P_j) in place
         if d is not None:
-            gp *= d
-        gz = p * (gp - (gp * p).sum(axis=-1, keepdims=True))
-        gq = _sum_to(gz @ k, q.shape) * self.scale
-        gk = _sum_to(xp.swapaxes(gz, -1, -2) @ q, k.shape) * self.scale
+            gz *= d
+        gz -= (gz * p).sum(axis=-1, keepdims=True)
+        gz *= p
+        gq = _sum_to(gz @ k, q.shape)
+        gq *= self.scale
+        gk = _sum_to(xp.swapaxes(gz, -1, -2) @ q, k.shape)
+        gk *= self.scale
         if bias is None:
             return gq, gk, gv
         return gq, gk, gv, _sum_to(gz, bias.shape)
@@ -144,13 +147,14 @@ def _probabilities(q, k, bias, scale, mask):
     if bias is not None:
         z += bias
     if mask is not None:
-        z = xp.where(mask, z, z.dtype.type(-np.inf))
+        xp.copyto(z, z.dtype.type(-np.inf), where=~mask)
     m = z.max(axis=-1, keepdims=True)
     dead = None
     if bias is not None or mask is not None:
         dead = m == -np.inf
         m = xp.where(dead, 0, m)  # a row of −∞ stays −∞ − 0 (e⁻∞ = 0), not −∞ + ∞ = NaN
-    e = xp.exp(z - m)
+    z -= m
+    e = xp.exp(z, out=z)  # in place: z is ours, and not needed again
     total = e.sum(axis=-1, keepdims=True)
     e /= total if dead is None else xp.where(dead, 1, total)
     return e, dead
