@@ -30,10 +30,23 @@ from minidl.ops.activation import (
     softsign,
     tanh,
 )
+from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
+from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
+from minidl.ops.loss import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    one_hot,
+    smooth_l1_loss,
+)
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
@@ -72,4 +85,6 @@ __all__ = [
     "silu", "softmin", "softsign",
     "cat", "chunk", "diagonal", "expand", "flip", "movedim", "narrow", "permute", "repeat", "repeat_interleave",
     "roll", "split", "squeeze", "tril", "triu", "unflatten", "unsqueeze",
+    "binary_cross_entropy", "cosine_similarity", "huber_loss", "kl_div", "normalize", "one_hot",
+    "pairwise_distance", "scaled_dot_product_attention", "smooth_l1_loss",
 ]

@@ -248,7 +248,66 @@ def _conv_and_pool_cases(rng, t):
 
 def _loss_and_attention_cases(rng, t):
     """The losses of the PyTorch vocabulary and scaled dot-product attention."""
-    return []
+    from minidl.ops.attention import AttentionGrad, _probabilities
+
+    targets = np.array([1, -100, 3, 0, 2])  # one sample ignored
+    probabilities = rng.dirichlet(np.ones(4), size=5)
+    inside = lambda *s: Tensor(rng.uniform(0.1, 0.9, s), requires_grad=True)  # noqa: E731 - away from 0 and 1
+    keys_mask = np.array([[True, False, True, True, False]] * 3 + [[False] * 5])  # the last query sees no key
+    bias = rng.standard_normal((3, 5))
+    bias[0, 1] = -np.inf
+
+    def attention_with_fixed_dropout(q, k, v):
+        from minidl.backend import manual_seed
+        manual_seed(1234)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+
+    def attention_grad(gy, q, k, v, b, mask=keys_mask[:3], scale=0.7):
+        probs, dead = _probabilities(q.data, k.data, b.data, scale, mask)
+        return AttentionGrad(scale, mask, dead, probs, None)(gy, q, k, v, b)
+
+    return [
+        ("cross_entropy_ignore_index_weight",
+         lambda z: F.cross_entropy(z, targets, weight=np.array([0.5, 1.0, 2.0, 1.5]), label_smoothing=0.1),
+         [t(5, 4)]),
+        ("cross_entropy_probabilities", lambda z: F.cross_entropy(z, probabilities, label_smoothing=0.2), [t(5, 4)]),
+        ("cross_entropy_differentiable_probabilities", lambda z, p: F.cross_entropy(z, p, reduction="sum"),
+         [t(2, 3, 2), Tensor(rng.dirichlet(np.ones(3), size=(2, 2)).transpose(0, 2, 1), requires_grad=True)]),
+        ("nll_loss_ignore_index_weight",
+         lambda z: F.nll_loss(z, targets, weight=np.array([0.5, 1.0, 2.0, 1.5]), ignore_index=-100), [t(5, 4)]),
+        ("binary_cross_entropy", lambda x, y: F.binary_cross_entropy(x, y, weight=np.array([1.0, 2.0, 0.5])),
+         [inside(4, 3), inside(4, 3)]),
+        ("kl_div", lambda x, y: F.kl_div(F.log_softmax(x, dim=1), y, reduction="batchmean"),
+         [t(3, 4), inside(3, 4)]),
+        ("kl_div_log_target", lambda x, y: F.kl_div(x, y, reduction="sum", log_target=True), [t(3, 4), t(3, 4)]),
+        ("smooth_l1_loss", lambda x, y: F.smooth_l1_loss(x, y, beta=0.8),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
+        ("huber_loss", lambda x, y: F.huber_loss(x, y, delta=0.7, weight=np.linspace(0.5, 1.5, 12).reshape(3, 4)),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
+        ("normalize", lambda x: F.normalize(x, dim=1), [t(3, 4)]),
+        ("normalize_p3", lambda x: F.normalize(x, p=3, dim=0), [_away_from_kinks(rng, 3, 4)]),
+        ("cosine_similarity", lambda a, b: F.cosine_similarity(a, b, dim=-1), [t(3, 4), t(1, 4)]),
+        ("pairwise_distance", F.pairwise_distance, [t(3, 4), t(3, 4)]),
+        ("pairwise_distance_p1_keepdim", lambda a, b: F.pairwise_distance(a, b, p=1, keepdim=True),
+         [_away_from_kinks(rng, 3, 4), Tensor(np.zeros(4))]),
+        ("pairwise_distance_inf", lambda a, b: F.pairwise_distance(a, b, p=float("inf")),
+         [_distinct(rng, 3, 4), Tensor(np.zeros(4))]),
+        ("scaled_dot_product_attention", F.scaled_dot_product_attention, [t(2, 3, 4), t(2, 5, 4), t(2, 5, 6)]),
+        ("scaled_dot_product_attention_causal",
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+         [t(2, 4, 3), t(2, 4, 3), t(1, 4, 2)]),
+        ("scaled_dot_product_attention_bool_mask",
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=keys_mask),
+         [t(2, 4, 3), t(2, 5, 3), t(2, 5, 2)]),
+        ("scaled_dot_product_attention_float_mask", F.scaled_dot_product_attention,
+         [t(2, 3, 4), t(2, 5, 4), t(2, 5, 2), Tensor(bias, requires_grad=True)]),
+        ("scaled_dot_product_attention_gqa",
+         lambda q, k, v, b: F.scaled_dot_product_attention(q, k, v, attn_mask=b, enable_gqa=True),
+         [t(1, 4, 2, 3), t(1, 2, 3, 3), t(1, 2, 3, 2), t(4, 2, 3)]),
+        ("scaled_dot_product_attention_dropout", attention_with_fixed_dropout, [t(2, 3, 4), t(2, 5, 4), t(2, 5, 2)]),
+        ("attention_grad", attention_grad,
+         [t(2, 3, 2), t(2, 3, 4), t(2, 5, 4), t(2, 5, 2), Tensor(bias.copy(), requires_grad=True)]),
+    ]
 
 
 def _normalization_and_recurrent_cases(rng, t):

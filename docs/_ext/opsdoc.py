@@ -31,7 +31,7 @@ from mathnodes import block_nodes, piece_nodes, warn_untypeset
 from sphinx import addnodes
 
 # The order a reader meets them in; a module not listed here is appended, so none is ever left out.
-FAMILY_ORDER = ["elementwise", "reduction", "shape", "linalg", "activation", "loss", "norm",
+FAMILY_ORDER = ["elementwise", "reduction", "shape", "rearrange", "linalg", "activation", "loss", "norm",
                 "regularization", "conv", "pool"]
 # The ops of modules whose docstring is about something else.
 OWN_WORDS = {"minidl.autograd": (

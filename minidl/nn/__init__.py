@@ -43,6 +43,17 @@ from minidl.nn.layers import (
     Tanh,
     Unflatten,
 )
+from minidl.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from minidl.nn.recurrent import GRU, LSTM, RNN
@@ -55,4 +66,6 @@ __all__ = [
     "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6",
     "SELU", "SiLU", "Softmin", "Softplus", "Softsign",
     "Unflatten",
+    "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
+    "SmoothL1Loss",
 ]

@@ -5,12 +5,25 @@ operators (``+ - * / ** @``, indexing) and NumPy-style methods (``sum``,
 ``reshape``, ``relu``...), each a thin call of the op below. They are
 attached here, not in tensor.py, because ops are the layer above tensors.
 """
-from minidl.ops import activation, elementwise, linalg, rearrange, reduction, shape
+from minidl.ops import activation, attention, distance, elementwise, linalg, rearrange, reduction, shape
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
+from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
+from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
+from minidl.ops.loss import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    one_hot,
+    smooth_l1_loss,
+)
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.reduction import max, mean, min, sum, var
@@ -35,7 +48,7 @@ def _attach_tensor_methods():
     T.__pos__ = lambda self: self
     T.__abs__ = abs
     T.__getitem__ = getitem
-    for family in (activation, elementwise, linalg, reduction, shape, rearrange):
+    for family in (activation, attention, distance, elementwise, linalg, reduction, shape, rearrange):
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))

@@ -1,19 +1,36 @@
-"""Loss functions, with PyTorch's argument order, layouts and reductions.
+"""Loss functions, with PyTorch's names, keywords, layouts and reductions.
 
-reduction: "mean" (the default), "sum", or "none" (one loss per sample).
+reduction: "mean" (the default), "sum", or "none" (one loss per sample);
+kl_div also takes "batchmean". The keywords after the first few positions
+are keyword-only (PyTorch's deprecated ``size_average`` and ``reduce`` sit
+there), so a positional PyTorch call fails loudly instead of meaning
+something else.
 
 cross_entropy  ℓ_n = −Σ_c A_nc log softmax(x_n)_c, where the target
                distribution A puts (1 − ε)·w_y on the true class y and ε·w_c/C
                on every class c (ε: label smoothing, w: class weights);
-               "mean" divides by Σ_n w_{y_n} (by N without weights), as PyTorch.
+               "mean" divides by Σ_n w_{y_n} over the samples not ignored
+               (by their count without weights), as PyTorch. With class
+               probabilities t as the target, A = w ⊙ ((1 − ε)·t + ε/C) and
+               "mean" divides by the number of samples.
 nll_loss       ℓ_n = −w_{y_n} · logp_{n, y_n}, the same weighted mean.
-mse_loss       ℓ = (x − t)²;   l1_loss  ℓ = |x − t|.
+binary_cross_entropy
+               ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100)) for
+               probabilities x (PyTorch's clamp keeps ℓ finite at 0 and 1).
 binary_cross_entropy_with_logits
                ℓ = (1 − t)·x + (1 + (p − 1)·t)·softplus(−x), p the pos_weight;
                written with softplus, so it is exact for |x| in the thousands.
+kl_div         ℓ = t·(ln t − x) for log-probabilities x (0 where t = 0), or
+               eᵗ·(t − x) with log_target=True.
+mse_loss       ℓ = (x − t)²;   l1_loss  ℓ = |x − t|;   with ``weight`` w,
+               "mean" is Σ w ℓ / Σ w, as PyTorch (huber_loss: Σ w ℓ / count).
+smooth_l1_loss ℓ = ½d²/β where |d| < β, else |d| − ½β  (d = x − t).
+huber_loss     ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ)  (β · smooth_l1).
+one_hot        the class indices as int64 rows of 0s and a 1 (no gradient).
 
 Class targets are integer arrays (or Tensors) of class indices; inputs are
 (N, C) or (N, C, d1, d2, ...) with targets (N,) or (N, d1, d2, ...).
+Samples whose target is ``ignore_index`` (default −100) add nothing.
 """
 from __future__ import annotations
 
@@ -22,13 +39,16 @@ import numpy as np
 from minidl import backend
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.activation import SoftmaxGrad, softmax, softplus
+from minidl.ops.activation import SoftmaxGrad, log_softmax, softmax, softplus
+from minidl.ops.elementwise import exp, log, maximum, where
 from minidl.ops.reduction import mean
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
+# PyTorch's floor on x(1 − x) in binary_cross_entropy's gradient: finite at x = 0 and x = 1.
+_BCE_EPSILON = 1e-12
 
 
 class CrossEntropy(Function):
@@ -77,10 +97,35 @@ class CrossEntropyGrad(Function):
         return gx, ggy
 
 
+class BinaryCrossEntropy(Function):
+    """ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100));
+    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12).
+
+    The clamp at −100 and the floor ε are PyTorch's: a probability of exactly 0
+    or 1 gives a loss of at most 100 and a large but finite gradient. dx is the
+    clamp-free derivative −t/x + (1 − t)/(1 − x) written over one denominator,
+    as PyTorch writes it; dt is unclamped too, as in PyTorch.
+    """
+
+    def forward(self, x, t):
+        xp = xp_of(x)
+        with np.errstate(divide="ignore"):  # ln 0 = −inf is expected here: the clamp takes it
+            log_x = xp.maximum(xp.log(x), -100)
+            log_1mx = xp.maximum(xp.log(1 - x), -100)
+        return -(t * log_x + (1 - t) * log_1mx)
+
+    def backward(self, gy):
+        x, t = self.inputs
+        gx = gy * (x - t) / maximum(x * (1 - x), _BCE_EPSILON) if x.requires_grad else None
+        gt = gy * (log(1 - x) - log(x)) if t.requires_grad else None
+        return gx, gt
+
+
 # ---------------------------------------------------------------- argument checks
-def _check_reduction(op, reduction):
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of 'mean', 'sum', 'none', got {reduction!r}")
+def _check_reduction(op, reduction, allowed=_REDUCTIONS):
+    if reduction not in allowed:
+        names = ", ".join(repr(r) for r in allowed)
+        raise ValueError(f"{op}: reduction must be one of {names}, got {reduction!r}")
 
 
 def _reduce(losses, reduction, denominator=None):
@@ -90,18 +135,24 @@ def _reduce(losses, reduction, denominator=None):
         return reduce_sum(losses)
     if denominator is None:
         return mean(losses)
-    return reduce_sum(losses) / denominator
+    with np.errstate(invalid="ignore"):  # every sample ignored: 0/0 = NaN, as PyTorch
+        return reduce_sum(losses) / denominator
 
 
-def _class_targets(op, x, target):
-    """``target`` as an integer array on x's device, checked against x's (N, C, d1, ...) layout."""
-    if isinstance(target, Tensor):
-        target = target.data
-    elif not hasattr(target, "dtype"):
-        target = np.asarray(target)
+def _as_array(value):
+    if isinstance(value, Tensor):
+        return value.data
+    return value if hasattr(value, "dtype") else np.asarray(value)
+
+
+def _class_targets(op, x, target, ignore_index=None):
+    """``target`` as an integer array on x's device, checked against x's (N, C, d1, ...) layout,
+    and the mask of the samples not ignored (None when none is)."""
+    target = _as_array(target)
     if target.dtype.kind not in "iu":
+        probabilities = f", or class probabilities of the input's shape {x.shape}" if op == "cross_entropy" else ""
         raise TypeError(f"{op}: target has dtype {target.dtype}; pass integer class indices "
-                        "(e.g. target.astype('int64')), one class index per sample")
+                        f"(e.g. target.astype('int64')), one class index per sample{probabilities}")
     if x.ndim < 1:
         raise ValueError(f"{op}: input must be (N, C) or (N, C, d1, ...), got a scalar")
     expected = () if x.ndim == 1 else (x.shape[0],) + x.shape[2:]
@@ -109,23 +160,31 @@ def _class_targets(op, x, target):
         raise ValueError(f"{op}: input of shape {x.shape} needs a target of shape {expected} "
                          f"(one class index per sample), got target of shape {tuple(target.shape)}")
     target = backend.to_device(target, x.device)
+    keep = None
+    if ignore_index is not None:
+        keep = target != ignore_index
+        if bool(keep.all()):
+            keep = None
     classes = x.shape[0] if x.ndim == 1 else x.shape[1]
-    if target.size:
-        low, high = int(target.min()), int(target.max())
+    checked = target if keep is None else target[keep]
+    if checked.size:
+        low, high = int(checked.min()), int(checked.max())
         if low < 0 or high >= classes:
             bad = low if low < 0 else high
             raise ValueError(f"{op}: target contains class index {bad}, but the input has {classes} classes "
-                             f"(valid targets are 0..{classes - 1})")
-    return target
+                             f"(valid targets are 0..{classes - 1}, or ignore_index={ignore_index})")
+    return target, keep
 
 
 def _classes_last(x):
-    """(N, C, d1, ...) → (N·d1·..., C): one row of class scores per sample."""
+    """(N, C, d1, ...) → (N·d1·..., C): one row of class scores per sample (a Tensor or an array)."""
     if x.ndim == 1:
-        return reshape(x, 1, -1)
+        return x.reshape(1, -1) if not isinstance(x, Tensor) else reshape(x, 1, -1)
     if x.ndim == 2:
         return x
     axes = (0,) + tuple(range(2, x.ndim)) + (1,)
+    if not isinstance(x, Tensor):
+        return x.transpose(axes).reshape(-1, x.shape[1])
     return reshape(transpose(x, axes), -1, x.shape[1])
 
 
@@ -140,51 +199,135 @@ def _class_weights(op, weight, x, classes):
     return array
 
 
-# ---------------------------------------------------------------- classification
-def cross_entropy(logits, target, weight=None, label_smoothing=0.0, reduction="mean") -> Tensor:
-    """Softmax cross-entropy of logits (N, C) or (N, C, d1, ...) against integer class targets.
+def _class_denominator(w, flat, keep, dtype):
+    """What "mean" divides by: Σ w_{y_n} (or the count) over the samples not ignored; None for a plain mean."""
+    if w is None and keep is None:
+        return None
+    xp = xp_of(flat)
+    used = w[flat] if w is not None else xp.ones(flat.shape, dtype)
+    if keep is not None:
+        used = used * keep.reshape(-1)
+    return Tensor(used.sum(dtype=dtype))
 
-    ``weight`` (C,) rescales each class; ``label_smoothing`` ε mixes the one-hot
-    target with the uniform distribution: A = (1 − ε)·onehot + ε/C.
+
+def _is_probabilities(target, x):
+    """A floating-point target of the input's own shape holds class probabilities (PyTorch's rule)."""
+    return getattr(target, "dtype", np.dtype(int)).kind == "f" and tuple(target.shape) == x.shape
+
+
+# ---------------------------------------------------------------- classification
+def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="mean",  # noqa: A002
+                  label_smoothing=0.0) -> Tensor:
+    """Softmax cross-entropy of logits (N, C) or (N, C, d1, ...) against class targets.
+
+    ``target`` holds integer class indices (N,) or (N, d1, ...), or class
+    probabilities of the input's own shape (soft labels, floating point).
+    ``weight`` (C,) rescales each class; ``label_smoothing`` ε mixes the target
+    with the uniform distribution: A = (1 − ε)·onehot + ε/C. Samples whose class
+    index is ``ignore_index`` add nothing and are left out of the mean.
+    A probability target that requires grad gets its gradient −log softmax(x)
+    (times the smoothing and the weights), as in PyTorch.
     """
     op = "cross_entropy"
-    logits = as_tensor(logits)
+    x = as_tensor(input)
     _check_reduction(op, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing!r}")
-    target = _class_targets(op, logits, target)
-    rows = _classes_last(logits)
+    if not isinstance(target, Tensor) and not hasattr(target, "dtype"):
+        target = np.asarray(target)
+    rows = _classes_last(x)
     count, classes = rows.shape
+    w = _class_weights(op, weight, x, classes)
+    if _is_probabilities(target, x):
+        return _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction)
+    target, keep = _class_targets(op, x, target, ignore_index)
+    xp = x.xp
     flat = target.reshape(-1)
-    xp = logits.xp
-    w = _class_weights(op, weight, logits, classes)
-    picked = xp.arange(count), flat
-    coefficients = xp.zeros((count, classes), logits.dtype)
-    coefficients[picked] = (1 - label_smoothing) if w is None else (1 - label_smoothing) * w[flat]
+    if keep is not None:
+        flat = xp.where(keep.reshape(-1), flat, 0)  # an ignored sample picks class 0, then its row is zeroed
+    coefficients = xp.zeros((count, classes), x.dtype)
+    coefficients[xp.arange(count), flat] = (1 - label_smoothing) if w is None else (1 - label_smoothing) * w[flat]
     if label_smoothing:
         coefficients += (label_smoothing / classes) if w is None else (label_smoothing / classes) * w
+    if keep is not None:
+        coefficients *= keep.reshape(-1, 1)
     losses = CrossEntropy(coefficients)(rows)
     if reduction == "none":
         return reshape(losses, target.shape)
-    return _reduce(losses, reduction, None if w is None else Tensor(w[flat].sum()))
+    return _reduce(losses, reduction, _class_denominator(w, flat, keep, x.dtype))
 
 
-def nll_loss(log_probs, target, weight=None, reduction="mean") -> Tensor:
-    """Negative log-likelihood of log-probabilities (N, C) or (N, C, d1, ...) at integer class targets."""
+def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction):
+    """cross_entropy against class probabilities: A = w ⊙ ((1 − ε)·t + ε/C); "mean" over the samples."""
+    classes = rows.shape[1]
+    if isinstance(target, Tensor) and target.requires_grad:  # the target is differentiated too
+        a = _classes_last(target)
+        if label_smoothing:
+            a = a * (1 - label_smoothing) + label_smoothing / classes
+        if w is not None:
+            a = a * Tensor(w)
+        losses = -reduce_sum(a * log_softmax(rows, axis=1), axis=1)
+    else:
+        a = _classes_last(backend.to_device(_as_array(target), x.device)).astype(x.dtype)  # a copy
+        if label_smoothing:
+            a = a * (1 - label_smoothing) + label_smoothing / classes
+        if w is not None:
+            a = a * w
+        losses = CrossEntropy(a)(rows)
+    if reduction == "none":
+        return reshape(losses, () if x.ndim == 1 else (x.shape[0],) + x.shape[2:])
+    return _reduce(losses, reduction)
+
+
+def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean") -> Tensor:  # noqa: A002
+    """Negative log-likelihood of log-probabilities (N, C) or (N, C, d1, ...) at integer class targets.
+
+    ℓ_n = −w_{y_n} · input_{n, y_n}; a sample whose target is ``ignore_index`` adds
+    nothing and is left out of the mean, which divides by Σ w_{y_n} (the count without weights).
+    """
     op = "nll_loss"
-    log_probs = as_tensor(log_probs)
+    x = as_tensor(input)
     _check_reduction(op, reduction)
-    target = _class_targets(op, log_probs, target)
-    rows = _classes_last(log_probs)
+    target, keep = _class_targets(op, x, target, ignore_index)
+    rows = _classes_last(x)
+    xp = x.xp
     flat = target.reshape(-1)
-    xp = log_probs.xp
+    if keep is not None:
+        flat = xp.where(keep.reshape(-1), flat, 0)
     losses = -getitem(rows, (xp.arange(rows.shape[0]), flat))
-    w = _class_weights(op, weight, log_probs, rows.shape[1])
-    if w is not None:
-        losses = losses * Tensor(w[flat])
+    w = _class_weights(op, weight, x, rows.shape[1])
+    if w is not None or keep is not None:
+        scale = w[flat] if w is not None else xp.ones(flat.shape, x.dtype)
+        losses = losses * Tensor(scale if keep is None else scale * keep.reshape(-1))
     if reduction == "none":
         return reshape(losses, target.shape)
-    return _reduce(losses, reduction, None if w is None else Tensor(w[flat].sum()))
+    return _reduce(losses, reduction, _class_denominator(w, flat, keep, x.dtype))
+
+
+def one_hot(tensor, num_classes=-1) -> Tensor:
+    """Integer class indices of any shape → int64 rows of that shape + (num_classes,), a 1 at each index.
+
+    ``num_classes=-1`` takes the largest index + 1. The result carries no gradient.
+    """
+    idx = _as_array(tensor)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"one_hot: indices must be integers, got dtype {idx.dtype}; "
+                        "convert them first, e.g. idx.astype('int64')")
+    if num_classes == -1:
+        if idx.size == 0:
+            raise ValueError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes")
+        num_classes = int(idx.max()) + 1
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
+        raise ValueError(f"one_hot: num_classes must be a non-negative integer or -1, got {num_classes!r}")
+    if idx.size:
+        low, high = int(idx.min()), int(idx.max())
+        if low < 0:
+            raise ValueError(f"one_hot: class indices must be non-negative, got {low}")
+        if high >= num_classes:
+            raise ValueError(f"one_hot: class index {high} does not fit num_classes={num_classes} "
+                             f"(valid indices are 0..{num_classes - 1})")
+    xp = xp_of(idx)
+    return Tensor((idx[..., None] == xp.arange(num_classes)).astype(np.int64))
 
 
 # ---------------------------------------------------------------- regression and binary targets
@@ -193,38 +336,140 @@ def _same_shape_target(op, x, target):
     if not isinstance(target, Tensor):
         array = backend.to_device(target if hasattr(target, "dtype") else np.asarray(target), x.device)
         target = Tensor(array.astype(x.dtype, copy=False))
-    elif target.dtype.kind != "f":
-        target = Tensor(target.data.astype(x.dtype))
+    elif target.dtype.kind != "f" or (target.dtype != x.dtype and not target.requires_grad):
+        target = Tensor(target.data.astype(x.dtype))  # a constant target never upcasts the loss
     if target.shape != x.shape:
         raise ValueError(f"{op}: input of shape {x.shape} and target of shape {target.shape} differ; they must "
                          "match exactly (broadcasting here usually hides a bug: reshape one of them)")
     return target
 
 
-def mse_loss(input, target, reduction="mean") -> Tensor:  # noqa: A002 - PyTorch's name
-    """Mean squared error: ℓ = (input − target)²;  d input = 2(input − target)."""
-    _check_reduction("mse_loss", reduction)
-    input = as_tensor(input)
-    diff = input - _same_shape_target("mse_loss", input, target)
-    return _reduce(diff * diff, reduction)
-
-
-def l1_loss(input, target, reduction="mean") -> Tensor:  # noqa: A002
-    """Mean absolute error: ℓ = |input − target|;  d input = sign(input − target) (0 at 0)."""
-    _check_reduction("l1_loss", reduction)
-    input = as_tensor(input)
-    return _reduce(abs(input - _same_shape_target("l1_loss", input, target)), reduction)
-
-
 def _optional_constant(value, x):
-    if value is None or isinstance(value, Tensor):
+    """A weight as a Tensor of x's dtype; a Tensor that requires grad is kept as it is (it gets its gradient)."""
+    if value is None or (isinstance(value, Tensor) and (value.requires_grad or value.dtype == x.dtype)):
         return value
+    value = value.data if isinstance(value, Tensor) else value
     array = backend.to_device(value if hasattr(value, "dtype") else np.asarray(value), x.device)
     return Tensor(array.astype(x.dtype, copy=False))
 
 
-def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=None,
-                                     reduction="mean") -> Tensor:
+def _weighted_reduce(op, losses, weight, x, reduction, mean_over_weights=True):
+    """Elementwise ``weight`` (the input's shape): w ⊙ ℓ, Σ w ℓ, or for "mean" Σ w ℓ / Σ w
+    (PyTorch's mse_loss and l1_loss; its huber_loss divides by the count instead)."""
+    if weight is None:
+        return _reduce(losses, reduction)
+    weight = _optional_constant(weight, x)
+    if weight.shape != x.shape:
+        raise ValueError(f"{op}: weight of shape {weight.shape} must have the input's shape {x.shape}")
+    losses = losses * weight
+    if reduction == "mean" and mean_over_weights:
+        return reduce_sum(losses) / reduce_sum(weight)
+    return _reduce(losses, reduction)
+
+
+def mse_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa: A002 - PyTorch's name
+    """Mean squared error: ℓ = (input − target)²;  d input = 2(input − target)."""
+    _check_reduction("mse_loss", reduction)
+    input = as_tensor(input)
+    diff = input - _same_shape_target("mse_loss", input, target)
+    return _weighted_reduce("mse_loss", diff * diff, weight, input, reduction)
+
+
+def l1_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa: A002
+    """Mean absolute error: ℓ = |input − target|;  d input = sign(input − target) (0 at 0)."""
+    _check_reduction("l1_loss", reduction)
+    input = as_tensor(input)
+    losses = abs(input - _same_shape_target("l1_loss", input, target))
+    return _weighted_reduce("l1_loss", losses, weight, input, reduction)
+
+
+def smooth_l1_loss(input, target, *, reduction="mean", beta=1.0) -> Tensor:  # noqa: A002
+    """ℓ = ½d²/β where |d| < β, else |d| − ½β, with d = input − target;  d input = clip(d/β, −1, 1).
+
+    Quadratic near 0 and linear beyond β, so a few large errors do not dominate;
+    β = 0 is l1_loss (as PyTorch).
+    """
+    op = "smooth_l1_loss"
+    _check_reduction(op, reduction)
+    if beta < 0:
+        raise ValueError(f"{op}: beta must be non-negative, got {beta!r}")
+    input = as_tensor(input)
+    d = input - _same_shape_target(op, input, target)
+    if beta == 0:
+        return _reduce(abs(d), reduction)
+    losses = where(abs(d.data) < beta, d * d * (0.5 / beta), abs(d) - 0.5 * beta)
+    return _reduce(losses, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tensor:  # noqa: A002
+    """ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ), with d = input − target;  d input = clip(d, −δ, δ).
+
+    δ = ``delta`` > 0. Equals δ · smooth_l1_loss with β = δ. ``weight`` (the
+    input's shape) weighs each element; "mean" still divides by the count, as
+    PyTorch's huber_loss does (its mse_loss and l1_loss divide by Σ w).
+    """
+    op = "huber_loss"
+    _check_reduction(op, reduction)
+    if not delta > 0:
+        raise ValueError(f"{op}: delta must be positive, got {delta!r}")
+    input = as_tensor(input)
+    d = input - _same_shape_target(op, input, target)
+    losses = where(abs(d.data) < delta, d * d * 0.5, (abs(d) - 0.5 * delta) * delta)
+    return _weighted_reduce(op, losses, weight, input, reduction, mean_over_weights=False)
+
+
+def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # noqa: A002
+    """Kullback–Leibler divergence of the target t from log-probabilities ``input``:
+    ℓ = t·(ln t − input) (0 where t = 0), or with ``log_target`` (t given as ln t) ℓ = eᵗ·(t − input).
+
+    reduction "batchmean" divides the sum by the batch size (input.shape[0]): the
+    KL divergence per sample. "mean" divides by the number of elements, as PyTorch
+    (which warns that "batchmean" is the mathematical definition).
+    """
+    op = "kl_div"
+    _check_reduction(op, reduction, _REDUCTIONS + ("batchmean",))
+    input = as_tensor(input)
+    t = _same_shape_target(op, input, target)
+    if log_target:
+        losses = exp(t) * (t - input)
+    else:
+        empty = t.data == 0  # t ln t → 0 as t → 0 (PyTorch's xlogy)
+        losses = where(empty, 0.0, t * log(where(empty, 1.0, t))) - t * input
+    if reduction == "batchmean":
+        return reduce_sum(losses) / (input.shape[0] if input.ndim else 1)
+    return _reduce(losses, reduction)
+
+
+def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Tensor:  # noqa: A002
+    """Binary cross-entropy of probabilities ``input`` in [0, 1] against targets t in [0, 1]:
+    ℓ = −w·(t·ln x + (1 − t)·ln(1 − x)), each log clamped at −100 (PyTorch's).
+
+    ``weight`` broadcasts against the input. For logits, binary_cross_entropy_with_logits
+    is exact where sigmoid followed by this loss would round to 0 or 1.
+    """
+    op = "binary_cross_entropy"
+    _check_reduction(op, reduction)
+    x = as_tensor(input)
+    t = _same_shape_target(op, x, target)
+    if x.data.size and (bool((x.data < 0).any()) or bool((x.data > 1).any())):
+        raise ValueError(f"{op}: every element of the input must be a probability in [0, 1], got values "
+                         f"from {float(x.data.min())} to {float(x.data.max())} (for logits use "
+                         "binary_cross_entropy_with_logits)")
+    losses = BinaryCrossEntropy()(x, t)
+    weight = _optional_constant(weight, x)
+    if weight is not None:
+        try:
+            fits = np.broadcast_shapes(weight.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{op}: weight of shape {weight.shape} does not broadcast to the input's shape {x.shape}")
+        losses = losses * weight
+    return _reduce(losses, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="mean",  # noqa: A002
+                                     pos_weight=None) -> Tensor:
     """Sigmoid + binary cross-entropy in one stable expression, for targets t in [0, 1].
 
     ℓ = (1 − t)·x + (1 + (p − 1)·t)·softplus(−x) with p = ``pos_weight`` (broadcast
@@ -233,7 +478,7 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     """
     op = "binary_cross_entropy_with_logits"
     _check_reduction(op, reduction)
-    logits = as_tensor(logits)
+    logits = as_tensor(input)
     t = _same_shape_target(op, logits, target)
     pos_weight = _optional_constant(pos_weight, logits)
     if pos_weight is None:

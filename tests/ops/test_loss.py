@@ -36,7 +36,8 @@ def test_cross_entropy_matches_formula(weighted, eps, reduction):
     rng = np.random.default_rng(1)
     x, t = rng.standard_normal((6, 4)) * 3, rng.integers(0, 4, 6)
     w = rng.random(4) + 0.5 if weighted else None
-    got = F.cross_entropy(mdl.tensor(x), t, None if w is None else mdl.tensor(w), eps, reduction).numpy()
+    got = F.cross_entropy(mdl.tensor(x), t, None if w is None else mdl.tensor(w), label_smoothing=eps,
+                          reduction=reduction).numpy()
     np.testing.assert_allclose(got, cross_entropy_np(x, t, w, eps, reduction), rtol=1e-12)
 
 
@@ -46,7 +47,7 @@ def test_cross_entropy_gradcheck_and_gradgradcheck(weighted, eps, reduction):
     rng = np.random.default_rng(2)
     x, t = t64((4, 3), rng), rng.integers(0, 3, 4)
     w = rng.random(3) + 0.5 if weighted else None
-    fn = lambda x: F.cross_entropy(x, t, w, eps, reduction)  # noqa: E731
+    fn = lambda x: F.cross_entropy(x, t, w, label_smoothing=eps, reduction=reduction)  # noqa: E731
     assert mdl.gradcheck(fn, [x])
     assert mdl.gradgradcheck(fn, [x])
 
@@ -167,12 +168,12 @@ def test_nll_loss_matches_torch_and_gradchecks(weighted, reduction):
     t = rng.integers(0, 4, 5)
     w = rng.random(4) + 0.5 if weighted else None
     xt = mdl.tensor(x, requires_grad=True)
-    got = F.nll_loss(xt, t, w, reduction)
+    got = F.nll_loss(xt, t, w, reduction=reduction)
     wt = np.ones(4) if w is None else w
     losses = -wt[t] * x[np.arange(5), t]
     want = {"none": losses, "sum": losses.sum(), "mean": losses.sum() / wt[t].sum()}[reduction]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
-    assert mdl.gradcheck(lambda x: F.nll_loss(x, t, w, reduction), [xt])
+    assert mdl.gradcheck(lambda x: F.nll_loss(x, t, w, reduction=reduction), [xt])
     torch = pytest.importorskip("torch")
     tw = None if w is None else torch.tensor(w)
     tloss = torch.nn.functional.nll_loss(torch.tensor(x), torch.tensor(t), weight=tw, reduction=reduction)
@@ -203,10 +204,10 @@ def test_regression_losses(name, reduction):
     loss = getattr(F, name)
     elementwise = (x.numpy() - y) ** 2 if name == "mse_loss" else np.abs(x.numpy() - y)
     want = {"none": elementwise, "sum": elementwise.sum(), "mean": elementwise.mean()}[reduction]
-    np.testing.assert_allclose(loss(x, y, reduction).numpy(), want, rtol=1e-12)
-    assert mdl.gradcheck(lambda x: loss(x, y, reduction), [x])
+    np.testing.assert_allclose(loss(x, y, reduction=reduction).numpy(), want, rtol=1e-12)
+    assert mdl.gradcheck(lambda x: loss(x, y, reduction=reduction), [x])
     if name == "mse_loss":
-        assert mdl.gradgradcheck(lambda x: loss(x, y, reduction), [x])
+        assert mdl.gradgradcheck(lambda x: loss(x, y, reduction=reduction), [x])
 
 
 def test_regression_losses_match_torch_with_a_differentiable_target():
@@ -250,9 +251,9 @@ def test_bce_with_logits_formula_gradcheck_gradgradcheck(weighted, pos_weighted)
     x, t = t64((4, 3), rng), rng.random((4, 3))
     w = rng.random((4, 3)) if weighted else None
     pw = rng.random(3) + 0.5 if pos_weighted else None
-    got = F.binary_cross_entropy_with_logits(x, t, w, pw, reduction="none").numpy()
+    got = F.binary_cross_entropy_with_logits(x, t, w, pos_weight=pw, reduction="none").numpy()
     np.testing.assert_allclose(got, bce_np(x.numpy(), t, w, pw), rtol=1e-10)
-    fn = lambda x: F.binary_cross_entropy_with_logits(x, t, w, pw)  # noqa: E731
+    fn = lambda x: F.binary_cross_entropy_with_logits(x, t, w, pos_weight=pw)  # noqa: E731
     assert mdl.gradcheck(fn, [x])
     assert mdl.gradgradcheck(fn, [x])
 
@@ -275,7 +276,7 @@ def test_bce_with_logits_matches_torch(reduction):
     x, t = rng.standard_normal((5, 3)) * 4, (rng.random((5, 3)) > 0.5).astype(np.float64)
     w, pw = rng.random((5, 3)), rng.random(3) + 0.5
     xt = mdl.tensor(x, requires_grad=True)
-    loss = F.binary_cross_entropy_with_logits(xt, t, w, pw, reduction)
+    loss = F.binary_cross_entropy_with_logits(xt, t, w, pos_weight=pw, reduction=reduction)
     g = rng.standard_normal(loss.shape)
     loss.backward(mdl.tensor(g))
     tx = torch.tensor(x, requires_grad=True)
