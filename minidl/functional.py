@@ -7,9 +7,68 @@ docstrings there give the forward and backward math.
 """
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
 from minidl.ops.conv import conv1d, conv2d, im2col
-from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
+from minidl.ops.elementwise import (
+    abs,
+    add,
+    clamp,
+    clip,
+    div,
+    exp,
+    floor_divide,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    pow,
+    sqrt,
+    sub,
+    where,
+)
 from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
+from minidl.ops.math import (
+    acos,
+    acosh,
+    allclose,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    copysign,
+    cos,
+    cosh,
+    erf,
+    erfc,
+    exp2,
+    expm1,
+    floor,
+    fmod,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    tan,
+    trunc,
+)
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.reduction import max, mean, min, sum, var
@@ -24,4 +83,9 @@ __all__ = [
     "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv1d", "conv2d",
     "cross_entropy", "dropout", "embedding", "group_norm", "im2col", "l1_loss", "layer_norm",
     "max_pool2d", "mse_loss", "nll_loss",
+    "clamp", "floor_divide",
+    "acos", "acosh", "allclose", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "erf",
+    "erfc", "exp2", "expm1", "floor", "fmod", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "log2",
+    "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor", "reciprocal", "remainder",
+    "round", "rsqrt", "sign", "sin", "sinh", "tan", "trunc",
 ]
