@@ -264,36 +264,35 @@ class Erfc(Function):
 
 
 # ---------------------------------------------------------------- step functions: zero gradient
-class Step(Unary):
-    """Shared backward: a step function's derivative is 0 wherever it exists, and PyTorch
-    returns 0 at the jumps too."""
+class Floor(Unary):
+    """y = ⌊x⌋;  dx = 0.
+
+    A step function's derivative is 0 wherever it exists, and PyTorch returns 0 at the jumps
+    too; the other step functions (ceil, trunc, round, sign) share this backward.
+    """
+    ufunc = "floor"
     saved_inputs = ()
 
     def backward(self, gy):
         return Tensor(gy.xp.zeros(gy.shape, gy.dtype))
 
 
-class Floor(Step):
-    """y = ⌊x⌋;  dx = 0."""
-    ufunc = "floor"
-
-
-class Ceil(Step):
+class Ceil(Floor):
     """y = ⌈x⌉;  dx = 0."""
     ufunc = "ceil"
 
 
-class Trunc(Step):
+class Trunc(Floor):
     """y = x rounded toward 0;  dx = 0."""
     ufunc = "trunc"
 
 
-class Sign(Step):
+class Sign(Floor):
     """y = sign x ∈ {−1, 0, 1};  dx = 0."""
     ufunc = "sign"
 
 
-class Round(Step):
+class Round(Floor):
     """y = x rounded to ``decimals`` places, halves to even (as PyTorch and NumPy);  dx = 0."""
 
     def __init__(self, decimals=0):
