@@ -95,10 +95,24 @@ from minidl.tensor import (
 
 __version__ = "0.1.0"
 
-# dtype names, as torch.float32: NumPy dtypes, equal to a tensor's .dtype (x.dtype == mdl.float32)
-float32, float64, float16 = _np.dtype("float32"), _np.dtype("float64"), _np.dtype("float16")
-int64, int32, int16, int8, uint8 = (_np.dtype(n) for n in ("int64", "int32", "int16", "int8", "uint8"))
-bool = _np.dtype("bool")  # noqa: A001 - torch.bool
+# dtype names, as torch.float32: NumPy dtypes, equal to a tensor's .dtype (x.dtype == mdl.float32).
+#: 32-bit float, the default (``torch.float32``; also ``mdl.float``).
+float32 = _np.dtype("float32")
+#: 64-bit float, for gradient checks (``torch.float64``; also ``mdl.double``).
+float64 = _np.dtype("float64")
+#: 16-bit float, for mixed precision (``torch.float16``; also ``mdl.half``).
+float16 = _np.dtype("float16")
+#: 64-bit integer, the dtype of indices and labels (``torch.int64``; also ``mdl.long``).
+int64 = _np.dtype("int64")
+#: 32-bit integer (``torch.int32``; also ``mdl.int``).
+int32 = _np.dtype("int32")
+#: 16-bit integer (``torch.int16``).
+int16 = _np.dtype("int16")
+#: 8-bit integer (``torch.int8``).
+int8 = _np.dtype("int8")
+#: 8-bit unsigned integer, as images are stored (``torch.uint8``).
+uint8 = _np.dtype("uint8")
+bool = _np.dtype("bool")  # noqa: A001 - torch.bool (not in __all__: a star import must not replace the builtin)
 float, double, half, long, int = float32, float64, float16, int64, int32  # noqa: A001 - PyTorch's aliases
 
 __all__ = [

@@ -221,10 +221,10 @@ class Clip(Function):
 
 
 class ClampTensor(Function):
-    """y = min(max(x, lo), hi) with tensor bounds;  dx = dy · [lo ≤ x ≤ hi],
-    dlo = dy · [x < lo < hi],  dhi = dy · [x > hi or hi < lo]  (PyTorch's rule).
+    """y = min(max(x, a), b) for tensor bounds a, b;  dx = dy · [a ≤ x ≤ b],  da = dy · [x < a < b],
+    db = dy · [x > b or b < a]  (PyTorch's rule).
 
-    The output is hi wherever lo > hi, so hi then gets the whole gradient. A bound the call
+    The output is b wherever a > b, so b then gets the whole gradient. A bound the call
     left out is passed in as ±∞ (its gradient is never needed).
     """
     saved_inputs = ()

@@ -105,7 +105,7 @@ class Atan(Unary):
 
 
 class Atan2(Binary):
-    """y = atan2(a, b), the angle of the point (b, a);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²)."""
+    """y = the angle of the point (b, a), atan2(a, b);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²)."""
     name = "atan2"
 
     def compute(self, a, b):
@@ -120,7 +120,7 @@ class Atan2(Binary):
 
 
 class Sinh(Unary):
-    """y = sinh x;  dx = dy · cosh x."""
+    """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh."""
     ufunc = "sinh"
 
     def backward(self, gy):
@@ -128,7 +128,7 @@ class Sinh(Unary):
 
 
 class Cosh(Unary):
-    """y = cosh x;  dx = dy · sinh x."""
+    """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh."""
     ufunc = "cosh"
 
     def backward(self, gy):
@@ -278,7 +278,7 @@ class Floor(Unary):
 
 
 class Ceil(Floor):
-    """y = ⌈x⌉;  dx = 0."""
+    """y = −⌊−x⌋ (the ceiling);  dx = 0."""
     ufunc = "ceil"
 
 
@@ -288,7 +288,7 @@ class Trunc(Floor):
 
 
 class Sign(Floor):
-    """y = sign x ∈ {−1, 0, 1};  dx = 0."""
+    """y = sign(x), one of −1, 0, 1;  dx = 0."""
     ufunc = "sign"
 
 
@@ -304,7 +304,7 @@ class Round(Floor):
 
 # ---------------------------------------------------------------- two-argument ops
 class Fmod(Binary):
-    """y = a − trunc(a/b) · b (the sign of a, as C's fmod);  da = dy,  db = −dy · trunc(a/b)."""
+    """y = a − q · b with q = a/b rounded toward 0 (the sign of a, as C's fmod);  da = dy,  db = −dy · q."""
     name = "fmod"
 
     def compute(self, a, b):
@@ -332,7 +332,7 @@ class Remainder(Binary):
 
 
 class LogAddExp(Binary):
-    """y = ln(eᵃ + eᵇ);  da = dy / (1 + e^(b−a)),  db = dy / (1 + e^(a−b))  (the softmax of (a, b))."""
+    """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b))."""
     name = "logaddexp"
 
     def compute(self, a, b):

@@ -390,7 +390,7 @@ def test_clamp_with_one_tensor_bound_matches_torch(which, torch):
         np.testing.assert_array_equal(o, t)
     other = "max" if which == "min" else "min"
     mixed = F.clamp(mdl.tensor(x), **{which: mdl.tensor(bound), other: 0.8})  # torch wants both tensors here
-    expected = torch.clamp(torch.tensor(x), **{which: torch.tensor(bound), other: torch.tensor(0.8).double()})
+    expected = torch.clamp(torch.tensor(x), **{which: torch.tensor(bound), other: torch.tensor(np.float64(0.8))})
     np.testing.assert_array_equal(mixed.numpy(), expected.numpy())
 
 
