@@ -340,9 +340,13 @@ def mul(a, b):
 
 def div(a, b, rounding_mode=None):
     """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
-    zero gradient, and integer results for integer inputs), as ``torch.div``."""
+    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
+    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
     if rounding_mode is None:
-        return Div()(*_pair(a, b))
+        a, b = _pair(a, b)
+        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
+            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
+        return Div()(a, b)
     if rounding_mode not in ("trunc", "floor"):
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     return DivRounded(rounding_mode)(*_pair(a, b))

@@ -244,8 +244,11 @@ def test_rounded_division_has_zero_gradient_as_torch(torch):
             np.testing.assert_array_equal(o, np.zeros(2))
 
 
-def test_div_without_a_rounding_mode_is_true_division_and_bad_modes_are_refused():
+def test_div_without_a_rounding_mode_is_true_division_and_bad_modes_are_refused(torch):
     np.testing.assert_allclose(F.div(mdl.tensor([7.0]), 2).numpy(), [3.5])
+    ints = mdl.tensor([7, -3]) / mdl.tensor([2, 4])  # integers divide into float32, as torch
+    assert ints.dtype == np.float32 == (torch.tensor([7, -3]) / torch.tensor([2, 4])).numpy().dtype
+    assert ints.tolist() == [3.5, -0.75] and (mdl.tensor([1]) / 4).dtype == np.float32
     with pytest.raises(ValueError, match="div: rounding_mode must be None, 'trunc' or 'floor', got 'round'"):
         F.div(mdl.tensor([7.0]), 2, rounding_mode="round")
 
