@@ -290,11 +290,13 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def to(self, *args, device=None, dtype=None) -> "Tensor":
-        """This tensor on another device and/or with another dtype; itself when nothing changes.
+    def to(self, *args, device=None, dtype=None, non_blocking=False, copy=False) -> "Tensor":
+        """This tensor on another device and/or with another dtype; itself when nothing changes
+        (unless ``copy``).
 
         As PyTorch: ``x.to('cuda')``, ``x.to(mdl.float64)``, ``x.to('cuda', mdl.float16)``,
         ``x.to(other)`` (other's device and dtype). Gradients flow back through both changes.
+        ``non_blocking`` is accepted for ported code and changes nothing: copies are synchronous.
         """
         for arg in args:
             if isinstance(arg, Tensor):
@@ -307,7 +309,7 @@ class Tensor:
         if device is not None and backend.parse_device(device) != backend.parse_device(out.device):
             from minidl.autograd import ToDevice  # same layer; late import avoids a cycle
             out = ToDevice(device)(out)
-        return out
+        return self.clone() if copy and out is self else out
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")

@@ -111,6 +111,8 @@ def test_type_and_to_with_dtypes():
     assert x.to("cpu", mdl.float64).dtype == np.float64
     assert x.to(dtype="float64", device="cpu").dtype == np.float64
     assert x.to(mdl.tensor([1], dtype="int32")).dtype == np.int32  # another tensor's dtype and device
+    copied = x.to("cpu", copy=True, non_blocking=True)
+    assert copied is not x and copied.tolist() == x.tolist() and copied.data is not x.data
     with pytest.raises(ValueError, match="unknown device 'cuda:x'"):
         x.to("cuda:x")
 

@@ -38,6 +38,10 @@ TENSOR_METHODS = (
     "logical_and", "logical_or", "logical_not", "logical_xor",
 )
 
+# The ops here that return bool tensors: nothing to differentiate, so they have no gradcheck case.
+BOOLEAN_RESULTS = ("isnan", "isinf", "isfinite", "isclose", "allclose",
+                   "logical_and", "logical_or", "logical_not", "logical_xor")
+
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 
