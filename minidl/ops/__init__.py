@@ -1,8 +1,9 @@
 """Every differentiable op of minidl, one Function each, grouped by family.
 
 Importing this package also gives :class:`minidl.tensor.Tensor` its
-operators (``+ - * / ** @``, indexing) and NumPy-style methods (``sum``,
-``reshape``, ``relu``...), each a thin call of the op below. They are
+operators (``+ - * / // % ** @``, indexing; ``~ & | ^`` on masks) and its
+methods (``sum``, ``reshape``, ``relu``, ``sin``, ``add``...), each a thin
+call of the op below. They are
 attached here, not in tensor.py, because ops are the layer above tensors.
 """
 import numpy as np
