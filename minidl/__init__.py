@@ -4,6 +4,8 @@
     x = mdl.tensor([[1.0, 2.0]], requires_grad=True)
     y = (x * x).sum();  y.backward();  x.grad   # tensor([[2., 4.]])
 """
+import numpy as _np
+
 from minidl import ops as _ops  # noqa: F401 - attaches Tensor's operators and methods
 from minidl.autograd import (
     AnomalyError,
@@ -19,16 +21,71 @@ from minidl.autograd import (
 from minidl.backend import gpu_available, manual_seed
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from minidl.ops import concatenate, maximum, minimum, stack, where
+from minidl.ops.elementwise import abs as abs  # noqa: A004 - mdl.abs, as torch.abs (not in __all__)
+from minidl.ops.elementwise import add, clamp, clip, div, exp, floor_divide, log, mul, neg, sqrt, sub
+from minidl.ops.elementwise import pow as pow  # noqa: A004
+from minidl.ops.math import (
+    acos,
+    acosh,
+    allclose,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    copysign,
+    cos,
+    cosh,
+    erf,
+    erfc,
+    exp2,
+    expm1,
+    floor,
+    fmod,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    reciprocal,
+    remainder,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    tan,
+    trunc,
+)
+from minidl.ops.math import (
+    round as round,  # not in __all__: a star import must not replace the builtin
+)
 from minidl.serialization import load, save
 from minidl.tensor import (
     Tensor,
     arange,
     as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
     full,
+    full_like,
+    linspace,
+    logspace,
     ones,
     ones_like,
     rand,
     rand_like,
+    randint,
     randn,
     randn_like,
     tensor,
@@ -38,10 +95,51 @@ from minidl.tensor import (
 
 __version__ = "0.1.0"
 
+# dtype names, as torch.float32: NumPy dtypes, equal to a tensor's .dtype (x.dtype == mdl.float32).
+#: 32-bit float, the default (``torch.float32``; also ``mdl.float``).
+float32 = _np.dtype("float32")
+#: 64-bit float, for gradient checks (``torch.float64``; also ``mdl.double``).
+float64 = _np.dtype("float64")
+#: 16-bit float, for mixed precision (``torch.float16``; also ``mdl.half``).
+float16 = _np.dtype("float16")
+#: 64-bit integer, the dtype of indices and labels (``torch.int64``; also ``mdl.long``).
+int64 = _np.dtype("int64")
+#: 32-bit integer (``torch.int32``; also ``mdl.int``).
+int32 = _np.dtype("int32")
+#: 16-bit integer (``torch.int16``).
+int16 = _np.dtype("int16")
+#: 8-bit integer (``torch.int8``).
+int8 = _np.dtype("int8")
+#: 8-bit unsigned integer, as images are stored (``torch.uint8``).
+uint8 = _np.dtype("uint8")
+bool = _np.dtype("bool")  # noqa: A001 - torch.bool (not in __all__: a star import must not replace the builtin)
+float, double, half, long, int = float32, float64, float16, int64, int32  # noqa: A001 - PyTorch's aliases
+
 __all__ = [
     "AnomalyError", "Function", "FunctionHook", "GradcheckError", "Tensor", "arange", "as_tensor", "concatenate",
     "detect_anomaly", "enable_grad", "full", "gpu_available", "grad", "gradcheck", "gradgradcheck",
     "is_grad_enabled", "load", "manual_seed", "maximum", "minimum", "no_grad", "ones", "ones_like", "rand",
     "rand_like", "randn", "randn_like", "save", "set_grad_enabled", "stack", "tensor", "where", "zeros",
     "zeros_like", "__version__",
+    "empty", "empty_like", "eye", "from_numpy", "full_like", "linspace", "logspace", "randint",
+    "float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8",
+    # the math ops (abs, pow and round too are here, as mdl.abs..., but not in __all__: a star import
+    # must not replace Python's builtins)
+    "add", "clamp", "clip", "div", "exp", "floor_divide", "log", "mul", "neg", "sqrt", "sub",
+    "acos", "acosh", "allclose", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh",
+    "erf", "erfc", "exp2", "expm1", "floor", "fmod", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p",
+    "log2", "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor", "reciprocal",
+    "remainder", "rsqrt", "sign", "sin", "sinh", "tan", "trunc",
 ]
+
+
+def __getattr__(name):
+    """``mdl.bfloat16``: NumPy has no bfloat16; the ml_dtypes package provides it when installed."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise AttributeError("minidl.bfloat16 needs the ml_dtypes package, which is not installed: NumPy has "
+                                 "no bfloat16 type (pip install ml_dtypes), or use mdl.float16") from None
+        return _np.dtype(ml_dtypes.bfloat16)
+    raise AttributeError(f"module 'minidl' has no attribute {name!r}")

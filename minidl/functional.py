@@ -33,7 +33,24 @@ from minidl.ops.activation import (
 from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
-from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
+from minidl.ops.elementwise import (
+    abs,
+    add,
+    clamp,
+    clip,
+    div,
+    exp,
+    floor_divide,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    pow,
+    sqrt,
+    sub,
+    where,
+)
 from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import (
     binary_cross_entropy,
@@ -46,6 +63,48 @@ from minidl.ops.loss import (
     nll_loss,
     one_hot,
     smooth_l1_loss,
+)
+from minidl.ops.math import (
+    acos,
+    acosh,
+    allclose,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    copysign,
+    cos,
+    cosh,
+    erf,
+    erfc,
+    exp2,
+    expm1,
+    floor,
+    fmod,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    tan,
+    trunc,
 )
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
@@ -87,4 +146,9 @@ __all__ = [
     "roll", "split", "squeeze", "tril", "triu", "unflatten", "unsqueeze",
     "binary_cross_entropy", "cosine_similarity", "huber_loss", "kl_div", "normalize", "one_hot",
     "pairwise_distance", "scaled_dot_product_attention", "smooth_l1_loss",
+    "clamp", "floor_divide",
+    "acos", "acosh", "allclose", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "copysign", "cos", "cosh", "erf",
+    "erfc", "exp2", "expm1", "floor", "fmod", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p", "log2",
+    "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor", "reciprocal", "remainder",
+    "round", "rsqrt", "sign", "sin", "sinh", "tan", "trunc",
 ]

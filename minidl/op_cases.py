@@ -206,8 +206,69 @@ def _reduction_and_indexing_cases(rng, t):
 
 
 def _math_cases(rng, t):
-    """The elementwise math functions: trigonometric, rounding, logarithms, comparisons' kin."""
-    return []
+    """The elementwise math functions: trigonometric, rounding, logarithms, comparisons' kin.
+
+    Inputs stay inside each domain (|x| < 0.9 for asin, x > 1.1 for acosh) and away from the
+    jumps of the step functions and remainders (no value within 0.1 of an integer quotient).
+    """
+    from minidl.ops.elementwise import floor_divide
+
+    def uniform(low, high, *shape):
+        return Tensor(rng.uniform(low, high, shape), requires_grad=True)
+
+    def off_grid(*shape, step=1.0):
+        """Values on a grid of ``step`` plus 0.15 to 0.35 (or 0.65 to 0.85) steps: far from every
+        multiple of a step and from every half step (floor, round, trunc jump there)."""
+        whole = rng.integers(-3, 3, shape)
+        frac = rng.uniform(0.15, 0.35, shape) + 0.5 * rng.integers(0, 2, shape)
+        return Tensor((whole + frac) * step, requires_grad=True)
+
+    divisor = Tensor(rng.uniform(0.7, 1.5, 4) * np.array([1, -1, 1, -1]), requires_grad=True)
+    dividend = Tensor(off_grid(3, 4).data * divisor.data, requires_grad=True)  # a / b is off the grid
+    lo = np.array([-0.5, -0.3, 0.2, -1.0])
+    hi = lo + np.array([0.8, 1.0, 0.6, 1.5])
+    below, above = lo - rng.uniform(0.1, 0.5, 4), hi + rng.uniform(0.1, 0.5, 4)
+    x_clamp = Tensor(np.stack([below, (lo + hi) / 2, above]), requires_grad=True)  # each side of each bound
+    return [
+        ("sin", F.sin, [t(3, 4)]),
+        ("cos", F.cos, [t(3, 4)]),
+        ("tan", F.tan, [uniform(-1.2, 1.2, 3, 4)]),
+        ("asin", F.asin, [uniform(-0.9, 0.9, 3, 4)]),
+        ("acos", F.acos, [uniform(-0.9, 0.9, 3, 4)]),
+        ("atan", F.atan, [t(3, 4)]),
+        ("atan2", F.atan2, [_away_from_kinks(rng, 3, 4), t(4)]),
+        ("sinh", F.sinh, [t(3, 4)]),
+        ("cosh", F.cosh, [t(3, 4)]),
+        ("asinh", F.asinh, [t(3, 4)]),
+        ("acosh", F.acosh, [uniform(1.1, 3.0, 3, 4)]),
+        ("atanh", F.atanh, [uniform(-0.9, 0.9, 3, 4)]),
+        ("floor", F.floor, [off_grid(3, 4)]),
+        ("ceil", F.ceil, [off_grid(3, 4)]),
+        ("trunc", F.trunc, [off_grid(3, 4)]),
+        ("round", F.round, [off_grid(3, 4)]),
+        ("round_decimals", lambda x: F.round(x, decimals=1), [off_grid(3, 4, step=0.1)]),
+        ("sign", F.sign, [_away_from_kinks(rng, 3, 4)]),
+        ("rsqrt", F.rsqrt, [t(3, 4, positive=True)]),
+        ("reciprocal", F.reciprocal, [_away_from_kinks(rng, 3, 4)]),
+        ("erf", F.erf, [t(3, 4)]),
+        ("erfc", F.erfc, [t(3, 4)]),
+        ("log1p", F.log1p, [uniform(-0.5, 2.0, 3, 4)]),
+        ("expm1", F.expm1, [t(3, 4)]),
+        ("log2", F.log2, [t(3, 4, positive=True)]),
+        ("log10", F.log10, [t(3, 4, positive=True)]),
+        ("exp2", F.exp2, [t(3, 4)]),
+        ("fmod", F.fmod, [dividend, divisor]),
+        ("remainder", F.remainder, [dividend, divisor]),
+        ("div_trunc", lambda a, b: F.div(a, b, rounding_mode="trunc"), [dividend, divisor]),
+        ("floor_divide", floor_divide, [dividend, divisor]),
+        ("lerp", F.lerp, [t(3, 4), t(4), uniform(0.0, 1.0, 3, 1)]),
+        ("lerp_scalar_weight", lambda a, b: F.lerp(a, b, 0.3), [t(3, 4), t(3, 4)]),
+        ("logaddexp", F.logaddexp, [t(3, 4), t(4)]),
+        ("copysign", F.copysign, [_away_from_kinks(rng, 3, 4), _away_from_kinks(rng, 4)]),
+        ("clamp", F.clamp, [x_clamp, Tensor(lo, requires_grad=True), Tensor(hi, requires_grad=True)]),
+        ("clamp_min_tensor", lambda x, m: F.clamp(x, min=m, max=0.9), [x_clamp, Tensor(lo, requires_grad=True)]),
+        ("clamp_crossed", F.clamp, [x_clamp, Tensor(hi, requires_grad=True), Tensor(lo, requires_grad=True)]),
+    ]
 
 
 def _activation_cases(rng, t):

@@ -72,6 +72,14 @@ def version_of(t: "Tensor") -> int:
     return _changed.get(id(_owner(t.data)), 0)
 
 
+def _axis(dim, ndim: int, op: str) -> int:
+    """``dim`` as a non-negative axis of an ``ndim``-axis tensor; IndexError when out of range, as PyTorch."""
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"{op}: dimension {dim} is out of range for a tensor with {ndim} dimensions"
+                         + (f" (expected {-ndim} to {ndim - 1})" if ndim else ""))
+    return dim % ndim
+
+
 class Tensor:
     """An n-dimensional array that can record how it was computed.
 
@@ -192,6 +200,7 @@ class Tensor:
         return self
 
     def zero_(self) -> "Tensor":
+        """Set every element to 0."""
         return self.fill_(0)
 
     def add_(self, other, alpha=1) -> "Tensor":
@@ -236,9 +245,20 @@ class Tensor:
     def ndim(self) -> int:
         return self._data.ndim
 
-    @property
-    def size(self) -> int:
+    def size(self, dim: int | None = None):
+        """The shape as a tuple, or the length of axis ``dim`` (PyTorch's ``size()``; NumPy's
+        element count is :meth:`numel`)."""
+        if dim is None:
+            return self._data.shape
+        return self._data.shape[_axis(dim, self.ndim, "size")]
+
+    def numel(self) -> int:
+        """The number of elements (the product of the shape)."""
         return self._data.size
+
+    def dim(self) -> int:
+        """The number of axes, as ``ndim``."""
+        return self._data.ndim
 
     @property
     def dtype(self):
@@ -270,12 +290,26 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def to(self, device) -> "Tensor":
-        """A copy on ``device`` ('cpu', 'cuda', 'cuda:N'); gradients flow back through it."""
-        from minidl.autograd import ToDevice  # same layer; late import avoids a cycle
-        if backend.parse_device(device) == backend.parse_device(self.device):
-            return self
-        return ToDevice(device)(self)
+    def to(self, *args, device=None, dtype=None, non_blocking=False, copy=False) -> "Tensor":
+        """This tensor on another device and/or with another dtype; itself when nothing changes
+        (unless ``copy``).
+
+        As PyTorch: ``x.to('cuda')``, ``x.to(mdl.float64)``, ``x.to('cuda', mdl.float16)``,
+        ``x.to(other)`` (other's device and dtype). Gradients flow back through both changes.
+        ``non_blocking`` is accepted for ported code and changes nothing: copies are synchronous.
+        """
+        for arg in args:
+            if isinstance(arg, Tensor):
+                device, dtype = arg.device, arg.dtype
+            elif isinstance(arg, str) and arg.partition(":")[0] in ("cpu", "cuda", "gpu"):
+                device = arg
+            elif arg is not None:
+                dtype = arg
+        out = self if dtype is None else self._converted(dtype)
+        if device is not None and backend.parse_device(device) != backend.parse_device(out.device):
+            from minidl.autograd import ToDevice  # same layer; late import avoids a cycle
+            out = ToDevice(device)(out)
+        return self.clone() if copy and out is self else out
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
@@ -290,9 +324,40 @@ class Tensor:
             return Tensor(self.data.astype(dtype))
         return Cast(dtype)(self)
 
+    def _converted(self, dtype) -> "Tensor":
+        """Itself when already of ``dtype`` (as PyTorch's ``x.float()``), else a converted copy."""
+        return self if self._data.dtype == np.dtype(dtype) else self.astype(dtype)
+
     def double(self) -> "Tensor":
-        """float64 copy, as gradient checks want."""
-        return self.astype(np.float64)
+        """As float64 (itself if it already is), as gradient checks want."""
+        return self._converted(np.float64)
+
+    def float(self) -> "Tensor":  # noqa: A003 - PyTorch's name
+        """As float32 (itself if it already is)."""
+        return self._converted(np.float32)
+
+    def half(self) -> "Tensor":
+        """As float16 (itself if it already is)."""
+        return self._converted(np.float16)
+
+    def long(self) -> "Tensor":
+        """As int64 (itself if it already is); an integer tensor carries no gradient."""
+        return self._converted(np.int64)
+
+    def int(self) -> "Tensor":  # noqa: A003
+        """As int32 (itself if it already is)."""
+        return self._converted(np.int32)
+
+    def bool(self) -> "Tensor":  # noqa: A003
+        """As bool (itself if it already is): True where nonzero."""
+        return self._converted(np.bool_)
+
+    def type(self, dtype=None):  # noqa: A003
+        """With ``dtype``: as :meth:`to` (itself if nothing changes). Without: the dtype's name, e.g.
+        'float32' (PyTorch returns 'torch.FloatTensor'; minidl has no tensor types, only dtypes)."""
+        if dtype is None:
+            return str(self._data.dtype)
+        return self._converted(dtype)
 
     # ------------------------------------------------------------ comparisons (no gradient)
     def _compare(self, other, op):
@@ -476,3 +541,76 @@ def randn_like(t: Tensor, requires_grad=False) -> Tensor:
 
 def rand_like(t: Tensor, requires_grad=False) -> Tensor:
     return rand(*t.shape, dtype=t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def full_like(t: Tensor, fill_value, dtype=None, requires_grad=False) -> Tensor:
+    """A tensor of ``t``'s shape, device and dtype (unless given) filled with ``fill_value``."""
+    return Tensor(t.xp.full(t.shape, fill_value, dtype or t.dtype), requires_grad=requires_grad)
+
+
+def empty(*shape, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+    """A tensor whose values are whatever was in the memory it got: fill it before reading."""
+    return _make(lambda xp, s, d: xp.empty(s, d), shape, dtype, device, requires_grad)
+
+
+def empty_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
+    """:func:`empty` with ``t``'s shape, device and dtype (unless given)."""
+    return Tensor(t.xp.empty(t.shape, dtype or t.dtype), requires_grad=requires_grad)
+
+
+def eye(n: int, m: int | None = None, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+    """The n×m identity matrix (n×n when ``m`` is None): ones on the diagonal."""
+    matrix = backend.xp_for(device).eye(n, m, dtype=np.dtype(dtype or _DEFAULT_FLOAT))
+    return Tensor(matrix, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps: int, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included (float32 by default).
+
+    Computed in float64 and rounded once to ``dtype`` (integer dtypes truncate, as PyTorch).
+    """
+    steps = _count("linspace", steps)
+    values = backend.xp_for(device).linspace(float(start), float(end), steps, dtype=np.float64)
+    return Tensor(values.astype(np.dtype(dtype or _DEFAULT_FLOAT)), requires_grad=requires_grad)
+
+
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+    """``steps`` values base^t for t evenly spaced from ``start`` to ``end`` (float32 by default)."""
+    steps = _count("logspace", steps)
+    exponents = backend.xp_for(device).linspace(float(start), float(end), steps, dtype=np.float64)
+    return Tensor((float(base) ** exponents).astype(np.dtype(dtype or _DEFAULT_FLOAT)), requires_grad=requires_grad)
+
+
+def _count(op, steps):
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"{op}: steps must be a non-negative int, got {steps!r}")
+    return int(steps)
+
+
+def randint(low, high=None, size=None, dtype=None, device="cpu") -> Tensor:
+    """Integers drawn uniformly from [low, high) by minidl's seeded generator (int64 by default).
+
+    As torch.randint: ``randint(high, size)`` or ``randint(low, high, size)``, ``size`` a tuple.
+    """
+    if size is None and isinstance(high, (tuple, list)):  # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:  # randint(high, size=...)
+        low, high = 0, low
+    if size is None:
+        raise TypeError("randint: size is required, e.g. mdl.randint(0, 10, (3, 4))")
+    size = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    if not int(low) < int(high):
+        raise ValueError(f"randint: expected low < high, got low={low}, high={high}")
+    values = backend.rng(device).integers(int(low), int(high), size=size, dtype=np.int64)
+    return Tensor(values if dtype is None else values.astype(dtype))
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor that shares ``array``'s memory, as torch.from_numpy: a write to one shows in the other."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a NumPy array, got {type(array).__name__}; "
+                        "use mdl.tensor(data) for lists, numbers and CuPy arrays")
+    if array.dtype.kind not in "biufc":
+        raise TypeError(f"from_numpy: arrays of dtype {array.dtype} can't become tensors; "
+                        "expected bool, integer, floating or complex values")
+    return Tensor(array)

@@ -135,7 +135,8 @@ def test_manual_seed_reproduces_randn_and_rand():
 # ---------------------------------------------------------------- array facts and conversions
 def test_array_facts():
     t = mdl.zeros(2, 3, 4)
-    assert (t.shape, t.ndim, t.size, len(t), t.dtype, t.device) == ((2, 3, 4), 3, 24, 2, np.float32, "cpu")
+    assert (t.shape, t.ndim, t.size(), t.numel(), len(t), t.dtype, t.device) == \
+        ((2, 3, 4), 3, (2, 3, 4), 24, 2, np.float32, "cpu")
 
 
 def test_item():

@@ -233,7 +233,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     if tensor.ndim < 2:
         raise ValueError(f"nn.init.orthogonal_: need at least 2 dimensions, got shape {tensor.shape}")
     rows = tensor.shape[0]
-    cols = tensor.size // rows
+    cols = tensor.numel() // rows
     xp = tensor.xp
     flat = _standard_normal(tensor, (rows, cols)).astype(np.float64)
     if rows < cols:
@@ -281,7 +281,7 @@ def init_bias_regression(bias: Tensor, targets) -> Tensor:
     if values.size == 0:
         raise ValueError("init_bias_regression: targets is empty")
     mean = values.reshape(len(values), -1).mean(axis=0) if values.ndim else values.reshape(1)
-    if mean.size != bias.size:
+    if mean.size != bias.numel():
         raise ValueError(f"init_bias_regression: targets of shape {values.shape} give {mean.size} means "
                          f"but the bias has shape {tuple(bias.shape)}")
     return _fill(bias, bias.xp.asarray(mean.reshape(bias.shape)))

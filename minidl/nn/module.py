@@ -264,7 +264,7 @@ class Module:
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Total number of scalar parameters (only those with requires_grad when asked)."""
-        return sum(p.size for p in self.parameters() if p.requires_grad or not trainable_only)
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def apply(self, fn):
         """Call ``fn(module)`` on every descendant, then on self (as PyTorch); returns self."""

@@ -1,16 +1,36 @@
 """Every differentiable op of minidl, one Function each, grouped by family.
 
 Importing this package also gives :class:`minidl.tensor.Tensor` its
-operators (``+ - * / ** @``, indexing) and NumPy-style methods (``sum``,
-``reshape``, ``relu``...), each a thin call of the op below. They are
+operators (``+ - * / // % ** @``, indexing; ``~ & | ^`` on masks) and its
+methods (``sum``, ``reshape``, ``relu``, ``sin``, ``add``...), each a thin
+call of the op below. They are
 attached here, not in tensor.py, because ops are the layer above tensors.
 """
-from minidl.ops import activation, attention, distance, elementwise, linalg, rearrange, reduction, shape
+import numpy as np
+
+from minidl.ops import activation, attention, distance, elementwise, linalg, math, rearrange, reduction, shape
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
 from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
-from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
+from minidl.ops.elementwise import (
+    abs,
+    add,
+    clamp,
+    clip,
+    div,
+    exp,
+    floor_divide,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    pow,
+    sqrt,
+    sub,
+    where,
+)
 from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import (
     binary_cross_entropy,
@@ -23,6 +43,48 @@ from minidl.ops.loss import (
     nll_loss,
     one_hot,
     smooth_l1_loss,
+)
+from minidl.ops.math import (
+    acos,
+    acosh,
+    allclose,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    copysign,
+    cos,
+    cosh,
+    erf,
+    erfc,
+    exp2,
+    expm1,
+    floor,
+    fmod,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    reciprocal,
+    remainder,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    sinh,
+    tan,
+    trunc,
 )
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
@@ -43,17 +105,45 @@ def _attach_tensor_methods():
     T.__mul__, T.__rmul__ = mul, _reflected(mul)
     T.__truediv__, T.__rtruediv__ = div, _reflected(div)
     T.__pow__, T.__rpow__ = pow, _reflected(pow)
+    T.__floordiv__, T.__rfloordiv__ = floor_divide, _reflected(floor_divide)
+    T.__mod__, T.__rmod__ = remainder, _reflected(remainder)  # Python's % and torch's: the divisor's sign
     T.__matmul__, T.__rmatmul__ = matmul, _reflected(matmul)
     T.__neg__ = neg
     T.__pos__ = lambda self: self
     T.__abs__ = abs
+    T.__invert__ = _bitwise("invert")  # ~mask
+    T.__and__ = T.__rand__ = _bitwise("bitwise_and")  # mask & mask (commutative: one op serves both sides)
+    T.__or__ = T.__ror__ = _bitwise("bitwise_or")
+    T.__xor__ = T.__rxor__ = _bitwise("bitwise_xor")
     T.__getitem__ = getitem
-    for family in (activation, attention, distance, elementwise, linalg, reduction, shape, rearrange):
+    for family in (activation, attention, distance, elementwise, linalg, math, reduction, shape, rearrange):
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))
     T.mT = property(shape.swap_last_axes)
     T.view = reshape  # PyTorch habit
+    T.where = lambda self, condition, other: where(condition, self, other)  # torch's x.where(cond, y)
+    T.t = _t
+
+
+def _t(self):
+    """The transpose of a matrix; a vector or a scalar as it is (``torch.Tensor.t``)."""
+    if self.ndim > 2:
+        raise ValueError(f"t(): expects a tensor with at most 2 dimensions, got shape {self.shape}; "
+                         "use x.mT for the last two axes or transpose(...) for others")
+    return transpose(self) if self.ndim == 2 else self
+
+
+def _bitwise(name):
+    """A bool/integer operator (``~ & | ^``) on the raw values: no gradient, as in PyTorch."""
+    def op(self, *other):
+        arrays = [o.data if isinstance(o, Tensor) else o for o in other]
+        dtypes = [self.dtype] + [a.dtype if hasattr(a, "dtype") else np.result_type(a) for a in arrays]
+        if any(d.kind not in "biu" for d in dtypes):
+            raise TypeError(f"{name}: ~, &, | and ^ need bool or integer tensors, got "
+                            f"{' and '.join(map(str, dtypes))}; compare first (x > 0) or use logical_and/or/not/xor")
+        return Tensor(getattr(self.xp, name)(self.data, *arrays))
+    return op
 
 
 _attach_tensor_methods()

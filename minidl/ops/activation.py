@@ -496,10 +496,10 @@ def prelu(x, weight):
     the channel axis being axis 1 (PyTorch's layout; an input of fewer than 2 axes has one channel)."""
     if weight.ndim > 1:
         raise ValueError(f"prelu: weight must be a scalar or 1-D tensor, got shape {weight.shape}")
-    if weight.size != 1:
+    if weight.numel() != 1:
         channels = x.shape[1] if x.ndim >= 2 else 1
-        if weight.size != channels:
-            raise ValueError(f"prelu: weight has {weight.size} slopes but the input of shape {x.shape} has "
+        if weight.numel() != channels:
+            raise ValueError(f"prelu: weight has {weight.numel()} slopes but the input of shape {x.shape} has "
                              f"{channels} channel(s) (axis 1); give 1 slope or one per channel")
         weight = reshape(weight, (channels,) + (1,) * (x.ndim - 2))
     return where(x.data > 0, x, weight * x)

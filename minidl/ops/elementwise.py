@@ -6,13 +6,16 @@ was broadcast, sums the gradient back to that input's shape with
 """
 from __future__ import annotations
 
+import numpy as np
+
 from minidl.autograd import Function
 from minidl.backend import xp_of as _xp
 from minidl.ops.shape import sum_to
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("exp", "log", "sqrt", "abs", "clip")
+TENSOR_METHODS = ("add", "sub", "mul", "div", "floor_divide", "pow", "neg", "exp", "log", "sqrt", "abs",
+                  "clamp", "clip", "maximum", "minimum")
 
 
 def _broadcast_error(op, a, b):
@@ -194,7 +197,10 @@ class Abs(Function):
 
 
 class Clip(Function):
-    """y = min(max(x, lo), hi);  dx = dy where lo ≤ x ≤ hi, else 0."""
+    """y = min(max(x, lo), hi) for constant bounds;  dx = dy where lo ≤ x ≤ hi, else 0.
+
+    At a bound the gradient passes (the interval is closed), as PyTorch's clamp.
+    """
     saved_inputs = ()
 
     def __init__(self, lo, hi):
@@ -212,6 +218,55 @@ class Clip(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.inside.astype(gy.dtype))
+
+
+class ClampTensor(Function):
+    """y = min(max(x, a), b) for tensor bounds a, b;  dx = dy · [a ≤ x ≤ b],  da = dy · [x < a < b],
+    db = dy · [x > b or b < a]  (PyTorch's rule).
+
+    The output is b wherever a > b, so b then gets the whole gradient. A bound the call
+    left out is passed in as ±∞ (its gradient is never needed).
+    """
+    saved_inputs = ()
+
+    def forward(self, x, lo, hi):
+        xp = _xp(x)
+        try:
+            self.to_x = (x >= lo) & (x <= hi)
+        except ValueError:
+            raise ValueError(f"clamp: shapes {x.shape}, {lo.shape} (min) and {hi.shape} (max) do not "
+                             "broadcast (NumPy rule: trailing axes must be equal or 1)") from None
+        self.to_lo = (x < lo) & (lo < hi)
+        self.to_hi = (x > hi) | (hi < lo)
+        return xp.minimum(xp.maximum(x, lo), hi)
+
+    def backward(self, gy):
+        x, lo, hi = self.inputs
+        return tuple(sum_to(gy * Tensor(mask.astype(gy.dtype)), t.shape) if t.requires_grad else None
+                     for t, mask in ((x, self.to_x), (lo, self.to_lo), (hi, self.to_hi)))
+
+
+class DivRounded(Binary):
+    """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function)."""
+    saved_inputs = ()
+    name = "div"
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def compute(self, a, b):
+        xp = _xp(a)
+        if self.mode == "floor":
+            return xp.floor_divide(a, b)
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            return xp.trunc(a / b)
+        q = xp.floor_divide(a, b)  # integers: floor, then one up where the exact quotient was negative
+        return xp.where((q < 0) & (q * b != a), q + 1, q)
+
+    def backward(self, gy):
+        a, b = self.inputs
+        return (Tensor(gy.xp.zeros(a.shape, gy.dtype)) if a.requires_grad else None,
+                Tensor(gy.xp.zeros(b.shape, gy.dtype)) if b.requires_grad else None)
 
 
 class Where(Function):
@@ -283,8 +338,23 @@ def mul(a, b):
     return Mul()(*_pair(a, b))
 
 
-def div(a, b):
-    return Div()(*_pair(a, b))
+def div(a, b, rounding_mode=None):
+    """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
+    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
+    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
+    if rounding_mode is None:
+        a, b = _pair(a, b)
+        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
+            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
+        return Div()(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    return DivRounded(rounding_mode)(*_pair(a, b))
+
+
+def floor_divide(a, b):
+    """⌊a / b⌋, the ``//`` operator: ``div(a, b, rounding_mode="floor")``."""
+    return DivRounded("floor")(*_pair(a, b))
 
 
 def pow(a, b):  # noqa: A001 - the op's name
@@ -314,8 +384,34 @@ def abs(x):  # noqa: A001
     return Abs()(x)
 
 
-def clip(x, lo=None, hi=None):
-    return Clip(lo, hi)(x)
+def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+    """x limited to [min, max]; each bound a number, a tensor (broadcast, and differentiable) or None.
+
+    The gradient passes where min ≤ x ≤ max, bounds included (PyTorch's convention).
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return Clip(min, max)(x)
+    lo = _bound(x, min, -1)
+    hi = _bound(x, max, +1)
+    return ClampTensor()(x, lo, hi)
+
+
+def _bound(x, value, side):
+    """A clamp bound as a tensor; a missing one is ±∞ (or the integer dtype's extreme)."""
+    if value is None:
+        if x.dtype.kind in "fc":
+            value = side * float("inf")
+        else:
+            info = np.iinfo(x.dtype)
+            value = int(info.max if side > 0 else info.min)
+    return as_tensor(value, like=x)
+
+
+def clip(x, min=None, max=None, *, lo=None, hi=None):  # noqa: A002
+    """Alias of :func:`clamp` (``torch.clip``); ``lo``/``hi`` are accepted for minidl's older spelling."""
+    return clamp(x, min if lo is None else lo, max if hi is None else hi)
 
 
 def maximum(a, b):

@@ -20,7 +20,7 @@ from minidl.ops.shape import reshape, sum_to, swap_last_axes
 from minidl.tensor import as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ()
+TENSOR_METHODS = ("matmul",)
 
 
 class MatMul(Function):

@@ -123,7 +123,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     axes = (0,) + tuple(range(2, x.ndim))
     shape = (1, channels) + (1,) * (x.ndim - 2)
     if training or running_mean is None or running_var is None:
-        count = x.size // max(channels, 1)
+        count = x.numel() // max(channels, 1)
         if training and count <= 1:
             raise ValueError(f"batch_norm: training needs more than one value per channel to estimate a "
                              f"variance, got input of shape {x.shape}; use a larger batch or eval mode")

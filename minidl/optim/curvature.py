@@ -144,7 +144,7 @@ def gradient_noise_scale(loss_fn, params, batches, batch_size: int | None = None
     for batch in batches:
         size = size or _batch_size(batch)
         gs = grad(loss_fn(batch), params, allow_unused=True)
-        flat.append(np.concatenate([np.zeros(p.size) if g is None else backend.to_numpy(g.data).astype(np.float64)
+        flat.append(np.concatenate([np.zeros(p.numel()) if g is None else backend.to_numpy(g.data).astype(np.float64)
                                     .reshape(-1) for p, g in zip(params, gs)]))
     n = len(flat)
     if n < 2:

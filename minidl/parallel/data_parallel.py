@@ -116,9 +116,9 @@ class DataParallel(Module):
             self.comm.broadcast_(flat, root)
             offset = 0
             for t in group:
-                t.data[...] = flat[offset:offset + t.size].reshape(t.shape)
+                t.data[...] = flat[offset:offset + t.numel()].reshape(t.shape)
                 mark_changed(t)
-                offset += t.size
+                offset += t.numel()
         self.comm.synchronize()
 
     # ------------------------------------------------------------ after backward: one gradient everywhere
@@ -153,7 +153,7 @@ class DataParallel(Module):
             for index, offset in bucket:
                 p = params[index]
                 if present[index]:
-                    p.grad = Tensor(flat[offset:offset + p.size].reshape(p.shape))
+                    p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
         self.last_sync = {"buckets": len(plan), "bytes": sent, "weight": weight, "samples": int(total)}
 
     def _trainable(self):
@@ -161,7 +161,7 @@ class DataParallel(Module):
 
     def _bucket_plan(self, params):
         """Buckets of (parameter index, offset), in parameter order, split by dtype/device and size."""
-        key = tuple((p.dtype.str, p.device, p.size) for p in params)
+        key = tuple((p.dtype.str, p.device, p.numel()) for p in params)
         if key == self._plan_key:
             return self._plan
         plan, open_buckets = [], {}  # (dtype, device) -> (bucket list, bytes so far)
@@ -181,10 +181,10 @@ def _pack(params, bucket, weight: float):
     """One flat buffer (new for this step) holding weight · gradient of each parameter of ``bucket``."""
     first = params[bucket[0][0]]
     last_index, last_offset = bucket[-1]
-    flat = first.xp.empty(last_offset + params[last_index].size, first.dtype)
+    flat = first.xp.empty(last_offset + params[last_index].numel(), first.dtype)
     for index, offset in bucket:
         p = params[index]
-        piece = flat[offset:offset + p.size]
+        piece = flat[offset:offset + p.numel()]
         if p.grad is None:
             piece[...] = 0
         elif weight == 1.0:

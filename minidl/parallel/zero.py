@@ -73,7 +73,7 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
                   for g in groups]
         self.all_params = [p for g in groups for p in g["params"]]
         self.group_sizes = [len(g["params"]) for g in groups]
-        self.owner = partition_parameters([p.size for p in self.all_params], comm.size)
+        self.owner = partition_parameters([p.numel() for p in self.all_params], comm.size)
         mine = {pos for pos, r in enumerate(self.owner) if r == comm.rank}
         self.local_positions = sorted(mine)  # global positions, in the local optimizer's order
         local_groups, position = [], 0
@@ -105,17 +105,17 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
             send = first.xp.zeros(length, first.dtype)
             offset = 0
             for p in mine:
-                send[offset:offset + p.size] = p.data.reshape(-1)
-                offset += p.size
+                send[offset:offset + p.numel()] = p.data.reshape(-1)
+                offset += p.numel()
             gathered = self.comm.allgather(send)
             for rank, params in enumerate(params_by_rank):
                 if rank == self.comm.rank:
                     continue
                 offset = 0
                 for p in params:
-                    p.data[...] = gathered[rank, offset:offset + p.size].reshape(p.shape)
+                    p.data[...] = gathered[rank, offset:offset + p.numel()].reshape(p.shape)
                     mark_changed(p)
-                    offset += p.size
+                    offset += p.numel()
 
     def _gather_layout(self):
         """Per (dtype, device): the parameters each rank owns, and the padded shard length."""
@@ -123,7 +123,7 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
         for pos, p in enumerate(self.all_params):
             by_rank = kinds.setdefault((p.dtype.str, p.device), [[] for _ in range(self.comm.size)])
             by_rank[self.owner[pos]].append(p)
-        return [(by_rank, max(sum(p.size for p in ps) for ps in by_rank)) for by_rank in kinds.values()]
+        return [(by_rank, max(sum(p.numel() for p in ps) for ps in by_rank)) for by_rank in kinds.values()]
 
     # ------------------------------------------------------------ memory
     def state_bytes(self) -> int:
