@@ -15,6 +15,7 @@ picks the right spelling, so no other module needs ``import cupyx``:
     backend.scatter_add(target, index, values)   target[index] += values, repeats add up
     backend.erf(x)                               the error function, elementwise
     backend.nccl()                               the cupy.cuda.nccl module
+    backend.matmul, backend.sum, backend.mean  16-bit floats accumulated in float32
 """
 from __future__ import annotations
 
@@ -175,6 +176,60 @@ def erf(x):
         return scipy_erf(x).astype(x.dtype, copy=False)
     import cupyx.scipy.special
     return cupyx.scipy.special.erf(x)
+
+
+# ---------------------------------------------------------------- 16-bit floats
+def is_bfloat16(dtype) -> bool:
+    """True for bfloat16, which NumPy lacks: the ml_dtypes package adds it as a 'V' (void) kind."""
+    return dtype.kind == "V" and dtype.name == "bfloat16"
+
+
+def is_floating(dtype) -> bool:
+    """Floating or complex, bfloat16 included: the dtypes that can carry gradients."""
+    return dtype.kind in "fc" or is_bfloat16(dtype)
+
+
+def bfloat16():
+    """The bfloat16 dtype from the ml_dtypes package, with an error that says how to get it."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError("bfloat16 needs the ml_dtypes package, which is not installed: NumPy has no "
+                        "bfloat16 type (pip install ml_dtypes, or pip install 'minidl[bf16]'), "
+                        "or use float16") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def matmul(a, b):
+    """``a @ b``; 16-bit floats on the CPU as a GPU's tensor cores multiply them: float32
+    products and sums, the result rounded to the inputs' dtype.
+
+    NumPy has no 16-bit GEMM: its float16 ``@`` is a plain loop dozens of times slower than
+    BLAS, and ml_dtypes' bfloat16 ``@`` returns float32. So the operands go to float32, BLAS
+    multiplies, and the result is rounded back. CuPy's float16 ``@`` is cuBLAS's, with
+    float32 accumulation already.
+    """
+    if a.dtype.itemsize != 2 or a.dtype != b.dtype or a.dtype.kind in "iub" or xp_of(a) is not np:
+        return a @ b
+    return (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 - numpy's name
+    """``x.sum(axis, keepdims)``; 16-bit floats accumulated in float32 and the total rounded back.
+
+    NumPy sums float16 in float32 already, but a bfloat16 sum from ml_dtypes adds in bfloat16:
+    the running total stops growing at 256 when adding ones. Summing in float32 is what GPUs do.
+    """
+    if x.dtype.itemsize != 2 or x.dtype.kind in "iub":
+        return x.sum(axis=axis, keepdims=keepdims)
+    return x.sum(axis=axis, keepdims=keepdims, dtype=np.float32).astype(x.dtype)
+
+
+def mean(x, axis=None, keepdims=False):
+    """``x.mean(axis, keepdims)``, accumulated in float32 for 16-bit floats as :func:`sum`."""
+    if x.dtype.itemsize != 2 or x.dtype.kind in "iub":
+        return x.mean(axis=axis, keepdims=keepdims)
+    return x.mean(axis=axis, keepdims=keepdims, dtype=np.float32).astype(x.dtype)
 
 
 def nccl():

@@ -19,7 +19,7 @@ import numpy as np
 
 from minidl import backend
 
-_FLOAT_KINDS = "fc"  # dtypes that can carry gradients: floating and complex
+_FLOAT_KINDS = "fc"  # dtypes that can carry gradients: floating and complex, and bfloat16 (below)
 _DEFAULT_FLOAT = np.float32
 
 # ---------------------------------------------------------------- in-place changes
@@ -93,7 +93,7 @@ class Tensor:
     __array_priority__ = 1000  # ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad: bool = False, name: str | None = None):
-        if requires_grad and data.dtype.kind not in _FLOAT_KINDS:
+        if requires_grad and data.dtype.kind not in _FLOAT_KINDS and not backend.is_bfloat16(data.dtype):
             raise TypeError(
                 f"only floating-point tensors can require gradients, got dtype {data.dtype}; "
                 "convert first, e.g. mdl.tensor(x, dtype='float32', requires_grad=True)")
@@ -137,7 +137,7 @@ class Tensor:
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         """Set ``requires_grad`` in place and return self: ``w = (mdl.randn(3) * 0.01).requires_grad_()``."""
-        if requires_grad and self._data.dtype.kind not in _FLOAT_KINDS:
+        if requires_grad and not backend.is_floating(self._data.dtype):
             raise TypeError(f"requires_grad_(): only floating-point tensors can require gradients, got "
                             f"dtype {self.dtype}; convert first, e.g. t.astype('float32').requires_grad_()")
         if not requires_grad and self.creator is not None:
@@ -320,7 +320,7 @@ class Tensor:
     def astype(self, dtype) -> "Tensor":
         """A copy converted to ``dtype``; gradients flow back converted to the source dtype."""
         from minidl.autograd import Cast
-        if np.dtype(dtype).kind not in _FLOAT_KINDS:  # an integer or bool copy carries no gradient
+        if not backend.is_floating(np.dtype(dtype)):  # an integer or bool copy carries no gradient
             return Tensor(self.data.astype(dtype))
         return Cast(dtype)(self)
 

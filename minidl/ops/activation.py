@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from minidl import autograd, backend
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.elementwise import abs, exp, where
@@ -505,18 +506,21 @@ def prelu(x, weight):
     return where(x.data > 0, x, weight * x)
 
 
+@autocast_to("float32")
 def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
     """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
     x = x if dtype is None else x.astype(dtype)
     return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
 
 
+@autocast_to("float32")
 def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
     """softmin(x) = softmax(−x) along ``dim``."""
     x = x if dtype is None else x.astype(dtype)
     return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
 
 
+@autocast_to("float32")
 def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
     """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
     x = x if dtype is None else x.astype(dtype)

@@ -19,6 +19,7 @@ Hessian-vector products, all come free).
 """
 from __future__ import annotations
 
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.linalg import linear
@@ -157,6 +158,7 @@ def _conv2d(x, weight, bias, stride, padding):
     return transpose(reshape(y, n, oh, ow, o), (0, 3, 1, 2))
 
 
+@autocast_to("lower")
 def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
     """2-D convolution (cross-correlation, as PyTorch): x (N, C, H, W), weight (O, C, KH, KW).
 
@@ -180,6 +182,7 @@ def _single(value, what, op, minimum):
     return single
 
 
+@autocast_to("lower")
 def conv1d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
     """1-D convolution: x (N, C, L), weight (O, C, K);
     y[n, o, i] = b[o] + Σ_{c,p} W[o, c, p] x_pad[n, c, i·s + p].

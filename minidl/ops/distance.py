@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from minidl.amp import autocast_to
 from minidl.ops.elementwise import maximum
 from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import max as reduce_max
@@ -46,6 +47,7 @@ def _p_norm(x: Tensor, p, dim, keepdim, floor=None) -> Tensor:
     return total.sqrt() if p == 2 else total ** (1 / p)
 
 
+@autocast_to("float32")
 def normalize(input, p=2.0, dim=1, eps=1e-12) -> Tensor:  # noqa: A002 - PyTorch's name
     """y = x / max(‖x‖_p, eps) along ``dim`` (default 1, as PyTorch): unit vectors, zero stays zero."""
     _check_p("normalize", p)
@@ -54,6 +56,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12) -> Tensor:  # noqa: A002 - PyTorch
     return x / _p_norm(x, p, dim, keepdim=True, floor=eps)
 
 
+@autocast_to("float32")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8) -> Tensor:
     """cos = Σ (x₁ / max(‖x₁‖, eps)) (x₂ / max(‖x₂‖, eps)) along ``dim``, after broadcasting x₁ with x₂.
 

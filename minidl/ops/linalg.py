@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl import backend
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.reduction import sum as reduce_sum
@@ -31,7 +33,7 @@ class MatMul(Function):
         if a.ndim == 0 or b.ndim == 0:
             raise ValueError(f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}")
         try:
-            return a @ b
+            return backend.matmul(a, b)
         except ValueError:
             inner = b.shape[0] if b.ndim == 1 else b.shape[-2]
             if a.shape[-1] != inner:
@@ -53,6 +55,7 @@ class MatMul(Function):
         return ga, gb
 
 
+@autocast_to("lower")
 def matmul(a, b):
     """NumPy's a @ b with gradients; arrays are taken as constants."""
     return MatMul()(as_tensor(a), as_tensor(b))
@@ -74,9 +77,9 @@ class Linear(Function):
         if x.ndim == 2 and 1 < x.shape[0] < 64 and xp_of(x) is np:
             # A few rows: OpenBLAS runs the wide product W xᵀ about twice as fast as the skinny
             # x Wᵀ (measured on AVX-512, batch 2 to 32); one small copy gives back a row-major y.
-            y = np.ascontiguousarray((weight @ x.T).T)
+            y = np.ascontiguousarray(backend.matmul(weight, x.T).T)
         else:
-            y = x @ weight.T
+            y = backend.matmul(x, weight.T)
         if bias is not None:
             y += bias
         return y
@@ -97,7 +100,7 @@ class LinearGradData(Function):
     """
 
     def forward(self, gy, weight):
-        return gy @ weight
+        return backend.matmul(gy, weight)
 
     def backward(self, gz):
         gy, weight = self.inputs
@@ -115,7 +118,7 @@ class LinearGradWeight(Function):
         x2 = x.reshape(-1, x.shape[-1])
         if g2.shape[0] == 1:  # one sample: an outer product, one broadcast multiply (BLAS is slow at k = 1)
             return g2.T * x2
-        return g2.T @ x2
+        return backend.matmul(g2.T, x2)
 
     def backward(self, gz):
         gy, x = self.inputs
@@ -123,6 +126,7 @@ class LinearGradWeight(Function):
                 LinearGradData()(gy, gz) if x.requires_grad else None)
 
 
+@autocast_to("lower")
 def linear(x, weight, bias=None):
     """F.linear(x, weight, bias): x Wᵀ + b, weight of shape (out_features, in_features)."""
     return Linear()(x, weight) if bias is None else Linear()(x, weight, bias)

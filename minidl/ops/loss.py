@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl import backend
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, log_softmax, softmax, softplus
@@ -216,6 +217,7 @@ def _is_probabilities(target, x):
 
 
 # ---------------------------------------------------------------- classification
+@autocast_to("float32")
 def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="mean",  # noqa: A002
                   label_smoothing=0.0) -> Tensor:
     """Softmax cross-entropy of logits (N, C) or (N, C, d1, ...) against class targets.
@@ -279,6 +281,7 @@ def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction):
     return _reduce(losses, reduction)
 
 
+@autocast_to("float32")
 def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean") -> Tensor:  # noqa: A002
     """Negative log-likelihood of log-probabilities (N, C) or (N, C, d1, ...) at integer class targets.
 
@@ -367,6 +370,7 @@ def _weighted_reduce(op, losses, weight, x, reduction, mean_over_weights=True):
     return _reduce(losses, reduction)
 
 
+@autocast_to("float32")
 def mse_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa: A002 - PyTorch's name
     """Mean squared error: ℓ = (input − target)²;  d input = 2(input − target)."""
     _check_reduction("mse_loss", reduction)
@@ -375,6 +379,7 @@ def mse_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa
     return _weighted_reduce("mse_loss", diff * diff, weight, input, reduction)
 
 
+@autocast_to("float32")
 def l1_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa: A002
     """Mean absolute error: ℓ = |input − target|;  d input = sign(input − target) (0 at 0)."""
     _check_reduction("l1_loss", reduction)
@@ -383,6 +388,7 @@ def l1_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa:
     return _weighted_reduce("l1_loss", losses, weight, input, reduction)
 
 
+@autocast_to("float32")
 def smooth_l1_loss(input, target, *, reduction="mean", beta=1.0) -> Tensor:  # noqa: A002
     """ℓ = ½d²/β where |d| < β, else |d| − ½β, with d = input − target;  d input = clip(d/β, −1, 1).
 
@@ -401,6 +407,7 @@ def smooth_l1_loss(input, target, *, reduction="mean", beta=1.0) -> Tensor:  # n
     return _reduce(losses, reduction)
 
 
+@autocast_to("float32")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tensor:  # noqa: A002
     """ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ), with d = input − target;  d input = clip(d, −δ, δ).
 
@@ -418,6 +425,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tenso
     return _weighted_reduce(op, losses, weight, input, reduction, mean_over_weights=False)
 
 
+@autocast_to("float32")
 def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # noqa: A002
     """Kullback–Leibler divergence of the target t from log-probabilities ``input``:
     ℓ = t·(ln t − input) (0 where t = 0), or with ``log_target`` (t given as ln t) ℓ = eᵗ·(t − input).
@@ -440,6 +448,7 @@ def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # n
     return _reduce(losses, reduction)
 
 
+@autocast_to("float32")
 def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Tensor:  # noqa: A002
     """Binary cross-entropy of probabilities ``input`` in [0, 1] against targets t in [0, 1]:
     ℓ = −w·(t·ln x + (1 − t)·ln(1 − x)), each log clamped at −100 (PyTorch's).
@@ -468,6 +477,7 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Ten
     return _reduce(losses, reduction)
 
 
+@autocast_to("float32")
 def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="mean",  # noqa: A002
                                      pos_weight=None) -> Tensor:
     """Sigmoid + binary cross-entropy in one stable expression, for targets t in [0, 1].

@@ -12,6 +12,7 @@ gradient; the affine part is ordinary broadcasting arithmetic.
 """
 from __future__ import annotations
 
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.reduction import mean
@@ -99,6 +100,7 @@ def _array(value):
     return value.data if isinstance(value, Tensor) else value
 
 
+@autocast_to("float32")
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Batch normalization of x (N, C), (N, C, L) or (N, C, H, W), one statistic per channel.
@@ -149,6 +151,7 @@ def _update_running(stat, batch_value, momentum, correction):
     array += (batch_value.reshape(array.shape) * (momentum * correction)).astype(array.dtype, copy=False)
 
 
+@autocast_to("float32")
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
     """Layer normalization over the trailing ``normalized_shape`` axes of x (PyTorch's layout).
 
@@ -165,6 +168,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
     return _affine("layer_norm", y, weight, bias, shape, shape)
 
 
+@autocast_to("float32")
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5) -> Tensor:
     """Group normalization of x (N, C, ...): channels split into ``num_groups`` groups,
     each group of each sample standardized over its channels and spatial positions;

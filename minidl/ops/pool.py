@@ -11,7 +11,7 @@ defaults to the kernel size (non-overlapping windows).
 from __future__ import annotations
 
 from minidl.autograd import Function
-from minidl.backend import xp_of
+from minidl.backend import is_floating, xp_of
 from minidl.ops.conv import Im2Col, as_pair
 from minidl.ops.reduction import mean
 from minidl.ops.shape import GetItemGrad, reshape, transpose
@@ -84,7 +84,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0) -> Tensor:
     """Max over each KH×KW window of x (N, C, H, W); ``stride`` defaults to ``kernel_size``."""
     x = as_tensor(x)
     kernel, stride, padding = _pool_args("max_pool2d", x, kernel_size, stride, padding)
-    if x.dtype.kind != "f":
+    if not is_floating(x.dtype):
         raise TypeError(f"max_pool2d: input must be floating point, got dtype {x.dtype}")
     return MaxPool2d(kernel, stride, padding)(x)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import builtins
 import math
 
+from minidl import backend
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.ops.shape import broadcast_to, reshape
 from minidl.tensor import Tensor
@@ -59,7 +61,7 @@ class Sum(Reduction):
 
     def forward(self, x):
         self.prepare(x)
-        return x.sum(axis=self.axes, keepdims=self.keepdims)
+        return backend.sum(x, self.axes, self.keepdims)  # 16-bit floats add up in float32
 
     def backward(self, gy):
         return broadcast_to(self.expand(gy), self.inputs[0].shape)
@@ -71,7 +73,7 @@ class Mean(Reduction):
 
     def forward(self, x):
         self.prepare(x)
-        return x.mean(axis=self.axes, keepdims=self.keepdims)
+        return backend.mean(x, self.axes, self.keepdims)
 
     def backward(self, gy):
         return broadcast_to(self.expand(gy) / self.count, self.inputs[0].shape)
@@ -136,6 +138,7 @@ def _axis(axis, dim):
     return axis if dim is None else dim
 
 
+@autocast_to("float32")
 def sum(x, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
     """Σ x over ``axis`` (all axes by default); ``dim``/``keepdim`` are PyTorch aliases."""
     return Sum(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)

@@ -15,6 +15,7 @@ import operator
 
 import numpy as np
 
+from minidl import backend
 from minidl.autograd import Function
 from minidl.backend import scatter_add, xp_of
 from minidl.tensor import Tensor, as_tensor
@@ -311,7 +312,7 @@ class SumTo(Function):
         lead = x.ndim - len(self.shape)
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(self.shape) if n == 1 and x.shape[lead + i] != 1)
-        y = x.sum(axis=axes, keepdims=True)
+        y = backend.sum(x, axes, keepdims=True)
         return y.reshape(self.shape) if lead else y
 
     def backward(self, gy):
