@@ -303,7 +303,8 @@ class GradScaler:
             else:
                 self._growth_tracker += 1
                 if self._growth_tracker == self._growth_interval:
-                    grown = np.float32(self._scale * np.float32(self._growth_factor))
+                    with np.errstate(over="ignore"):  # a scale grown past float32's range is not taken
+                        grown = np.float32(self._scale * np.float32(self._growth_factor))
                     if np.isfinite(grown):
                         self._scale = grown
                     self._growth_tracker = 0
