@@ -240,7 +240,7 @@ def train_command(args) -> int:
     trainer = Trainer(model, optimizer, train_loader, val_loader, scheduler=schedule, callbacks=callbacks,
                       max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
                       label_smoothing=s["label_smoothing"], progress=not args.quiet and root,
-                      metrics=("accuracy", "f1"))
+                      metrics=("accuracy", "f1"), amp=args.amp)
     trainer.extra = {"settings": s}
     if args.resume:
         try:
@@ -293,6 +293,9 @@ def _add_train(sub):
     p.add_argument("--patience", type=positive_int, help="early stopping after this many epochs without "
                    "a better validation accuracy (restores the best weights)")
     p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--amp", choices=("fp16", "bf16"), default=None,
+                   help="mixed precision: fp16 (float16 with loss scaling) or bf16 (bfloat16, needs ml_dtypes; "
+                        "CPU only); on the CPU a numerics and memory lesson, not a speed-up (default: off, float32)")
     p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default 0)")
     p.add_argument("--out", help="run folder (default runs/<data>-<model>-<time>)")
     p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run)")

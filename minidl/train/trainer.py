@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from minidl import amp as mixed
 from minidl import backend
 from minidl.autograd import no_grad
 from minidl.tensor import Tensor
@@ -80,13 +81,19 @@ class Trainer:
         progress: show a tqdm progress bar with loss, validation metric and lr.
         create_graph: backward with ``create_graph=True`` (AdaHessian needs it;
             None: on for AdaHessian, off otherwise).
+        amp: mixed precision, "fp16" (autocast to float16 with a ``GradScaler``;
+            a step the scaler skips for inf/NaN gradients is not a divergence) or
+            "bf16" (autocast to bfloat16, no scaler needed); None: float32.
+            ``trainer.scaler`` is the scaler (checkpointed with the run).
     """
 
     def __init__(self, model, optimizer, train_loader, val_loader=None, *, loss_fn=None,
                  metrics=("accuracy",), scheduler=None, device=None, max_grad_norm=None,
                  max_grad_value=None, accumulation_steps: int = 1, label_smoothing: float = 0.0,
                  eval_every: int | None = None, callbacks=(), seed: int | None = None,
-                 progress: bool = True, create_graph: bool | None = None):
+                 progress: bool = True, create_graph: bool | None = None, amp: str | None = None):
+        if amp not in (None, "fp16", "bf16"):
+            raise ValueError(f"Trainer: amp must be None, 'fp16' or 'bf16', got {amp!r}")
         if seed is not None:
             seed_everything(seed)
         check_positive_int(accumulation_steps, "accumulation_steps")
@@ -126,6 +133,8 @@ class Trainer:
         self.stop_training = False
         self.completed = False
         self.extra = None        # anything JSON-like the caller wants in every checkpoint (run settings)
+        self.amp = amp           # mixed precision: the forward under autocast, the fp16 loss scaled
+        self.scaler = mixed.GradScaler(enabled=amp == "fp16")
 
     # ------------------------------------------------------------ the loop
     @property
@@ -217,12 +226,14 @@ class Trainer:
 
     def _micro_batch(self, batch, k: int) -> None:
         x, y = self._to_device(batch)
-        out = self.model(x)
-        loss = self._loss(out, y, smoothing=self.label_smoothing)
+        with mixed.autocast(self.device.partition(":")[0], dtype={"fp16": "float16"}.get(self.amp, "bfloat16"),
+                            enabled=self.amp is not None):
+            out = self.model(x)
+            loss = self._loss(out, y, smoothing=self.label_smoothing)
         value = float(loss.item())
         if not math.isfinite(value):
             self._stop_non_finite("loss", value)
-        (loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
+        self.scaler.scale(loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
         self._batches_in_epoch += 1
         r = self._running
         r["loss"] += value * len(y)
@@ -243,16 +254,18 @@ class Trainer:
             scale = self.accumulation_steps / micro_batches
             for p in params:
                 p.grad = Tensor(p.grad.data * scale)
+        self.scaler.unscale_(self.optimizer)  # the true gradients, for clipping (nothing without a scaler)
         if self.max_grad_value is not None:
             from minidl.optim import clip_grad_value_
             clip_grad_value_(params, self.max_grad_value)
         if self.max_grad_norm is not None:
             from minidl.optim import clip_grad_norm_
             norm = float(clip_grad_norm_(params, self.max_grad_norm))
-            if not math.isfinite(norm):
+            if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
                 self._stop_non_finite("gradient norm", norm)
         lr = self.lr
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # optimizer.step(), unless the scaler found inf/NaN gradients
+        self.scaler.update()
         self.optimizer.zero_grad()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -286,6 +299,8 @@ class Trainer:
         if r["classified"]:
             record["train_accuracy"] = r["correct"] / r["classified"]
         record["lr"] = self._last_lr()
+        if self.scaler.is_enabled():  # the loss scale and the steps skipped so far
+            record["amp_scale"], record["skipped_steps"] = self.scaler.get_scale(), self.scaler.skipped_steps
         if self.val_loader is not None:
             for name, value in self.evaluate(self.val_loader).items():
                 record[f"val_{name}"] = value
@@ -360,7 +375,7 @@ class Trainer:
                           "lr": np.asarray(self.steps["lr"], dtype=np.float64)},
                 "running": dict(self._running),
                 "elapsed": self._elapsed if self._clock is None else time.perf_counter() - self._clock,
-                "callbacks": [cb.state_dict() for cb in self.callbacks]}
+                "callbacks": [cb.state_dict() for cb in self.callbacks], "scaler": self.scaler.state_dict()}
 
     def check_state_dict(self, state) -> None:
         """Raise ValueError saying what is wrong when ``load_state_dict(state)`` would fail; change nothing."""
@@ -391,6 +406,8 @@ class Trainer:
         self.step, self.epoch, self._batches_in_epoch = values["step"], values["epoch"], values["batches_in_epoch"]
         self.history, self.steps = values["history"], values["steps"]
         self._running, self._elapsed = values["running"], values["elapsed"]
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
 
     def _checked_state(self, state) -> dict:
         owner = "Trainer.load_state_dict"
@@ -401,7 +418,7 @@ class Trainer:
         if not isinstance(state, dict):
             fail(f"expected the dict Trainer.state_dict() returns, got {type(state).__name__}")
         required = {"step", "epoch", "history", "steps", "running"}
-        allowed = required | {"batches_in_epoch", "elapsed", "callbacks"}
+        allowed = required | {"batches_in_epoch", "elapsed", "callbacks", "scaler"}
         if not required <= set(state) <= allowed:
             fail(f"the state has the keys {sorted(map(str, state))}: missing {sorted(required - set(state))}, "
                  f"unexpected {sorted(map(str, set(state) - allowed))}")
@@ -497,6 +514,8 @@ class Trainer:
             if metric in last:
                 parts.append(f"{metric}={last[metric]:.4f}")
         parts.append(f"lr={self._last_lr():.3g}")
+        if self.scaler.is_enabled():
+            parts.append(f"scale={self.scaler.get_scale():g}, skipped={self.scaler.skipped_steps}")
         return ", ".join(parts)
 
     def _last_lr(self) -> float:
