@@ -373,3 +373,17 @@ def test_sixteen_bit_sums_and_products_accumulate_in_float32():
         assert got.dtype == low
         exact = a.astype(low).astype(np.float32) @ b.astype(low).astype(np.float32)
         np.testing.assert_array_equal(got.astype(np.float32).numpy(), exact.astype(low).astype(np.float32))
+
+
+def test_the_docs_table_is_the_table():
+    """docs/mixed_precision.md's autocast table lists each op of amp.OPS once, with its policy."""
+    import pathlib
+    import re
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "mixed_precision.md"
+    documented = {}
+    for line in page.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] in ("lower", "float32") and "`" in cells[0]:
+            for name in re.findall(r"`(\w+)`", cells[0]):
+                documented[name] = cells[1]
+    assert documented == amp.OPS
