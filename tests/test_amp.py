@@ -197,6 +197,8 @@ def _cases():
         "binary_cross_entropy_with_logits": lambda lo: F.binary_cross_entropy_with_logits(
             x.astype(lo), (x > 0).astype(np.float32).astype(lo)),
         "batch_norm": lambda lo: F.batch_norm(img.astype(lo), None, None, training=True),
+        "scaled_dot_product_attention": lambda lo: F.scaled_dot_product_attention(
+            *(x.reshape(2, 2, 8).astype(lo) for _ in range(3))),
         "layer_norm": lambda lo: F.layer_norm(x.astype(lo), (8,)),
         "group_norm": lambda lo: F.group_norm(img.astype(lo), 1),
     }
@@ -234,6 +236,7 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
     pytest.importorskip("ml_dtypes")
     cuda_only = {"softmax", "softmin", "log_softmax", "sum", "normalize", "cosine_similarity",
                  "batch_norm", "layer_norm", "group_norm"}
+    minidl_only = {"scaled_dot_product_attention"}  # float32 in minidl, lower in PyTorch (docs)
     tf = torch.nn.functional
     rng = np.random.default_rng(0)
     x, w = torch.tensor(rng.standard_normal((4, 8)), dtype=torch.float32), torch.randn(6, 8)
@@ -249,7 +252,7 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
         "binary_cross_entropy": lambda: tf.binary_cross_entropy(torch.sigmoid(xb), (xb > 0).bfloat16()),
         "binary_cross_entropy_with_logits": lambda: tf.binary_cross_entropy_with_logits(xb, (xb > 0).bfloat16()),
     }
-    assert set(calls) | cuda_only == set(amp.OPS)
+    assert set(calls) | cuda_only | minidl_only == set(amp.OPS)
     for name, call in calls.items():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             theirs = call().dtype

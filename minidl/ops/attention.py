@@ -27,6 +27,7 @@ import numbers
 import numpy as np
 
 from minidl import backend
+from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, softmax
@@ -182,6 +183,7 @@ def _as_input(op, name, value):
     return x
 
 
+@autocast_to("float32")  # minidl's fused attention computes on float32 arrays (PyTorch: lower)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False) -> Tensor:
     """softmax(Q Kᵀ · scale + mask) V for Q (…, L, E), K (…, S, E), V (…, S, Ev): output (…, L, Ev).
