@@ -75,3 +75,21 @@ def test_bf16_run_trains_like_float32_and_has_no_scaler():
     assert abs(bf16.history[-1]["val_accuracy"] - fp32.history[-1]["val_accuracy"]) <= 0.05
     with pytest.raises(ValueError, match="amp must be"):
         _trainer("fp8")
+
+
+def test_cli_amp_option_trains_and_logs_the_scale(tmp_path, capsys):
+    import json
+
+    from minidl.cli import main
+    out = tmp_path / "run"
+    assert main(["train", "--data", "spirals", "--epochs", "2", "--lr", "0.01", "--amp", "fp16", "--quiet",
+                 "--out", str(out)]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    validations = [r for r in records if "val_loss" in r]
+    assert validations and all(r["amp_scale"] > 0 and r["skipped_steps"] >= 0 for r in validations)
+    with pytest.raises(SystemExit):
+        main(["train", "--amp", "fp32"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--amp {fp16,bf16}" in capsys.readouterr().out
