@@ -509,7 +509,11 @@ class ToDevice(Function):
 
 
 class Cast(Function):
-    """y = x converted to ``dtype``;  dx = dy converted back to x's dtype."""
+    """y = x converted to ``dtype``;  dx = dy converted back to x's dtype.
+
+    Any floating dtype, bfloat16 (from ml_dtypes) included: mixed precision's casts are
+    this op, so a gradient always arrives in its tensor's own dtype.
+    """
     saved_inputs = ()
 
     def __init__(self, dtype):
@@ -517,7 +521,13 @@ class Cast(Function):
 
     def forward(self, x):
         self.source = x.dtype
-        return x.astype(self.dtype)
+        try:
+            return x.astype(self.dtype)
+        except (TypeError, ValueError) as exc:  # CuPy has no bfloat16: say so, not CuPy's words
+            device = backend.device_of(x)
+            raise TypeError(f"Cast: cannot convert a {x.dtype} tensor on {device} to {self.dtype} ({exc})"
+                            + ("; CuPy has no bfloat16 arrays: use float16 on the GPU"
+                               if device != "cpu" and "bfloat16" in str(self.dtype) else "")) from None
 
     def backward(self, gy):
         return Cast(self.source)(gy)
