@@ -130,12 +130,13 @@ class _Autocast:
         if not isinstance(value, Tensor):
             return value
         dtype = value.dtype
-        if policy == "lower":
-            if dtype == self.dtype or dtype.kind == "f" and dtype.itemsize == 8 or not backend.is_floating(dtype):
+        sixteen = dtype == np.float16 or backend.is_bfloat16(dtype)
+        if policy == "lower":  # float32 and the other 16-bit dtype go down; float64, complex, integers stay
+            if dtype == self.dtype or not (sixteen or dtype == np.float32):
                 return value
             target = self.dtype
         else:  # "float32": widen the 16-bit floats
-            if dtype.itemsize != 2 or not backend.is_floating(dtype):
+            if not sixteen:
                 return value
             target = np.dtype(np.float32)
         if not backend.device_of(value.data).startswith(self.device_type):

@@ -323,6 +323,9 @@ def test_float64_and_other_devices_are_left_alone_and_contexts_nest():
         with amp.autocast("cpu", enabled=False):
             assert F.linear(x, w).dtype == np.float32 and not amp.is_autocast_enabled()
         assert F.linear(x, w).dtype == np.float16
+        c = mdl.tensor(np.ones((2, 2), np.complex64))
+        assert (c @ c).dtype == np.complex64  # only real floats are eligible, as PyTorch
+        assert F.cross_entropy(x.astype(np.float64), mdl.tensor(np.array([0, 1, 2]))).dtype == np.float64
     with amp.autocast("cuda", dtype=mdl.float16):  # CPU tensors are not cast by a GPU autocast
         assert F.linear(x, w).dtype == np.float32
     assert not amp.is_autocast_enabled() and F.linear(x, w).dtype == np.float32

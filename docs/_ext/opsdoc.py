@@ -79,7 +79,7 @@ def functional_forms(cls, module) -> list[str]:
         if name in seen or name not in functions:
             return False
         seen.add(name)
-        used = _names_used(functions[name].__code__)
+        used = _names_used(inspect.unwrap(functions[name]).__code__)  # through decorators (autocast_to)
         return cls.__name__ in used or any(reaches(n, seen) for n in used if n.startswith("_"))
 
     return [name for name in functions if not name.startswith("_") and reaches(name, set())]
