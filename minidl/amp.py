@@ -12,11 +12,11 @@ Two tools, as PyTorch's ``torch.amp``:
 :data:`OPS`: the matrix products (``linear``, ``matmul``, the convolutions)
 run in the low dtype, where 16 bits of input lose little (each product is
 exact in float32 and the sums accumulate in float32, see
-:func:`minidl.backend.matmul`); softmax, log_softmax, the losses and the
+``minidl.backend.matmul``); softmax, log_softmax, the losses and the
 normalizations run in float32, where a 16-bit exponent or a long sum would
 overflow or round away. Every other op runs in the dtype of what it is given.
 Parameters stay float32 (the *master weights*): a cast is an op
-(:class:`minidl.autograd.Cast`) whose backward casts back, so each gradient
+(``minidl.autograd.Cast``) whose backward casts back, so each gradient
 arrives in its parameter's dtype, and the update ``w − lr·g`` happens in
 float32, where a small ``lr·g`` is not rounded away.
 
@@ -27,8 +27,9 @@ means S was too large: the step is skipped and S halves; after
 ``growth_interval`` good steps in a row S doubles. bfloat16 has float32's
 exponent range and rarely needs it.
 
-Activations saved for backward are 16-bit under autocast: about half the
-activation memory (measure it with :func:`minidl.memory.track`). On the CPU
+Activations saved for backward are 16-bit under autocast: the activation
+memory falls towards one half as the activations outgrow the 16-bit copies
+of the weights (measure it with :func:`minidl.memory.track`). On the CPU
 it is no speed-up: NumPy has no 16-bit matrix product, so the 16-bit
 operands are widened to float32 for BLAS and the products rounded back.
 """
@@ -45,7 +46,7 @@ from minidl.tensor import Tensor, version_of
 __all__ = ["GradScaler", "OPS", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
 
 #: The autocast table, op name -> "lower" (runs in autocast's 16-bit dtype) or "float32".
-#: Filled by the ops themselves (:func:`autocast_to`); docs/mixed_precision.md shows it.
+#: Filled by the ops themselves (``autocast_to``); docs/mixed_precision.md shows it.
 OPS: dict[str, str] = {}
 
 # The active autocast: None (the common case, one check per listed op call) or an _Autocast.
