@@ -6,14 +6,26 @@ Each name here is a thin call of one Function in :mod:`minidl.ops`; the
 docstrings there give the forward and backward math.
 """
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
-from minidl.ops.conv import conv1d, conv2d, im2col
+from minidl.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, im2col
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
-from minidl.ops.pool import avg_pool2d, max_pool2d
+from minidl.ops.pool import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+    max_unpool1d,
+    max_unpool2d,
+)
 from minidl.ops.reduction import max, mean, min, sum, var
 from minidl.ops.regularization import dropout, embedding
+from minidl.ops.resample import interpolate, pixel_shuffle, pixel_unshuffle
 from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, transpose
 
 __all__ = [
@@ -24,4 +36,7 @@ __all__ = [
     "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv1d", "conv2d",
     "cross_entropy", "dropout", "embedding", "group_norm", "im2col", "l1_loss", "layer_norm",
     "max_pool2d", "mse_loss", "nll_loss",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d",
+    "conv_transpose1d", "conv_transpose2d", "interpolate", "max_pool1d", "max_unpool1d", "max_unpool2d",
+    "pixel_shuffle", "pixel_unshuffle",
 ]

@@ -159,11 +159,6 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
     return y
 
 
-def upsample(x, size=None, scale_factor=None, mode="nearest", align_corners=None) -> Tensor:
-    """nn.Upsample's function: interpolate with the same arguments."""
-    return interpolate(x, size, scale_factor, mode, align_corners)
-
-
 def _factor(op, what, value):
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{op}: {what} must be an int ≥ 1, got {value!r}")
