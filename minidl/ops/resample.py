@@ -63,16 +63,26 @@ def _scale(in_size, out_size, scale, dtype):
     return dtype.type(in_size) / dtype.type(out_size)
 
 
-def _nearest_sources(in_size, out_size, scale, exact):
-    """src(i) = min(⌊i·s⌋, in − 1), or ⌊(i + ½)·s⌋ for 'nearest-exact' (s as in _scale, float32 as PyTorch)."""
+def _nearest_sources(in_size, out_size, scale, exact, one_d=False, double=False):
+    """src(i) = min(⌊i·s⌋, in − 1), or ⌊(i + ½)·s⌋ for 'nearest-exact' (s as in _scale).
+
+    PyTorch's rounding, which decides the index where i·s lands within an ulp of an
+    integer: s and i·s in float32 ((i + ½)·s in float64, then float32). Its 1-D kernel
+    differs: on float64 input it forms s and i·s in float64 (``double``), and given a
+    scale_factor it skips the shortcuts (out = in: identity, out = 2·in: i // 2).
+    """
     i = np.arange(out_size)
-    if out_size == in_size:
-        return i
-    if out_size == 2 * in_size and not exact:
-        return i >> 1
-    s = _scale(in_size, out_size, scale, np.dtype(np.float32))
-    where = ((i + 0.5) * np.float64(s)).astype(np.float32) if exact else i.astype(np.float32) * s
-    return np.minimum(np.floor(where).astype(np.int64), in_size - 1)
+    if not exact and (scale is None or not one_d):
+        if out_size == in_size:
+            return i
+        if out_size == 2 * in_size:
+            return i >> 1
+    s = _scale(in_size, out_size, scale, np.dtype(np.float64 if double else np.float32))
+    if exact or double:
+        where = ((i + 0.5) if exact else i) * np.float64(s)
+    else:
+        where = i.astype(np.float32) * s
+    return np.minimum(np.floor(where.astype(np.float32)).astype(np.int64), in_size - 1)
 
 
 def _linear_sources(in_size, out_size, scale, align_corners, dtype):
@@ -155,7 +165,9 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
                 continue  # the identity: every source position is an integer
             y = _lerp(y, axis, *_linear_sources(in_size, out_size, scale, align_corners, x.dtype))
         elif out_size != in_size or scale not in (None, 1.0):
-            y = _take(y, axis, _nearest_sources(in_size, out_size, scale, mode == "nearest-exact"))
+            index = _nearest_sources(in_size, out_size, scale, mode == "nearest-exact", spatial == 1,
+                                     spatial == 1 and x.dtype == np.float64)
+            y = _take(y, axis, index)
     return y
 
 
