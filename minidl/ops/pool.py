@@ -190,15 +190,15 @@ def _max_unpool(op, x, indices, kernel_size, stride, padding, output_size, spati
                              f"{default[-spatial:]}")
     xp = xp_of(index)
     plane = out[0] * out[1]
-    if index.size and (int(index.min()) < 0 or int(index.max()) >= plane):
+    if bool(((index < 0) | (index >= plane)).any()):
         raise ValueError(f"{op}: indices must lie in [0, {plane}) for an output of size {out[-spatial:]}, "
                          f"got values from {int(index.min())} to {int(index.max())}")
     flat = (xp.arange(n * c).reshape((n, c) + (1,) * spatial) * plane + index).reshape(-1)
-    values = reshape(x, -1)
-    counts = xp.bincount(flat, minlength=n * c * plane)
-    if flat.size and int(counts.max()) > 1:  # overlapping windows shared a maximum: put the mean of its copies
-        values = values * Tensor((1.0 / counts[flat]).astype(x.dtype))
-    y = GetItemGrad(flat, (n * c * plane,))(values)  # y.flat[index] = x; dx = dy.flat[index]
+    # Overlapping windows can share one maximum, so an index may repeat: each copy is
+    # weighted 1/copies, so the place receives their mean (the maximum itself).
+    copies = xp.bincount(flat, minlength=n * c * plane)[flat]
+    values = reshape(x, -1) * Tensor((1.0 / copies).astype(x.dtype))
+    y = GetItemGrad(flat, (n * c * plane,))(values)  # y.flat[index] = x / copies; dx = dy.flat[index] / copies
     return reshape(y, (n, c) + out[-spatial:])
 
 

@@ -107,7 +107,7 @@ def _linear_sources(in_size, out_size, scale, align_corners, dtype):
 
 def _take(x, axis, index):
     """x with ``index`` (a NumPy int array) gathered along ``axis`` (a negative axis)."""
-    key = (Ellipsis, xp_of(x.data).asarray(index)) + (slice(None),) * (-1 - axis)
+    key = (slice(None),) * (x.ndim + axis) + (xp_of(x.data).asarray(index),) + (slice(None),) * (-1 - axis)
     return getitem(x, key)
 
 
