@@ -304,7 +304,54 @@ def _activation_cases(rng, t):
 
 def _conv_and_pool_cases(rng, t):
     """Grouped, dilated and transposed convolution; pooling variants; resampling."""
-    return []
+    def pool_indices(shape, kernel, stride, padding=0):
+        """max_pool's indices on tie-free values: what max_unpool is given."""
+        x = _distinct(np.random.default_rng(0), *shape)
+        pool = F.max_pool2d if len(shape) == 4 else F.max_pool1d
+        return pool(x, kernel, stride, padding, return_indices=True)[1]
+
+    unpool2 = pool_indices((1, 2, 4, 6), 2, 2)
+    unpool2_overlap = pool_indices((1, 2, 5, 5), 3, 1)  # overlapping windows: some indices repeat
+    unpool1 = pool_indices((2, 2, 7), 3, 2, 1)
+    return [
+        ("conv2d_groups_dilation", lambda x, w, b: F.conv2d(x, w, b, (2, 1), 1, (1, 2), 2),
+         [t(2, 4, 5, 6), t(6, 2, 3, 2), t(6)]),
+        ("conv2d_depthwise_same", lambda x, w: F.conv2d(x, w, padding="same", groups=3),
+         [t(1, 3, 5, 5), t(3, 1, 3, 3)]),
+        ("conv1d_dilated_same", lambda x, w, b: F.conv1d(x, w, b, padding="same", dilation=2),
+         [t(2, 2, 7), t(4, 2, 2), t(4)]),
+        ("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+         [t(2, 2, 3, 3), t(2, 3, 3, 2), t(3)]),
+        ("conv_transpose2d_groups_dilation",
+         lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), groups=2, dilation=(2, 1)),
+         [t(1, 4, 3, 2), t(4, 1, 2, 2)]),
+        ("conv_transpose1d", lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+         [t(2, 2, 4), t(2, 3, 3), t(3)]),
+        ("max_pool1d", lambda x: F.max_pool1d(x, 3, 2, 1), [_distinct(rng, 2, 2, 7)]),
+        ("max_pool2d_dilation_ceil", lambda x: F.max_pool2d(x, 3, 2, 1, dilation=(1, 2), ceil_mode=True),
+         [_distinct(rng, 1, 2, 6, 8)]),
+        ("max_unpool2d", lambda x: F.max_unpool2d(x, unpool2, 2), [t(1, 2, 2, 3)]),
+        ("max_unpool2d_repeated_indices", lambda x: F.max_unpool2d(x, unpool2_overlap, 3, 1), [t(1, 2, 3, 3)]),
+        ("max_unpool1d", lambda x: F.max_unpool1d(x, unpool1, 3, 2, 1), [t(2, 2, 4)]),
+        ("avg_pool1d", lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [t(2, 2, 8)]),
+        ("avg_pool2d_ceil_exclude_pad",
+         lambda x: F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False), [t(1, 2, 5, 6)]),
+        ("avg_pool2d_divisor_override", lambda x: F.avg_pool2d(x, 2, 1, divisor_override=3), [t(1, 2, 3, 4)]),
+        ("adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x, 3), [t(2, 2, 7)]),
+        ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), [t(2, 2, 5, 7)]),
+        ("adaptive_avg_pool2d_global", lambda x: F.adaptive_avg_pool2d(x, 1), [t(2, 2, 3, 3)]),
+        ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), [_distinct(rng, 2, 2, 7)]),
+        ("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 4)), [_distinct(rng, 1, 2, 5, 7)]),
+        ("adaptive_max_pool2d_equal_bins", lambda x: F.adaptive_max_pool2d(x, (2, 3)), [_distinct(rng, 1, 2, 4, 6)]),
+        ("interpolate", lambda x: F.interpolate(x, size=(5, 7)), [t(1, 2, 3, 4)]),
+        ("interpolate_bilinear", lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"), [t(1, 2, 3, 4)]),
+        ("interpolate_bilinear_align_corners",
+         lambda x: F.interpolate(x, size=(5, 3), mode="bilinear", align_corners=True), [t(1, 2, 3, 4)]),
+        ("interpolate_linear", lambda x: F.interpolate(x, size=8, mode="linear"), [t(2, 2, 5)]),
+        ("interpolate_area", lambda x: F.interpolate(x, size=(2, 4), mode="area"), [t(1, 2, 5, 6)]),
+        ("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), [t(1, 8, 2, 3)]),
+        ("pixel_unshuffle", lambda x: F.pixel_unshuffle(x, 2), [t(1, 2, 4, 6)]),
+    ]
 
 
 def _loss_and_attention_cases(rng, t):

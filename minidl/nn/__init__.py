@@ -27,7 +27,7 @@ from minidl.nn.activation import (
     Softsign,
 )
 from minidl.nn.containers import Identity, ModuleList, Sequential
-from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from minidl.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from minidl.nn.layers import (
     ELU,
     GELU,
@@ -56,16 +56,29 @@ from minidl.nn.loss import (
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from minidl.nn.pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+)
 from minidl.nn.recurrent import GRU, LSTM, RNN
+from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten",
-    "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
-    "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
-    "Softmax", "StateDictError", "Tanh", "init",
-    "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6",
-    "SELU", "SiLU", "Softmin", "Softplus", "Softsign",
-    "Unflatten",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
+    "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear", "MaxPool2d",
+    "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid", "Softmax",
+    "StateDictError", "Tanh", "init", "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid",
+    "LogSoftmax", "Mish", "PReLU", "ReLU6", "SELU", "SiLU", "Softmin", "Softplus", "Softsign", "Unflatten",
     "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
-    "SmoothL1Loss",
+    "SmoothL1Loss", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AvgPool1d",
+    "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
+    "PixelUnshuffle", "Upsample",
 ]
