@@ -10,10 +10,10 @@ from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
 from minidl.ops.linalg import linear, matmul
 from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
-from minidl.ops.norm import batch_norm, group_norm, layer_norm
+from minidl.ops.norm import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
 from minidl.ops.reduction import max, mean, min, sum, var
-from minidl.ops.regularization import dropout, embedding
+from minidl.ops.regularization import dropout, dropout1d, dropout2d, embedding
 from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, transpose
 
 __all__ = [
@@ -24,4 +24,5 @@ __all__ = [
     "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv1d", "conv2d",
     "cross_entropy", "dropout", "embedding", "group_norm", "im2col", "l1_loss", "layer_norm",
     "max_pool2d", "mse_loss", "nll_loss",
+    "dropout1d", "dropout2d", "instance_norm", "rms_norm",
 ]

@@ -8,9 +8,10 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import init
-from minidl.nn.containers import Identity, ModuleList, Sequential
+from minidl.nn import functional, init, utils
+from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
     GELU,
@@ -26,12 +27,14 @@ from minidl.nn.layers import (
     Tanh,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
-from minidl.nn.recurrent import GRU, LSTM, RNN
+from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten",
     "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
     "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
     "Softmax", "StateDictError", "Tanh", "init",
+    "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d", "LSTMCell", "ModuleDict",
+    "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
 ]
