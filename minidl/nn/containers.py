@@ -55,7 +55,7 @@ class Sequential(Module):
 
     def __setitem__(self, index, module):
         key = list(self._modules)[_index(index, len(self), "Sequential")]
-        self.add_module(key, _checked(module, "Sequential"))
+        self._modules[key] = _checked(module, "Sequential")  # in place: the order of the chain stays
 
     def __delitem__(self, index):
         keys = list(self._modules)
@@ -87,7 +87,7 @@ class ModuleList(Module):
         return values[_index(index, len(self), "ModuleList")]
 
     def __setitem__(self, index, module):
-        self.add_module(str(_index(index, len(self), "ModuleList")), _checked(module, "ModuleList"))
+        self._modules[str(_index(index, len(self), "ModuleList"))] = _checked(module, "ModuleList")  # in place
 
     def __len__(self):
         return len(self._modules)
@@ -133,7 +133,11 @@ class ModuleDict(Module):
         return self._modules[key]
 
     def __setitem__(self, key: str, module: Module) -> None:
-        self.add_module(_key(self, key, self._modules), _checked(module, "ModuleDict"))
+        key, module = _key(self, key, self._modules), _checked(module, "ModuleDict")
+        if key in self._modules:
+            self._modules[key] = module  # a replaced entry keeps its place, as in a dict
+        else:
+            self.add_module(key, module)
 
     def __delitem__(self, key: str) -> None:
         del self._modules[key]
@@ -194,7 +198,7 @@ class ParameterList(Module):
         return values[_index(index, len(self), "ParameterList")]
 
     def __setitem__(self, index, value):
-        self.register_parameter(str(_index(index, len(self), "ParameterList")), _parameter(value, "ParameterList"))
+        self._parameters[str(_index(index, len(self), "ParameterList"))] = _parameter(value, "ParameterList")
 
     def __len__(self):
         return len(self._parameters)
@@ -235,7 +239,11 @@ class ParameterDict(Module):
         return self._parameters[key]
 
     def __setitem__(self, key: str, value) -> None:
-        self.register_parameter(_key(self, key, self._parameters), _parameter(value, "ParameterDict"))
+        key, value = _key(self, key, self._parameters), _parameter(value, "ParameterDict")
+        if key in self._parameters:
+            self._parameters[key] = value  # a replaced entry keeps its place, as in a dict
+        else:
+            self.register_parameter(key, value)
 
     def __delitem__(self, key: str) -> None:
         del self._parameters[key]

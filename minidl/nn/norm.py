@@ -192,14 +192,14 @@ class _InstanceNorm(Module):
     layouts = ""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
-                 track_running_stats: bool = False, device=None, dtype=None):
+                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
         if num_features <= 0:
             raise ValueError(f"{type(self).__name__}: num_features must be positive, got {num_features}")
         check_dtype(type(self).__name__, dtype)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        _affine_parameters(self, (num_features,), affine, True, device, dtype)
+        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
         if track_running_stats:
             xp = backend.xp_for(device or "cpu")
             float_type = np.dtype(dtype or np.float32)
@@ -238,7 +238,7 @@ class _InstanceNorm(Module):
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -142,13 +142,13 @@ class _CellBase(Module):
             state = (hx,) if self.state_count == 1 else hx
             if not isinstance(state, (tuple, list)) or len(state) != self.state_count:
                 raise TypeError(f"{cell}: the state must be a tuple (h, c), got {type(hx).__name__}")
-            state = tuple(self._checked_state(h, expected, unbatched) for h in state)
+            state = tuple(self._checked_hidden(h, expected, unbatched) for h in state)
         _, state = self._step_fn()(F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh)
         if unbatched:
             state = tuple(F.reshape(h, h.shape[1:]) for h in state)
         return state[0] if self.state_count == 1 else state
 
-    def _checked_state(self, h, expected, unbatched):
+    def _checked_hidden(self, h, expected, unbatched):
         if not isinstance(h, Tensor):
             raise TypeError(f"{type(self).__name__}: states must be Tensors, got {type(h).__name__}")
         h = F.reshape(h, 1, h.shape[0]) if unbatched and h.ndim == 1 else h
@@ -163,7 +163,7 @@ class _CellBase(Module):
         if not self.bias:
             text += ", bias=False"
         if getattr(self, "nonlinearity", "tanh") != "tanh":
-            text += f", nonlinearity={self.nonlinearity!r}"
+            text += f", nonlinearity={self.nonlinearity}"  # unquoted, as PyTorch prints it
         return text
 
 
