@@ -153,9 +153,9 @@ class _CellBase(Module):
             raise TypeError(f"{type(self).__name__}: states must be Tensors, got {type(h).__name__}")
         h = F.reshape(h, 1, h.shape[0]) if unbatched and h.ndim == 1 else h
         if h.shape != expected:
-            shape = (self.hidden_size,) if unbatched else expected
-            raise ValueError(f"{type(self).__name__}: state of shape {h.shape}, expected {shape} "
-                             "(batch, hidden_size) to match the input")
+            shape = f"({self.hidden_size},) for an unbatched input" if unbatched else \
+                f"{expected} (batch, hidden_size) to match the input"
+            raise ValueError(f"{type(self).__name__}: state of shape {h.shape}, expected {shape}")
         return h
 
     def extra_repr(self):

@@ -90,6 +90,8 @@ def _per_group(owner, name, value, optimizer) -> list:
 def _kind(value) -> str:
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, numbers.Integral):
+        return "whole number"
     if isinstance(value, numbers.Real):
         return "number"
     if isinstance(value, (list, tuple)):
@@ -174,8 +176,8 @@ class LRScheduler:
         out = {}
         for key in self._state_keys():
             value, current = state_dict[key], getattr(self, key)
-            if _kind(value) != _kind(current) or (isinstance(current, (list, tuple)) and (
-                    len(value) != len(current) or any(_kind(a) != _kind(b) for a, b in zip(value, current)))):
+            if not _like(value, current) or (isinstance(current, (list, tuple)) and (
+                    len(value) != len(current) or not all(_like(a, b) for a, b in zip(value, current)))):
                 raise ValueError(f"{owner}: {key} must be like this scheduler's {_plain(current)!r}, "
                                  f"got {repr(value)[:80]}")
             out[key] = type(current)(value) if isinstance(current, (list, tuple)) else value
@@ -184,6 +186,12 @@ class LRScheduler:
             if key in out and len(out[key]) != groups:
                 raise ValueError(f"{owner}: {key} has {len(out[key])} values, this optimizer {groups} groups")
         return out
+
+
+def _like(value, current) -> bool:
+    """Whether a saved value may replace ``current``: the same kind (a whole number also for a number)."""
+    kind, want = _kind(value), _kind(current)
+    return kind == want or (want == "number" and kind == "whole number")
 
 
 def _plain(value):

@@ -290,3 +290,11 @@ def test_trainer_style_loop_uses_the_scheduled_rate():
         s.step()
         moved.append(before - float(w.numpy()[0]))
     np.testing.assert_allclose(moved, [1.0, 0.5, 0.25])
+
+
+def test_load_state_dict_refuses_a_fractional_step_count():
+    s = lr_scheduler.ExponentialLR(our_optimizer(), 0.9)
+    with pytest.raises(ValueError, match="last_epoch must be like"):
+        s.load_state_dict({**s.state_dict(), "last_epoch": 2.5})
+    s.load_state_dict({**s.state_dict(), "gamma": 1})  # a whole number where a number is expected is fine
+    assert s.gamma == 1
