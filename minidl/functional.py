@@ -106,7 +106,7 @@ from minidl.ops.math import (
     tan,
     trunc,
 )
-from minidl.ops.norm import batch_norm, group_norm, layer_norm
+from minidl.ops.norm import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
 from minidl.ops.pool import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
@@ -121,7 +121,7 @@ from minidl.ops.pool import (
 )
 from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
 from minidl.ops.reduction import max, mean, min, sum, var
-from minidl.ops.regularization import dropout, embedding
+from minidl.ops.regularization import dropout, dropout1d, dropout2d, embedding
 from minidl.ops.resample import interpolate, pixel_shuffle, pixel_unshuffle
 from minidl.ops.shape import (
     broadcast_to,
@@ -161,5 +161,5 @@ __all__ = [
     "remainder", "round", "rsqrt", "sign", "sin", "sinh", "tan", "trunc", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d", "conv_transpose1d",
     "conv_transpose2d", "interpolate", "max_pool1d", "max_unpool1d", "max_unpool2d", "pixel_shuffle",
-    "pixel_unshuffle",
+    "pixel_unshuffle", "dropout1d", "dropout2d", "instance_norm", "rms_norm",
 ]

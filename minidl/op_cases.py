@@ -419,5 +419,20 @@ def _loss_and_attention_cases(rng, t):
 
 
 def _normalization_and_recurrent_cases(rng, t):
-    """Instance and RMS normalization, recurrent cells."""
-    return []
+    """Instance and RMS normalization, channel dropout."""
+    from minidl.backend import manual_seed
+
+    def channel_dropout(op):
+        def fn(x):  # the same mask on every call (reseeded), as _dropout_with_fixed_mask
+            manual_seed(4321)
+            return op(x, p=0.4, training=True)
+        return fn
+
+    return [
+        ("instance_norm", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), [t(2, 3, 4), t(3), t(3)]),
+        ("instance_norm_2d", lambda x: F.instance_norm(x, eps=1e-3), [t(2, 2, 3, 3)]),
+        ("rms_norm", lambda x, w: F.rms_norm(x, (4,), w), [t(3, 4), t(4)]),
+        ("rms_norm_two_axes", lambda x: F.rms_norm(x, (2, 3), eps=1e-4), [t(2, 2, 3)]),
+        ("dropout1d", channel_dropout(F.dropout1d), [t(3, 4, 5)]),
+        ("dropout2d", channel_dropout(F.dropout2d), [t(3, 4, 2, 2)]),
+    ]

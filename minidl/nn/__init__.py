@@ -8,7 +8,7 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import init
+from minidl.nn import functional, init, utils
 from minidl.nn.activation import (
     CELU,
     GLU,
@@ -26,8 +26,9 @@ from minidl.nn.activation import (
     Softplus,
     Softsign,
 )
-from minidl.nn.containers import Identity, ModuleList, Sequential
+from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from minidl.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
     GELU,
@@ -55,7 +56,7 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
 from minidl.nn.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -68,7 +69,7 @@ from minidl.nn.pooling import (
     MaxUnpool1d,
     MaxUnpool2d,
 )
-from minidl.nn.recurrent import GRU, LSTM, RNN
+from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
 
 __all__ = [
@@ -80,5 +81,6 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
     "SmoothL1Loss", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AvgPool1d",
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
-    "PixelUnshuffle", "Upsample",
+    "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
+    "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
 ]
