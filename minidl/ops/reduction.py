@@ -1,21 +1,35 @@
-"""Reductions over axes: sum, mean, max, min, var (NumPy's axis and keepdims).
+"""Reductions over dims (sum, mean, max, var, std, prod, argmax, any...) and the scans (cumsum, cumprod...).
 
 Each backward first puts back the reduced axes as size 1 (so the gradient
 broadcasts against the input), then applies the derivative:
 sum → 1, mean → 1/n, max/min → 1 at the extreme (shared on ties),
-var → 2(x − x̄)/(n − ddof).
+var → 2(x − x̄)/(n − correction), prod → the product of the others.
+
+The public functions speak PyTorch: ``dim``, ``keepdim``, ``correction``
+(unbiased variance by default); NumPy's ``axis``, ``keepdims`` and ``ddof``
+are accepted as aliases. ``max(x, dim)`` returns ``(values, indices)`` as in
+PyTorch, while ``max(x, axis=...)`` keeps NumPy's meaning (values only).
+A scan (cumsum...) keeps the shape: y_i combines x_1..x_i along ``dim``, so
+dx_j gathers dy_i from every i ≥ j, which is a scan run backwards.
 """
 from __future__ import annotations
 
 import builtins
 import math
+import operator
+
+import numpy as np
 
 from minidl.autograd import Function
-from minidl.ops.shape import broadcast_to, reshape
+from minidl.backend import xp_of
+from minidl.ops.elementwise import exp, maximum, minimum, sqrt, where
+from minidl.ops.indexing import Gather, ValuesIndices
+from minidl.ops.shape import Transpose, broadcast_to, concatenate, reshape
 from minidl.tensor import Tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("sum", "mean", "max", "min", "var")
+TENSOR_METHODS = ("sum", "mean", "max", "min", "var", "std", "prod", "argmax", "argmin", "any", "all",
+                  "cumsum", "cumprod", "logcumsumexp")
 
 
 def _normalize_axis(axis, ndim, op="reduction", shape=None):
@@ -85,7 +99,7 @@ class Max(Reduction):
 
     def forward(self, x):
         self.prepare(x)
-        if any(x.shape[a] == 0 for a in self.axes):  # an empty batch over other axes is fine
+        if builtins.any(x.shape[a] == 0 for a in self.axes):  # an empty batch over other axes is fine
             raise ValueError(f"{self.extreme}: cannot reduce over an empty axis (shape {x.shape}, axis {self.axis})")
         y = getattr(x, self.extreme)(axis=self.axes, keepdims=True)
         hits = x == y
@@ -105,8 +119,8 @@ class Min(Max):
 class Var(Reduction):
     """y = Σ (x − x̄)² / (n − ddof);  dx = dy · 2(x − x̄)/(n − ddof).
 
-    ``ddof=0`` (NumPy's default) is the population variance; ``ddof=1`` is
-    PyTorch's default unbiased estimate (PyTorch calls ddof ``correction``).
+    ``ddof=0`` is the population variance; ``ddof=1`` is the unbiased
+    estimate, the default of :func:`var` (PyTorch calls ddof ``correction``).
     When n ≤ ddof there is no estimate, and the numbers are PyTorch's: the
     forward divides by max(n − ddof, 0), giving NaN (0/0) or inf; the
     backward keeps the formula with 2/(n − ddof) taken as +inf at n = ddof,
@@ -132,28 +146,318 @@ class Var(Reduction):
         return self.expand(gy) * centered * scale
 
 
-def _axis(axis, dim):
-    return axis if dim is None else dim
+
+class Prod(Reduction):
+    """y = Π x over axes;  dx_k = dy · Π_{j≠k} x_j = dy · (Π_{j<k} x_j)(Π_{j>k} x_j).
+
+    The product of the others is taken as the exclusive products from the
+    left and from the right (two cumprods), never as y / x_k: so it is right
+    with zeros in x (one zero: only its own gradient is nonzero; two: all are
+    0), and its derivative, built from cumprod's, is right as well.
+    """
+
+    def forward(self, x):
+        self.prepare(x)
+        return x.prod(axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        if not self.axes:  # a 0-d x: y = x
+            return gy
+        if x.data.size == 0:
+            return Tensor(x.xp.zeros(x.shape, gy.dtype))
+        kept = [a for a in range(x.ndim) if a not in self.axes]
+        perm = tuple(kept + list(self.axes))  # the reduced axes last, flattened into one row of n values
+        lead = tuple(x.shape[a] for a in kept)
+        rows = reshape(Transpose(perm)(x), lead + (self.count,))
+        one = Tensor(x.xp.ones(lead + (1,), x.dtype))
+        before = cumprod(concatenate([one, rows[..., :-1]], axis=-1), -1)  # Π_{j<k} x_j
+        after = Cumprod(rows.ndim - 1, reverse=True)(concatenate([rows[..., 1:], one], axis=-1))  # Π_{j>k} x_j
+        g = reshape(gy, lead + (1,)) * before * after
+        inverse = tuple(perm.index(a) for a in range(x.ndim))
+        return Transpose(inverse)(reshape(g, tuple(x.shape[a] for a in perm)))
 
 
-def sum(x, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
-    """Σ x over ``axis`` (all axes by default); ``dim``/``keepdim`` are PyTorch aliases."""
-    return Sum(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)
+# ---------------------------------------------------------------- scans along one dim
+def _scan(xp, a, dim, reverse, scan):
+    """``scan`` along ``dim`` from the first entry on, or from the last when ``reverse``."""
+    if not reverse:
+        return scan(a, axis=dim)
+    return xp.flip(scan(xp.flip(a, axis=dim), axis=dim), axis=dim)
 
 
-def mean(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    return Mean(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)
+class Scan(Function):
+    def __init__(self, dim, reverse=False):
+        self.dim, self.reverse = dim, reverse
+
+    def forward(self, x):
+        xp = xp_of(x)
+        return _scan(xp, x, self.dim, self.reverse, getattr(xp, self.scan))
 
 
-def max(x, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
-    return Max(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)
+class Cumsum(Scan):
+    """y_i = Σ_{j≤i} x_j along dim;  dx_j = Σ_{i≥j} dy_i (the cumsum of dy run backwards).
+
+    ``reverse=True`` sums from the end (y_i = Σ_{j≥i} x_j); its backward is the forward cumsum.
+    """
+    saved_inputs = ()
+    scan = "cumsum"
+
+    def backward(self, gy):
+        return Cumsum(self.dim, not self.reverse)(gy)
 
 
-def min(x, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A001
-    return Min(_axis(axis, dim), keepdims if keepdim is None else keepdim)(x)
+class Cumprod(Scan):
+    """y_i = Π_{j≤i} x_j along dim;  dx_k = Σ_{i≥k} dy_i Π_{j≤i, j≠k} x_j.
+
+    Where x_k ≠ 0 this is Σ_{i≥k} dy_i y_i / x_k (a backward cumsum, divided).
+    At the first zero x_k0 of a row it is Σ_{i≥k0} dy_i y'_i with y' the
+    cumprod of x with that zero replaced by 1; at any later zero it is 0
+    (the product of the others holds x_k0 = 0). So first derivatives are
+    exact with any number of zeros; second derivatives are exact with at most
+    one zero per row (with two, the mixed derivative of the two zeros is
+    taken as 0). ``reverse=True`` multiplies from the end.
+    """
+    scan = "cumprod"
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        xp = x.xp
+        zero = x.data == 0
+        first = zero & (_scan(xp, zero.astype(np.int64), self.dim, self.reverse, xp.cumsum) == 1)
+
+        def back(t):  # Σ over the outputs that each x_k feeds
+            return Cumsum(self.dim, not self.reverse)(t)
+
+        nonzero_part = where(zero, 0, back(gy * self.output()) / where(zero, 1, x))
+        without_first_zero = Cumprod(self.dim, self.reverse)(where(first, 1, x))
+        return where(first, back(gy * without_first_zero), nonzero_part)
 
 
-def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, keepdim=None, correction=None):
-    """Variance over ``axis`` with n − ``ddof`` in the denominator; ``correction`` is PyTorch's name for ddof."""
-    ddof = ddof if correction is None else correction
-    return Var(_axis(axis, dim), keepdims if keepdim is None else keepdim, ddof)(x)
+class Logcumsumexp(Function):
+    """y_i = log Σ_{j≤i} e^{x_j} along dim;  dx_j = Σ_{i≥j} dy_i e^{x_j − y_i}.
+
+    Computed as dx = e^{x − m} · (Σ_{i≥j} dy_i e^{m − y_i}) with m the last y
+    of the row (its log-sum-exp, a constant): e^{x − m} ≤ 1, and e^{m − y_i}
+    stays finite while the row's first values are within ~700 (float64) or
+    ~80 (float32) of m. The forward is exact on the CPU (NumPy's
+    logaddexp.accumulate); on the GPU it shifts by the row's max, which has
+    the same range.
+    """
+    saved_inputs = ()
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def forward(self, x):
+        xp = xp_of(x)
+        if xp is np:
+            return np.logaddexp.accumulate(x, axis=self.dim)
+        if x.shape[self.dim] == 0:
+            return x.copy()
+        m = x.max(axis=self.dim, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        return xp.log(xp.cumsum(xp.exp(x - m), axis=self.dim)) + m
+
+    def backward(self, gy):
+        y = self.output()
+        if y.shape[self.dim] == 0:
+            return gy
+        last = (slice(None),) * self.dim + (slice(-1, None),)
+        m = Tensor(y.data[last])
+        m = Tensor(y.xp.where(y.xp.isfinite(m.data), m.data, 0))
+        return exp(self.inputs[0] - m) * Cumsum(self.dim, reverse=True)(gy * exp(m - y))
+
+
+# ---------------------------------------------------------------- argument spelling
+def _dims(op, dim, axis):
+    """PyTorch's ``dim`` or NumPy's ``axis`` (one of them)."""
+    if axis is None:
+        return dim
+    if dim is not None:
+        raise TypeError(f"{op}: got dim={dim!r} and axis={axis!r}; pass one of them (axis is NumPy's name for dim)")
+    return axis
+
+
+def _keep(op, keepdim, keepdims):
+    """PyTorch's ``keepdim`` or NumPy's ``keepdims``."""
+    if keepdims is None:
+        return bool(keepdim)
+    if keepdim and not keepdims:
+        raise TypeError(f"{op}: got keepdim={keepdim!r} and keepdims={keepdims!r}; pass one of them")
+    return bool(keepdims)
+
+
+def _one_dim(op, x, dim):
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"{op}: dim must be one int, got {dim!r}") from None
+    return _normalize_axis(dim, x.ndim, op, x.shape)
+
+
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """Σ x over ``dim`` (an int, a tuple, or all dims by default)."""
+    return Sum(_dims("sum", dim, axis), _keep("sum", keepdim, keepdims))(x)
+
+
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The mean of x over ``dim`` (an int, a tuple, or all dims by default)."""
+    return Mean(_dims("mean", dim, axis), _keep("mean", keepdim, keepdims))(x)
+
+
+def _extreme(op, x, dim, keepdim, axis, keepdims):
+    reduction, elementwise = (Max, maximum) if op == "max" else (Min, minimum)
+    if isinstance(dim, Tensor):  # PyTorch's x.max(other): the elementwise maximum
+        return elementwise(x, dim)
+    keep = _keep(op, keepdim, keepdims)
+    if axis is not None or dim is None:
+        return reduction(_dims(op, dim, axis), keep)(x)
+    if isinstance(dim, (tuple, list)):
+        raise TypeError(f"{op}: dim must be one int when indices are returned, got {dim!r}; for the "
+                        f"values over several dims pass axis={tuple(dim)!r} (NumPy's meaning: values only)")
+    dim = _one_dim(op, x, dim)
+    if not dim:  # a 0-d x: the value itself, at index 0
+        return ValuesIndices(reshape(x, x.shape), Tensor(x.xp.zeros((), np.int64)))
+    if x.shape[dim[0]] == 0:
+        raise ValueError(f"{op}: cannot reduce over an empty dim (shape {x.shape}, dim {dim[0]})")
+    d = dim[0]
+    index = getattr(x.xp, "arg" + op)(x.data, axis=d, keepdims=True).astype(np.int64, copy=False)
+    values = Gather(d, index)(x)  # the gradient goes to the index found, as in PyTorch
+    if not keep:
+        values, index = reshape(values, values.shape[:d] + values.shape[d + 1:]), index.squeeze(d)
+    return ValuesIndices(values, Tensor(index))
+
+
+def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """PyTorch's ``max``: the largest value, or ``(values, indices)`` along ``dim``, or ``maximum(x, other)``.
+
+    - ``max(x)``: the largest value (a 0-d Tensor); ties share the gradient evenly.
+    - ``max(x, dim)`` / ``max(x, dim=d, keepdim=True)``: a named tuple ``(values, indices)``
+      (``indices`` int64, no gradient); the gradient goes to the index returned, the first
+      of equal values, as in PyTorch.
+    - ``max(x, other_tensor)``: the elementwise :func:`maximum`.
+    - ``max(x, axis=...)``, ``keepdims=``: NumPy's meaning: the values only, over one dim or a
+      tuple of dims, ties sharing the gradient. A deliberate difference from PyTorch, where
+      ``axis=`` is an alias of ``dim`` and gives the named tuple.
+    """
+    return _extreme("max", x, dim, keepdim, axis, keepdims)
+
+
+def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """PyTorch's ``min``; see :func:`max` (``(values, indices)`` with ``dim``, values only with ``axis``)."""
+    return _extreme("min", x, dim, keepdim, axis, keepdims)
+
+
+def _correction(op, unbiased, correction, ddof):
+    given = [name for name, v in (("unbiased", unbiased), ("correction", correction), ("ddof", ddof))
+             if v is not None]
+    if len(given) > 1:
+        raise TypeError(f"{op}: got {' and '.join(given)}; pass one of them "
+                        "(correction = ddof = the number subtracted from n; unbiased=True is correction=1)")
+    if unbiased is not None:
+        if not isinstance(unbiased, (bool, np.bool_)):
+            raise TypeError(f"{op}: unbiased must be True or False, got {unbiased!r}; "
+                            "for another correction pass correction= (or NumPy's ddof=)")
+        return int(unbiased)
+    value = correction if correction is not None else ddof
+    return 1 if value is None else value
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """Variance over ``dim``: Σ (x − x̄)² / (n − correction), unbiased (correction = 1) by default as in PyTorch.
+
+    Pass one of ``correction=`` (PyTorch), ``unbiased=`` (True: 1, False: 0) or NumPy's
+    ``ddof=``; ``var(x, False)`` is PyTorch's ``var(unbiased=False)``, the population variance.
+    """
+    if isinstance(dim, (bool, np.bool_)):  # PyTorch's var(x, unbiased)
+        if unbiased is not None:
+            raise TypeError(f"var: got unbiased twice ({dim!r} and {unbiased!r})")
+        dim, unbiased = None, dim
+    ddof = _correction("var", unbiased, correction, ddof)
+    return Var(_dims("var", dim, axis), _keep("var", keepdim, keepdims), ddof)(x)
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """Standard deviation √var (same arguments as :func:`var`, unbiased by default);  dx = dvar / (2 std)."""
+    if isinstance(dim, (bool, np.bool_)):
+        if unbiased is not None:
+            raise TypeError(f"std: got unbiased twice ({dim!r} and {unbiased!r})")
+        dim, unbiased = None, dim
+    ddof = _correction("std", unbiased, correction, ddof)
+    return sqrt(Var(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x))
+
+
+def prod(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """Π x over ``dim`` (all dims by default); gradients are right with zeros in x (see :class:`Prod`)."""
+    return Prod(_dims("prod", dim, axis), _keep("prod", keepdim, keepdims))(x)
+
+
+def _arg_extreme(op, x, dim, keepdim, axis, keepdims):
+    dim, keep = _dims(op, dim, axis), _keep(op, keepdim, keepdims)
+    xp = x.xp
+    find = getattr(xp, op)
+    if dim is None:
+        if x.data.size == 0:
+            raise ValueError(f"{op}: cannot search an empty tensor (shape {x.shape})")
+        index = find(x.data.reshape(-1)).astype(np.int64)
+        return Tensor(index.reshape((1,) * x.ndim) if keep else index)
+    (d,) = _one_dim(op, x, dim) or (None,)
+    if d is None:  # a 0-d x
+        return Tensor(xp.zeros((), np.int64))
+    if x.shape[d] == 0:
+        raise ValueError(f"{op}: cannot search an empty dim (shape {x.shape}, dim {d})")
+    return Tensor(find(x.data, axis=d, keepdims=keep).astype(np.int64, copy=False))
+
+
+def argmax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The int64 index of the largest value (flat index without ``dim``); first one on ties; no gradient."""
+    return _arg_extreme("argmax", x, dim, keepdim, axis, keepdims)
+
+
+def argmin(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The int64 index of the smallest value (flat index without ``dim``); first one on ties; no gradient."""
+    return _arg_extreme("argmin", x, dim, keepdim, axis, keepdims)
+
+
+def _logical(op, x, dim, keepdim, axis, keepdims):
+    dim, keep = _dims(op, dim, axis), _keep(op, keepdim, keepdims)
+    axes = _normalize_axis(dim, x.ndim, op, x.shape)
+    return Tensor(getattr(x.xp, op)(x.data, axis=axes, keepdims=keep))
+
+
+def any(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """True where some value over ``dim`` is nonzero (a bool Tensor, no gradient)."""
+    return _logical("any", x, dim, keepdim, axis, keepdims)
+
+
+def all(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """True where every value over ``dim`` is nonzero (a bool Tensor, no gradient)."""
+    return _logical("all", x, dim, keepdim, axis, keepdims)
+
+
+def _scan_dim(op, x, dim, axis):
+    dim = _dims(op, dim, axis)
+    if dim is None:
+        raise TypeError(f"{op}: dim is required (PyTorch's signature {op}(x, dim)); "
+                        f"for the flattened tensor use {op}(x.reshape(-1), 0)")
+    (d,) = _one_dim(op, x, dim) or (None,)
+    return d
+
+
+def cumsum(x, dim=None, *, axis=None):
+    """y_i = x_1 + ... + x_i along ``dim``;  dx = the cumsum of dy from the end."""
+    d = _scan_dim("cumsum", x, dim, axis)
+    return x if d is None else Cumsum(d)(x)
+
+
+def cumprod(x, dim=None, *, axis=None):
+    """y_i = x_1 · ... · x_i along ``dim``; gradients right with zeros (see :class:`Cumprod`)."""
+    d = _scan_dim("cumprod", x, dim, axis)
+    return x if d is None else Cumprod(d)(x)
+
+
+def logcumsumexp(x, dim=None, *, axis=None):
+    """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
+    d = _scan_dim("logcumsumexp", x, dim, axis)
+    return x if d is None else Logcumsumexp(d)(x)
