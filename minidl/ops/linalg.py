@@ -1,4 +1,4 @@
-"""Matrix products: matmul (NumPy's @ rules) and the Linear layer's op.
+"""Matrix products: matmul (NumPy's @ rules), the Linear layer's op, and norms.
 
 For Y = A B with A (n×k) and B (k×m), each element y_ij = Σ_l a_il b_lj, so
 
@@ -8,19 +8,27 @@ For Y = A B with A (n×k) and B (k×m), each element y_ij = Σ_l a_il b_lj, so
 Batched inputs apply this to every matrix of the batch; a batch axis that was
 broadcast sums its gradients back (sum_to). A 1-D operand is a row (on the
 left) or a column (on the right) vector whose extra axis is dropped.
+
+A vector p-norm y = (Σ |x|^p)^(1/p) has ∂y/∂x = sign(x) (|x|/y)^(p−1): for
+p = 2 that is x / y, the unit vector along x.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from minidl.autograd import Function
 from minidl.backend import xp_of
+from minidl.ops.elementwise import abs as elementwise_abs
+from minidl.ops.elementwise import where
+from minidl.ops.reduction import Max, Min, Reduction, _dims, _keep
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import reshape, sum_to, swap_last_axes
-from minidl.tensor import as_tensor
+from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ()
+TENSOR_METHODS = ("norm",)
 
 
 class MatMul(Function):
@@ -126,3 +134,64 @@ class LinearGradWeight(Function):
 def linear(x, weight, bias=None):
     """F.linear(x, weight, bias): x Wᵀ + b, weight of shape (out_features, in_features)."""
     return Linear()(x, weight) if bias is None else Linear()(x, weight, bias)
+
+
+# ---------------------------------------------------------------- norms
+class VectorNorm(Reduction):
+    """y = (Σ |x|^p)^(1/p) over axes;  dx = dy · sign(x) · (|x| / y)^(p−1), and dx = 0 where x = 0 or y = 0.
+
+    For p = 2 (and PyTorch's 'fro'): y = √(Σ x²),  dx = dy · x / y. The zeros
+    are PyTorch's: the zero vector has gradient 0 (not 0/0), and for p < 1 an
+    entry x = 0 has gradient 0 (not 0 · ∞). Inside those places the formula
+    sees stand-ins (|x| = 1, y = 1), so differentiating it again is finite too.
+    """
+
+    def __init__(self, p, axis=None, keepdims=False):
+        super().__init__(axis, keepdims)
+        self.p = p
+
+    def forward(self, x):
+        self.prepare(x)
+        xp = xp_of(x)
+        if self.p == 2:
+            return xp.sqrt((x * x).sum(axis=self.axes, keepdims=self.keepdims))
+        return (xp.abs(x) ** self.p).sum(axis=self.axes, keepdims=self.keepdims) ** (1 / self.p)
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        y = self.expand(self.output())
+        y_safe = where(y.data == 0, 1, y)
+        if self.p == 2:
+            return self.expand(gy) * x / y_safe
+        zero = x.data == 0
+        ratio = where(zero, 1, elementwise_abs(x)) / y_safe
+        return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+
+
+def norm(x, p="fro", dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's ``norm``: a vector p-norm over ``dim`` (all of x by default).
+
+    p: 'fro' or 2 (√Σx²), 1 (Σ|x|), inf (max |x|), -inf (min |x|), 0 (the count of
+    nonzeros, no gradient) or any other number ((Σ|x|^p)^(1/p)). With a 2-tuple
+    ``dim`` 'fro' is the Frobenius norm of those matrices. The nuclear norm
+    (p='nuc', the sum of singular values) is not provided: its gradient needs
+    an SVD backward.
+    """
+    dim, keep = _dims("norm", dim, axis), _keep("norm", keepdim, keepdims)
+    if p is None or p == "fro":
+        p = 2
+    elif isinstance(p, str):
+        if p == "nuc":
+            raise NotImplementedError("norm: p='nuc' (the nuclear norm) is not implemented in minidl: its gradient "
+                                      "needs an SVD backward; use p='fro' or a number")
+        raise ValueError(f"norm: p must be 'fro', 'nuc' or a number, got {p!r}")
+    p = float(p)
+    if p == 1:
+        return reduce_sum(elementwise_abs(x), dim, keep)
+    if p == math.inf:
+        return Max(dim, keep)(elementwise_abs(x))
+    if p == -math.inf:
+        return Min(dim, keep)(elementwise_abs(x))
+    if p == 0:
+        return reduce_sum(Tensor((x.data != 0).astype(x.dtype)), dim, keep)
+    return VectorNorm(2 if p == 2 else p, dim, keep)(x)
