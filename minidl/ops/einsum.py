@@ -40,10 +40,11 @@ TENSOR_METHODS = ()
 
 
 class Einsum(Function):
-    """y = einsum(subs → out, x_1, ..., x_n);  dx_k = einsum(dy, the other x_j → subs_k) (see the module).
+    """y[out] = Σ (Π_k x_k[subs_k]);  dx_k = Σ dy[out] Π_{j≠k} x_j[subs_j]  (each an einsum).
 
-    ``subs`` hold letters only (``...`` already spelled out); every letter of
-    every operand has one size.
+    The sums run over the letters absent from the left side. ``subs`` hold
+    letters only (``...`` already spelled out); every letter of every
+    operand has one size.
     """
     saved_inputs = "each other"  # x_k is read only for the other operands' gradients
 

@@ -95,8 +95,9 @@ class Gather(Function):
 
 
 class ScatterAdd(Function):
-    """y = x;  y[i][index[i][j]] += src[i][j] (dim = 1; repeats add up);
-    dx = dy,  dsrc[i][j] = dy[i][index[i][j]] (a gather).
+    """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
+
+    s is ``src``; its gradient ds is a gather of dy.
     """
     saved_inputs = ()
 
@@ -115,10 +116,10 @@ class ScatterAdd(Function):
 
 
 class Scatter(Function):
-    """y = x;  y[i][index[i][j]] = src[i][j] (dim = 1), or = value when a number is given;
-    dx = dy with 0 at the written places (a scatter of 0),  dsrc[i][j] = dy[i][index[i][j]] (a gather).
+    """y = x, then y[i][index[i][j]] = s[i][j] (dim = 1);  dx = dy with 0 where written,  ds[i][j] = dy[i][index[i][j]].
 
-    Where an index repeats, which write lands is unspecified (as in PyTorch);
+    s is ``src``, or the number ``value`` (then there is no ds). dx is a
+    scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
     dsrc then reads the same dy for each of the repeats.
     """
     saved_inputs = ()

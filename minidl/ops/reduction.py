@@ -148,7 +148,7 @@ class Var(Reduction):
 
 
 class Prod(Reduction):
-    """y = Π x over axes;  dx_k = dy · Π_{j≠k} x_j = dy · (Π_{j<k} x_j)(Π_{j>k} x_j).
+    """y = Π x over axes;  dx_k = dy Π_{j≠k} x_j = dy (Π_{j<k} x_j)(Π_{j>k} x_j).
 
     The product of the others is taken as the exclusive products from the
     left and from the right (two cumprods), never as y / x_k: so it is right
@@ -208,10 +208,11 @@ class Cumsum(Scan):
 
 
 class Cumprod(Scan):
-    """y_i = Π_{j≤i} x_j along dim;  dx_k = Σ_{i≥k} dy_i Π_{j≤i, j≠k} x_j.
+    """y_i = Π_{j≤i} x_j along dim;  dx_k = Σ_{i≥k} dy_i y_i / x_k where x_k ≠ 0 (zeros: below).
 
-    Where x_k ≠ 0 this is Σ_{i≥k} dy_i y_i / x_k (a backward cumsum, divided).
-    At the first zero x_k0 of a row it is Σ_{i≥k0} dy_i y'_i with y' the
+    In general dx_k is Σ over i ≥ k of dy_i times the product of x_1..x_i
+    without x_k; where x_k ≠ 0 that is the formula above (a backward cumsum,
+    divided). At the first zero x_k0 of a row it is Σ_{i≥k0} dy_i y'_i with y' the
     cumprod of x with that zero replaced by 1; at any later zero it is 0
     (the product of the others holds x_k0 = 0). So first derivatives are
     exact with any number of zeros; second derivatives are exact with at most
@@ -235,10 +236,10 @@ class Cumprod(Scan):
 
 
 class Logcumsumexp(Function):
-    """y_i = log Σ_{j≤i} e^{x_j} along dim;  dx_j = Σ_{i≥j} dy_i e^{x_j − y_i}.
+    """y_i = ln Σ_{j≤i} e^(x_j) along dim;  dx_j = Σ_{i≥j} dy_i e^(x_j − y_i).
 
-    Computed as dx = e^{x − m} · (Σ_{i≥j} dy_i e^{m − y_i}) with m the last y
-    of the row (its log-sum-exp, a constant): e^{x − m} ≤ 1, and e^{m − y_i}
+    Computed as dx = e^(x − m) · (Σ_{i≥j} dy_i e^(m − y_i)) with m the last y
+    of the row (its log-sum-exp, a constant): e^(x − m) ≤ 1, and e^(m − y_i)
     stays finite while the row's first values are within ~700 (float64) or
     ~80 (float32) of m. The forward is exact on the CPU (NumPy's
     logaddexp.accumulate); on the GPU it shifts by the row's max, which has
