@@ -176,6 +176,8 @@ def _shape_cases(rng, t):
 
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
+    from minidl.ops.reduction import LogcumsumexpGrad
+
     one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
     two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
     row_index = np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]])  # repeats: gradients add up
@@ -193,6 +195,7 @@ def _reduction_and_indexing_cases(rng, t):
         ("cumprod", lambda x: F.cumprod(x, 0), [t(3, 4)]),
         ("cumprod_one_zero", lambda x: F.cumprod(x, -1), [one_zero]),
         ("logcumsumexp", lambda x: F.logcumsumexp(x, -1), [t(3, 4)]),
+        ("logcumsumexp_grad", lambda p, q, a: LogcumsumexpGrad(0, True)(p, q, a), [t(3, 4), t(3, 4), t(3, 4)]),
         ("sort", lambda x: F.sort(x, dim=1, descending=True).values, [_distinct(rng, 3, 4)]),
         ("topk", lambda x: F.topk(x, 2, dim=0).values, [_distinct(rng, 3, 4)]),
         ("gather", lambda x: F.gather(x, 1, row_index), [t(3, 4)]),

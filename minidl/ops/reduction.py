@@ -22,7 +22,7 @@ import numpy as np
 
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.elementwise import exp, maximum, minimum, sqrt, where
+from minidl.ops.elementwise import maximum, minimum, sqrt, where
 from minidl.ops.indexing import Gather, ValuesIndices
 from minidl.ops.shape import Transpose, broadcast_to, concatenate, reshape
 from minidl.tensor import Tensor
@@ -235,39 +235,65 @@ class Cumprod(Scan):
         return where(first, back(gy * without_first_zero), nonzero_part)
 
 
+def _log_cumsum_exp(xp, a, dim, reverse=False):
+    """ln Σ e^a over each prefix (suffix when ``reverse``) along ``dim``, on arrays, without overflow.
+
+    Exact on the CPU (NumPy's logaddexp.accumulate); on the GPU a shift by the
+    row's max, exact while a row's values span less than ~700 (float64) or ~80 (float32).
+    """
+    if xp is np:
+        return _scan(np, a, dim, reverse, np.logaddexp.accumulate)
+    if a.shape[dim] == 0:
+        return a.copy()
+    m = a.max(axis=dim, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    return xp.log(_scan(xp, xp.exp(a - m), dim, reverse, xp.cumsum)) + m
+
+
 class Logcumsumexp(Function):
     """y_i = ln Σ_{j≤i} e^(x_j) along dim;  dx_j = Σ_{i≥j} dy_i e^(x_j − y_i).
 
-    Computed as dx = e^(x − m) · (Σ_{i≥j} dy_i e^(m − y_i)) with m the last y
-    of the row (its log-sum-exp, a constant): e^(x − m) ≤ 1, and e^(m − y_i)
-    stays finite while the row's first values are within ~700 (float64) or
-    ~80 (float32) of m. The forward is exact on the CPU (NumPy's
-    logaddexp.accumulate); on the GPU it shifts by the row's max, which has
-    the same range.
+    The backward is a gradient op of its own (:class:`LogcumsumexpGrad`), which
+    keeps every exponent ≤ 0: no overflow for any range of x.
     """
-    saved_inputs = ()
 
     def __init__(self, dim):
         self.dim = dim
 
     def forward(self, x):
-        xp = xp_of(x)
-        if xp is np:
-            return np.logaddexp.accumulate(x, axis=self.dim)
-        if x.shape[self.dim] == 0:
-            return x.copy()
-        m = x.max(axis=self.dim, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
-        return xp.log(xp.cumsum(xp.exp(x - m), axis=self.dim)) + m
+        return _log_cumsum_exp(xp_of(x), x, self.dim)
 
     def backward(self, gy):
-        y = self.output()
-        if y.shape[self.dim] == 0:
-            return gy
-        last = (slice(None),) * self.dim + (slice(-1, None),)
-        m = Tensor(y.data[last])
-        m = Tensor(y.xp.where(y.xp.isfinite(m.data), m.data, 0))
-        return exp(self.inputs[0] - m) * Cumsum(self.dim, reverse=True)(gy * exp(m - y))
+        return LogcumsumexpGrad(self.dim, reverse=True)(self.inputs[0], self.output(), gy)
+
+
+class LogcumsumexpGrad(Function):
+    """z_k = Σ_{l≥k} a_l e^(p_k − q_l) along dim (l ≤ k when not reverse);
+    dp = dz ⊙ z,  da_l = Σ_k dz_k e^(p_k − q_l),  dq = −a ⊙ da.
+
+    Logcumsumexp's gradient is z with p = x, q = y, a = dy. da runs the scan the
+    other way, with p and q swapped and negated: it is this op again, so every
+    order of derivative stays one formula. Computed in the log domain, with a
+    split into its positive and negative parts: z = e^(p + L⁺) − e^(p + L⁻),
+    L± = the scan of ln Σ e^(ln a± − q).
+    """
+
+    def __init__(self, dim, reverse):
+        self.dim, self.reverse = dim, reverse
+
+    def forward(self, p, q, a):
+        xp = xp_of(a)
+        with np.errstate(divide="ignore"):  # ln 0 = −inf: that part adds nothing
+            pos = _log_cumsum_exp(xp, xp.log(xp.where(a > 0, a, 0)) - q, self.dim, self.reverse)
+            neg = _log_cumsum_exp(xp, xp.log(xp.where(a < 0, -a, 0)) - q, self.dim, self.reverse)
+        return xp.exp(p + pos) - xp.exp(p + neg)
+
+    def backward(self, gz):
+        p, q, a = self.inputs
+        da = LogcumsumexpGrad(self.dim, not self.reverse)(-q, -p, gz) if (q.requires_grad or a.requires_grad) else None
+        return (gz * self.output() if p.requires_grad else None,
+                -(a * da) if q.requires_grad else None,
+                da if a.requires_grad else None)
 
 
 # ---------------------------------------------------------------- argument spelling
