@@ -176,7 +176,12 @@ def _shape_cases(rng, t):
 
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
+    from minidl.ops.linalg import SVD
     from minidl.ops.reduction import LogcumsumexpGrad
+
+    def svd_reassembled(a, weights):
+        u, s, vh = SVD()(a)
+        return (u * weights) @ vh + s
 
     one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
     two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
@@ -184,6 +189,7 @@ def _reduction_and_indexing_cases(rng, t):
     column_index = np.array([[2, 0, 1, 0], [1, 2, 2, 1]])
     distinct_columns = np.array([[3, 0], [1, 2], [0, 1]])  # scatter writes each place once
     mask = rng.random((3, 4)) > 0.5
+    weights = Tensor(np.array([1.5, -0.5, 2.0]))
     return [
         ("max_dim", lambda x: F.max(x, 1).values, [_distinct(rng, 3, 4)]),
         ("min_dim", lambda x: x.min(dim=0, keepdim=True).values, [_distinct(rng, 3, 4)]),
@@ -210,6 +216,8 @@ def _reduction_and_indexing_cases(rng, t):
         ("norm_p_half", lambda x: F.norm(x, 0.5, dim=0), [_away_from_kinks(rng, 3, 4)]),
         ("norm_p1", lambda x: F.norm(x, 1, dim=(0, 1)), [_away_from_kinks(rng, 3, 4)]),
         ("norm_inf", lambda x: F.norm(x, float("inf"), dim=1), [_distinct(rng, 3, 4)]),
+        ("norm_nuc", lambda x: F.norm(x, "nuc", dim=(0, 2), keepdim=True), [t(3, 2, 4)]),
+        ("svd", lambda a: svd_reassembled(a, weights), [t(4, 3)]),  # U diag(w) Vᵀ: the sign of each pair cancels
         ("einsum", lambda a, b: F.einsum("bij,bjk->bik", a, b), [t(2, 3, 4), t(2, 4, 5)]),
         ("einsum_trace", lambda a: F.einsum("ii", a), [t(3, 3)]),
         ("einsum_diagonal_ellipsis", lambda a, b: F.einsum("...ii,i->...i", a, b), [t(2, 3, 3), t(3)]),

@@ -81,6 +81,55 @@ def test_norm_second_derivative_matches_pytorch(torch):
         np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-10)
 
 
+@pytest.mark.parametrize("shape, dim, keepdim", [((3, 3), None, False), ((4, 2), None, False), ((2, 5), (0, 1), True),
+                                             ((2, 3, 4), (1, 2), False), ((3, 2, 4), (2, 0), True)])
+def test_nuclear_norm_matches_pytorch_and_the_singular_values(torch, shape, dim, keepdim):
+    v = _x(*shape)
+    y, (grad,) = _both(torch, lambda a: a.norm("nuc", dim, keepdim), lambda a: torch.norm(a, "nuc", dim, keepdim), v)
+    if dim is None:
+        np.testing.assert_allclose(y.numpy(), np.linalg.svd(v, compute_uv=False).sum(), rtol=1e-12)
+        u, _, vh = np.linalg.svd(v, full_matrices=False)
+        g = np.random.default_rng(1).standard_normal(())  # dA = dy U Vᵀ
+        np.testing.assert_allclose(grad, g * u @ vh, rtol=1e-10)
+
+
+def test_nuclear_norm_second_derivative_matches_pytorch(torch):
+    for shape in [(3, 3), (4, 2), (2, 5)]:
+        v, w = _x(*shape), _x(*shape, seed=3)
+        x = mdl.tensor(v, requires_grad=True)
+        (g,) = mdl.grad([F.norm(x, "nuc")], [x], create_graph=True)
+        (h,) = mdl.grad([(g * mdl.tensor(w)).sum()], [x])
+        t = torch.tensor(v, requires_grad=True)
+        (tg,) = torch.autograd.grad(torch.linalg.matrix_norm(t, "nuc"), t, create_graph=True)
+        (th,) = torch.autograd.grad((tg * torch.tensor(w)).sum(), t)
+        np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_svd_gradient_of_a_sign_free_function_matches_pytorch(torch):
+    from minidl.ops.linalg import SVD
+    for shape in [(4, 3), (3, 5), (2, 3, 3)]:
+        v = _x(*shape)
+        k = min(shape[-2:])
+        w = np.linspace(-1.0, 2.0, k)
+
+        def ours(a):
+            u, s, vh = SVD()(a)
+            return (u * mdl.tensor(w)) @ vh + (s ** 3).sum()
+
+        def theirs(a):
+            u, s, vh = torch.linalg.svd(a, full_matrices=False)
+            return (u * torch.tensor(w)) @ vh + (s ** 3).sum()
+
+        _both(torch, ours, theirs, v, rtol=1e-9)
+
+
+def test_nuclear_norm_needs_a_matrix():
+    with pytest.raises(ValueError, match="norm: p='nuc' without dim needs a 2-D tensor, got shape \\(2, 3, 4\\)"):
+        F.norm(mdl.zeros(2, 3, 4), "nuc")
+    with pytest.raises(ValueError, match="two different dims"):
+        F.norm(mdl.zeros(2, 3), "nuc", dim=(1, 1))
+
+
 def test_norm_rejects_unknown_kinds():
     with pytest.raises(ValueError, match="norm: p must be 'fro', 'nuc' or a number, got 'max'"):
         F.norm(mdl.zeros(2, 2), "max")
