@@ -254,11 +254,12 @@ def masked_select(x: Tensor, mask) -> Tensor:
 def _argsort(data, dim, descending):
     """Stable argsort along ``dim``; descending keeps equal values in their original order, NaN first."""
     xp = xp_of(data)
+    stable = {"kind": "stable"} if xp is np else {}  # CuPy's sort is always stable
     if not descending:
-        return xp.argsort(data, axis=dim, kind="stable")
+        return xp.argsort(data, axis=dim, **stable)
     n = data.shape[dim]
     flipped = xp.flip(data, axis=dim)  # a stable ascending sort of the reversed row, read backwards
-    return (n - 1) - xp.flip(xp.argsort(flipped, axis=dim, kind="stable"), axis=dim)
+    return (n - 1) - xp.flip(xp.argsort(flipped, axis=dim, **stable), axis=dim)
 
 
 def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
