@@ -46,7 +46,6 @@ class Einsum(Function):
     letters only (``...`` already spelled out); every letter of every
     operand has one size.
     """
-    saved_inputs = "each other"  # x_k is read only for the other operands' gradients
 
     def __init__(self, subs, out):
         self.subs, self.out = tuple(subs), out

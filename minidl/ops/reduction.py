@@ -216,8 +216,10 @@ class Cumprod(Scan):
     cumprod of x with that zero replaced by 1; at any later zero it is 0
     (the product of the others holds x_k0 = 0). So first derivatives are
     exact with any number of zeros; second derivatives are exact with at most
-    one zero per row (with two, the mixed derivative of the two zeros is
-    taken as 0). ``reverse=True`` multiplies from the end.
+    one zero per row (with two or more, the derivative of a later zero's
+    gradient with respect to the first zero is taken as 0, its true value
+    being the product of the other values before it). ``reverse=True``
+    multiplies from the end.
     """
     scan = "cumprod"
 
