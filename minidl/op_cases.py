@@ -177,7 +177,7 @@ def _shape_cases(rng, t):
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
     from minidl.ops.linalg import SVD
-    from minidl.ops.reduction import LogcumsumexpGrad
+    from minidl.ops.reduction import LinearScan, LogcumsumexpGrad
 
     def svd_reassembled(a, weights):
         u, s, vh = SVD()(a)
@@ -185,6 +185,7 @@ def _reduction_and_indexing_cases(rng, t):
 
     one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
     two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
+    zeros_in_rows = Tensor(np.array([[0.5, 0.0, 1.3, 0.0, -0.7], [1.1, -0.6, 0.0, 2.0, 0.9]]), requires_grad=True)
     row_index = np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]])  # repeats: gradients add up
     column_index = np.array([[2, 0, 1, 0], [1, 2, 2, 1]])
     distinct_columns = np.array([[3, 0], [1, 2], [0, 1]])  # scatter writes each place once
@@ -199,7 +200,9 @@ def _reduction_and_indexing_cases(rng, t):
         ("prod_two_zeros", lambda x: F.prod(x, axis=(0, 2)), [two_zeros]),  # slice 0 holds both zeros
         ("cumsum", lambda x: F.cumsum(x, 1), [t(3, 4)]),
         ("cumprod", lambda x: F.cumprod(x, 0), [t(3, 4)]),
-        ("cumprod_one_zero", lambda x: F.cumprod(x, -1), [one_zero]),
+        ("cumprod_zeros", lambda x: F.cumprod(x, -1), [zeros_in_rows]),
+        ("linear_scan", lambda a, b: LinearScan(1, False)(a, b), [t(2, 5), t(2, 5)]),
+        ("linear_scan_reverse", lambda a, b: LinearScan(0, True)(a, b), [t(4, 3), t(4, 3)]),
         ("logcumsumexp", lambda x: F.logcumsumexp(x, -1), [t(3, 4)]),
         ("logcumsumexp_grad", lambda p, q, a: LogcumsumexpGrad(0, True)(p, q, a), [t(3, 4), t(3, 4), t(3, 4)]),
         ("sort", lambda x: F.sort(x, dim=1, descending=True).values, [_distinct(rng, 3, 4)]),

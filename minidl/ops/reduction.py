@@ -22,7 +22,7 @@ import numpy as np
 
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.elementwise import maximum, minimum, sqrt, where
+from minidl.ops.elementwise import maximum, minimum, sqrt
 from minidl.ops.indexing import Gather, ValuesIndices
 from minidl.ops.shape import Transpose, broadcast_to, concatenate, reshape
 from minidl.tensor import Tensor
@@ -208,33 +208,79 @@ class Cumsum(Scan):
 
 
 class Cumprod(Scan):
-    """y_i = Π_{j≤i} x_j along dim;  dx_k = Σ_{i≥k} dy_i y_i / x_k where x_k ≠ 0 (zeros: below).
+    """y_i = Π_{j≤i} x_j along dim;  dx_k = (Π_{j<k} x_j) · S_k,  S_k = dy_k + x_{k+1} S_{k+1}.
 
-    In general dx_k is Σ over i ≥ k of dy_i times the product of x_1..x_i
-    without x_k; where x_k ≠ 0 that is the formula above (a backward cumsum,
-    divided). At the first zero x_k0 of a row it is Σ_{i≥k0} dy_i y'_i with y' the
-    cumprod of x with that zero replaced by 1; at any later zero it is 0
-    (the product of the others holds x_k0 = 0). So first derivatives are
-    exact with any number of zeros; second derivatives are exact with at most
-    one zero per row (with two or more, the derivative of a later zero's
-    gradient with respect to the first zero is taken as 0, its true value
-    being the product of the other values before it). ``reverse=True``
-    multiplies from the end.
+    dx_k = Σ_{i≥k} dy_i times the product of x_1..x_i without x_k: the
+    product before k (an exclusive cumprod) times S_k = Σ_{i≥k} dy_i Π_{k<j≤i} x_j,
+    which the recurrence gives from the end (a :class:`LinearScan`). No
+    division by x_k: exact with any number of zeros, at every order.
+    ``reverse=True`` multiplies from the end (and everything runs the other way).
     """
     scan = "cumprod"
 
     def backward(self, gy):
         x = self.inputs[0]
-        xp = x.xp
-        zero = x.data == 0
-        first = zero & (_scan(xp, zero.astype(np.int64), self.dim, self.reverse, xp.cumsum) == 1)
+        if x.shape[self.dim] == 0:
+            return gy
+        before = Cumprod(self.dim, self.reverse)(_shifted(x, self.dim, self.reverse, 1, later=True))
+        after = LinearScan(self.dim, not self.reverse)(_shifted(x, self.dim, self.reverse, 0, later=False), gy)
+        return before * after
 
-        def back(t):  # Σ over the outputs that each x_k feeds
-            return Cumsum(self.dim, not self.reverse)(t)
 
-        nonzero_part = where(zero, 0, back(gy * self.output()) / where(zero, 1, x))
-        without_first_zero = Cumprod(self.dim, self.reverse)(where(first, 1, x))
-        return where(first, back(gy * without_first_zero), nonzero_part)
+def _shifted(t, dim, reverse, fill, later):
+    """t moved one place along the scan (from the end when ``reverse``), ``fill`` in the vacated place.
+
+    later=True: position k holds t at the element before k in the scan's order;
+    later=False: position k holds t at the element after k.
+    """
+    n = t.shape[dim]
+    lead = (slice(None),) * dim
+    pad = Tensor(t.xp.full(t.shape[:dim] + (1,) + t.shape[dim + 1:], fill, dtype=t.dtype))
+    if later != reverse:  # shifted toward the end: [fill, t_0, ..., t_{n-2}]
+        return concatenate([pad, t[lead + (slice(0, n - 1),)]], axis=dim)
+    return concatenate([t[lead + (slice(1, n),)], pad], axis=dim)  # [t_1, ..., t_{n-1}, fill]
+
+
+def _linear_scan(xp, a, b, dim, reverse):
+    """z_k = b_k + a_k z_{k-1} along dim (z_k = b_k + a_k z_{k+1} when ``reverse``), on arrays.
+
+    Hillis and Steele's doubling: after the step of size s, each place holds
+    its recurrence unrolled s places back; log2(n) steps, no division.
+    """
+    if reverse:
+        return xp.flip(_linear_scan(xp, xp.flip(a, axis=dim), xp.flip(b, axis=dim), dim, False), axis=dim)
+    n, step = a.shape[dim], 1
+    lead = (slice(None),) * dim
+    z, a = b.copy(), a.copy()
+    while step < n:
+        here, back = lead + (slice(step, n),), lead + (slice(0, n - step),)
+        z_new, a_new = z.copy(), a.copy()
+        z_new[here] += a[here] * z[back]
+        a_new[here] *= a[back]
+        z, a, step = z_new, a_new, 2 * step
+    return z
+
+
+class LinearScan(Function):
+    """z_k = b_k + a_k z_{k−1} along dim (z_{k+1} when reverse);
+    db_k = w_k = dz_k + a_{k+1} w_{k+1},  da_k = w_k z_{k−1}.
+
+    The first-order recurrence under cumprod's gradient. Its backward is the
+    same recurrence run the other way (with a moved one place), so every
+    derivative is this op again.
+    """
+
+    def __init__(self, dim, reverse):
+        self.dim, self.reverse = dim, reverse
+
+    def forward(self, a, b):
+        return _linear_scan(xp_of(b), a, b, self.dim, self.reverse)
+
+    def backward(self, gz):
+        a, b = self.inputs
+        w = LinearScan(self.dim, not self.reverse)(_shifted(a, self.dim, self.reverse, 0, later=False), gz)
+        da = w * _shifted(self.output(), self.dim, self.reverse, 0, later=True) if a.requires_grad else None
+        return da, w if b.requires_grad else None
 
 
 def _log_cumsum_exp(xp, a, dim, reverse=False):

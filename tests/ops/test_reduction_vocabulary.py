@@ -238,8 +238,10 @@ def test_cumprod_and_its_gradient_match_pytorch_with_zeros(torch, values, dim):
     np.testing.assert_allclose(grad, np.moveaxis(expected, -1, dim), rtol=1e-12, atol=1e-14)
 
 
-def test_cumprod_second_derivative_with_one_zero_matches_pytorch(torch):
-    v = np.array([0.5, -1.2, 0.0, 0.8, 1.1])
+@pytest.mark.parametrize("values", [[0.5, -1.2, 0.3, 0.8, 1.1], [0.5, -1.2, 0.0, 0.8, 1.1], [0.5, 0.0, 2.0, 0.0, 1.5],
+                                    [0.0, 0.0, 2.0, 0.0, 1.5]])
+def test_cumprod_second_derivative_with_zeros_matches_pytorch(torch, values):
+    v = np.array(values)
     w = np.arange(1.0, 6.0)
     x = mdl.tensor(v, requires_grad=True)
     (g,) = mdl.grad([(F.cumprod(x, 0) * mdl.tensor(w)).sum()], [x], create_graph=True)
