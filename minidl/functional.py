@@ -30,9 +30,6 @@ from minidl.ops.reduction import (
     any,
     argmax,
     argmin,
-    cumprod,
-    cumsum,
-    logcumsumexp,
     max,
     mean,
     min,
@@ -42,6 +39,7 @@ from minidl.ops.reduction import (
     var,
 )
 from minidl.ops.regularization import dropout, embedding
+from minidl.ops.scan import cumprod, cumsum, logcumsumexp
 from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, transpose
 
 __all__ = [

@@ -177,7 +177,7 @@ def _shape_cases(rng, t):
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
     from minidl.ops.linalg import SVD
-    from minidl.ops.reduction import LinearScan, LogcumsumexpGrad
+    from minidl.ops.scan import LinearScan, LogcumsumexpGrad
 
     def svd_reassembled(a, weights):
         u, s, vh = SVD()(a)

@@ -5,7 +5,7 @@ operators (``+ - * / ** @``, indexing) and NumPy-style methods (``sum``,
 ``reshape``, ``relu``...), each a thin call of the op below. They are
 attached here, not in tensor.py, because ops are the layer above tensors.
 """
-from minidl.ops import activation, einsum, elementwise, indexing, linalg, reduction, shape
+from minidl.ops import activation, einsum, elementwise, indexing, linalg, reduction, scan, shape
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
 from minidl.ops.conv import conv1d, conv2d, im2col
 from minidl.ops.elementwise import abs, add, clip, div, exp, log, maximum, minimum, mul, neg, pow, sqrt, sub, where
@@ -35,7 +35,7 @@ def _attach_tensor_methods():
     T.__pos__ = lambda self: self
     T.__abs__ = abs
     T.__getitem__ = getitem
-    for family in (activation, einsum, elementwise, indexing, linalg, reduction, shape):
+    for family in (activation, einsum, elementwise, indexing, linalg, reduction, scan, shape):
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))
