@@ -146,6 +146,8 @@ def _checked_index(op, x, dim, index, src=None):
     if index.ndim != x.ndim:
         raise ValueError(f"{op}: index of shape {index.shape} must have as many dims as the input "
                          f"of shape {x.shape}")
+    if src is not None and src.ndim != x.ndim:
+        raise ValueError(f"{op}: src of shape {src.shape} must have as many dims as the input of shape {x.shape}")
     for d, (n, m) in enumerate(zip(index.shape, x.shape)):
         if d != dim and n > m:
             raise ValueError(f"{op}: index of shape {index.shape} is larger than the input of shape "
@@ -171,9 +173,6 @@ def _source(op, x, dim, index, src, value):
         raise TypeError(f"{op}: pass exactly one of src (a Tensor) and value (a number)")
     if src is None:
         return None
-    src = as_tensor(src, like=x)
-    if src.ndim != x.ndim:
-        raise ValueError(f"{op}: src of shape {src.shape} must have as many dims as the input of shape {x.shape}")
     if src.shape != index.shape:
         src = getitem(src, tuple(slice(0, n) for n in index.shape))
     return src

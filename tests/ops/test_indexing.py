@@ -105,6 +105,8 @@ def test_scatter_with_a_tensor_and_with_a_value_matches_pytorch(torch):
 def test_scatter_needs_src_or_value():
     with pytest.raises(TypeError, match="scatter: pass exactly one of src"):
         F.scatter(mdl.zeros(2, 2), 0, np.zeros((1, 1), int))
+    with pytest.raises(ValueError, match="scatter_add: src of shape \\(2,\\) must have as many dims"):
+        F.scatter_add(mdl.zeros(2, 2), 0, np.zeros((1, 1), int), mdl.zeros(2))
 
 
 # ---------------------------------------------------------------- index_select, masked_fill, masked_select
