@@ -25,19 +25,7 @@ from minidl.ops.linalg import linear, matmul, norm
 from minidl.ops.loss import binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss
 from minidl.ops.norm import batch_norm, group_norm, layer_norm
 from minidl.ops.pool import avg_pool2d, max_pool2d
-from minidl.ops.reduction import (
-    all,
-    any,
-    argmax,
-    argmin,
-    max,
-    mean,
-    min,
-    prod,
-    std,
-    sum,
-    var,
-)
+from minidl.ops.reduction import all, any, argmax, argmin, max, mean, min, prod, std, sum, var
 from minidl.ops.regularization import dropout, embedding
 from minidl.ops.scan import cumprod, cumsum, logcumsumexp
 from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, transpose
