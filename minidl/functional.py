@@ -33,6 +33,7 @@ from minidl.ops.activation import (
 from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, im2col
 from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
+from minidl.ops.einsum import einsum
 from minidl.ops.elementwise import (
     abs,
     add,
@@ -51,7 +52,19 @@ from minidl.ops.elementwise import (
     sub,
     where,
 )
-from minidl.ops.linalg import linear, matmul
+from minidl.ops.indexing import (
+    argsort,
+    gather,
+    index_select,
+    masked_fill,
+    masked_select,
+    nonzero,
+    scatter,
+    scatter_add,
+    sort,
+    topk,
+)
+from minidl.ops.linalg import linear, matmul, norm
 from minidl.ops.loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -120,9 +133,10 @@ from minidl.ops.pool import (
     max_unpool2d,
 )
 from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
-from minidl.ops.reduction import max, mean, min, sum, var
+from minidl.ops.reduction import all, any, argmax, argmin, max, mean, min, prod, std, sum, var
 from minidl.ops.regularization import dropout, dropout1d, dropout2d, embedding
 from minidl.ops.resample import interpolate, pixel_shuffle, pixel_unshuffle
+from minidl.ops.scan import cumprod, cumsum, logcumsumexp
 from minidl.ops.shape import (
     broadcast_to,
     cat,
@@ -161,5 +175,7 @@ __all__ = [
     "remainder", "round", "rsqrt", "sign", "sin", "sinh", "tan", "trunc", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d", "conv_transpose1d",
     "conv_transpose2d", "interpolate", "max_pool1d", "max_unpool1d", "max_unpool2d", "pixel_shuffle",
-    "pixel_unshuffle", "dropout1d", "dropout2d", "instance_norm", "rms_norm",
+    "pixel_unshuffle", "dropout1d", "dropout2d", "instance_norm", "rms_norm", "all", "any", "argmax", "argmin",
+    "argsort", "cumprod", "cumsum", "gather", "index_select", "logcumsumexp", "masked_fill", "masked_select",
+    "nonzero", "prod", "einsum", "norm", "scatter", "scatter_add", "sort", "std", "topk",
 ]

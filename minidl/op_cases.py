@@ -202,7 +202,56 @@ def _shape_cases(rng, t):
 
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
-    return []
+    from minidl.ops.linalg import SVD
+    from minidl.ops.scan import LinearScan, LogcumsumexpGrad
+
+    def svd_reassembled(a, weights):
+        u, s, vh = SVD()(a)
+        return (u * weights) @ vh + s
+
+    one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
+    two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
+    zeros_in_rows = Tensor(np.array([[0.5, 0.0, 1.3, 0.0, -0.7], [1.1, -0.6, 0.0, 2.0, 0.9]]), requires_grad=True)
+    row_index = np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]])  # repeats: gradients add up
+    column_index = np.array([[2, 0, 1, 0], [1, 2, 2, 1]])
+    distinct_columns = np.array([[3, 0], [1, 2], [0, 1]])  # scatter writes each place once
+    mask = rng.random((3, 4)) > 0.5
+    weights = Tensor(np.array([1.5, -0.5, 2.0]))
+    return [
+        ("max_dim", lambda x: F.max(x, 1).values, [_distinct(rng, 3, 4)]),
+        ("min_dim", lambda x: x.min(dim=0, keepdim=True).values, [_distinct(rng, 3, 4)]),
+        ("std", lambda x: F.std(x, dim=1), [t(3, 4)]),
+        ("prod", lambda x: F.prod(x, dim=1), [t(3, 4)]),
+        ("prod_one_zero", lambda x: F.prod(x, dim=1, keepdim=True), [one_zero]),
+        ("prod_two_zeros", lambda x: F.prod(x, axis=(0, 2)), [two_zeros]),  # slice 0 holds both zeros
+        ("cumsum", lambda x: F.cumsum(x, 1), [t(3, 4)]),
+        ("cumprod", lambda x: F.cumprod(x, 0), [t(3, 4)]),
+        ("cumprod_zeros", lambda x: F.cumprod(x, -1), [zeros_in_rows]),
+        ("linear_scan", lambda a, b: LinearScan(1, False)(a, b), [t(2, 5), t(2, 5)]),
+        ("linear_scan_reverse", lambda a, b: LinearScan(0, True)(a, b), [t(4, 3), t(4, 3)]),
+        ("logcumsumexp", lambda x: F.logcumsumexp(x, -1), [t(3, 4)]),
+        ("logcumsumexp_grad", lambda p, q, a: LogcumsumexpGrad(0, True)(p, q, a), [t(3, 4), t(3, 4), t(3, 4)]),
+        ("sort", lambda x: F.sort(x, dim=1, descending=True).values, [_distinct(rng, 3, 4)]),
+        ("topk", lambda x: F.topk(x, 2, dim=0).values, [_distinct(rng, 3, 4)]),
+        ("gather", lambda x: F.gather(x, 1, row_index), [t(3, 4)]),
+        ("scatter_add", lambda x, src: F.scatter_add(x, 0, column_index, src), [t(3, 4), t(2, 5)]),
+        ("scatter", lambda x, src: F.scatter(x, 1, distinct_columns, src), [t(3, 4), t(3, 2)]),
+        ("scatter_value", lambda x: F.scatter(x, 1, distinct_columns, 0.5), [t(3, 4)]),
+        ("index_select", lambda x: F.index_select(x, 0, [2, 0, 2]), [t(3, 4)]),
+        ("masked_fill", lambda x: F.masked_fill(x, mask, -1.0), [t(3, 4)]),
+        ("masked_select", lambda x: F.masked_select(x, mask[0]), [t(3, 4)]),
+        ("norm", F.norm, [t(3, 4)]),
+        ("norm_p3_dim", lambda x: F.norm(x, 3, dim=1, keepdim=True), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_p_half", lambda x: F.norm(x, 0.5, dim=0), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_p1", lambda x: F.norm(x, 1, dim=(0, 1)), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_inf", lambda x: F.norm(x, float("inf"), dim=1), [_distinct(rng, 3, 4)]),
+        ("norm_nuc", lambda x: F.norm(x, "nuc", dim=(0, 2), keepdim=True), [t(3, 2, 4)]),
+        ("svd", lambda a: svd_reassembled(a, weights), [t(4, 3)]),  # U diag(w) Vᵀ: the sign of each pair cancels
+        ("einsum", lambda a, b: F.einsum("bij,bjk->bik", a, b), [t(2, 3, 4), t(2, 4, 5)]),
+        ("einsum_trace", lambda a: F.einsum("ii", a), [t(3, 3)]),
+        ("einsum_diagonal_ellipsis", lambda a, b: F.einsum("...ii,i->...i", a, b), [t(2, 3, 3), t(3)]),
+        ("einsum_three_and_broadcast", lambda a, b, c: F.einsum("ij,kj,k->i", a, b, c), [t(3, 4), t(1, 4), t(2)]),
+    ]
 
 
 def _math_cases(rng, t):

@@ -8,7 +8,20 @@ attached here, not in tensor.py, because ops are the layer above tensors.
 """
 import numpy as np
 
-from minidl.ops import activation, attention, distance, elementwise, linalg, math, rearrange, reduction, shape
+from minidl.ops import (
+    activation,
+    attention,
+    distance,
+    einsum,
+    elementwise,
+    indexing,
+    linalg,
+    math,
+    rearrange,
+    reduction,
+    scan,
+    shape,
+)
 from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
 from minidl.ops.attention import scaled_dot_product_attention
 from minidl.ops.conv import conv1d, conv2d, im2col
@@ -98,6 +111,11 @@ def _reflected(op):
     return lambda self, other: op(as_tensor(other, like=self), self)
 
 
+# Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
+FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction, scan,
+            shape)
+
+
 def _attach_tensor_methods():
     T = Tensor
     T.__add__, T.__radd__ = add, _reflected(add)
@@ -116,7 +134,7 @@ def _attach_tensor_methods():
     T.__or__ = T.__ror__ = _bitwise("bitwise_or")
     T.__xor__ = T.__rxor__ = _bitwise("bitwise_xor")
     T.__getitem__ = getitem
-    for family in (activation, attention, distance, elementwise, linalg, math, reduction, shape, rearrange):
+    for family in FAMILIES:
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))
