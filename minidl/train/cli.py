@@ -89,8 +89,8 @@ def make_schedule(name: str, lr: float, total_steps: int):
     tenth = max(total // 10, 1)
     builders = {
         "constant": lambda: None,
-        "cosine": lambda: S.cosine_restarts(lr, total),
-        "warmup-cosine": lambda: S.warmup(S.cosine_restarts(lr, total), tenth),
+        "cosine": lambda: S.cosine(lr, total),
+        "warmup-cosine": lambda: S.warmup(S.cosine(lr, total), tenth),
         "step": lambda: S.step_decay(lr, 0.1, max(total // 3, 1)),
         "exponential": lambda: S.exponential(lr, 0.01 ** (1.0 / total)),
         "polynomial": lambda: S.polynomial(lr, total, 2),
