@@ -111,14 +111,32 @@ def draw_landscape(ax, name: str, paths: dict, title: str | None = None):
     ax.tick_params(labelsize=7)
 
 
-def all_trajectories(steps: int = 200) -> dict:
-    """{(landscape, family): {optimizer name: path}} for every optimizer on every landscape."""
+def all_trajectories(steps: int = 200, progress: bool = False) -> dict:
+    """{(landscape, family): {optimizer name: path}} for every optimizer on every landscape.
+
+    ``progress``: a progress bar over the runs (a few seconds in all).
+    """
+    families = optimizer_families()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(LANDSCAPES) * sum(len(m) for m in families.values()), unit="run",
+                   desc="optimizers", dynamic_ncols=True)
     result = {}
-    for family, members in optimizer_families().items():
-        for name, (function, start, _, _) in LANDSCAPES.items():
-            result[name, family] = {
-                label: trajectory(lambda p, make=make, lr=lrs[name]: make(p, lr), function, start, steps)
-                for label, (make, lrs) in members.items()}
+    try:
+        for family, members in families.items():
+            for name, (function, start, _, _) in LANDSCAPES.items():
+                result[name, family] = {}
+                for label, (make, lrs) in members.items():
+                    if bar is not None:
+                        bar.set_postfix_str(f"{label} on {name}", refresh=False)
+                    result[name, family][label] = trajectory(lambda p, make=make, lr=lrs[name]: make(p, lr),
+                                                             function, start, steps)
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     return result
 
 
@@ -133,7 +151,7 @@ def draw_all(figure, paths: dict):
     return axes
 
 
-def optimizers_command(out_path: str = "optimizers.png", steps: int = 200) -> str:
+def optimizers_command(out_path: str = "optimizers.png", steps: int = 200, progress: bool = False) -> str:
     """Draw every optimizer on the ravine, Rosenbrock and saddle landscapes as one PNG grid.
 
     Rows are landscapes, columns families of optimizers; ``steps`` optimizer
@@ -144,7 +162,7 @@ def optimizers_command(out_path: str = "optimizers.png", steps: int = 200) -> st
 
     from minidl.optim.lr_finder import save_figure
     figure = Figure(figsize=(4 * len(optimizer_families()), 3.4 * len(LANDSCAPES)))
-    draw_all(figure, all_trajectories(steps))
+    draw_all(figure, all_trajectories(steps, progress=progress))
     figure.suptitle(f"{steps} steps of each optimizer (start: black dot, minimum: red star)")
     figure.tight_layout()
     return save_figure(figure, out_path)
