@@ -34,10 +34,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if ("default" in text or "%(default)" in text or action.default in (None, False, argparse.SUPPRESS)
+        default = action.default
+        if ("default" in text or default is None or default is False or default == argparse.SUPPRESS
                 or not action.option_strings or action.nargs == 0):
             return text
-        default = action.default
         shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else f"{default:g}" \
             if isinstance(default, float) else str(default)
         return f"{text} (default: {shown})"
