@@ -60,8 +60,9 @@ def roofline_figure(results: dict, frameworks=("minidl", "torch")):
     for phase, marker in PHASE_MARKERS.items():
         ax.scatter([], [], color="white", edgecolors="black", marker=marker, label=phase)
     name = results.get("info", {}).get("gpu") or results.get("info", {}).get("processor", "")
+    others = [f for f in frameworks[1:] if any(r["framework"] == f for r in rows)]  # only those measured
     ax.set_title(f"Roofline of {results.get('name', '')} ({results['device']}{', ' + name if name else ''}):"
-                 f" minidl (outlined){' vs ' + ', '.join(frameworks[1:]) + ' (faint)' if len(frameworks) > 1 else ''}",
+                 f" minidl (outlined){' vs ' + ', '.join(others) + ' (faint)' if others else ''}",
                  fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
     ax.grid(True, alpha=0.2)
