@@ -266,7 +266,7 @@ def train_command(args) -> int:
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
     plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
-                title=f"{s['model']} on {data.name}")
+                title=f"{s['model']} on {data.name}", test=test)
     best = next((cb for cb in callbacks if isinstance(cb, ModelCheckpoint)), None)
     restored = any(isinstance(cb, EarlyStopping) and cb.best_state is not None for cb in callbacks)
     weights = (f"the best weights (step {best.best_step}, restored by early stopping)" if restored
