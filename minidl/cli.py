@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "Run 'minidl COMMAND --help' for a command's options.",
                                      formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"minidl {__version__}", help="print the version")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands",
+                                help="one of these; 'minidl COMMAND --help' for its options")
     _add_gradcheck(sub)
     _add_optional_commands(sub)
     return parser
