@@ -295,8 +295,8 @@ class ExponentialLR(LRScheduler):
 
 class CosineAnnealingLR(LRScheduler):
     """lr = η_min + (base_lr − η_min)·(1 + cos(π·last_epoch/T_max))/2 (Loshchilov & Hutter 2017,
-    without restarts): from base_lr down to η_min over T_max steps. Stepped past T_max it
-    follows the cosine back up (period 2·T_max), as PyTorch's does."""
+    without restarts; :func:`minidl.optim.schedules.cosine`): from base_lr down to η_min over
+    T_max steps. Stepped past T_max it follows the cosine back up (period 2·T_max), as PyTorch's does."""
 
     _hyperparameters = ("T_max", "eta_min")
 
@@ -306,8 +306,7 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        cosine = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-        return [self.eta_min + (base - self.eta_min) * cosine for base in self.base_lrs]
+        return [schedules.cosine(base, self.T_max, self.eta_min)(self.last_epoch) for base in self.base_lrs]
 
 
 class LinearLR(LRScheduler):
