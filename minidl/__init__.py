@@ -20,10 +20,24 @@ from minidl.autograd import (
 )
 from minidl.backend import gpu_available, manual_seed
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from minidl.ops import concatenate, maximum, minimum, stack, where
 from minidl.ops.einsum import einsum
 from minidl.ops.elementwise import abs as abs  # noqa: A004 - mdl.abs, as torch.abs (not in __all__)
-from minidl.ops.elementwise import add, clamp, clip, div, exp, floor_divide, log, mul, neg, sqrt, sub
+from minidl.ops.elementwise import (
+    add,
+    clamp,
+    clip,
+    div,
+    exp,
+    floor_divide,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    sqrt,
+    sub,
+    where,
+)
 from minidl.ops.elementwise import pow as pow  # noqa: A004
 from minidl.ops.indexing import argsort, gather, index_select, masked_fill, nonzero, sort, topk
 from minidl.ops.linalg import matmul, norm
@@ -74,7 +88,7 @@ from minidl.ops.math import (
 from minidl.ops.rearrange import flip, roll, tril, triu
 from minidl.ops.reduction import argmax, argmin, mean, prod, std, var
 from minidl.ops.scan import cumprod, cumsum
-from minidl.ops.shape import cat, chunk, flatten, permute, reshape, split, squeeze, unsqueeze
+from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
 from minidl.serialization import load, save
 from minidl.tensor import (
     Tensor,
