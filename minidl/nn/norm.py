@@ -41,6 +41,27 @@ def _reset_affine(module):
         init.zeros_(module.bias)
 
 
+def _per_channel_state(module, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype):
+    """What batch and instance norm share (PyTorch's ``_NormBase``): the per-channel affine
+    parameters and, when tracked, the running statistics, as buffers; then their initial values."""
+    if num_features <= 0:
+        raise ValueError(f"{type(module).__name__}: num_features must be positive, got {num_features}")
+    check_dtype(type(module).__name__, dtype)
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    _affine_parameters(module, (num_features,), affine, bias, device, dtype)
+    if track_running_stats:
+        xp = backend.xp_for(device or "cpu")
+        float_type = np.dtype(dtype or np.float32)
+        module.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
+        module.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
+        module.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
+    else:
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            module.register_buffer(name, None)
+    module.reset_parameters()
+
+
 class _BatchNorm(Module):
     """Shared by BatchNorm1d and BatchNorm2d (they differ only in the input shapes they accept)."""
 
@@ -50,22 +71,7 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
-        if num_features <= 0:
-            raise ValueError(f"{type(self).__name__}: num_features must be positive, got {num_features}")
-        check_dtype(type(self).__name__, dtype)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
-        if track_running_stats:
-            xp = backend.xp_for(device or "cpu")
-            float_type = np.dtype(dtype or np.float32)
-            self.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
-            self.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
-            self.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
-        else:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                self.register_buffer(name, None)
-        self.reset_parameters()
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype)
 
     def reset_running_stats(self):
         if self.track_running_stats:
@@ -194,22 +200,7 @@ class _InstanceNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
                  track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
-        if num_features <= 0:
-            raise ValueError(f"{type(self).__name__}: num_features must be positive, got {num_features}")
-        check_dtype(type(self).__name__, dtype)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
-        if track_running_stats:
-            xp = backend.xp_for(device or "cpu")
-            float_type = np.dtype(dtype or np.float32)
-            self.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
-            self.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
-            self.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
-        else:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                self.register_buffer(name, None)
-        self.reset_parameters()
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype)
 
     reset_running_stats = _BatchNorm.reset_running_stats
     reset_parameters = _BatchNorm.reset_parameters
