@@ -39,11 +39,11 @@ INSTALL = "pip install -e '.[gpu-check]' (CuPy, NVRTC and CUDA 12 headers: no GP
 
 
 def _definitions():
-    """{kernel definition: (names of the optimizers that use it, one pattern's args)} over every pattern."""
+    """{kernel definition: (names of the optimizers that use it, (spec, args) of one pattern)}."""
     result = {}
     for owners, fn, args in fused_patterns().values():
         spec = kernels.fused_kernel(fn, args)
-        users, _ = result.setdefault(spec.definition, (set(), args))
+        users, _ = result.setdefault(spec.definition, (set(), (spec, args)))
         users.update(owners)
     return result
 
@@ -204,3 +204,21 @@ def test_a_kernel_with_an_error_is_reported_not_skipped(nvrtc):
     source = nvrtc.source(("T x", "T y", "y = undefined_name(x)", "minidl_broken"), "float32")
     with pytest.raises(nvrtc.compiler.CompileException, match="undefined_name"):
         nvrtc.compile(source, "80")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_cupy_compiles_exactly_the_source_checked_here(nvrtc):
+    """With a GPU: call each kernel as run_update does; CuPy's cached source equals the one compiled above."""
+    import minidl
+    if not minidl.gpu_available():
+        pytest.skip("needs a CUDA GPU: compares the source above with what CuPy compiles on a device")
+    cp = nvrtc.cupy
+    for definition, (_, (spec, args)) in _definitions().items():
+        for dtype in DTYPES:
+            kernel = cp.ElementwiseKernel(*definition)
+            arrays = {k: cp.full(64, 0.5, dtype) for k, v in args.items() if hasattr(v, "shape")}
+            inputs = [arrays[k] if k in arrays else float(args[k]) for k in spec.in_names]
+            kernel(*inputs, *[arrays[k] for k in spec.out_names])
+            cp.cuda.Device().synchronize()
+            expected = nvrtc.source(definition, dtype)[len(nvrtc.header):]
+            assert kernel.cached_code == expected, (definition[3], dtype)
