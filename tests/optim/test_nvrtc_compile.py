@@ -22,6 +22,7 @@ compiled as C++ on the host against the NumPy update). The wheels come with
 ``pip install -e '.[gpu-check]'`` (part of ``[test]``). If CuPy's internals have
 moved, these tests skip and say so; they never pass without compiling.
 """
+import functools
 import re
 import time
 from pathlib import Path
@@ -30,14 +31,14 @@ import numpy as np
 import pytest
 
 from minidl.optim import kernels
-
-from ._fused_patterns import fused_patterns
+from tests.optim._fused_patterns import fused_patterns
 
 DTYPES = ["float16", "float32", "float64"]
 ARCHS = ["80", "90"]
 INSTALL = "pip install -e '.[gpu-check]' (CuPy, NVRTC and CUDA 12 headers: no GPU needed)"
 
 
+@functools.lru_cache(maxsize=None)
 def _definitions():
     """{kernel definition: (names of the optimizers that use it, (spec, args) of one pattern)}."""
     result = {}
