@@ -8,7 +8,9 @@ The notebooks in ``notebooks/`` are copied into ``docs/notebooks/`` when the
 build starts and executed by MyST-NB, so every figure on the site comes from
 the current code. Execution results are cached under ``docs/_build`` keyed
 by each notebook's content; set ``MINIDL_DOCS_EXECUTE=force`` to run them all
-again (after changing minidl itself, for example).
+again (after changing minidl itself, for example). The kernel that runs them
+is the standard one with its start-up TCP warning silenced
+(``docs/_ext/quietkernel.py``).
 
 Equations are typeset by a copy of MathJax that the build puts in ``_static/``
 (``docs/_ext/offlinemath.py``), so the built folder works opened from disk,
@@ -52,6 +54,11 @@ def copy_notebooks(source: Path = ROOT / "notebooks", target: Path = DOCS / "not
 
 
 copy_notebooks()
+
+# The notebooks' kernel logs no TCP warning at start (docs/_ext/quietkernel.py).
+from quietkernel import use_quiet_kernel  # noqa: E402
+
+use_quiet_kernel(DOCS / "_build" / "jupyter")
 
 # ---------------------------------------------------------------- project
 project = "minidl"

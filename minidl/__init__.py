@@ -20,10 +20,27 @@ from minidl.autograd import (
 )
 from minidl.backend import gpu_available, manual_seed
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from minidl.ops import concatenate, maximum, minimum, stack, where
+from minidl.ops.einsum import einsum
 from minidl.ops.elementwise import abs as abs  # noqa: A004 - mdl.abs, as torch.abs (not in __all__)
-from minidl.ops.elementwise import add, clamp, clip, div, exp, floor_divide, log, mul, neg, sqrt, sub
+from minidl.ops.elementwise import (
+    add,
+    clamp,
+    clip,
+    div,
+    exp,
+    floor_divide,
+    log,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    sqrt,
+    sub,
+    where,
+)
 from minidl.ops.elementwise import pow as pow  # noqa: A004
+from minidl.ops.indexing import argsort, gather, index_select, masked_fill, nonzero, sort, topk
+from minidl.ops.linalg import matmul, norm
 from minidl.ops.math import (
     acos,
     acosh,
@@ -68,6 +85,10 @@ from minidl.ops.math import (
 from minidl.ops.math import (
     round as round,  # not in __all__: a star import must not replace the builtin
 )
+from minidl.ops.rearrange import flip, roll, tril, triu
+from minidl.ops.reduction import argmax, argmin, mean, prod, std, var
+from minidl.ops.scan import cumprod, cumsum
+from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
 from minidl.serialization import load, save
 from minidl.tensor import (
     Tensor,
@@ -130,6 +151,10 @@ __all__ = [
     "erf", "erfc", "exp2", "expm1", "floor", "fmod", "isclose", "isfinite", "isinf", "isnan", "lerp", "log1p",
     "log2", "log10", "logaddexp", "logical_and", "logical_not", "logical_or", "logical_xor", "reciprocal",
     "remainder", "rsqrt", "sign", "sin", "sinh", "tan", "trunc",
+    # the shape, reduction and indexing ops PyTorch also offers at its top level (torch.cat...)
+    "argmax", "argmin", "argsort", "cat", "chunk", "cumprod", "cumsum", "einsum", "flatten", "flip", "gather",
+    "index_select", "masked_fill", "matmul", "mean", "nonzero", "norm", "permute", "prod", "reshape", "roll",
+    "sort", "split", "squeeze", "std", "topk", "tril", "triu", "unsqueeze", "var",
 ]
 
 

@@ -9,7 +9,7 @@ Two tools, as PyTorch's ``torch.amp``:
     scaler.update()                                  # S ← S·backoff after an inf, S·growth after N good steps
 
 **autocast** casts the inputs of a few ops on entry, by the op's entry in
-:data:`OPS`: the matrix products (``linear``, ``matmul``, the convolutions)
+``amp.OPS``: the matrix products (``linear``, ``matmul``, the convolutions)
 run in the low dtype, where 16 bits of input lose little (each product is
 exact in float32 and the sums accumulate in float32, see
 ``minidl.backend.matmul``); softmax, log_softmax, the losses and the
@@ -43,11 +43,11 @@ from minidl import backend
 from minidl.autograd import Cast, is_grad_enabled
 from minidl.tensor import Tensor, version_of
 
-__all__ = ["GradScaler", "OPS", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
+__all__ = ["GradScaler", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
 
-#: The autocast table, op name -> "lower" (runs in autocast's 16-bit dtype) or "float32".
-#: Filled by the ops themselves (``autocast_to``); docs/mixed_precision.md shows it.
-OPS: dict[str, str] = {}
+# The autocast table, op name -> "lower" or "float32", filled by the ops themselves as their modules
+# load (``autocast_to``); read it as ``amp.OPS`` (see __getattr__ at the end).
+_OPS: dict[str, str] = {}
 
 # The active autocast: None (the common case, one check per listed op call) or an _Autocast.
 _state = None
@@ -73,7 +73,7 @@ def _low_dtype(dtype, device_type: str):
 
 
 class autocast:
-    """Context (or decorator) in which the ops of :data:`OPS` cast their inputs.
+    """Context (or decorator) in which the ops of ``amp.OPS`` cast their inputs.
 
     ``device_type`` is 'cpu' or 'cuda': only tensors on that kind of device are
     cast, as PyTorch. ``dtype`` is the low precision (float16 or bfloat16;
@@ -165,7 +165,7 @@ def autocast_to(policy: str):
         raise ValueError(f"autocast_to: policy must be 'lower' or 'float32', got {policy!r}")
 
     def decorate(fn):
-        OPS[fn.__name__] = policy
+        _OPS[fn.__name__] = policy
 
         @functools.wraps(fn)
         def op(*args, **kwargs):
@@ -390,3 +390,15 @@ class GradScaler:
             return False
         xp = backend.xp_of(finite[0])
         return not bool(xp.stack(finite).all())
+
+
+def __getattr__(name):
+    """``amp.OPS``: the autocast table, op name -> "lower" (autocast's 16-bit dtype) or "float32".
+
+    Every op module is loaded first (``minidl.functional`` imports them all), so the table is
+    complete whichever ops the program has used; docs/mixed_precision.md shows it.
+    """
+    if name == "OPS":
+        import minidl.functional  # noqa: F401 - the ops register themselves when their module loads
+        return dict(_OPS)
+    raise AttributeError(f"module 'minidl.amp' has no attribute {name!r}")

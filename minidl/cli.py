@@ -6,16 +6,66 @@
     minidl optimizers           every optimizer's trajectory on 2-D test functions
     minidl lr-find ...          the learning-rate range test
     minidl bench ...            the roofline: measured ceilings and where every op sits
+    minidl predict RUN ...      apply a trained run (model and standardizer) to new inputs
     minidl --version
 
 Each command's work lives in the module that owns the concept; this file
 only parses arguments and imports that module when the command runs.
+Every command that writes files writes them into one folder, ``--out``
+(by default ``runs/<command>-<time>``), and prints where.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import os
 import sys
+
+
+# ---------------------------------------------------------------- help and output folders shared by every command
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written (line breaks kept); each option's default appended to its help.
+
+    The default is added as ``(default: X)`` unless the help already says what
+    the default is (the word "default") or there is nothing to show (a flag
+    that is off unless given, an option whose default is None).
+    """
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default == argparse.SUPPRESS
+                or not action.option_strings or action.nargs == 0):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else f"{default:g}" \
+            if isinstance(default, float) else str(default)
+        return f"{text} (default: {shown})"
+
+
+def add_command(subparsers, name: str, help: str, description: str | None = None):  # noqa: A002 - argparse's name
+    """A subcommand parser with the shared formatter: ``help`` one line for ``minidl --help``."""
+    return subparsers.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
+                                 formatter_class=HelpFormatter)
+
+
+def default_out(command: str, now=None) -> str:
+    """``runs/<command>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3``... when that folder exists already."""
+    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = os.path.join("runs", f"{command}-{stamp}")
+    folder, n = base, 1
+    while os.path.exists(folder):
+        n += 1
+        folder = f"{base}-{n}"
+    return folder
+
+
+def out_folder(command: str, given: str | None) -> str:
+    """The folder a command writes into (``given``, or :func:`default_out`), created; printed once."""
+    folder = given or default_out(command)
+    os.makedirs(folder, exist_ok=True)
+    print(f"writing to {folder}/", flush=True)
+    return folder
 
 
 # ---------------------------------------------------------------- argument types shared by every command
@@ -68,17 +118,20 @@ def gradcheck_command(args) -> int:
 
 
 def _add_gradcheck(sub):
-    p = sub.add_parser("gradcheck", help="check every op's backward against finite differences")
-    p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    p = add_command(sub, "gradcheck", help="check every op's backward against finite differences",
+                    description="Check every op's backward against float64 central finite differences and print "
+                                "a table:\none row per op case (minidl.op_cases), its largest relative error, and "
+                                "whether it passes.\nExits 1 if any op fails.")
+    p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest relative error that passes")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", nargs="*", help="check only these ops")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops (default: every op)")
     p.set_defaults(run=gradcheck_command)
 
 
 def _add_optional_commands(sub):
     """Commands whose modules may register themselves (train, diagnose, optimizers, lr-find, bench)."""
-    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli"):
+    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:
@@ -88,9 +141,12 @@ def _add_optional_commands(sub):
 
 def build_parser() -> argparse.ArgumentParser:
     from minidl import __version__
-    parser = argparse.ArgumentParser(prog="minidl", description="minidl: a deep-learning engine written to be read")
-    parser.add_argument("--version", action="version", version=f"minidl {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = argparse.ArgumentParser(prog="minidl", description="minidl: a deep-learning engine written to be read.\n"
+                                     "Run 'minidl COMMAND --help' for a command's options.",
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"minidl {__version__}", help="print the version")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands",
+                                help="one of these; 'minidl COMMAND --help' for its options")
     _add_gradcheck(sub)
     _add_optional_commands(sub)
     return parser

@@ -202,7 +202,56 @@ def _shape_cases(rng, t):
 
 def _reduction_and_indexing_cases(rng, t):
     """Reductions, sorting, gathering and scattering, norms and einsum."""
-    return []
+    from minidl.ops.linalg import SVD
+    from minidl.ops.scan import LinearScan, LogcumsumexpGrad
+
+    def svd_reassembled(a, weights):
+        u, s, vh = SVD()(a)
+        return (u * weights) @ vh + s
+
+    one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
+    two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
+    zeros_in_rows = Tensor(np.array([[0.5, 0.0, 1.3, 0.0, -0.7], [1.1, -0.6, 0.0, 2.0, 0.9]]), requires_grad=True)
+    row_index = np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]])  # repeats: gradients add up
+    column_index = np.array([[2, 0, 1, 0], [1, 2, 2, 1]])
+    distinct_columns = np.array([[3, 0], [1, 2], [0, 1]])  # scatter writes each place once
+    mask = rng.random((3, 4)) > 0.5
+    weights = Tensor(np.array([1.5, -0.5, 2.0]))
+    return [
+        ("max_dim", lambda x: F.max(x, 1).values, [_distinct(rng, 3, 4)]),
+        ("min_dim", lambda x: x.min(dim=0, keepdim=True).values, [_distinct(rng, 3, 4)]),
+        ("std", lambda x: F.std(x, dim=1), [t(3, 4)]),
+        ("prod", lambda x: F.prod(x, dim=1), [t(3, 4)]),
+        ("prod_one_zero", lambda x: F.prod(x, dim=1, keepdim=True), [one_zero]),
+        ("prod_two_zeros", lambda x: F.prod(x, axis=(0, 2)), [two_zeros]),  # slice 0 holds both zeros
+        ("cumsum", lambda x: F.cumsum(x, 1), [t(3, 4)]),
+        ("cumprod", lambda x: F.cumprod(x, 0), [t(3, 4)]),
+        ("cumprod_zeros", lambda x: F.cumprod(x, -1), [zeros_in_rows]),
+        ("linear_scan", lambda a, b: LinearScan(1, False)(a, b), [t(2, 5), t(2, 5)]),
+        ("linear_scan_reverse", lambda a, b: LinearScan(0, True)(a, b), [t(4, 3), t(4, 3)]),
+        ("logcumsumexp", lambda x: F.logcumsumexp(x, -1), [t(3, 4)]),
+        ("logcumsumexp_grad", lambda p, q, a: LogcumsumexpGrad(0, True)(p, q, a), [t(3, 4), t(3, 4), t(3, 4)]),
+        ("sort", lambda x: F.sort(x, dim=1, descending=True).values, [_distinct(rng, 3, 4)]),
+        ("topk", lambda x: F.topk(x, 2, dim=0).values, [_distinct(rng, 3, 4)]),
+        ("gather", lambda x: F.gather(x, 1, row_index), [t(3, 4)]),
+        ("scatter_add", lambda x, src: F.scatter_add(x, 0, column_index, src), [t(3, 4), t(2, 5)]),
+        ("scatter", lambda x, src: F.scatter(x, 1, distinct_columns, src), [t(3, 4), t(3, 2)]),
+        ("scatter_value", lambda x: F.scatter(x, 1, distinct_columns, 0.5), [t(3, 4)]),
+        ("index_select", lambda x: F.index_select(x, 0, [2, 0, 2]), [t(3, 4)]),
+        ("masked_fill", lambda x: F.masked_fill(x, mask, -1.0), [t(3, 4)]),
+        ("masked_select", lambda x: F.masked_select(x, mask[0]), [t(3, 4)]),
+        ("norm", F.norm, [t(3, 4)]),
+        ("norm_p3_dim", lambda x: F.norm(x, 3, dim=1, keepdim=True), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_p_half", lambda x: F.norm(x, 0.5, dim=0), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_p1", lambda x: F.norm(x, 1, dim=(0, 1)), [_away_from_kinks(rng, 3, 4)]),
+        ("norm_inf", lambda x: F.norm(x, float("inf"), dim=1), [_distinct(rng, 3, 4)]),
+        ("norm_nuc", lambda x: F.norm(x, "nuc", dim=(0, 2), keepdim=True), [t(3, 2, 4)]),
+        ("svd", lambda a: svd_reassembled(a, weights), [t(4, 3)]),  # U diag(w) Vᵀ: the sign of each pair cancels
+        ("einsum", lambda a, b: F.einsum("bij,bjk->bik", a, b), [t(2, 3, 4), t(2, 4, 5)]),
+        ("einsum_trace", lambda a: F.einsum("ii", a), [t(3, 3)]),
+        ("einsum_diagonal_ellipsis", lambda a, b: F.einsum("...ii,i->...i", a, b), [t(2, 3, 3), t(3)]),
+        ("einsum_three_and_broadcast", lambda a, b, c: F.einsum("ij,kj,k->i", a, b, c), [t(3, 4), t(1, 4), t(2)]),
+    ]
 
 
 def _math_cases(rng, t):
@@ -304,7 +353,54 @@ def _activation_cases(rng, t):
 
 def _conv_and_pool_cases(rng, t):
     """Grouped, dilated and transposed convolution; pooling variants; resampling."""
-    return []
+    def pool_indices(shape, kernel, stride, padding=0):
+        """max_pool's indices on tie-free values: what max_unpool is given."""
+        x = _distinct(np.random.default_rng(0), *shape)
+        pool = F.max_pool2d if len(shape) == 4 else F.max_pool1d
+        return pool(x, kernel, stride, padding, return_indices=True)[1]
+
+    unpool2 = pool_indices((1, 2, 4, 6), 2, 2)
+    unpool2_overlap = pool_indices((1, 2, 5, 5), 3, 1)  # overlapping windows: some indices repeat
+    unpool1 = pool_indices((2, 2, 7), 3, 2, 1)
+    return [
+        ("conv2d_groups_dilation", lambda x, w, b: F.conv2d(x, w, b, (2, 1), 1, (1, 2), 2),
+         [t(2, 4, 5, 6), t(6, 2, 3, 2), t(6)]),
+        ("conv2d_depthwise_same", lambda x, w: F.conv2d(x, w, padding="same", groups=3),
+         [t(1, 3, 5, 5), t(3, 1, 3, 3)]),
+        ("conv1d_dilated_same", lambda x, w, b: F.conv1d(x, w, b, padding="same", dilation=2),
+         [t(2, 2, 7), t(4, 2, 2), t(4)]),
+        ("conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+         [t(2, 2, 3, 3), t(2, 3, 3, 2), t(3)]),
+        ("conv_transpose2d_groups_dilation",
+         lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), groups=2, dilation=(2, 1)),
+         [t(1, 4, 3, 2), t(4, 1, 2, 2)]),
+        ("conv_transpose1d", lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+         [t(2, 2, 4), t(2, 3, 3), t(3)]),
+        ("max_pool1d", lambda x: F.max_pool1d(x, 3, 2, 1), [_distinct(rng, 2, 2, 7)]),
+        ("max_pool2d_dilation_ceil", lambda x: F.max_pool2d(x, 3, 2, 1, dilation=(1, 2), ceil_mode=True),
+         [_distinct(rng, 1, 2, 6, 8)]),
+        ("max_unpool2d", lambda x: F.max_unpool2d(x, unpool2, 2), [t(1, 2, 2, 3)]),
+        ("max_unpool2d_repeated_indices", lambda x: F.max_unpool2d(x, unpool2_overlap, 3, 1), [t(1, 2, 3, 3)]),
+        ("max_unpool1d", lambda x: F.max_unpool1d(x, unpool1, 3, 2, 1), [t(2, 2, 4)]),
+        ("avg_pool1d", lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [t(2, 2, 8)]),
+        ("avg_pool2d_ceil_exclude_pad",
+         lambda x: F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False), [t(1, 2, 5, 6)]),
+        ("avg_pool2d_divisor_override", lambda x: F.avg_pool2d(x, 2, 1, divisor_override=3), [t(1, 2, 3, 4)]),
+        ("adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x, 3), [t(2, 2, 7)]),
+        ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), [t(2, 2, 5, 7)]),
+        ("adaptive_avg_pool2d_global", lambda x: F.adaptive_avg_pool2d(x, 1), [t(2, 2, 3, 3)]),
+        ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), [_distinct(rng, 2, 2, 7)]),
+        ("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 4)), [_distinct(rng, 1, 2, 5, 7)]),
+        ("adaptive_max_pool2d_equal_bins", lambda x: F.adaptive_max_pool2d(x, (2, 3)), [_distinct(rng, 1, 2, 4, 6)]),
+        ("interpolate", lambda x: F.interpolate(x, size=(5, 7)), [t(1, 2, 3, 4)]),
+        ("interpolate_bilinear", lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"), [t(1, 2, 3, 4)]),
+        ("interpolate_bilinear_align_corners",
+         lambda x: F.interpolate(x, size=(5, 3), mode="bilinear", align_corners=True), [t(1, 2, 3, 4)]),
+        ("interpolate_linear", lambda x: F.interpolate(x, size=8, mode="linear"), [t(2, 2, 5)]),
+        ("interpolate_area", lambda x: F.interpolate(x, size=(2, 4), mode="area"), [t(1, 2, 5, 6)]),
+        ("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), [t(1, 8, 2, 3)]),
+        ("pixel_unshuffle", lambda x: F.pixel_unshuffle(x, 2), [t(1, 2, 4, 6)]),
+    ]
 
 
 def _loss_and_attention_cases(rng, t):
@@ -372,5 +468,20 @@ def _loss_and_attention_cases(rng, t):
 
 
 def _normalization_and_recurrent_cases(rng, t):
-    """Instance and RMS normalization, recurrent cells."""
-    return []
+    """Instance and RMS normalization, channel dropout."""
+    from minidl.backend import manual_seed
+
+    def channel_dropout(op):
+        def fn(x):  # the same mask on every call (reseeded), as _dropout_with_fixed_mask
+            manual_seed(4321)
+            return op(x, p=0.4, training=True)
+        return fn
+
+    return [
+        ("instance_norm", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), [t(2, 3, 4), t(3), t(3)]),
+        ("instance_norm_2d", lambda x: F.instance_norm(x, eps=1e-3), [t(2, 2, 3, 3)]),
+        ("rms_norm", lambda x, w: F.rms_norm(x, (4,), w), [t(3, 4), t(4)]),
+        ("rms_norm_two_axes", lambda x: F.rms_norm(x, (2, 3), eps=1e-4), [t(2, 2, 3)]),
+        ("dropout1d", channel_dropout(F.dropout1d), [t(3, 4, 5)]),
+        ("dropout2d", channel_dropout(F.dropout2d), [t(3, 4, 2, 2)]),
+    ]

@@ -297,11 +297,13 @@ class Tensor:
         As PyTorch: ``x.to('cuda')``, ``x.to(mdl.float64)``, ``x.to('cuda', mdl.float16)``,
         ``x.to(other)`` (other's device and dtype). Gradients flow back through both changes.
         ``non_blocking`` is accepted for ported code and changes nothing: copies are synchronous.
+        A string is always a device, as in PyTorch (an unknown one raises, listing the valid ones);
+        dtypes are given as dtypes (``mdl.float64``, ``np.float64``).
         """
         for arg in args:
             if isinstance(arg, Tensor):
                 device, dtype = arg.device, arg.dtype
-            elif isinstance(arg, str) and arg.partition(":")[0] in ("cpu", "cuda", "gpu"):
+            elif isinstance(arg, str):
                 device = arg
             elif arg is not None:
                 dtype = arg

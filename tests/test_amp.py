@@ -178,6 +178,14 @@ def _cases():
         "matmul": lambda lo: x @ w.T,
         "conv2d": lambda lo: F.conv2d(img, k),
         "conv1d": lambda lo: F.conv1d(seq, k1),
+        "conv_transpose2d": lambda lo: F.conv_transpose2d(img[:, :, :4, :4], k.transpose(1, 0, 2, 3)),
+        "conv_transpose1d": lambda lo: F.conv_transpose1d(seq, k1.transpose(1, 0, 2)),
+        "prod": lambda lo: (x * 0.1 + 1).astype(lo).prod(),
+        "cumsum": lambda lo: F.cumsum(x.astype(lo), dim=1),
+        "cumprod": lambda lo: F.cumprod(x.astype(lo), dim=1),
+        "norm": lambda lo: F.norm(x.astype(lo)),
+        "instance_norm": lambda lo: F.instance_norm(img.astype(lo)),
+        "rms_norm": lambda lo: F.rms_norm(x.astype(lo), (8,)),
         "softmax": lambda lo: F.softmax(x.astype(lo), dim=-1),
         "softmin": lambda lo: F.softmin(x.astype(lo), dim=-1),
         "log_softmax": lambda lo: F.log_softmax(x.astype(lo), dim=-1),
@@ -234,9 +242,11 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
     """
     torch = pytest.importorskip("torch")
     pytest.importorskip("ml_dtypes")
-    cuda_only = {"softmax", "softmin", "log_softmax", "sum", "normalize", "cosine_similarity",
-                 "batch_norm", "layer_norm", "group_norm"}
-    minidl_only = {"scaled_dot_product_attention"}  # float32 in minidl, lower in PyTorch (docs)
+    # float32 in minidl (PyTorch's CUDA list, and every norm), the input's dtype under torch.autocast("cpu")
+    input_dtype_on_torch_cpu = {"softmax", "softmin", "log_softmax", "sum", "cumsum", "cumprod", "norm", "normalize",
+                                "cosine_similarity", "batch_norm", "layer_norm", "group_norm", "rms_norm",
+                                "instance_norm"}
+    differs = {"scaled_dot_product_attention"}  # float32 in minidl, lower in PyTorch (docs)
     tf = torch.nn.functional
     rng = np.random.default_rng(0)
     x, w = torch.tensor(rng.standard_normal((4, 8)), dtype=torch.float32), torch.randn(6, 8)
@@ -245,6 +255,9 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
         "linear": lambda: tf.linear(x, w), "matmul": lambda: x @ w.T,
         "conv2d": lambda: tf.conv2d(torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)),
         "conv1d": lambda: tf.conv1d(torch.randn(2, 3, 7), torch.randn(4, 3, 3)),
+        "conv_transpose2d": lambda: tf.conv_transpose2d(torch.randn(2, 3, 4, 4), torch.randn(3, 4, 3, 3)),
+        "conv_transpose1d": lambda: tf.conv_transpose1d(torch.randn(2, 3, 7), torch.randn(3, 4, 3)),
+        "prod": lambda: xb.prod(),
         "cross_entropy": lambda: tf.cross_entropy(xb[:, :6], t), "nll_loss": lambda: tf.nll_loss(xb[:, :6], t),
         "mse_loss": lambda: tf.mse_loss(xb, xb), "l1_loss": lambda: tf.l1_loss(xb, xb),
         "smooth_l1_loss": lambda: tf.smooth_l1_loss(xb, xb), "huber_loss": lambda: tf.huber_loss(xb, xb),
@@ -252,11 +265,26 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
         "binary_cross_entropy": lambda: tf.binary_cross_entropy(torch.sigmoid(xb), (xb > 0).bfloat16()),
         "binary_cross_entropy_with_logits": lambda: tf.binary_cross_entropy_with_logits(xb, (xb > 0).bfloat16()),
     }
-    assert set(calls) | cuda_only | minidl_only == set(amp.OPS)
+    assert set(calls) | input_dtype_on_torch_cpu | differs == set(amp.OPS)
     for name, call in calls.items():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             theirs = call().dtype
         assert (theirs == torch.bfloat16) == (amp.OPS[name] == "lower"), name
+    img = torch.randn(2, 3, 4, 4).bfloat16()
+    kept = {  # the documented difference: PyTorch's CPU autocast leaves these in their input's dtype
+        "softmax": lambda: tf.softmax(xb, -1), "softmin": lambda: tf.softmin(xb, -1),
+        "log_softmax": lambda: tf.log_softmax(xb, -1), "sum": lambda: xb.sum(), "cumsum": lambda: xb.cumsum(1),
+        "cumprod": lambda: xb.cumprod(1), "norm": lambda: torch.linalg.norm(xb), "normalize": lambda: tf.normalize(xb),
+        "cosine_similarity": lambda: tf.cosine_similarity(xb, xb), "layer_norm": lambda: tf.layer_norm(xb, (8,)),
+        "group_norm": lambda: tf.group_norm(img, 1), "rms_norm": lambda: tf.rms_norm(xb, (8,)),
+        "batch_norm": lambda: tf.batch_norm(img, None, None, training=True),
+        "instance_norm": lambda: tf.instance_norm(img),
+    }
+    assert set(kept) == input_dtype_on_torch_cpu
+    for name, call in kept.items():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert call().dtype == torch.bfloat16, name
+        assert amp.OPS[name] == "float32"
 
 
 def test_autocast_linear_values_match_torch_bfloat16():

@@ -1,19 +1,106 @@
-"""The README's example runs as printed, and trains: the first thing a newcomer copies must work."""
+"""The README works as written: the ten lines train and say so, and the first-hour path runs in order.
+
+The first thing a newcomer copies must work: the "Ten lines" example is run and
+must print its loss and accuracy; the `minidl` commands of "Your first hour" are
+run in a fresh folder in the order printed, then its Python lines.
+"""
+import os
 import pathlib
 import re
+import shlex
 
 import numpy as np
+import pytest
+
+from minidl.cli import main
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+TEXT = README.read_text()
 
 
-def test_readme_example_runs_and_learns():
-    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+def _section(title: str) -> str:
+    start = TEXT.index(title)
+    end = TEXT.find("\n## ", start + len(title))
+    return TEXT[start:end if end >= 0 else None]
+
+
+def _blocks(text: str, language: str) -> list:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def _ten_lines(capsys) -> dict:
+    (code,) = _blocks(_section("## Ten lines"), "python")
     scope = {}
     exec(compile(code, str(README), "exec"), scope)  # noqa: S102 - our own README
+    scope["printed"] = capsys.readouterr().out
+    return scope
+
+
+def test_readme_example_runs_learns_and_prints_loss_and_accuracy(capsys):
+    scope = _ten_lines(capsys)
     mdl, model = scope["mdl"], scope["model"]
     x, y = scope["images"] / 16, scope["labels"]
     with mdl.no_grad():
         predictions = model(mdl.tensor(x)).numpy().argmax(axis=1)
     assert (predictions == y).mean() > 0.95  # five epochs on the digits: well above chance (0.1)
     assert np.isfinite(scope["loss"].item())
+    printed = scope["printed"].splitlines()
+    assert [line.split(":")[0] for line in printed[:5]] == [f"epoch {e}" for e in range(1, 6)]
+    assert printed[4].endswith(f"{scope['loss'].item():.3f}")  # the loss it printed is the loss it reached
+    assert printed[5] == f"accuracy on the training images: {(predictions == y).mean():.1%}"
+
+
+def test_first_hour_path_runs_as_written(tmp_path, monkeypatch, capsys):
+    section = _section("## Your first hour")
+    install, commands, docs = _blocks(section, "bash")[:3]
+    assert "pip install -e ." in install
+    assert "sphinx-build -b html docs docs/_build/html" in docs
+    scope = _ten_lines(capsys)  # step 3 uses its images and labels
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for line in commands.splitlines():
+        words = shlex.split(line.split("#")[0])
+        if not words:
+            continue
+        assert words[0] == "minidl", line
+        try:
+            code = main(words[1:])
+        except SystemExit as exc:  # --help
+            code = exc.code
+        assert code == 0, f"README: {line!r} exited with {code}"
+        ran.append((words[1], capsys.readouterr().out))
+    assert [name for name, _ in ran] == ["train", "predict", "diagnose", "train"]
+    train_out, predict_out, help_out = ran[0][1], ran[1][1], ran[3][1]
+    test = re.search(r"test accuracy of the final weights \(step \d+\): ([\d.]+)%", train_out)
+    assert float(test.group(1)) > 95  # "98% test accuracy", as the README says, within a few samples
+    assert f"accuracy: {test.group(1)}%" in predict_out  # predict agrees with train on the test split
+    assert "(default: runs/train-<data>-<model>-<time>" in " ".join(help_out.split())
+    listed = re.findall(r"`(\w+\.(?:safetensors|png|jsonl))`", section)
+    assert set(listed) == set(os.listdir("runs/first"))  # the README names exactly the files written
+
+    (snippet,) = _blocks(section, "python")
+    exec(compile(snippet, str(README), "exec"), scope)  # noqa: S102 - our own README
+    printed = capsys.readouterr().out
+    predicted = np.array([int(v) for v in re.search(r"\[([\d ]+)\]", printed).group(1).split()])
+    assert (predicted == scope["labels"][:10]).mean() >= 0.8
+
+
+def test_troubleshooting_names_the_namespace_package_trap():
+    section = _section("### Troubleshooting")
+    assert "module 'minidl' has no attribute 'manual_seed'" in section and "namespace package" in section
+
+
+def test_namespace_package_trap_is_what_the_readme_says(tmp_path):
+    """From the folder that contains a clone named minidl, `import minidl` finds the clone's root."""
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    try:
+        (tmp_path / "minidl").symlink_to(root, target_is_directory=True)
+    except OSError:
+        pytest.skip("cannot make a symbolic link here")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", "import minidl; print(minidl.__file__); minidl.manual_seed"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "None"
+    assert "module 'minidl' has no attribute 'manual_seed'" in run.stderr

@@ -212,3 +212,15 @@ def test_package_allclose_is_torch_allclose(torch):
     a, b = np.array([1.0, 2.0]), np.array([1.0, 2.0 + 3e-5])
     assert mdl.allclose(mdl.tensor(a), mdl.tensor(b)) is torch.allclose(torch.tensor(a), torch.tensor(b)) is False
     assert mdl.allclose(mdl.tensor(a), mdl.tensor(b), rtol=1e-4) is True
+
+
+def test_package_level_ops_are_the_functional_ops():
+    """torch.cat, torch.sort... have their minidl twins at the top level: the very functions of minidl.functional."""
+    import minidl.functional as F
+    names = ["argmax", "argmin", "argsort", "cat", "chunk", "cumprod", "cumsum", "einsum", "flatten", "flip",
+             "gather", "index_select", "masked_fill", "matmul", "mean", "nonzero", "permute", "prod", "reshape",
+             "roll", "sort", "split", "squeeze", "std", "topk", "tril", "triu", "unsqueeze", "var"]
+    assert [n for n in names if getattr(mdl, n) is not getattr(F, n)] == []
+    assert set(names) <= set(mdl.__all__)
+    x = mdl.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(mdl.cat([x, x], dim=1).numpy(), np.concatenate([x.numpy()] * 2, axis=1))

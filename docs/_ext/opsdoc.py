@@ -31,8 +31,8 @@ from mathnodes import block_nodes, piece_nodes, warn_untypeset
 from sphinx import addnodes
 
 # The order a reader meets them in; a module not listed here is appended, so none is ever left out.
-FAMILY_ORDER = ["elementwise", "reduction", "shape", "rearrange", "linalg", "activation", "loss", "norm",
-                "regularization", "conv", "pool"]
+FAMILY_ORDER = ["elementwise", "math", "reduction", "scan", "shape", "rearrange", "indexing", "linalg", "einsum",
+                "activation", "loss", "distance", "attention", "norm", "regularization", "conv", "pool", "resample"]
 # The ops of modules whose docstring is about something else.
 OWN_WORDS = {"minidl.autograd": (
     "Moves between devices and dtypes",

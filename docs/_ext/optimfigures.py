@@ -35,6 +35,7 @@ SCHEDULE_EXAMPLES = {
     "exponential": ("exponential(0.1, 0.99)", False),
     "polynomial": ("polynomial(0.1, total=300, power=2)", False),
     "cyclical": ("cyclical(0.01, 0.1, step_size_up=50)", False),
+    "cosine": ("cosine(0.1, T_max=300)", False),
     "cosine_restarts": ("cosine_restarts(0.1, T0=50, T_mult=2)", False),
     "inverse_sqrt": ("inverse_sqrt(0.1, warmup=30)", False),
     "warmup": ("warmup(polynomial(0.1, total=300), steps=30)", False),

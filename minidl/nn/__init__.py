@@ -8,7 +8,7 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import init
+from minidl.nn import functional, init, utils
 from minidl.nn.activation import (
     CELU,
     GLU,
@@ -26,8 +26,9 @@ from minidl.nn.activation import (
     Softplus,
     Softsign,
 )
-from minidl.nn.containers import Identity, ModuleList, Sequential
-from minidl.nn.conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from minidl.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
     GELU,
@@ -55,17 +56,31 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
-from minidl.nn.recurrent import GRU, LSTM, RNN
+from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from minidl.nn.pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+)
+from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
 
 __all__ = [
-    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten",
-    "GELU", "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear",
-    "MaxPool2d", "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid",
-    "Softmax", "StateDictError", "Tanh", "init",
-    "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6",
-    "SELU", "SiLU", "Softmin", "Softplus", "Softsign",
-    "Unflatten",
+    "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
+    "GRU", "GroupNorm", "Identity", "IncompatibleKeys", "LSTM", "LayerNorm", "LeakyReLU", "Linear", "MaxPool2d",
+    "Module", "ModuleList", "Parameter", "RNN", "ReLU", "Residual", "Sequential", "Sigmoid", "Softmax",
+    "StateDictError", "Tanh", "init", "CELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh", "LogSigmoid",
+    "LogSoftmax", "Mish", "PReLU", "ReLU6", "SELU", "SiLU", "Softmin", "Softplus", "Softsign", "Unflatten",
     "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
-    "SmoothL1Loss",
+    "SmoothL1Loss", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AvgPool1d",
+    "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
+    "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
+    "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
 ]

@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm.
+"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm, InstanceNorm1d/2d, RMSNorm.
 
 Each normalizes with a mean μ and variance σ² taken over some axes, then
 scales and shifts per channel (or per feature):
@@ -9,10 +9,14 @@ BatchNorm takes μ, σ² over the batch (and spatial axes) while training and
 keeps exponential running averages of them in buffers; in evaluation it uses
 those running averages, so one example's output does not depend on the rest
 of its batch. LayerNorm takes them over each example's last axes, GroupNorm
-over groups of channels of each example: both behave the same in training
-and evaluation.
+over groups of channels of each example, InstanceNorm over each channel of
+each example: they behave the same in training and evaluation (InstanceNorm
+unless asked to track running statistics). RMSNorm only rescales:
+y = x / √(⟨x²⟩ + eps) · γ over the last axes.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -37,6 +41,27 @@ def _reset_affine(module):
         init.zeros_(module.bias)
 
 
+def _per_channel_state(module, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype):
+    """What batch and instance norm share (PyTorch's ``_NormBase``): the per-channel affine
+    parameters and, when tracked, the running statistics, as buffers; then their initial values."""
+    if num_features <= 0:
+        raise ValueError(f"{type(module).__name__}: num_features must be positive, got {num_features}")
+    check_dtype(type(module).__name__, dtype)
+    module.num_features, module.eps, module.momentum = num_features, eps, momentum
+    module.affine, module.track_running_stats = affine, track_running_stats
+    _affine_parameters(module, (num_features,), affine, bias, device, dtype)
+    if track_running_stats:
+        xp = backend.xp_for(device or "cpu")
+        float_type = np.dtype(dtype or np.float32)
+        module.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
+        module.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
+        module.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
+    else:
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            module.register_buffer(name, None)
+    module.reset_parameters()
+
+
 class _BatchNorm(Module):
     """Shared by BatchNorm1d and BatchNorm2d (they differ only in the input shapes they accept)."""
 
@@ -46,22 +71,7 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
-        if num_features <= 0:
-            raise ValueError(f"{type(self).__name__}: num_features must be positive, got {num_features}")
-        check_dtype(type(self).__name__, dtype)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
-        if track_running_stats:
-            xp = backend.xp_for(device or "cpu")
-            float_type = np.dtype(dtype or np.float32)
-            self.register_buffer("running_mean", Tensor(xp.zeros(num_features, float_type)))
-            self.register_buffer("running_var", Tensor(xp.ones(num_features, float_type)))
-            self.register_buffer("num_batches_tracked", Tensor(xp.zeros((), np.int64)))
-        else:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                self.register_buffer(name, None)
-        self.reset_parameters()
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype)
 
     def reset_running_stats(self):
         if self.track_running_stats:
@@ -179,3 +189,99 @@ class GroupNorm(Module):
     def extra_repr(self):
         return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
                 f"bias={self.bias is not None}")
+
+
+class _InstanceNorm(Module):
+    """Shared by InstanceNorm1d and InstanceNorm2d (they differ only in the input shapes they accept)."""
+
+    batched_ndim = 0
+    layouts = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
+        super().__init__()
+        _per_channel_state(self, num_features, eps, momentum, affine, track_running_stats, bias, device, dtype)
+
+    reset_running_stats = _BatchNorm.reset_running_stats
+    reset_parameters = _BatchNorm.reset_parameters
+
+    def forward(self, x):
+        layer = type(self).__name__
+        if x.ndim not in (self.batched_ndim - 1, self.batched_ndim):
+            raise ValueError(f"{layer}({self.num_features}): expected input {self.layouts}, got shape {x.shape}")
+        unbatched = x.ndim == self.batched_ndim - 1
+        channels = x.shape[0 if unbatched else 1]
+        if channels != self.num_features:
+            message = (f"{layer}({self.num_features}): expected {self.num_features} channels (input "
+                       f"{self.layouts}), got shape {x.shape}")
+            if self.affine or self.track_running_stats:
+                raise ValueError(message)
+            warnings.warn(message + "; without affine parameters or running statistics num_features is "
+                          "not used, so the input is normalized anyway", stacklevel=2)
+        if unbatched:
+            x = F.reshape(x, (1,) + x.shape)
+        # As PyTorch: num_batches_tracked is kept in the state but never counted, and
+        # momentum=None means 0 (the running statistics stay as they are), not a cumulative average.
+        momentum = 0.0 if self.momentum is None else self.momentum
+        y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            self.training or not self.track_running_stats, momentum, self.eps)
+        return F.reshape(y, y.shape[1:]) if unbatched else y
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization of (N, C, L) or unbatched (C, L) inputs: each channel of each
+    example standardized over its L positions (style transfer, small-batch generators).
+
+    y = (x − μ_nc)/√(σ²_nc + eps) · γ + β, μ_nc and σ²_nc over L. PyTorch's defaults:
+    ``affine=False`` (no γ, β) and ``track_running_stats=False`` (the same in training and
+    evaluation). With tracking, training updates running_mean/var with the batch average of
+    the instance statistics (as BatchNorm, momentum 0.1) and evaluation normalizes with them.
+    """
+
+    batched_ndim = 3
+    layouts = "(N, C, L) or unbatched (C, L)"
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization of (N, C, H, W) or unbatched (C, H, W) inputs: each channel of each
+    example standardized over its H·W positions. Defaults and running statistics as InstanceNorm1d.
+    """
+
+    batched_ndim = 4
+    layouts = "(N, C, H, W) or unbatched (C, H, W)"
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalization over each example's last axes (``normalized_shape``).
+
+    y = x / √(⟨x²⟩ + eps) · γ, ⟨·⟩ over the last len(normalized_shape) axes; no centering and
+    no bias (Zhang & Sennrich 2019; the norm of LLaMA-style transformers). ``eps=None`` uses the
+    machine epsilon of the input's dtype (PyTorch's default). Default γ = 1.
+    """
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        check_dtype("RMSNorm", dtype)
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self.register_parameter("weight", init.ones_(empty_parameter(self.normalized_shape, device, dtype))
+                                if elementwise_affine else None)
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        n = len(self.normalized_shape)
+        if x.ndim < n or x.shape[x.ndim - n:] != self.normalized_shape:
+            raise ValueError(f"RMSNorm{self.normalized_shape}: the input's last axes must have shape "
+                             f"{self.normalized_shape}, got input shape {x.shape}")
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

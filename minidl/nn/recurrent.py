@@ -1,8 +1,8 @@
-"""Recurrent layers: RNN, LSTM, GRU, with PyTorch's names, layouts and gate order.
+"""Recurrent cells and layers: RNNCell, LSTMCell, GRUCell; RNN, LSTM, GRU built from them.
 
-Per layer k (and direction, "_reverse" for the backward one of a
-bidirectional layer) the parameters are weight_ih_lk (G·H, input),
-weight_hh_lk (G·H, H), bias_ih_lk and bias_hh_lk (G·H), G = 1, 4, 3 gates:
+PyTorch's names, layouts and gate order. A cell has weight_ih (G·H, input),
+weight_hh (G·H, H), bias_ih and bias_hh (G·H), G = 1, 4, 3 gates, and takes
+one time step:
 
     RNN:   h' = tanh(W_ih x + b_ih + W_hh h + b_hh)            (or relu)
     LSTM:  i, f, g, o = split(W_ih x + b_ih + W_hh h + b_hh)   (that order)
@@ -12,10 +12,13 @@ weight_hh_lk (G·H, H), bias_ih_lk and bias_hh_lk (G·H), G = 1, 4, 3 gates:
            r = σ(a_r + b_r);  z = σ(a_z + b_z);  n = tanh(a_n + r ⊙ b_n)
            h' = (1 − z) ⊙ n + z ⊙ h
 
-The input projection W_ih x + b_ih of all time steps is one matrix product
-before the loop; only W_hh h is computed step by step. Default
-initialization (PyTorch's): every weight and bias ~ U(−1/√H, 1/√H). For the
-textbook's LSTM bias rule use ``nn.init.init_lstm_gate_biases(lstm)``.
+A layer runs its cell's step over the sequence, per layer k (and direction,
+"_reverse" for the backward one of a bidirectional layer) with the
+parameters weight_ih_lk, weight_hh_lk, bias_ih_lk and bias_hh_lk. The input
+projection W_ih x + b_ih of all time steps is one matrix product before the
+loop; only W_hh h is computed step by step. Default initialization
+(PyTorch's): every weight and bias ~ U(−1/√H, 1/√H). For the textbook's LSTM
+bias rule use ``nn.init.init_lstm_gate_biases(lstm)``.
 """
 from __future__ import annotations
 
@@ -94,11 +97,120 @@ def _gru_step(xw, state, w_hh, b_hh):
     return h, (h,)
 
 
+class _CellBase(Module):
+    """Shared by RNNCell, LSTMCell and GRUCell: one time step, ``step`` being the layer's step too."""
+
+    gates = 1
+    state_count = 1
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        cell = type(self).__name__
+        if input_size <= 0 or hidden_size <= 0:
+            raise ValueError(f"{cell}: input_size and hidden_size must be positive, got {input_size}, {hidden_size}")
+        check_dtype(cell, dtype)
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        rows = self.gates * hidden_size
+        self.weight_ih = empty_parameter((rows, input_size), device, dtype)
+        self.weight_hh = empty_parameter((rows, hidden_size), device, dtype)
+        self.register_parameter("bias_ih", empty_parameter((rows,), device, dtype) if bias else None)
+        self.register_parameter("bias_hh", empty_parameter((rows,), device, dtype) if bias else None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound)
+
+    def _step_fn(self):
+        return type(self).step
+
+    def forward(self, x, hx=None):
+        """x: (N, input_size) or unbatched (input_size,); hx: (N, H) (an LSTMCell: a tuple (h, c)),
+        zeros when None. Returns h' (an LSTMCell: (h', c')) shaped like hx."""
+        cell = type(self).__name__
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(f"{cell}: expected input (N, {self.input_size}) or unbatched ({self.input_size},), "
+                             f"got shape {x.shape}")
+        unbatched = x.ndim == 1
+        if unbatched:
+            x = F.reshape(x, 1, x.shape[0])
+        expected = (x.shape[0], self.hidden_size)
+        if hx is None:
+            state = (Tensor(x.xp.zeros(expected, x.dtype)),) * self.state_count
+        else:
+            state = (hx,) if self.state_count == 1 else hx
+            if not isinstance(state, (tuple, list)) or len(state) != self.state_count:
+                raise TypeError(f"{cell}: the state must be a tuple (h, c), got {type(hx).__name__}")
+            state = tuple(self._checked_hidden(h, expected, unbatched) for h in state)
+        _, state = self._step_fn()(F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh)
+        if unbatched:
+            state = tuple(F.reshape(h, h.shape[1:]) for h in state)
+        return state[0] if self.state_count == 1 else state
+
+    def _checked_hidden(self, h, expected, unbatched):
+        if not isinstance(h, Tensor):
+            raise TypeError(f"{type(self).__name__}: states must be Tensors, got {type(h).__name__}")
+        h = F.reshape(h, 1, h.shape[0]) if unbatched and h.ndim == 1 else h
+        if h.shape != expected:
+            shape = f"({self.hidden_size},) for an unbatched input" if unbatched else \
+                f"{expected} (batch, hidden_size) to match the input"
+            raise ValueError(f"{type(self).__name__}: state of shape {h.shape}, expected {shape}")
+        return h
+
+    def extra_repr(self):
+        text = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            text += ", bias=False"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            text += f", nonlinearity={self.nonlinearity}"  # unquoted, as PyTorch prints it
+        return text
+
+
+class RNNCell(_CellBase):
+    """One Elman RNN step: h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (``nonlinearity='relu'`` for relu).
+
+    ``cell(x, h)`` → h'. Default initialization: every parameter ~ U(−1/√hidden_size, 1/√hidden_size).
+    """
+
+    step = staticmethod(_rnn_tanh_step)
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
+                 device=None, dtype=None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        super().__init__(input_size, hidden_size, bias, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def _step_fn(self):
+        return _rnn_tanh_step if self.nonlinearity == "tanh" else _rnn_relu_step
+
+
+class LSTMCell(_CellBase):
+    """One LSTM step, gates in PyTorch's order (i, f, g, o): ``cell(x, (h, c))`` → (h', c').
+
+    Default initialization: every parameter ~ U(−1/√hidden_size, 1/√hidden_size).
+    """
+
+    gates = 4
+    state_count = 2
+    step = staticmethod(_lstm_step)
+
+
+class GRUCell(_CellBase):
+    """One GRU step, gates in PyTorch's order (r, z, n): ``cell(x, h)`` → h'.
+
+    Default initialization: every parameter ~ U(−1/√hidden_size, 1/√hidden_size).
+    """
+
+    gates = 3
+    step = staticmethod(_gru_step)
+
+
 class _RNNBase(Module):
     """Shared by RNN, LSTM and GRU: parameters, layers, directions, batch_first, initial states."""
 
-    gates = 1
-    state_count = 1  # h only; the LSTM also carries c
+    cell = RNNCell  # whose ``step`` the layer runs over the sequence; its gates and states too
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -118,7 +230,7 @@ class _RNNBase(Module):
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional = bidirectional
         directions = 2 if bidirectional else 1
-        rows = self.gates * hidden_size
+        rows = self.cell.gates * hidden_size
         for k in range(num_layers):
             layer_input = input_size if k == 0 else hidden_size * directions
             for suffix in ("", "_reverse")[:directions]:
@@ -135,7 +247,7 @@ class _RNNBase(Module):
             init.uniform_(p, -bound, bound)
 
     def _step_fn(self):
-        raise NotImplementedError(f"{type(self).__name__} must define _step_fn (the one-step cell: RNN, LSTM, GRU)")
+        return self.cell.step
 
     def _layer_params(self, k, suffix):
         get = self._parameters.get
@@ -148,8 +260,8 @@ class _RNNBase(Module):
         expected = (count, batch, self.hidden_size)
         if hx is None:
             zeros = Tensor(x.xp.zeros(expected, x.dtype))
-            hx = (zeros,) * self.state_count
-        elif self.state_count == 1:
+            hx = (zeros,) * self.cell.state_count
+        elif self.cell.state_count == 1:
             hx = (hx,)
         elif not isinstance(hx, (tuple, list)) or len(hx) != 2:
             raise TypeError(f"{type(self).__name__}: the initial state must be a tuple (h_0, c_0)")
@@ -206,10 +318,10 @@ class _RNNBase(Module):
             output = F.reshape(output, output.shape[0], output.shape[2])
         elif self.batch_first:
             output = F.transpose(output, 1, 0, 2)
-        final = [F.stack([s[i] for s in finals], axis=0) for i in range(self.state_count)]
+        final = [F.stack([s[i] for s in finals], axis=0) for i in range(self.cell.state_count)]
         if unbatched:
             final = [F.reshape(f, f.shape[0], f.shape[2]) for f in final]
-        return output, (final[0] if self.state_count == 1 else tuple(final))
+        return output, (final[0] if self.cell.state_count == 1 else tuple(final))
 
     def extra_repr(self):
         text = f"{self.input_size}, {self.hidden_size}"
@@ -238,8 +350,7 @@ class RNN(_RNNBase):
                          device, dtype)
         self.nonlinearity = nonlinearity
 
-    def _step_fn(self):
-        return _rnn_tanh_step if self.nonlinearity == "tanh" else _rnn_relu_step
+    _step_fn = RNNCell._step_fn  # tanh or relu, as the cell
 
 
 class LSTM(_RNNBase):
@@ -250,11 +361,7 @@ class LSTM(_RNNBase):
     output-gate −1 rule.
     """
 
-    gates = 4
-    state_count = 2
-
-    def _step_fn(self):
-        return _lstm_step
+    cell = LSTMCell
 
 
 class GRU(_RNNBase):
@@ -263,7 +370,4 @@ class GRU(_RNNBase):
     Default initialization: every parameter ~ U(−1/√hidden_size, 1/√hidden_size).
     """
 
-    gates = 3
-
-    def _step_fn(self):
-        return _gru_step
+    cell = GRUCell

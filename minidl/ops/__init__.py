@@ -8,94 +8,34 @@ attached here, not in tensor.py, because ops are the layer above tensors.
 """
 import numpy as np
 
-from minidl.ops import activation, attention, distance, elementwise, linalg, math, rearrange, reduction, shape
-from minidl.ops.activation import elu, gelu, leaky_relu, log_softmax, logsumexp, relu, sigmoid, softmax, softplus, tanh
-from minidl.ops.attention import scaled_dot_product_attention
-from minidl.ops.conv import conv1d, conv2d, im2col
-from minidl.ops.distance import cosine_similarity, normalize, pairwise_distance
-from minidl.ops.elementwise import (
-    abs,
-    add,
-    clamp,
-    clip,
-    div,
-    exp,
-    floor_divide,
-    log,
-    maximum,
-    minimum,
-    mul,
-    neg,
-    pow,
-    sqrt,
-    sub,
-    where,
+from minidl.ops import (
+    activation,
+    attention,
+    distance,
+    einsum,
+    elementwise,
+    indexing,
+    linalg,
+    math,
+    rearrange,
+    reduction,
+    scan,
+    shape,
 )
-from minidl.ops.linalg import linear, matmul
-from minidl.ops.loss import (
-    binary_cross_entropy,
-    binary_cross_entropy_with_logits,
-    cross_entropy,
-    huber_loss,
-    kl_div,
-    l1_loss,
-    mse_loss,
-    nll_loss,
-    one_hot,
-    smooth_l1_loss,
-)
-from minidl.ops.math import (
-    acos,
-    acosh,
-    allclose,
-    asin,
-    asinh,
-    atan,
-    atan2,
-    atanh,
-    ceil,
-    copysign,
-    cos,
-    cosh,
-    erf,
-    erfc,
-    exp2,
-    expm1,
-    floor,
-    fmod,
-    isclose,
-    isfinite,
-    isinf,
-    isnan,
-    lerp,
-    log1p,
-    log2,
-    log10,
-    logaddexp,
-    logical_and,
-    logical_not,
-    logical_or,
-    logical_xor,
-    reciprocal,
-    remainder,
-    round,
-    rsqrt,
-    sign,
-    sin,
-    sinh,
-    tan,
-    trunc,
-)
-from minidl.ops.norm import batch_norm, group_norm, layer_norm
-from minidl.ops.pool import avg_pool2d, max_pool2d
-from minidl.ops.reduction import max, mean, min, sum, var
-from minidl.ops.regularization import dropout, embedding
-from minidl.ops.shape import broadcast_to, concatenate, flatten, getitem, pad, reshape, stack, sum_to, transpose
+from minidl.ops.elementwise import abs, add, div, floor_divide, mul, neg, pow, sub, where
+from minidl.ops.linalg import matmul
+from minidl.ops.math import remainder
+from minidl.ops.shape import getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 
 
 def _reflected(op):
     return lambda self, other: op(as_tensor(other, like=self), self)
+
+
+# Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
+FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction, scan,
+            shape)
 
 
 def _attach_tensor_methods():
@@ -116,7 +56,7 @@ def _attach_tensor_methods():
     T.__or__ = T.__ror__ = _bitwise("bitwise_or")
     T.__xor__ = T.__rxor__ = _bitwise("bitwise_xor")
     T.__getitem__ = getitem
-    for family in (activation, attention, distance, elementwise, linalg, math, reduction, shape, rearrange):
+    for family in FAMILIES:
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))
     T.T = property(lambda self: transpose(self))

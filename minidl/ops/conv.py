@@ -1,9 +1,9 @@
 """Convolutions as one matrix product: im2col, then GEMM.
 
 A 2-D convolution (PyTorch's cross-correlation) of x (N, C, H, W) with
-weights W (O, C, KH, KW) is
+weights W (O, C, KH, KW), stride s, dilation d and zero padding is
 
-    y[n, o, i, j] = b[o] + Σ_{c,p,q} W[o, c, p, q] · x_pad[n, c, i·sh + p, j·sw + q]
+    y[n, o, i, j] = b[o] + Σ_{c,p,q} W[o, c, p, q] · x_pad[n, c, i·sh + p·dh, j·sw + q·dw]
 
 Gather every window of x_pad into one row of a matrix X_col
 (N·OH·OW rows, KH·KW·C columns): the sum above is then the product
@@ -12,9 +12,17 @@ gradient follows from the linear layer's (dX_col = dY W, dW = dYᵀ X_col)
 and from im2col's own adjoint, col2im, which adds each row of dX_col back
 where its window read (overlapping windows add).
 
+With ``groups`` = G the channels split into G independent convolutions
+(input channels g·C/G … (g+1)·C/G − 1 feed output channels g·O/G …); the
+G products run as one batched matmul. A depthwise convolution is G = C.
+
+The transposed convolution is the adjoint of a convolution (its gradient
+with respect to the input): y = col2im(x W), each input pixel spreading a
+weighted copy of the kernel over the output.
+
 im2col and col2im are linear maps and each is the other's transpose, so
 the backward of one is the other: differentiating any number of times stays
-inside these two ops and the linear layer (second derivatives of a CNN,
+inside these two ops and the matrix products (second derivatives of a CNN,
 Hessian-vector products, all come free).
 """
 from __future__ import annotations
@@ -22,9 +30,12 @@ from __future__ import annotations
 from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.linalg import linear
+from minidl.ops.linalg import linear, matmul
 from minidl.ops.shape import reshape, transpose
 from minidl.tensor import Tensor, as_tensor
+
+# The ops of this family that minidl.ops also attaches to Tensor as methods (PyTorch has none).
+TENSOR_METHODS = ()
 
 
 def as_pair(value, what: str, op: str, minimum: int) -> tuple[int, int]:
@@ -35,33 +46,42 @@ def as_pair(value, what: str, op: str, minimum: int) -> tuple[int, int]:
     return pair
 
 
-def output_size(size: int, kernel: int, stride: int, padding: int) -> int:
-    """Number of window positions along one axis: ⌊(size + 2·padding − kernel) / stride⌋ + 1."""
-    return (size + 2 * padding - kernel) // stride + 1
+def output_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
+    """Number of window positions along one axis: ⌊(size + 2·padding − dilation·(kernel − 1) − 1) / stride⌋ + 1."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def im2col_array(x, kernel, stride, padding):
+def _sides(padding):
+    """((top, bottom), (left, right)) from (ph, pw) or from pairs already."""
+    return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
+
+
+def im2col_array(x, kernel, stride, padding, dilation=(1, 1), out_size=None):
     """Windows of x (N, C, H, W) as a contiguous array (N, OH, OW, KH, KW, C).
 
     No loop: a strided view reads every window in place (the window at (i, j)
-    starts i·sh rows and j·sw columns in), and one copy lays them out as rows.
-    Channels go last so that the copy moves runs of C contiguous values
-    (a conv's output is already channels-last in memory, see conv2d).
+    starts i·sh rows and j·sw columns in, its taps dh rows and dw columns
+    apart), and one copy lays them out as rows. Channels go last so that the
+    copy moves runs of C contiguous values (a conv's output is already
+    channels-last in memory, see conv2d). ``padding`` is (ph, pw) or
+    ((top, bottom), (left, right)); ``out_size`` keeps only the first
+    (OH, OW) windows (col2im's adjoint may need fewer than fit).
     """
     xp = xp_of(x)
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    (pt, pb), (pl, pr) = _sides(padding)
     x = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view
-    if ph or pw:
-        x = xp.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+    if pt or pb or pl or pr:
+        x = xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     n, h, w, c = x.shape
-    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    oh, ow = out_size or ((h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1)
     s_n, s_h, s_w, s_c = x.strides
     windows = xp.lib.stride_tricks.as_strided(
-        x, shape=(n, oh, ow, kh, kw, c), strides=(s_n, s_h * sh, s_w * sw, s_h, s_w, s_c))
+        x, shape=(n, oh, ow, kh, kw, c), strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
     return xp.ascontiguousarray(windows)
 
 
-def col2im_array(cols, in_shape, kernel, stride, padding):
+def col2im_array(cols, in_shape, kernel, stride, padding, dilation=(1, 1)):
     """The adjoint of im2col: add each window (N, OH, OW, KH, KW, C) back into an (N, C, H, W) image.
 
     One strided addition per kernel offset (p, q): all windows' entries at that
@@ -70,30 +90,32 @@ def col2im_array(cols, in_shape, kernel, stride, padding):
     """
     xp = xp_of(cols)
     n, c, h, w = in_shape
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    (pt, pb), (pl, pr) = _sides(padding)
     oh, ow = cols.shape[1], cols.shape[2]
-    image = xp.zeros((n, h + 2 * ph, w + 2 * pw, c), cols.dtype)
+    image = xp.zeros((n, h + pt + pb, w + pl + pr, c), cols.dtype)
     for p in range(kh):
         for q in range(kw):
-            image[:, p:p + sh * (oh - 1) + 1:sh, q:q + sw * (ow - 1) + 1:sw] += cols[:, :, :, p, q]
-    return image[:, ph:ph + h, pw:pw + w].transpose(0, 3, 1, 2)
+            image[:, p * dh:p * dh + sh * (oh - 1) + 1:sh, q * dw:q * dw + sw * (ow - 1) + 1:sw] += cols[:, :, :, p, q]
+    return image[:, pt:pt + h, pl:pl + w].transpose(0, 3, 1, 2)
 
 
 class Im2Col(Function):
-    """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p, j·sw + q]  (x_pad: x with zero borders);
+    """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with zero borders);
     dx = col2im(dy): every window's gradient added back where it was read.
     """
     saved_inputs = ()
 
-    def __init__(self, kernel, stride, padding):
-        self.kernel, self.stride, self.padding = kernel, stride, padding
+    def __init__(self, kernel, stride, padding, dilation=(1, 1), out_size=None):
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
+        self.out_size = out_size
 
     def forward(self, x):
         self.in_shape = x.shape
-        return im2col_array(x, self.kernel, self.stride, self.padding)
+        return im2col_array(x, self.kernel, self.stride, self.padding, self.dilation, self.out_size)
 
     def backward(self, gy):
-        return Col2Im(self.in_shape, self.kernel, self.stride, self.padding)(gy)
+        return Col2Im(self.in_shape, self.kernel, self.stride, self.padding, self.dilation)(gy)
 
 
 class Col2Im(Function):
@@ -102,77 +124,115 @@ class Col2Im(Function):
     """
     saved_inputs = ()
 
-    def __init__(self, image_shape, kernel, stride, padding):
+    def __init__(self, image_shape, kernel, stride, padding, dilation=(1, 1)):
         self.image_shape = image_shape
-        self.kernel, self.stride, self.padding = kernel, stride, padding
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
 
     def forward(self, cols):
-        return col2im_array(cols, self.image_shape, self.kernel, self.stride, self.padding)
+        self.out_size = cols.shape[1:3]
+        return col2im_array(cols, self.image_shape, self.kernel, self.stride, self.padding, self.dilation)
 
     def backward(self, gy):
-        return Im2Col(self.kernel, self.stride, self.padding)(gy)
+        return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
 
-def im2col(x, kernel_size, stride=1, padding=0) -> Tensor:
+def im2col(x, kernel_size, stride=1, padding=0, dilation=1) -> Tensor:
     """Sliding windows of x (N, C, H, W) as a tensor (N, OH, OW, KH, KW, C), differentiable."""
     kernel = as_pair(kernel_size, "kernel_size", "im2col", 1)
-    return Im2Col(kernel, as_pair(stride, "stride", "im2col", 1), as_pair(padding, "padding", "im2col", 0))(x)
+    return Im2Col(kernel, as_pair(stride, "stride", "im2col", 1), as_pair(padding, "padding", "im2col", 0),
+                  as_pair(dilation, "dilation", "im2col", 1))(x)
 
 
-# ---------------------------------------------------------------- input checks
-def _check_conv(op, x, weight, bias, stride, padding, spatial):
+# ---------------------------------------------------------------- arguments and input checks
+def _padding_sides(op, padding, kernel, stride, dilation):
+    """Padding as ((top, bottom), (left, right)); 'valid' is none, 'same' keeps the size (stride 1).
+
+    'same' pads d·(k − 1) in all, ⌊d·(k − 1)/2⌋ before and the rest after, as PyTorch.
+    """
+    if isinstance(padding, str):
+        if padding == "valid":
+            return tuple((0, 0) for _ in kernel)
+        if padding != "same":
+            raise ValueError(f"{op}: padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}")
+        if any(s != 1 for s in stride):
+            raise ValueError(f"{op}: padding='same' needs stride 1 (as in PyTorch), got stride {stride}")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return _sides(as_pair(padding, "padding", op, 0))
+
+
+def _check_conv(op, x, weight, bias, padding, dilation, groups, spatial):
     """Raise a ValueError/TypeError that names ``op`` when the shapes cannot convolve."""
     layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
-    w_layout = {1: "(out_channels, in_channels, K)", 2: "(out_channels, in_channels, KH, KW)"}[spatial]
+    w_layout = {1: "(out_channels, in_channels/groups, K)", 2: "(out_channels, in_channels/groups, KH, KW)"}[spatial]
     if x.ndim != spatial + 2:
         raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
     if weight.ndim != spatial + 2:
         raise ValueError(f"{op}: weight must be {spatial + 2}-D {w_layout}, got shape {weight.shape}")
-    if x.shape[1] != weight.shape[1]:
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{op}: groups must be an int ≥ 1, got {groups!r}")
+    if weight.shape[0] % groups:
+        raise ValueError(f"{op}: weight of shape {weight.shape} has {weight.shape[0]} output channels, "
+                         f"not divisible by groups={groups}")
+    if x.shape[1] != weight.shape[1] * groups:
         raise ValueError(f"{op}: input of shape {x.shape} has {x.shape[1]} channels but weight of shape "
-                         f"{weight.shape} expects {weight.shape[1]} (weight is {w_layout})")
+                         f"{weight.shape} expects {weight.shape[1] * groups} (weight is {w_layout}, "
+                         f"groups={groups})")
     if x.dtype != weight.dtype:
         raise TypeError(f"{op}: input is {x.dtype} but weight is {weight.dtype}; convert one of them "
                         f"(e.g. x.astype('{weight.dtype}')) so that no silent upcast happens")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"{op}: bias must have shape ({weight.shape[0]},), one value per output "
                          f"channel, got {bias.shape}")
-    for size, kernel, pad in zip(x.shape[2:], weight.shape[2:], padding[-spatial:]):
-        if size + 2 * pad < kernel:
-            raise ValueError(f"{op}: kernel of size {tuple(weight.shape[2:])} is larger than the padded "
-                             f"input (input {tuple(x.shape[2:])}, padding {padding[-spatial:]}); "
+    sides, dilation = padding[-spatial:], dilation[-spatial:]
+    for size, kernel, (before, after), d in zip(x.shape[2:], weight.shape[2:], sides, dilation):
+        if size + before + after < d * (kernel - 1) + 1:
+            raise ValueError(f"{op}: kernel of size {tuple(weight.shape[2:])} (dilation {dilation}) is larger "
+                             f"than the padded input (input {tuple(x.shape[2:])}, padding {sides}); "
                              "use a smaller kernel or more padding")
 
 
-def _conv2d(x, weight, bias, stride, padding):
-    """The shared core, after the checks: im2col, one GEMM, back to (N, O, OH, OW)."""
+def _conv2d(x, weight, bias, stride, padding, dilation=(1, 1), groups=1):
+    """The shared core, after the checks: im2col, one GEMM (G batched ones with groups), back to (N, O, OH, OW)."""
     n = x.shape[0]
-    o, c, kh, kw = weight.shape
-    cols = Im2Col((kh, kw), stride, padding)(x)  # (N, OH, OW, KH, KW, C)
+    o, c, kh, kw = weight.shape  # c = C / groups
+    cols = Im2Col((kh, kw), stride, padding, dilation)(x)  # (N, OH, OW, KH, KW, C)
     oh, ow = cols.shape[1], cols.shape[2]
-    rows = reshape(cols, n * oh * ow, kh * kw * c)
-    flat_weight = reshape(transpose(weight, (0, 2, 3, 1)), o, kh * kw * c)  # columns in im2col's order
-    y = linear(rows, flat_weight, bias)  # (N·OH·OW, O): y = X_col Wᵀ + b
+    if groups == 1:
+        rows = reshape(cols, n * oh * ow, kh * kw * c)
+        flat_weight = reshape(transpose(weight, (0, 2, 3, 1)), o, kh * kw * c)  # columns in im2col's order
+        y = linear(rows, flat_weight, bias)  # (N·OH·OW, O): y = X_col Wᵀ + b
+    else:  # group g: its own C/G columns of every window times its own O/G filters, one batched matmul
+        g, og, m = groups, o // groups, n * oh * ow
+        rows = reshape(transpose(reshape(cols, m, kh * kw, g, c), (2, 0, 1, 3)), g, m, kh * kw * c)
+        grouped = reshape(transpose(reshape(weight, g, og, c, kh, kw), (0, 3, 4, 2, 1)), g, kh * kw * c, og)
+        y = reshape(transpose(matmul(rows, grouped), (1, 0, 2)), m, o)  # (G, M, O/G) → (M, O)
+        if bias is not None:
+            y = y + bias
     # (N, O, OH, OW) as a view of the channels-last result: no copy, and the next
     # conv's im2col reads it channels-last, which is the fast direction.
     return transpose(reshape(y, n, oh, ow, o), (0, 3, 1, 2))
 
 
 @autocast_to("lower")
-def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
-    """2-D convolution (cross-correlation, as PyTorch): x (N, C, H, W), weight (O, C, KH, KW).
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """2-D convolution (cross-correlation, as PyTorch): x (N, C, H, W), weight (O, C/groups, KH, KW).
 
-    y[n, o, i, j] = b[o] + Σ_{c,p,q} W[o, c, p, q] · x_pad[n, c, i·sh + p, j·sw + q], computed as
-    im2col(x) @ Wᵀ;  dx = col2im(dy W),  dW = dyᵀ im2col(x),  db = Σ dy.
-    ``stride`` and ``padding`` (zeros) are ints or (height, width) pairs. The
-    output has OH = ⌊(H + 2·ph − KH) / sh⌋ + 1 rows, and likewise OW.
+    y[n, o, i, j] = b[o] + Σ_{c,p,q} W[o, c, p, q] · x_pad[n, g·C/G + c, i·sh + p·dh, j·sw + q·dw]
+    (g = the group of output channel o), computed as im2col(x) @ Wᵀ;
+    dx = col2im(dy W),  dW = dyᵀ im2col(x),  db = Σ dy.
+    ``stride``, ``padding`` (zeros) and ``dilation`` are ints or (height, width) pairs;
+    ``padding`` may also be 'valid' (none) or 'same' (output as large as the input; stride 1).
+    The output has OH = ⌊(H + 2·ph − dh·(KH − 1) − 1) / sh⌋ + 1 rows, and likewise OW.
     """
     x, weight = as_tensor(x), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
     stride = as_pair(stride, "stride", "conv2d", 1)
-    padding = as_pair(padding, "padding", "conv2d", 0)
-    _check_conv("conv2d", x, weight, bias, stride, padding, 2)
-    return _conv2d(x, weight, bias, stride, padding)
+    dilation = as_pair(dilation, "dilation", "conv2d", 1)
+    kernel = weight.shape[2:] if weight.ndim == 4 else (1, 1)
+    padding = _padding_sides("conv2d", padding, kernel, stride, dilation)
+    _check_conv("conv2d", x, weight, bias, padding, dilation, groups, 2)
+    return _conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
 def _single(value, what, op, minimum):
@@ -183,17 +243,119 @@ def _single(value, what, op, minimum):
 
 
 @autocast_to("lower")
-def conv1d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
-    """1-D convolution: x (N, C, L), weight (O, C, K);
-    y[n, o, i] = b[o] + Σ_{c,p} W[o, c, p] x_pad[n, c, i·s + p].
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """1-D convolution: x (N, C, L), weight (O, C/groups, K);
+    y[n, o, i] = b[o] + Σ_{c,p} W[o, c, p] x_pad[n, g·C/G + c, i·s + p·d].
 
     Computed as a 2-D convolution of height 1, so it shares conv2d's gradient.
+    ``padding`` may be an int, 'valid' or 'same' (stride 1).
     """
     x, weight = as_tensor(x), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
     stride = _single(stride, "stride", "conv1d", 1)
-    padding = _single(padding, "padding", "conv1d", 0)
-    _check_conv("conv1d", x, weight, bias, (stride,), (padding,), 1)
-    (n, c, length), (o, _, k) = x.shape, weight.shape
-    y = _conv2d(reshape(x, n, c, 1, length), reshape(weight, o, c, 1, k), bias, (1, stride), (0, padding))
+    dilation = _single(dilation, "dilation", "conv1d", 1)
+    kernel = weight.shape[2:] if weight.ndim == 3 else (1,)
+    if isinstance(padding, str):
+        (sides,) = _padding_sides("conv1d", padding, kernel, (stride,), (dilation,))
+    else:
+        sides = (_single(padding, "padding", "conv1d", 0),) * 2
+    _check_conv("conv1d", x, weight, bias, (sides,), (dilation,), groups, 1)
+    (n, c, length), (o, cg, k) = x.shape, weight.shape
+    y = _conv2d(reshape(x, n, c, 1, length), reshape(weight, o, cg, 1, k), bias, (1, stride), ((0, 0), sides),
+                (1, dilation), groups)
     return reshape(y, n, o, y.shape[-1])
+
+
+# ---------------------------------------------------------------- transposed convolution
+def _conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    """y = col2im(x W) + b: each input pixel adds its channels' kernels, weighted, into the output."""
+    n, cin, h, w = x.shape
+    _, og, kh, kw = weight.shape  # (C_in, C_out/G, KH, KW)
+    g, o, c = groups, weight.shape[1] * groups, cin // groups
+    out_h = (h - 1) * stride[0] - sum(padding[0]) + dilation[0] * (kh - 1) + output_padding[0] + 1
+    out_w = (w - 1) * stride[1] - sum(padding[1]) + dilation[1] * (kw - 1) + output_padding[1] + 1
+    m = n * h * w
+    rows = reshape(transpose(x, (0, 2, 3, 1)), m, cin)  # one row per input pixel
+    if g == 1:
+        cols = matmul(rows, reshape(transpose(weight, (0, 2, 3, 1)), cin, kh * kw * og))  # (M, KH·KW·O)
+    else:
+        grouped_rows = transpose(reshape(rows, m, g, c), (1, 0, 2))  # (G, M, C/G)
+        grouped = reshape(transpose(reshape(weight, g, c, og, kh, kw), (0, 1, 3, 4, 2)), g, c, kh * kw * og)
+        cols = transpose(reshape(matmul(grouped_rows, grouped), g, m, kh * kw, og), (1, 2, 0, 3))
+    cols = reshape(cols, n, h, w, kh, kw, o)
+    y = Col2Im((n, o, out_h, out_w), (kh, kw), stride, padding, dilation)(cols)
+    return y if bias is None else y + reshape(bias, 1, o, 1, 1)
+
+
+def _check_conv_transpose(op, x, weight, bias, stride, padding, output_padding, dilation, groups, spatial):
+    layout = {1: "(N, C_in, L)", 2: "(N, C_in, H, W)"}[spatial]
+    w_layout = {1: "(in_channels, out_channels/groups, K)", 2: "(in_channels, out_channels/groups, KH, KW)"}[spatial]
+    if x.ndim != spatial + 2:
+        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
+    if weight.ndim != spatial + 2:
+        raise ValueError(f"{op}: weight must be {spatial + 2}-D {w_layout}, got shape {weight.shape}")
+    if not isinstance(groups, int) or groups < 1 or x.shape[1] % groups:
+        raise ValueError(f"{op}: groups must be an int ≥ 1 dividing the {x.shape[1]} input channels, got {groups!r}")
+    if x.shape[1] != weight.shape[0]:
+        raise ValueError(f"{op}: input of shape {x.shape} has {x.shape[1]} channels but weight of shape "
+                         f"{weight.shape} expects {weight.shape[0]} (weight is {w_layout})")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{op}: input is {x.dtype} but weight is {weight.dtype}; convert one of them "
+                        "so that no silent upcast happens")
+    out_channels = weight.shape[1] * groups
+    if bias is not None and bias.shape != (out_channels,):
+        raise ValueError(f"{op}: bias must have shape ({out_channels},), one value per output channel, "
+                         f"got {bias.shape}")
+    for op_, s, d in zip(output_padding[-spatial:], stride[-spatial:], dilation[-spatial:]):
+        if op_ >= max(s, d):
+            raise ValueError(f"{op}: output_padding {output_padding[-spatial:]} must be smaller than the stride "
+                             f"{stride[-spatial:]} or the dilation {dilation[-spatial:]} (as in PyTorch)")
+    for size, k, (before, after), s, d, extra in zip(x.shape[2:], weight.shape[2:], padding[-spatial:],
+                                                     stride[-spatial:], dilation[-spatial:],
+                                                     output_padding[-spatial:]):
+        if (size - 1) * s - before - after + d * (k - 1) + extra + 1 < 1:
+            raise ValueError(f"{op}: padding {tuple(p[0] for p in padding[-spatial:])} leaves no output for "
+                             f"input {tuple(x.shape[2:])} and kernel {tuple(weight.shape[2:])}")
+
+
+@autocast_to("lower")
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1) -> Tensor:
+    """Transposed 2-D convolution: x (N, C_in, H, W), weight (C_in, C_out/groups, KH, KW) (PyTorch's layout).
+
+    The adjoint of conv2d: y = col2im(x W) + b, i.e.
+    y[n, o, i·sh + p·dh − ph, j·sw + q·dw − pw] += Σ_c x[n, c, i, j] · W[c, o, p, q];
+    dx = im2col(dy) W ᵀ (a conv2d of dy with W),  dW = xᵀ im2col(dy),  db = Σ dy.
+    Output: H_out = (H − 1)·sh − 2·ph + dh·(KH − 1) + output_padding + 1 (likewise W_out);
+    ``output_padding`` adds rows at the bottom/right only (it picks among the input
+    sizes that a stride-s conv maps to the same output size).
+    """
+    x, weight = as_tensor(x), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    op = "conv_transpose2d"
+    stride, dilation = as_pair(stride, "stride", op, 1), as_pair(dilation, "dilation", op, 1)
+    padding = _sides(as_pair(padding, "padding", op, 0))
+    output_padding = as_pair(output_padding, "output_padding", op, 0)
+    _check_conv_transpose(op, x, weight, bias, stride, padding, output_padding, dilation, groups, 2)
+    return _conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups)
+
+
+@autocast_to("lower")
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1) -> Tensor:
+    """Transposed 1-D convolution: x (N, C_in, L), weight (C_in, C_out/groups, K);
+    y[n, o, i·s + p·d − pad] += Σ_c x[n, c, i] W[c, o, p];  L_out = (L − 1)·s − 2·pad + d·(K − 1) + output_padding + 1.
+
+    Computed as a transposed 2-D convolution of height 1.
+    """
+    x, weight = as_tensor(x), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    op = "conv_transpose1d"
+    stride, dilation = _single(stride, "stride", op, 1), _single(dilation, "dilation", op, 1)
+    padding, output_padding = _single(padding, "padding", op, 0), _single(output_padding, "output_padding", op, 0)
+    _check_conv_transpose(op, x, weight, bias, (stride,), ((padding, padding),), (output_padding,), (dilation,),
+                          groups, 1)
+    (n, c, length), (_, og, k) = x.shape, weight.shape
+    y = _conv_transpose2d(reshape(x, n, c, 1, length), reshape(weight, c, og, 1, k), bias, (1, stride),
+                          ((0, 0), (padding, padding)), (0, output_padding), (1, dilation), groups)
+    return reshape(y, n, y.shape[1], y.shape[-1])

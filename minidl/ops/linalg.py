@@ -1,4 +1,4 @@
-"""Matrix products: matmul (NumPy's @ rules) and the Linear layer's op.
+"""Matrix products: matmul (NumPy's @ rules), the Linear layer's op, and norms.
 
 For Y = A B with A (n×k) and B (k×m), each element y_ij = Σ_l a_il b_lj, so
 
@@ -8,8 +8,13 @@ For Y = A B with A (n×k) and B (k×m), each element y_ij = Σ_l a_il b_lj, so
 Batched inputs apply this to every matrix of the batch; a batch axis that was
 broadcast sums its gradients back (sum_to). A 1-D operand is a row (on the
 left) or a column (on the right) vector whose extra axis is dropped.
+
+A vector p-norm y = (Σ |x|^p)^(1/p) has ∂y/∂x = sign(x) (|x|/y)^(p−1): for
+p = 2 that is x / y, the unit vector along x.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -17,12 +22,15 @@ from minidl import backend
 from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
+from minidl.ops.elementwise import abs as elementwise_abs
+from minidl.ops.elementwise import where
+from minidl.ops.reduction import Max, Min, Reduction, _dims, _keep
 from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import reshape, sum_to, swap_last_axes
-from minidl.tensor import as_tensor
+from minidl.ops.shape import Transpose, reshape, sum_to, swap_last_axes
+from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("matmul",)
+TENSOR_METHODS = ("matmul", "norm")
 
 
 class MatMul(Function):
@@ -130,3 +138,149 @@ class LinearGradWeight(Function):
 def linear(x, weight, bias=None):
     """F.linear(x, weight, bias): x Wᵀ + b, weight of shape (out_features, in_features)."""
     return Linear()(x, weight) if bias is None else Linear()(x, weight, bias)
+
+
+# ---------------------------------------------------------------- norms
+class VectorNorm(Reduction):
+    """y = (Σ |x|^p)^(1/p) over axes;  dx = dy · sign(x) · (|x| / y)^(p−1), and dx = 0 where x = 0 or y = 0.
+
+    For p = 2 (and PyTorch's 'fro'): y = √(Σ x²),  dx = dy · x / y. The zeros
+    are PyTorch's: the zero vector has gradient 0 (not 0/0), and for p < 1 an
+    entry x = 0 has gradient 0 (not 0 · ∞). Inside those places the formula
+    sees stand-ins (|x| = 1, y = 1), so differentiating it again is finite too.
+    """
+
+    def __init__(self, p, axis=None, keepdims=False):
+        super().__init__(axis, keepdims)
+        self.p = p
+
+    def forward(self, x):
+        self.prepare(x)
+        xp = xp_of(x)
+        if self.p == 2:
+            return xp.sqrt((x * x).sum(axis=self.axes, keepdims=self.keepdims))
+        return (xp.abs(x) ** self.p).sum(axis=self.axes, keepdims=self.keepdims) ** (1 / self.p)
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        y = self.expand(self.output())
+        y_safe = where(y.data == 0, 1, y)
+        if self.p == 2:
+            return self.expand(gy) * x / y_safe
+        zero = x.data == 0
+        ratio = where(zero, 1, elementwise_abs(x)) / y_safe
+        return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+
+
+class SVD(Function):
+    """A = U diag(s) Vᵀ;
+    dA = U (J diag(s) + diag(s) K + diag(ds)) Vᵀ + (I − U Uᵀ) dU diag(s)⁻¹ Vᵀ + U diag(s)⁻¹ dVᵀ (I − V Vᵀ).
+
+    The thin SVD of a (batch of) m×n matrix, k = min(m, n): U is m×k, s holds
+    the k singular values (descending), and the third output is Vᵀ (k×n). In
+    the gradient (the real case of PyTorch's svd_backward),
+
+        J = F ⊙ (Uᵀ dU − dUᵀ U),  K = F ⊙ (Vᵀ dV − dVᵀ V),  F_ij = 1 / (s_j² − s_i²)
+
+    with F's diagonal taken as 1 (J and K have a zero diagonal); the last two
+    terms appear only for a tall (m > k) or a wide (n > k) matrix. Defined
+    where the singular values are distinct and nonzero, as in PyTorch: a
+    repeated or zero value makes F or diag(s)⁻¹ infinite when dU or dV is not 0.
+    Used by the nuclear norm; the backward reads U, s, Vᵀ again, through a
+    new SVD of A if they were freed, so it differentiates to any order.
+    """
+
+    def forward(self, a):
+        u, s, vh = xp_of(a).linalg.svd(a, full_matrices=False)
+        return u, s, vh
+
+    def backward(self, gu, gs, gvh):
+        u, s, vh = [self.output(i) for i in range(3)]
+        if u is None or s is None or vh is None:
+            u, s, vh = SVD()(self.inputs[0])
+        m, n, k = u.shape[-2], vh.shape[-1], s.shape[-1]
+        batch = s.shape[:-1]
+        eye = Tensor(s.xp.eye(k, dtype=s.dtype))
+        s_row, s_col = reshape(s, batch + (1, k)), reshape(s, batch + (k, 1))
+        s2 = s * s
+        f_inverse = reshape(s2, batch + (1, k)) - reshape(s2, batch + (k, 1)) + eye  # s_j² − s_i², 1 on the diagonal
+        v, gv = swap_last_axes(vh), swap_last_axes(gvh)
+        uu = swap_last_axes(u) @ gu
+        vv = vh @ gv
+        core = ((uu - swap_last_axes(uu)) * s_row + s_col * (vv - swap_last_axes(vv))) / f_inverse
+        core = core + eye * reshape(gs, batch + (k, 1))
+        if m > k:
+            gu_s = gu / s_row
+            return (u @ core + gu_s - u @ (swap_last_axes(u) @ gu_s)) @ vh
+        if n > k:
+            gv_s = swap_last_axes(gv / s_row)
+            return u @ (core @ vh + gv_s - (gv_s @ v) @ vh)
+        return u @ core @ vh
+
+
+class NuclearNorm(Function):
+    """y = Σ_i s_i with A = U diag(s) Vᵀ;  dA = dy U Vᵀ.
+
+    Over the last two axes of A (a batch of matrices). The gradient U Vᵀ is
+    taken from a differentiable :class:`SVD` of A, so its own derivative is
+    SVD's backward. At a rank-deficient A the norm has no gradient; U Vᵀ is
+    then one subgradient (PyTorch's choice as well).
+    """
+    saved_inputs = None
+
+    def forward(self, a):
+        return xp_of(a).linalg.svd(a, compute_uv=False).sum(axis=-1)
+
+    def backward(self, gy):
+        u, _, vh = SVD()(self.inputs[0])
+        return reshape(gy, gy.shape + (1, 1)) * (u @ vh)
+
+
+@autocast_to("float32")
+def norm(x, p="fro", dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's ``norm``: a vector p-norm over ``dim`` (all of x by default).
+
+    p: 'fro' or 2 (√Σx²), 1 (Σ|x|), inf (max |x|), -inf (min |x|), 0 (the count of
+    nonzeros, no gradient) or any other number ((Σ|x|^p)^(1/p)). With a 2-tuple
+    ``dim`` 'fro' is the Frobenius norm of those matrices, and 'nuc' is the
+    nuclear norm (the sum of the singular values) of the matrices spanned by
+    the two dims (of a 2-D x when dim is None). As in ``torch.norm``, a number
+    p with a 2-tuple dim is the vector norm over both dims.
+    """
+    dim, keep = _dims("norm", dim, axis), _keep("norm", keepdim, keepdims)
+    if p is None or p == "fro":
+        p = 2
+    elif isinstance(p, str):
+        if p == "nuc":
+            return _nuclear_norm(x, dim, keep)
+        raise ValueError(f"norm: p must be 'fro', 'nuc' or a number, got {p!r}")
+    p = float(p)
+    if p == 1:
+        return reduce_sum(elementwise_abs(x), dim, keep)
+    if p == math.inf:
+        return Max(dim, keep)(elementwise_abs(x))
+    if p == -math.inf:
+        return Min(dim, keep)(elementwise_abs(x))
+    if p == 0:
+        return reduce_sum(Tensor((x.data != 0).astype(x.dtype)), dim, keep)
+    return VectorNorm(2 if p == 2 else p, dim, keep)(x)
+
+
+def _nuclear_norm(x, dim, keep):
+    if dim is None:
+        if x.ndim != 2:
+            raise ValueError(f"norm: p='nuc' without dim needs a 2-D tensor, got shape {x.shape}; "
+                             "pass dim=(row_dim, column_dim)")
+        dim = (0, 1)
+    pair = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    axes = [a % x.ndim if -x.ndim <= a < x.ndim else None for a in pair] if x.ndim else [None]
+    if len(pair) != 2 or None in axes or axes[0] == axes[1]:
+        raise ValueError(f"norm: p='nuc' needs dim to be two different dims of the tensor, got {dim!r} "
+                         f"for shape {x.shape}")
+    rest = [a for a in range(x.ndim) if a not in axes]
+    perm = tuple(rest + axes)
+    moved = x if perm == tuple(range(x.ndim)) else Transpose(perm)(x)
+    y = NuclearNorm()(moved)
+    if keep:
+        y = reshape(y, tuple(1 if a in axes else n for a, n in enumerate(x.shape)))
+    return y

@@ -1,16 +1,20 @@
-"""Normalization: batch norm, layer norm, group norm.
+"""Normalization: batch norm, layer norm, group norm, instance norm, RMS norm.
 
-All three standardize x over some axes and then apply a per-feature affine
-map; they differ only in the axes:
+The first four standardize x over some axes and then apply a per-feature
+affine map; they differ only in the axes:
 
-    batch norm   over the batch and spatial axes, one statistic per channel
-    layer norm   over the trailing ``normalized_shape`` axes of each sample
-    group norm   over each group of channels (and space) of each sample
+    batch norm     over the batch and spatial axes, one statistic per channel
+    layer norm     over the trailing ``normalized_shape`` axes of each sample
+    group norm     over each group of channels (and space) of each sample
+    instance norm  over the spatial axes of each channel of each sample
 
 The standardization is one op, :class:`Normalize`, with the closed-form
-gradient; the affine part is ordinary broadcasting arithmetic.
+gradient; the affine part is ordinary broadcasting arithmetic. RMS norm only
+rescales (no centering): x / √(⟨x²⟩ + ε) · γ over the trailing axes.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from minidl.amp import autocast_to
 from minidl.autograd import Function
@@ -184,3 +188,69 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5) -> Tensor:
     grouped = reshape(x, x.shape[0], num_groups, -1)
     y = reshape(Normalize((2,), eps)(grouped), x.shape)
     return _affine("group_norm", y, weight, bias, (1, channels) + (1,) * (x.ndim - 2), (channels,))
+
+
+@autocast_to("float32")
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5) -> Tensor:
+    """Instance normalization of x (N, C, ...): each channel of each sample standardized over its
+    spatial positions, then a per-channel γ and β (C,).
+
+    use_input_stats (the default): y = (x − μ_nc)/√(σ²_nc + ε) · γ + β, μ_nc and the biased σ²_nc
+    over the spatial axes of sample n, channel c; running statistics, when given, are updated
+    in place with the average over the batch of each sample's statistics (PyTorch's rule,
+    unbiased variance with n = the number of spatial positions):
+        running_mean ← (1 − momentum)·running_mean + momentum·⟨μ_nc⟩_n
+        running_var  ← (1 − momentum)·running_var  + momentum·⟨σ²_nc⟩_n · n/(n − 1)
+    use_input_stats=False: y = (x − running_mean)/√(running_var + ε) · γ + β.
+    The standardization is batch norm's :class:`Normalize` over the spatial axes only.
+    """
+    x = as_tensor(x)
+    if x.ndim < 3:
+        raise ValueError(f"instance_norm: input must be (N, C, L), (N, C, H, W) or (N, C, ...) with at least "
+                         f"one spatial axis, got shape {x.shape}")
+    channels = x.shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and tuple(stat.shape) != (channels,):
+            raise ValueError(f"instance_norm: {name} must have shape ({channels},), one value per channel of "
+                             f"the input {x.shape}, got {tuple(stat.shape)}")
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    if use_input_stats:
+        count = x.numel() // max(x.shape[0] * channels, 1)
+        if count <= 1:
+            raise ValueError(f"instance_norm: expected more than one spatial position per channel to "
+                             f"estimate a variance, got input of shape {x.shape}")
+        normalize = Normalize(tuple(range(2, x.ndim)), eps)
+        y = normalize(x)
+        _update_running(running_mean, normalize.mean.mean(axis=0), momentum, 1.0)
+        _update_running(running_var, normalize.var.mean(axis=0), momentum, count / (count - 1))
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False normalizes with running_mean and "
+                             "running_var, got None")
+        xp = x.xp
+        mean_array = _array(running_mean).reshape(shape).astype(x.dtype, copy=False)
+        inv_std = (1 / xp.sqrt(_array(running_var).reshape(shape) + eps)).astype(x.dtype, copy=False)
+        y = (x - Tensor(mean_array)) * Tensor(inv_std)
+    return _affine("instance_norm", y, weight, bias, shape, (channels,))
+
+
+@autocast_to("float32")
+def rms_norm(x, normalized_shape, weight=None, eps=None) -> Tensor:
+    """Root-mean-square normalization over the trailing ``normalized_shape`` axes (Zhang & Sennrich 2019).
+
+    y = x / √(⟨x²⟩ + ε) · γ,  ⟨·⟩ the mean over those axes of each sample, γ of shape
+    ``normalized_shape``; no centering and no β. ``eps=None`` takes the machine epsilon
+    of x's dtype (PyTorch's default). A composite of differentiable ops: with
+    s = (⟨x²⟩ + ε)^(−1/2) and x̂ = x·s, dx = s·(dy·γ − x̂ ⟨dy·γ·x̂⟩).
+    """
+    x = as_tensor(x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape):] != shape:
+        raise ValueError(f"rms_norm: normalized_shape {shape} must equal the trailing axes of the input, "
+                         f"got input of shape {x.shape}")
+    if eps is None:
+        eps = float(np.finfo(x.dtype).eps) if x.dtype.kind == "f" else float(np.finfo(np.float32).eps)
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    y = x * (mean(x * x, axis=axes, keepdims=True) + eps) ** -0.5
+    return _affine("rms_norm", y, weight, None, shape, shape)

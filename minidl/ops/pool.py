@@ -1,39 +1,54 @@
-"""Pooling over sliding windows of an image (N, C, H, W).
+"""Pooling over sliding windows of an image (N, C, H, W) or a signal (N, C, L).
 
 max: y = max over each window;  the gradient goes to the window's maximum
      (the first one on ties, as PyTorch), and windows that overlap add.
-avg: y = mean over each window, zero padding counted (PyTorch's
-     count_include_pad=True);  dx = col2im(dy / (KH·KW)).
+avg: y = sum over each window / its divisor;  dx = col2im(dy / divisor).
+adaptive: the windows are chosen so that the output has a given size.
 
-The output has OH = ⌊(H + 2·ph − KH) / sh⌋ + 1 rows (likewise OW); the stride
-defaults to the kernel size (non-overlapping windows).
+Window positions along an axis of size H (kernel K, stride s, padding p,
+dilation d): OH = ⌊(H + 2p − d(K − 1) − 1) / s⌋ + 1, or with ``ceil_mode`` the
+ceiling instead, dropping a last window that would start in the right-hand
+padding (PyTorch's rule). The stride defaults to the kernel size
+(non-overlapping windows). 1-D pooling is 2-D pooling of height 1.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from minidl.autograd import Function
 from minidl.backend import is_floating, xp_of
-from minidl.ops.conv import Im2Col, as_pair
+from minidl.ops.conv import Im2Col, _sides, _single, as_pair
+from minidl.ops.linalg import matmul
 from minidl.ops.reduction import mean
-from minidl.ops.shape import GetItemGrad, reshape, transpose
+from minidl.ops.reduction import sum as reduce_sum
+from minidl.ops.shape import GetItemGrad, getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
+
+# The ops of this family that minidl.ops also attaches to Tensor as methods (PyTorch has none).
+TENSOR_METHODS = ()
 
 
 class MaxPool2d(Function):
-    """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p, j·sw + q]  (x_pad: x with −inf borders);
-    dx = dy added at each window's argmax (flat indices saved in forward).
+    """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
+    dx = dy added at each window's argmax (indices saved in forward).
+
+    ``padding`` is (ph, pw) or ((top, bottom), (left, right)) (ceil_mode pads the
+    bottom/right further). After forward, ``local`` holds each maximum's flat
+    position i·W + j in its (H, W) plane: PyTorch's ``return_indices``.
     """
     saved_inputs = ()
 
-    def __init__(self, kernel, stride, padding):
-        self.kernel, self.stride, self.padding = kernel, stride, padding
+    def __init__(self, kernel, stride, padding, dilation=(1, 1)):
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
 
     def forward(self, x):
         xp = xp_of(x)
         n, c, h, w = self.in_shape = x.shape
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
-        if ph or pw:
-            x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-xp.inf)
-        oh, ow = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        (pt, pb), (pl, pr) = _sides(self.padding)
+        if pt or pb or pl or pr:
+            x = xp.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-xp.inf)
+        oh, ow = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1, (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
         # A running maximum over the KH·KW window offsets, each offset one strided view
         # of the image: no window array is built. Only a strictly larger value replaces
         # the best so far, so ties keep the first maximum, as PyTorch. ``arg`` records
@@ -41,61 +56,303 @@ class MaxPool2d(Function):
         best, arg = None, xp.zeros((n, c, oh, ow), xp.int64)
         for p in range(kh):
             for q in range(kw):
-                view = x[:, :, p:p + sh * (oh - 1) + 1:sh, q:q + sw * (ow - 1) + 1:sw]
+                view = x[:, :, p * dh:p * dh + sh * (oh - 1) + 1:sh, q * dw:q * dw + sw * (ow - 1) + 1:sw]
+                offset = (p * dh - pt) * w + (q * dw - pl)
                 if best is None:
                     best = view.copy()
-                    arg += (p - ph) * w + (q - pw)
+                    arg += offset
                     continue
                 better = view > best
-                arg += better * ((p - ph) * w + (q - pw) - arg)  # arithmetic beats masked writes
+                arg += better * (offset - arg)  # arithmetic beats masked writes
                 xp.maximum(best, view, out=best)
         corners = (xp.arange(oh) * (sh * w)).reshape(oh, 1) + xp.arange(ow) * sw
         local = corners + arg  # flat position inside each (H, W) plane
-        if ph or pw:  # a window always holds a real element (padding ≤ kernel/2); the clip
+        if pt or pb or pl or pr:  # a window always holds a real element (padding ≤ kernel/2); the clip
             local = xp.clip(local, 0, h * w - 1)  # only guards windows made of −inf alone
-        planes = xp.arange(n * c).reshape(n, c, 1, 1) * (h * w)
-        self.index = (planes + local).reshape(-1)
+        self.local = local
         return best
 
     def backward(self, gy):
         n, c, h, w = self.in_shape
+        xp = xp_of(self.local)
+        index = (xp.arange(n * c).reshape(n, c, 1, 1) * (h * w) + self.local).reshape(-1)
         # a scatter-add into the flat image; its own gradient is the matching gather
-        flat = GetItemGrad(self.index, (n * c * h * w,))(reshape(gy, -1))
+        flat = GetItemGrad(index, (n * c * h * w,))(reshape(gy, -1))
         return reshape(flat, self.in_shape)
 
 
-def _pool_args(op, x, kernel_size, stride, padding):
-    if x.ndim != 4:
-        raise ValueError(f"{op}: input must be 4-D (N, C, H, W), got shape {x.shape}")
-    kernel = as_pair(kernel_size, "kernel_size", op, 1)
-    stride = kernel if stride is None else as_pair(stride, "stride", op, 1)
-    padding = as_pair(padding, "padding", op, 0)
+# ---------------------------------------------------------------- arguments
+def _windows_along(op, size, k, s, p, d, ceil_mode):
+    """(number of windows, (pad before, pad after)) along one axis; ceil_mode pads further after."""
+    span = size + 2 * p - d * (k - 1) - 1
+    if span < 0:
+        return None
+    count = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (count - 1) * s >= size + p:  # a last window starting in the right padding is dropped
+        count -= 1
+    return count, (p, max(p, (count - 1) * s + d * (k - 1) + 1 - size - p))
+
+
+def _pool_args(op, x, kernel_size, stride, padding, dilation=1, ceil_mode=False, spatial=2):
+    """kernel, stride, dilation, output size and padding sides (all pairs) of a 2-D pooling, checked."""
+    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
+    if x.ndim != spatial + 2:
+        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
+    if spatial == 1:
+        kernel = (1, _single(kernel_size, "kernel_size", op, 1))
+        stride = kernel if stride is None else (1, _single(stride, "stride", op, 1))
+        padding, dilation = (0, _single(padding, "padding", op, 0)), (1, _single(dilation, "dilation", op, 1))
+    else:
+        kernel = as_pair(kernel_size, "kernel_size", op, 1)
+        stride = kernel if stride is None or stride == () else as_pair(stride, "stride", op, 1)
+        padding, dilation = as_pair(padding, "padding", op, 0), as_pair(dilation, "dilation", op, 1)
+    shown = (lambda v: v[1]) if spatial == 1 else (lambda v: v)  # noqa: E731
     if any(2 * p > k for p, k in zip(padding, kernel)):
-        raise ValueError(f"{op}: padding {padding} must be at most half the kernel size {kernel}, "
+        raise ValueError(f"{op}: padding {shown(padding)} must be at most half the kernel size {shown(kernel)}, "
                          "so that every window holds at least one input element")
-    for size, k, p in zip(x.shape[2:], kernel, padding):
-        if size + 2 * p < k:
-            raise ValueError(f"{op}: kernel {kernel} is larger than the padded input "
-                             f"(input {tuple(x.shape[2:])}, padding {padding})")
-    return kernel, stride, padding
+    sizes = x.shape[2:] if spatial == 2 else (1,) + x.shape[2:]
+    axes = [_windows_along(op, *args, ceil_mode) for args in zip(sizes, kernel, stride, padding, dilation)]
+    if None in axes:
+        raise ValueError(f"{op}: kernel {shown(kernel)} is larger than the padded input (input "
+                         f"{tuple(x.shape[2:])}, padding {shown(padding)}, dilation {shown(dilation)})")
+    (oh, sides_h), (ow, sides_w) = axes
+    return kernel, stride, dilation, (oh, ow), (sides_h, sides_w)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0) -> Tensor:
-    """Max over each KH×KW window of x (N, C, H, W); ``stride`` defaults to ``kernel_size``."""
+def _as_image(x, spatial):
+    """(N, C, L) as (N, C, 1, L) for the 1-D forms."""
+    return x if spatial == 2 else reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+
+
+def _as_signal(y, spatial):
+    return y if spatial == 2 else reshape(y, y.shape[0], y.shape[1], y.shape[3])
+
+
+# ---------------------------------------------------------------- max pooling
+def _max_pool(op, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, spatial):
     x = as_tensor(x)
-    kernel, stride, padding = _pool_args("max_pool2d", x, kernel_size, stride, padding)
+    kernel, stride, dilation, _, sides = _pool_args(op, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                                    spatial)
     if not is_floating(x.dtype):
-        raise TypeError(f"max_pool2d: input must be floating point, got dtype {x.dtype}")
-    return MaxPool2d(kernel, stride, padding)(x)
+        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
+    pool = MaxPool2d(kernel, stride, sides, dilation)
+    y = _as_signal(pool(_as_image(x, spatial)), spatial)
+    if not return_indices:
+        return y
+    return y, Tensor(pool.local.reshape(y.shape))  # in 1-D, i·W + j is the position j along L
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0) -> Tensor:
-    """Mean over each KH×KW window of x (N, C, H, W), zero padding counted in the mean.
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over each KH×KW window of x (N, C, H, W); ``stride`` defaults to ``kernel_size``.
 
-    Built from im2col and a mean, both differentiable, so second derivatives work.
+    y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw] (−inf padding);
+    dx = dy scattered to each window's argmax. With ``return_indices`` also returns
+    each maximum's flat position in its (H, W) plane (int64), for max_unpool2d.
+    """
+    return _max_pool("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over each window of length K of x (N, C, L); y[n, c, i] = max_p x_pad[n, c, i·s + p·d].
+
+    The indices (``return_indices``) are positions along L.
+    """
+    return _max_pool("max_pool1d", x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+
+
+def _max_unpool(op, x, indices, kernel_size, stride, padding, output_size, spatial):
+    x = as_tensor(x)
+    index = indices.data if isinstance(indices, Tensor) else indices
+    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
+    if x.ndim != spatial + 2:
+        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
+    if tuple(index.shape) != x.shape or getattr(index.dtype, "kind", None) not in "iu":
+        raise ValueError(f"{op}: indices must be integers of the input's shape {x.shape} (from max_pool's "
+                         f"return_indices), got {getattr(index, 'dtype', type(index))} of shape {tuple(index.shape)}")
+    if spatial == 1:
+        kernel = (1, _single(kernel_size, "kernel_size", op, 1))
+        stride = kernel if stride is None else (1, _single(stride, "stride", op, 1))
+        padding = (0, _single(padding, "padding", op, 0))
+    else:
+        kernel = as_pair(kernel_size, "kernel_size", op, 1)
+        stride = kernel if stride is None else as_pair(stride, "stride", op, 1)
+        padding = as_pair(padding, "padding", op, 0)
+    n, c = x.shape[:2]
+    sizes = x.shape[2:] if spatial == 2 else (1,) + x.shape[2:]
+    default = tuple((s - 1) * st - 2 * p + k for s, st, p, k in zip(sizes, stride, padding, kernel))
+    if output_size is None:
+        out = default
+    else:
+        out = tuple(output_size)[-spatial:]
+        out = out if spatial == 2 else (1,) + out
+        if any(not (d - st < o < d + st) for o, d, st in zip(out, default, stride)):
+            raise ValueError(f"{op}: output_size {tuple(output_size)} must be within a stride of the default "
+                             f"{default[-spatial:]}")
+    xp = xp_of(index)
+    plane = out[0] * out[1]
+    if bool(((index < 0) | (index >= plane)).any()):
+        raise ValueError(f"{op}: indices must lie in [0, {plane}) for an output of size {out[-spatial:]}, "
+                         f"got values from {int(index.min())} to {int(index.max())}")
+    flat = (xp.arange(n * c).reshape((n, c) + (1,) * spatial) * plane + index).reshape(-1)
+    # Overlapping windows can share one maximum, so an index may repeat: each copy is
+    # weighted 1/copies, so the place receives their mean (the maximum itself).
+    copies = xp.bincount(flat, minlength=n * c * plane)[flat]
+    values = reshape(x, -1) * Tensor((1.0 / copies).astype(x.dtype))
+    y = GetItemGrad(flat, (n * c * plane,))(values)  # y.flat[index] = x / copies; dx = dy.flat[index] / copies
+    return reshape(y, (n, c) + out[-spatial:])
+
+
+def max_unpool2d(x, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:
+    """The partial inverse of max_pool2d: zeros, with x[n, c, i, j] put at position indices[n, c, i, j]
+    of its (H_out, W_out) plane;  dx = dy read at the same positions.
+
+    H_out = (H − 1)·sh − 2·ph + KH unless ``output_size`` says otherwise (likewise W_out).
+    An index that repeats (overlapping windows with one maximum) receives the mean of its
+    values, which is that maximum; each copy's gradient is then dy / (number of copies).
+    """
+    return _max_unpool("max_unpool2d", x, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def max_unpool1d(x, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:
+    """The partial inverse of max_pool1d: x[n, c, i] put at position indices[n, c, i] of zeros (N, C, L_out);
+    L_out = (L − 1)·s − 2·p + K.
+    """
+    return _max_unpool("max_unpool1d", x, indices, kernel_size, stride, padding, output_size, 1)
+
+
+# ---------------------------------------------------------------- average pooling
+def _avg_divisors(size, k, s, p, count, count_include_pad):
+    """PyTorch's divisor along one axis: the window clipped to the padded input, or to the input itself."""
+    start = np.arange(count) * s - p
+    end = np.minimum(start + k, size + p)
+    if count_include_pad:
+        return end - start
+    return np.minimum(end, size) - np.maximum(start, 0)
+
+
+def _avg_pool(op, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial):
+    x = as_tensor(x)
+    kernel, stride, _, (oh, ow), sides = _pool_args(op, x, kernel_size, stride, padding, 1, ceil_mode, spatial)
+    image = _as_image(x, spatial)
+    windows = Im2Col(kernel, stride, sides)(image)  # (N, OH, OW, KH, KW, C)
+    if divisor_override is not None:
+        if not isinstance(divisor_override, int) or divisor_override < 1:
+            raise ValueError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
+        y = reduce_sum(windows, axis=(3, 4)) * (1.0 / divisor_override)
+    else:
+        rows = _avg_divisors(image.shape[2], kernel[0], stride[0], sides[0][0], oh, count_include_pad)
+        cols = _avg_divisors(image.shape[3], kernel[1], stride[1], sides[1][0], ow, count_include_pad)
+        divisor = rows[:, None] * cols[None, :]
+        if (divisor == kernel[0] * kernel[1]).all():  # every window whole: a plain mean
+            y = mean(windows, axis=(3, 4))
+        else:
+            xp = xp_of(x.data)
+            y = reduce_sum(windows, axis=(3, 4)) * Tensor(xp.asarray((1.0 / divisor)[:, :, None], dtype=x.dtype))
+    return _as_signal(transpose(y, (0, 3, 1, 2)), spatial)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None) -> Tensor:
+    """Mean over each KH×KW window of x (N, C, H, W);  y = Σ_window x_pad / divisor,  dx = col2im(dy / divisor).
+
+    The divisor is KH·KW, except: a window that ceil_mode lets run past the padded
+    input counts only what lies inside it; with ``count_include_pad=False`` only the
+    input elements count; ``divisor_override`` replaces it everywhere (PyTorch's rules).
+    Built from im2col, a sum and a product, all differentiable, so second derivatives work.
+    """
+    return _avg_pool("avg_pool2d", x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 2)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:
+    """Mean over each window of length K of x (N, C, L); divisor rules as avg_pool2d."""
+    return _avg_pool("avg_pool1d", x, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
+
+
+# ---------------------------------------------------------------- adaptive pooling
+def _adaptive_sizes(op, x, output_size, spatial):
+    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
+    if x.ndim != spatial + 2:
+        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
+    sizes = (output_size,) * spatial if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    if len(sizes) != spatial:
+        raise ValueError(f"{op}: output_size must be an int or {spatial} of them, got {output_size!r}")
+    sizes = tuple(x.shape[2 + i] if s is None else s for i, s in enumerate(sizes))  # None keeps the input's size
+    if not all(isinstance(s, int) and s >= 1 for s in sizes):
+        raise ValueError(f"{op}: output sizes must be ints ≥ 1 (or None), got {output_size!r}")
+    return sizes
+
+
+def _bins(size, out):
+    """PyTorch's adaptive windows: bin i covers [⌊i·size/out⌋, ⌈(i + 1)·size/out⌉)."""
+    return [((i * size) // out, -(-((i + 1) * size) // out)) for i in range(out)]
+
+
+def _averaging_matrix(size, out, like):
+    """A (out, size) matrix whose row i averages bin i: A[i, a:b] = 1/(b − a)."""
+    m = np.zeros((out, size))
+    for i, (a, b) in enumerate(_bins(size, out)):
+        m[i, a:b] = 1.0 / (b - a)
+    return Tensor(xp_of(like.data).asarray(m, dtype=like.dtype))
+
+
+def adaptive_avg_pool2d(x, output_size) -> Tensor:
+    """Mean over adaptive bins so that the output is (N, C, OH, OW): bin (i, j) covers rows
+    [⌊i·H/OH⌋, ⌈(i+1)·H/OH⌉) and columns likewise.
+
+    A rectangle's mean is a row mean of column means, so y = A_H x A_Wᵀ with A the
+    (out, in) averaging matrices;  dx = A_Hᵀ dy A_W (two matmuls' gradients).
     """
     x = as_tensor(x)
-    kernel, stride, padding = _pool_args("avg_pool2d", x, kernel_size, stride, padding)
-    windows = Im2Col(kernel, stride, padding)(x)  # (N, OH, OW, KH, KW, C)
-    return transpose(mean(windows, axis=(3, 4)), (0, 3, 1, 2))
+    oh, ow = _adaptive_sizes("adaptive_avg_pool2d", x, output_size, 2)
+    if (oh, ow) == (1, 1):  # global average pooling
+        return mean(x, axis=(2, 3), keepdims=True)
+    h, w = x.shape[2:]
+    y = x if oh == h else matmul(_averaging_matrix(h, oh, x), x)
+    return y if ow == w else matmul(y, transpose(_averaging_matrix(w, ow, x)))
 
+
+def adaptive_avg_pool1d(x, output_size) -> Tensor:
+    """Mean over adaptive bins of x (N, C, L): bin i covers [⌊i·L/O⌋, ⌈(i+1)·L/O⌉);  y = x A_Lᵀ."""
+    x = as_tensor(x)
+    (out,) = _adaptive_sizes("adaptive_avg_pool1d", x, output_size, 1)
+    return x if out == x.shape[2] else matmul(x, transpose(_averaging_matrix(x.shape[2], out, x)))
+
+
+def _adaptive_max(op, x, output_size, return_indices, spatial):
+    x = as_tensor(x)
+    sizes = _adaptive_sizes(op, x, output_size, spatial)
+    if not is_floating(x.dtype):
+        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
+    image = _as_image(x, spatial)
+    (n, c, h, w), (oh, ow) = image.shape, (1,) + sizes if spatial == 1 else sizes
+    if h % oh == 0 and w % ow == 0:  # equal bins: plain max pooling
+        pool = MaxPool2d((h // oh, w // ow), (h // oh, w // ow), (0, 0))
+        y = _as_signal(pool(image), spatial)
+        local = pool.local
+    else:  # one argmax per bin (first maximum, as PyTorch), then a gather: dx = dy scattered back
+        xp = xp_of(x.data)
+        data = image.data
+        local = xp.empty((n, c, oh, ow), xp.int64)
+        for i, (r0, r1) in enumerate(_bins(h, oh)):
+            for j, (c0, c1) in enumerate(_bins(w, ow)):
+                best = data[:, :, r0:r1, c0:c1].reshape(n, c, -1).argmax(axis=-1)
+                local[:, :, i, j] = (r0 + best // (c1 - c0)) * w + c0 + best % (c1 - c0)
+        flat = (xp.arange(n * c).reshape(n, c, 1, 1) * (h * w) + local).reshape(-1)
+        y = reshape(getitem(reshape(x, -1), flat), (n, c) + sizes)
+    if not return_indices:
+        return y
+    return y, Tensor(local.reshape(y.shape))
+
+
+def adaptive_max_pool2d(x, output_size, return_indices=False):
+    """Max over adaptive bins (those of adaptive_avg_pool2d);  dx = dy at each bin's argmax.
+
+    With ``return_indices`` also returns each maximum's flat position in its (H, W) plane.
+    """
+    return _adaptive_max("adaptive_max_pool2d", x, output_size, return_indices, 2)
+
+
+def adaptive_max_pool1d(x, output_size, return_indices=False):
+    """Max over adaptive bins of x (N, C, L);  dx = dy at each bin's argmax (indices along L)."""
+    return _adaptive_max("adaptive_max_pool1d", x, output_size, return_indices, 1)

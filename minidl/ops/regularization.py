@@ -1,8 +1,9 @@
-"""Dropout and embedding lookup.
+"""Dropout, channel dropout and embedding lookup.
 
 Dropout (inverted): during training each element is kept with probability
 1 − p and scaled by 1/(1 − p), so the expected activation is unchanged and
-evaluation needs no rescaling. The mask comes from minidl's seeded generator
+evaluation needs no rescaling. Channel dropout (dropout1d, dropout2d) keeps
+or drops whole channels of each sample. The mask comes from minidl's seeded generator
 (``minidl.manual_seed``), so a seeded run drops the same units every time.
 
 Embedding: row lookup ``weight[idx]``; its gradient adds each upstream row
@@ -21,15 +22,20 @@ from minidl.tensor import Tensor, as_tensor
 
 
 class Dropout(Function):
-    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p)."""
+    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p).
+
+    ``mask_shape`` (default: x's shape) draws fewer m_i and broadcasts them over x: channel
+    dropout draws one per (sample, channel), shape (N, C, 1, ..., 1).
+    """
     saved_inputs = ()
 
-    def __init__(self, p):
-        self.p = p
+    def __init__(self, p, mask_shape=None):
+        self.p, self.mask_shape = p, mask_shape
 
     def forward(self, x):
         generator = backend.rng(backend.device_of(x))
-        keep = generator.random(x.shape, dtype=np.float32) >= self.p
+        shape = x.shape if self.mask_shape is None else self.mask_shape
+        keep = generator.random(shape, dtype=np.float32) >= self.p
         self.scale = keep.astype(x.dtype)  # the saved mask, already scaled: 0 or 1/(1 − p)
         self.scale *= 1 / (1 - self.p)
         return x * self.scale
@@ -38,17 +44,58 @@ class Dropout(Function):
         return gy * Tensor(self.scale)
 
 
+def _check_p(op, p, what="an element"):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        raise ValueError(f"{op}: p is the probability of zeroing {what} and must be in [0, 1), got {p!r}")
+
+
 def dropout(x, p=0.5, training=True) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1/(1 − p) (training only).
 
     With ``training=False`` or ``p=0`` the input is returned unchanged.
     """
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
-        raise ValueError(f"dropout: p is the probability of zeroing an element and must be in [0, 1), "
-                         f"got {p!r}")
+    _check_p("dropout", p)
     if not training or p == 0:
         return x
     return Dropout(float(p))(as_tensor(x))
+
+
+def _channel_dropout(op, x, p, training, ndims, layouts):
+    _check_p(op, p, "a whole channel")
+    x = as_tensor(x)
+    if x.ndim not in ndims:
+        raise ValueError(f"{op}: expected input {layouts}, got shape {x.shape}")
+    if not training or p == 0:
+        return x
+    channel_axes = 1 if x.ndim == ndims[0] else 2  # unbatched (C, ...) or batched (N, C, ...)
+    return Dropout(float(p), x.shape[:channel_axes] + (1,) * (x.ndim - channel_axes))(x)
+
+
+def dropout1d(x, p=0.5, training=True) -> Tensor:
+    """Channel dropout of x (N, C, L) or unbatched (C, L): each channel of each sample is zeroed
+    whole with probability ``p``, the others scaled by 1/(1 − p) (training only).
+
+    y = x · m / (1 − p), one m_nc ~ Bernoulli(1 − p) per (n, c), the same for every position l;
+    dx = dy · m / (1 − p). Neighbouring positions of a feature map are strongly correlated, so
+    dropping single elements regularizes little; dropping whole channels does (Tompson et al. 2015).
+    """
+    return _channel_dropout("dropout1d", x, p, training, (2, 3), "(N, C, L) or unbatched (C, L)")
+
+
+def dropout2d(x, p=0.5, training=True) -> Tensor:
+    """Channel dropout of x (N, C, H, W): each channel of each sample is zeroed whole with probability
+    ``p``, the others scaled by 1/(1 − p) (training only): one m_nc per (n, c), as :func:`dropout1d`.
+
+    A 3-D input is read as (N, C, L), one mask value per (n, c), as PyTorch does today
+    (with a warning that it may change to unbatched (C, H, W)); other ranks are refused.
+    """
+    _check_p("dropout2d", p, "a whole channel")
+    x = as_tensor(x)
+    if x.ndim not in (3, 4):
+        raise ValueError(f"dropout2d: expected input (N, C, H, W) or (N, C, L), got shape {x.shape}")
+    if not training or p == 0:
+        return x
+    return Dropout(float(p), x.shape[:2] + (1,) * (x.ndim - 2))(x)
 
 
 def embedding(idx, weight) -> Tensor:

@@ -14,7 +14,7 @@ Ranger, RangerLARS). ``schedules`` holds the learning-rate schedules,
 ``lr_finder`` the learning-rate range test, ``curvature`` Hessian tools and
 the gradient noise scale.
 """
-from minidl.optim import schedules
+from minidl.optim import lr_scheduler, schedules
 from minidl.optim.adahessian import AdaHessian
 from minidl.optim.adam import Adam, AdamW, AMSGrad, NAdam, RAdam
 from minidl.optim.adaptive import AdaDelta, AdaGrad, RMSProp
@@ -30,6 +30,6 @@ __all__ = [
     "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adam", "AdamW", "LAMB", "LARS", "LRScheduler",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
     "SGD", "SGDM", "SWA", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale", "hessian_trace",
-    "hessian_vector_product", "l1_penalty", "lr_range_test", "schedules", "top_hessian_eigenvalue",
+    "hessian_vector_product", "l1_penalty", "lr_range_test", "lr_scheduler", "schedules", "top_hessian_eigenvalue",
     "update_bn", "weight_decay_groups",
 ]

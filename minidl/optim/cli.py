@@ -1,18 +1,25 @@
 """``minidl optimizers`` and ``minidl lr-find``.
 
     minidl optimizers                       # optimizers.png: every optimizer on three 2-D landscapes
-    minidl optimizers --out fig.png --steps 300
+    minidl optimizers --out figs --steps 300
     minidl lr-find                          # lr_find.png: the range test of a small MLP on the digits
     minidl lr-find --optimizer adam --lr-min 1e-6 --lr-max 1 --steps 200
+
+Each writes its PNG into ``--out`` (by default ``runs/optimizers-<time>`` or
+``runs/lr-find-<time>``).
 """
 from __future__ import annotations
 
-from minidl.cli import positive_float, positive_int
+import os
+
+from minidl.cli import add_command, out_folder, positive_float, positive_int
 
 
 def optimizers(args) -> int:
     from minidl.optim.trajectories import optimizers_command
-    print("wrote", optimizers_command(args.out, steps=args.steps))
+    out = out_folder("optimizers", args.out)
+    path = optimizers_command(os.path.join(out, "optimizers.png"), steps=args.steps, progress=not args.quiet)
+    print(f"wrote {path}")
     return 0
 
 
@@ -21,24 +28,32 @@ def lr_find(args) -> int:
     if not args.lr_min < args.lr_max:
         print(f"minidl lr-find: --lr-min ({args.lr_min:g}) must be below --lr-max ({args.lr_max:g})")
         return 2
-    lr_find_command(args.out, steps=args.steps, lr_min=args.lr_min, lr_max=args.lr_max,
+    out = out_folder("lr-find", args.out)
+    lr_find_command(os.path.join(out, "lr_find.png"), steps=args.steps, lr_min=args.lr_min, lr_max=args.lr_max,
                     batch_size=args.batch_size, hidden=args.hidden, optimizer=args.optimizer, seed=args.seed)
     return 0
 
 
 def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("optimizers", help="every optimizer's trajectory on 2-D test functions (a PNG)")
-    p.add_argument("--out", default="optimizers.png", help="the PNG to write (default optimizers.png)")
-    p.add_argument("--steps", type=positive_int, default=200, help="steps per trajectory (default 200)")
+    p = add_command(subparsers, "optimizers", help="every optimizer's trajectory on 2-D test functions (a PNG)",
+                    description="Run every minidl optimizer on three 2-D landscapes (a ravine, Rosenbrock's "
+                                "banana, a saddle)\nand draw the paths, one panel per landscape and family, "
+                                "into optimizers.png.")
+    p.add_argument("--out", help="folder for optimizers.png (default: runs/optimizers-<time>)")
+    p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps per trajectory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=optimizers)
 
-    p = subparsers.add_parser("lr-find", help="the learning-rate range test on the digits (a PNG)")
-    p.add_argument("--out", default="lr_find.png", help="the PNG to write (default lr_find.png)")
-    p.add_argument("--steps", type=positive_int, default=100, help="mini-batches in the sweep (default 100)")
-    p.add_argument("--lr-min", type=positive_float, default=1e-5, help="first learning rate (default 1e-5)")
-    p.add_argument("--lr-max", type=positive_float, default=1.0, help="last learning rate (default 1)")
-    p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--hidden", type=positive_int, default=64, help="hidden units of the MLP (default 64)")
+    p = add_command(subparsers, "lr-find", help="the learning-rate range test on the digits (a PNG)",
+                    description="The learning-rate range test: train a small MLP on the digits while the rate "
+                                "grows\ngeometrically from --lr-min to --lr-max, print a suggested rate and draw "
+                                "loss against rate into lr_find.png.")
+    p.add_argument("--out", help="folder for lr_find.png (default: runs/lr-find-<time>)")
+    p.add_argument("--steps", type=positive_int, default=100, help="mini-batches in the sweep")
+    p.add_argument("--lr-min", type=positive_float, default=1e-5, help="first learning rate")
+    p.add_argument("--lr-max", type=positive_float, default=1.0, help="last learning rate")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="samples per mini-batch")
+    p.add_argument("--hidden", type=positive_int, default=64, help="hidden units of the MLP 64 → hidden → 10")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="sgd (momentum 0.9) or adam")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the initialization and the batch order")
     p.set_defaults(run=lr_find)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -260,6 +261,45 @@ def trace(fn, args: dict):
         [k for k in arrays if k not in tracer.written] + scalars, outs
 
 
+class FusedKernel(NamedTuple):
+    """What ``run_update`` hands to ``cupy.ElementwiseKernel`` for one update and one hyperparameter pattern.
+
+    ``definition`` is the constructor's arguments (in_params, out_params,
+    operation, name); the kernel is then called with the arrays and scalars
+    named ``in_names`` (scalars as Python floats: CuPy passes them as double)
+    followed by the arrays ``out_names``, which it updates in place.
+    """
+
+    in_params: str
+    out_params: str
+    operation: str
+    name: str
+    in_names: list
+    out_names: list
+
+    @property
+    def definition(self) -> tuple:
+        return self.in_params, self.out_params, self.operation, self.name
+
+
+def _without_scratch(args):
+    return {k: v for k, v in args.items() if not (k == "tmp" and v is None)}
+
+
+def fused_kernel(fn, args) -> FusedKernel:
+    """The fused kernel of ``fn(**args)`` on the GPU (raises ``Untraceable`` when there is none).
+
+    Every array must share one dtype (the kernel's ``T``); the tests compile
+    exactly this definition with NVRTC, for every optimizer and hyperparameter pattern.
+    """
+    args = _without_scratch(args)
+    dtypes = {str(v.dtype) for v in args.values() if hasattr(v, "shape") and getattr(v, "ndim", 0) > 0}
+    if len(dtypes) != 1:
+        raise Untraceable(f"mixed dtypes {sorted(dtypes)}")
+    in_params, out_params, body, in_names, out_names = trace(fn, args)
+    return FusedKernel(in_params, out_params, body, f"minidl_{fn.__name__}", in_names, out_names)
+
+
 def _cache_key(fn, args):
     parts = []
     for key, value in sorted(args.items()):
@@ -272,22 +312,23 @@ def _cache_key(fn, args):
     return fn, tuple(parts)
 
 
+# The message when NVRTC or the CUDA headers are missing (CuPy installed without its toolkit libraries).
+_COMPILER_HINT = ("if NVRTC or CUDA's headers are missing, pip install 'minidl[gpu]' installs them "
+                  "with CuPy's CUDA 12 libraries")
+
+
 def _run_fused(fn, args):
-    args = {k: v for k, v in args.items() if not (k == "tmp" and v is None)}
+    args = _without_scratch(args)
     key = _cache_key(fn, args)
     entry = _kernels.get(key)
     if entry is None:
-        dtypes = {str(v.dtype) for v in args.values() if hasattr(v, "shape") and getattr(v, "ndim", 0) > 0}
         try:
-            if len(dtypes) != 1:
-                raise Untraceable(f"mixed dtypes {sorted(dtypes)}")
-            in_params, out_params, body, in_names, out_names = trace(fn, args)
+            spec = fused_kernel(fn, args)
         except Exception:  # noqa: BLE001 - anything the tracer cannot follow runs unfused
             entry = _kernels[key] = False
         else:
-            kernel = backend.cupy_module().ElementwiseKernel(
-                in_params, out_params, body, f"minidl_{fn.__name__}")
-            entry = _kernels[key] = (kernel, in_names, out_names, False)
+            kernel = backend.cupy_module().ElementwiseKernel(*spec.definition)
+            entry = _kernels[key] = (kernel, spec.in_names, spec.out_names, False)
     if entry is False:
         return fn(**args)
     kernel, in_names, out_names, compiled = entry
@@ -299,7 +340,7 @@ def _run_fused(fn, args):
         kernel(*inputs, *[args[k] for k in out_names])
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"minidl.optim: the fused kernel for {fn.__name__} did not compile ({exc}); "
-                      "running it as separate CuPy operations")
+                      f"running it as separate CuPy operations ({_COMPILER_HINT})")
         _kernels[key] = False
         return fn(**args)
     _kernels[key] = (kernel, in_names, out_names, True)

@@ -127,11 +127,11 @@ def plot_lr_range(result: LRRangeResult, path: str | None = None, ax=None):
     figure = None
     if ax is None and path is not None:  # a bare Figure: no pyplot, no GUI backend, any thread
         from matplotlib.figure import Figure
-        figure = Figure(figsize=(6, 4))
+        figure = Figure(figsize=(6, 4), layout="constrained")  # room for every label, nothing clipped
         ax = figure.subplots()
     elif ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     ax.plot(result.lrs, result.losses, color="0.75", label="loss per batch")
     ax.plot(result.lrs, smooth(result.losses), color="C0", label="smoothed")
     ax.axvline(result.suggestion, color="C3", linestyle="--", label=f"suggestion {result.suggestion:.2g}")

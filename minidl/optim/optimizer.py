@@ -444,48 +444,8 @@ def _on_device(value, device):
 
 
 # ---------------------------------------------------------------- gradient clipping
-def _with_grads(params):
-    params = [params] if isinstance(params, Tensor) else list(params)
-    return [p for p in params if p.grad is not None]
-
-
-def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False):
-    """Scale all gradients together so that their joint norm is at most ``max_norm``.
-
-    total = ‖(g₁, g₂, …)‖ over every gradient;  g ← g · min(1, max_norm / (total + 1e-6)).
-    Returns the total norm before clipping, as a 0-d Tensor (``float(...)`` gives the number).
-    New gradient Tensors are assigned (``p.grad = ...``); the old buffers are never written,
-    since one may be shared with another tensor. The scale stays on the device: no sync on a GPU.
-    """
-    max_norm, norm_type = float(max_norm), float(norm_type)
-    if not max_norm > 0:
-        raise ValueError(f"clip_grad_norm_: max_norm must be > 0, got {max_norm}")
-    params = _with_grads(params)
-    if not params:
-        return Tensor(np.zeros((), np.float32))
-    xp = params[0].grad.xp
-    grads = [p.grad.data for p in params]
-    if norm_type == float("inf"):
-        total = xp.max(xp.stack([xp.abs(g).max() for g in grads]).astype(np.float64))
-    else:
-        total = sum((xp.abs(g.astype(np.float64)) ** norm_type).sum() for g in grads) ** (1.0 / norm_type)
-    if error_if_nonfinite and not bool(xp.isfinite(total)):
-        raise RuntimeError(f"clip_grad_norm_: the total gradient norm is {float(total)}; "
-                           "pass error_if_nonfinite=False to clip anyway")
-    scale = xp.minimum(max_norm / (total + 1e-6), 1.0)
-    for p, g in zip(params, grads):
-        p.grad = Tensor(g * scale.astype(g.dtype))
-    return Tensor(xp.asarray(total, dtype=grads[0].dtype))
-
-
-def clip_grad_value_(params, clip_value: float):
-    """Clip every gradient entry into [−clip_value, clip_value] (new gradient Tensors are assigned)."""
-    clip_value = float(clip_value)
-    if not clip_value > 0:
-        raise ValueError(f"clip_grad_value_: clip_value must be > 0, got {clip_value}")
-    for p in _with_grads(params):
-        g = p.grad.data
-        p.grad = Tensor(p.grad.xp.clip(g, -clip_value, clip_value))
+# Lives in minidl.nn.utils (PyTorch's place, and below optim in the layers); re-exported here.
+from minidl.nn.utils import clip_grad_norm_, clip_grad_value_  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- regularization helpers

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["LRScheduler", "constant", "cosine_restarts", "cyclical", "exponential", "inverse_sqrt",
+__all__ = ["LRScheduler", "constant", "cosine", "cosine_restarts", "cyclical", "exponential", "inverse_sqrt",
            "polynomial", "sequential", "step_decay", "warmup"]
 
 
@@ -73,6 +73,17 @@ def cyclical(base_lr: float, max_lr: float, step_size_up: int):
         x = abs(t / s - 2 * cycle + 1)
         return base_lr + (max_lr - base_lr) * max(0.0, 1.0 - x)
     return f
+
+
+def cosine(a0: float, T_max: int, eta_min: float = 0.0):  # noqa: N803 - PyTorch's names
+    """Cosine annealing (Loshchilov & Hutter 2017, without restarts), PyTorch's ``CosineAnnealingLR``:
+
+        f(t) = η_min + (a0 − η_min)·(1 + cos(π·t/T_max))/2
+    From a0 at t = 0 down to η_min at t = T_max. As in PyTorch, the same formula holds after T_max,
+    so the rate climbs back up over the next T_max steps: set T_max to the length of training.
+    """
+    a0, eta_min, T_max = _positive("a0", a0, True), _positive("eta_min", eta_min, True), _steps("T_max", T_max)
+    return lambda t: eta_min + (a0 - eta_min) * (1 + math.cos(math.pi * t / T_max)) / 2
 
 
 def cosine_restarts(a0: float, T0: int, T_mult: int = 1, eta_min: float = 0.0):  # noqa: N803 - the paper's names

@@ -93,32 +93,62 @@ def trajectory(make_optimizer, function, start, steps: int = 200) -> np.ndarray:
     return np.array(points)
 
 
+# Paths in one panel often share stretches; different dashes and widths (the first drawn widest)
+# keep each one visible where it runs under another.
+PATH_STYLES = [dict(linestyle="-", linewidth=2.6), dict(linestyle="--", linewidth=2.0),
+               dict(linestyle=":", linewidth=2.2), dict(linestyle="-.", linewidth=1.4),
+               dict(linestyle=(0, (5, 1, 1, 1, 1, 1)), linewidth=1.1)]
+
+
 def draw_landscape(ax, name: str, paths: dict, title: str | None = None):
-    """Contours of a landscape, the start, the minima, and each named path."""
+    """Contours of a landscape, the start, the minima, and each named path (its end marked)."""
     function, start, (xr, yr), minima = LANDSCAPES[name]
-    xs, ys = np.meshgrid(np.linspace(*xr, 200), np.linspace(*yr, 200))
+    xs, ys = np.meshgrid(np.linspace(*xr, 160), np.linspace(*yr, 160))
     zs = function(xs, ys)
-    levels = np.quantile(zs, np.linspace(0.01, 0.95, 18))
-    ax.contour(xs, ys, zs, levels=np.unique(levels), colors="0.8", linewidths=0.6)
-    for label, path in paths.items():
-        ax.plot(path[:, 0], path[:, 1], marker=".", markersize=2, linewidth=1, label=label)
-    ax.plot(*start, "ko", markersize=4)
+    levels = np.quantile(zs, np.linspace(0.01, 0.95, 14))
+    ax.contour(xs, ys, zs, levels=np.unique(levels), colors="0.82", linewidths=0.6)
+    for i, (label, path) in enumerate(paths.items()):
+        style = PATH_STYLES[i % len(PATH_STYLES)]
+        line, = ax.plot(path[:, 0], path[:, 1], color=f"C{i}", alpha=0.85, label=label, **style)
+        ax.plot(path[-1, 0], path[-1, 1], marker="o", markersize=5, color=line.get_color(),
+                markeredgecolor="black", markeredgewidth=0.5, zorder=4)
+    ax.plot(*start, "ko", markersize=5, zorder=5)
     for m in minima:
-        ax.plot(*m, "r*", markersize=9)
+        ax.plot(*m, "r*", markersize=11, zorder=5)
     ax.set_xlim(*xr)
     ax.set_ylim(*yr)
+    ax.set_xlabel("x", fontsize=8, labelpad=1)
+    ax.set_ylabel("y", fontsize=8, labelpad=1)
     ax.set_title(title or name, fontsize=9)
     ax.tick_params(labelsize=7)
 
 
-def all_trajectories(steps: int = 200) -> dict:
-    """{(landscape, family): {optimizer name: path}} for every optimizer on every landscape."""
+def all_trajectories(steps: int = 200, progress: bool = False) -> dict:
+    """{(landscape, family): {optimizer name: path}} for every optimizer on every landscape.
+
+    ``progress``: a progress bar over the runs (a few seconds in all).
+    """
+    families = optimizer_families()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(LANDSCAPES) * sum(len(m) for m in families.values()), unit="run",
+                   desc="optimizers", dynamic_ncols=True)
     result = {}
-    for family, members in optimizer_families().items():
-        for name, (function, start, _, _) in LANDSCAPES.items():
-            result[name, family] = {
-                label: trajectory(lambda p, make=make, lr=lrs[name]: make(p, lr), function, start, steps)
-                for label, (make, lrs) in members.items()}
+    try:
+        for family, members in families.items():
+            for name, (function, start, _, _) in LANDSCAPES.items():
+                result[name, family] = {}
+                for label, (make, lrs) in members.items():
+                    if bar is not None:
+                        bar.set_postfix_str(f"{label} on {name}", refresh=False)
+                    result[name, family][label] = trajectory(lambda p, make=make, lr=lrs[name]: make(p, lr),
+                                                             function, start, steps)
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     return result
 
 
@@ -129,11 +159,14 @@ def draw_all(figure, paths: dict):
     for row, name in enumerate(LANDSCAPES):
         for col, family in enumerate(families):
             draw_landscape(axes[row][col], name, paths[name, family], f"{name}: {family}")
-            axes[row][col].legend(fontsize=6, loc="lower right")
+    for col in range(len(families)):  # the same optimizers in every row: one legend under each column
+        handles, labels = axes[-1][col].get_legend_handles_labels()
+        axes[-1][col].legend(handles, labels, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                             ncol=min(len(labels), 3), frameon=False, handlelength=3)
     return axes
 
 
-def optimizers_command(out_path: str = "optimizers.png", steps: int = 200) -> str:
+def optimizers_command(out_path: str = "optimizers.png", steps: int = 200, progress: bool = False) -> str:
     """Draw every optimizer on the ravine, Rosenbrock and saddle landscapes as one PNG grid.
 
     Rows are landscapes, columns families of optimizers; ``steps`` optimizer
@@ -143,8 +176,7 @@ def optimizers_command(out_path: str = "optimizers.png", steps: int = 200) -> st
     from matplotlib.figure import Figure
 
     from minidl.optim.lr_finder import save_figure
-    figure = Figure(figsize=(4 * len(optimizer_families()), 3.4 * len(LANDSCAPES)))
-    draw_all(figure, all_trajectories(steps))
-    figure.suptitle(f"{steps} steps of each optimizer (start: black dot, minimum: red star)")
-    figure.tight_layout()
-    return save_figure(figure, out_path)
+    figure = Figure(figsize=(4 * len(optimizer_families()), 3.3 * len(LANDSCAPES) + 0.9), layout="constrained")
+    draw_all(figure, all_trajectories(steps, progress=progress))
+    figure.suptitle(f"{steps} steps of each optimizer (start: black dot; end: colored dot; minimum: red star)")
+    return save_figure(figure, out_path, dpi=80)

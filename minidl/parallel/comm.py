@@ -201,6 +201,11 @@ _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": 
                "int64": "NCCL_INT64", "uint64": "NCCL_UINT64"}
 
 
+# What a machine with only an NVIDIA driver needs for this backend.
+_NCCL_INSTALL = ("NCCL needs an NVIDIA GPU and pip install 'minidl[gpu]', which brings CuPy with its CUDA 12 "
+                 "libraries and NCCL; without a GPU use the MPI backend, init('mpi'), or device='cpu'")
+
+
 def nccl_available() -> bool:
     """True when CuPy sees a GPU and was built with NCCL (never raises)."""
     try:
@@ -227,11 +232,12 @@ class NCCLComm(Communicator):
     name = "nccl"
 
     def __init__(self, mpi_comm=None, device_index: int | None = None):
-        cp = backend.cupy_module()
         try:
+            cp = backend.cupy_module()
             nccl = backend.nccl()
         except RuntimeError as exc:
-            raise RuntimeError(f"NCCLComm: {exc}") from exc
+            hint = "" if "minidl[gpu]" in str(exc) else f" ({_NCCL_INSTALL})"
+            raise RuntimeError(f"NCCLComm: {exc}{hint}") from exc
         self.nccl_module, self.cp = nccl, cp
         self.mpi = MPIComm(mpi_comm) if (mpi_comm is not None or _under_mpi_launcher()) else None
         if self.mpi is not None:

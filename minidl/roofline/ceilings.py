@@ -45,6 +45,7 @@ class Ceilings:
     gemm_size: int
     stream_bytes: int  # bytes per array in the bandwidth runs
     threads: int
+    cache_bytes: int = 0  # bytes moved by the in-cache copy (both arrays): data this small stays in cache
 
     @property
     def bandwidth(self) -> float:
@@ -56,9 +57,14 @@ class Ceilings:
         """Machine balance, FLOP/byte: the intensity where the two roofs meet."""
         return self.peak_flops / self.bandwidth
 
-    def roof(self, intensity: float) -> float:
-        """Attainable FLOP/s at an arithmetic intensity: min(peak, intensity × bandwidth)."""
-        return min(self.peak_flops, intensity * self.bandwidth)
+    def roof(self, intensity: float, cache: bool = False) -> float:
+        """Attainable FLOP/s at an arithmetic intensity: min(peak, intensity × bandwidth).
+
+        ``cache=True``: the in-cache roof, min(peak, intensity × cache bandwidth), the
+        ceiling of an op whose data stay in the cache.
+        """
+        bandwidth = max(self.cache_bandwidth, self.bandwidth) if cache else self.bandwidth
+        return min(self.peak_flops, intensity * bandwidth)
 
     def best(self, other: "Ceilings") -> "Ceilings":
         """The higher of each rate from two measurements of the same device (a busy moment only lowers them)."""
@@ -66,7 +72,7 @@ class Ceilings:
                         max(self.copy_bandwidth, other.copy_bandwidth),
                         max(self.triad_bandwidth, other.triad_bandwidth),
                         max(self.cache_bandwidth, other.cache_bandwidth),
-                        self.gemm_size, self.stream_bytes, self.threads)
+                        self.gemm_size, self.stream_bytes, self.threads, max(self.cache_bytes, other.cache_bytes))
 
     def as_dict(self) -> dict:
         return {**asdict(self), "bandwidth": self.bandwidth, "balance": self.balance}
@@ -211,6 +217,8 @@ def measure(device: str = "cpu", quick: bool = False, gemm_size: int | None = No
     copy = max(measure_copy(nbytes, device, repeat, t) for t in thread_counts)
     triad = max(measure_triad(nbytes, device, repeat, t) for t in thread_counts)
     cache_timer = _timer(device, repeat, number=50 if kind == "cpu" else 200)
-    cache = measure_copy(min(CACHE_BYTES[kind], nbytes), device, timer=cache_timer)
+    cache_array = min(CACHE_BYTES[kind], nbytes)
+    cache = measure_copy(cache_array, device, timer=cache_timer)
     return Ceilings(device=kind, peak_flops=peak, copy_bandwidth=copy, triad_bandwidth=triad,
-                    cache_bandwidth=cache, gemm_size=n, stream_bytes=nbytes, threads=threads)
+                    cache_bandwidth=cache, gemm_size=n, stream_bytes=nbytes, threads=threads,
+                    cache_bytes=2 * cache_array)

@@ -19,6 +19,15 @@ def _pyplot():
     return plt
 
 
+def _plain_log_ticks(ax, axis: str = "y"):
+    """Label a log axis with plain numbers (60, 200, 1000) instead of 6×10¹, and only where they fit."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
 def _roof(ax, ceilings, x_min, x_max, cache=True):
     """Draw min(peak, I × bandwidth) (and the in-cache roof, dashed) from x_min to x_max."""
     peak, bw, balance = ceilings["peak_flops"], ceilings["bandwidth"], ceilings["balance"]
@@ -41,7 +50,7 @@ def roofline_figure(results: dict, frameworks=("minidl", "torch")):
     """Every measured op with arithmetic placed at (intensity, achieved FLOP/s) under the roofline."""
     plt = _pyplot()
     rows = [r for r in results["rows"] if r["flops"] > 0 and r["framework"] in frameworks]
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(9, 6), layout="constrained")
     ceilings = results["ceilings"]
     xs = [r["intensity"] for r in rows] or [1.0]
     _roof(ax, ceilings, min(min(xs), 0.05) / 2, max(max(xs), ceilings["balance"] * 10) * 2)
@@ -60,12 +69,12 @@ def roofline_figure(results: dict, frameworks=("minidl", "torch")):
     for phase, marker in PHASE_MARKERS.items():
         ax.scatter([], [], color="white", edgecolors="black", marker=marker, label=phase)
     name = results.get("info", {}).get("gpu") or results.get("info", {}).get("processor", "")
+    others = [f for f in frameworks[1:] if any(r["framework"] == f for r in rows)]  # only those measured
     ax.set_title(f"Roofline of {results.get('name', '')} ({results['device']}{', ' + name if name else ''}):"
-                 f" minidl (outlined){' vs ' + ', '.join(frameworks[1:]) + ' (faint)' if len(frameworks) > 1 else ''}",
+                 f" minidl (outlined){' vs ' + ', '.join(others) + ' (faint)' if others else ''}",
                  fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
     ax.grid(True, alpha=0.2)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.09, top=0.94)
     return fig
 
 
@@ -80,7 +89,7 @@ def batch_sweep_figure(results: dict):
     """Achieved GFLOP/s of a Linear layer against batch size, under the roof its intensity allows."""
     plt = _pyplot()
     ceilings = results["ceilings"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
     base = linear_sweep_rows(results)
     if not base:
         return fig
@@ -96,13 +105,16 @@ def batch_sweep_figure(results: dict):
     left.plot(batches, np.minimum(ceilings["peak_flops"], intensity * ceilings["bandwidth"]) / 1e9,
               color="black", lw=2, label="roof at this intensity")
     crossing = _crossing(batches, intensity, ceilings["balance"])
+    from matplotlib.ticker import FuncFormatter
     for ax in (left, right):
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 64, not 2⁶
         ax.set_xlabel("batch size B")
         ax.grid(True, alpha=0.2)
         if crossing:
             ax.axvline(crossing, color="gray", ls=":")
     left.set_yscale("log")
+    _plain_log_ticks(left)
     left.set_ylabel("achieved GFLOP/s")
     left.set_title(f"Linear {shape['in_features']}→{shape['out_features']}, float32: memory-bound "
                    f"(left of B≈{crossing:.0f}) to compute-bound" if crossing else "Linear layer", fontsize=10)
@@ -111,10 +123,10 @@ def batch_sweep_figure(results: dict):
     right.axhline(ceilings["balance"], color="black", ls="--", label=f"machine balance {ceilings['balance']:.1f}")
     right.plot(batches, batches / 2, ":", color="gray", label="B/2 (weights dominate the traffic)")
     right.set_yscale("log")
+    _plain_log_ticks(right)
     right.set_ylabel("FLOP per byte")
     right.set_title("intensity grows with B until activations dominate the traffic", fontsize=10)
     right.legend(fontsize=7)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.11, top=0.92, wspace=0.18)
     return fig
 
 
@@ -134,7 +146,7 @@ def step_profile_figure(results: dict):
     step = results["training_step"]
     by_op = step["by_op"]
     names = sorted(by_op, key=lambda n: sum(by_op[n].values()))
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.6))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.6), layout="constrained")
     left = np.zeros(len(names))
     for phase, color in (("forward", "tab:blue"), ("backward", "tab:red"), ("update", "tab:green"),
                          ("region", "tab:gray")):
@@ -150,8 +162,6 @@ def step_profile_figure(results: dict):
                  f"overhead {step['overhead_us_per_op']:.0f} µs/op", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, axis="x", alpha=0.2)
-    fig.subplots_adjust(left=0.22, right=0.97, bottom=0.6 / fig.get_figheight() + 0.05,
-                        top=1 - 0.5 / fig.get_figheight())
     return fig
 
 

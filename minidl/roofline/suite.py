@@ -8,9 +8,13 @@ For each op and size (see :mod:`minidl.roofline.cases`) and each framework
     GB/s        analytic compulsory bytes / time
     intensity   FLOPs / bytes: a property of the op, not of the framework
     verdict     compute-bound if the intensity is at least the machine balance, else memory-bound
-    roofline    achieved FLOP/s / min(peak, intensity × bandwidth): the fraction of what the
-                machine allows (for an op without arithmetic: achieved GB/s / bandwidth).
-                Above 1 means the data came from cache rather than main memory.
+    roofline    achieved FLOP/s / the ceiling that applies (for an op without arithmetic: achieved
+                GB/s / the bandwidth that applies): the fraction of what the machine allows.
+    ceiling     which one: "memory", min(peak, intensity × main-memory bandwidth), for data larger
+                than the cache; "cache", min(peak, intensity × in-cache bandwidth), for data that
+                fit in the cache or that evidently came from it (faster than main memory allows).
+                Above 1 even then means faster than the measured ceilings (a busy moment while they
+                were measured), and the summary says so.
 
 ``run()`` also profiles one training step of an MLP with :mod:`minidl.profiler`,
 writes ``<out>/<name>.json`` (atomically) and the figures
@@ -137,16 +141,20 @@ def analyse(seconds: float, cost, ceilings) -> dict:
     bytes_per_s = cost.bytes / seconds
     if not (cost.flops or cost.bytes):
         return {"seconds": seconds, "flops": 0, "bytes": 0, "flops_per_s": 0.0, "bytes_per_s": 0.0,
-                "intensity": None, "verdict": "no work", "roofline_fraction": None}
+                "intensity": None, "verdict": "no work", "roofline_fraction": None, "ceiling": None}
     intensity = cost.flops / cost.bytes if cost.bytes else math.inf
+    # The ceiling that applies: main memory's, unless the data fit in the cache or beat main memory.
+    in_cache = cost.bytes <= getattr(ceilings, "cache_bytes", 0) or (
+        flops_per_s > ceilings.roof(intensity) if cost.flops else bytes_per_s > ceilings.bandwidth)
+    in_cache = in_cache and ceilings.cache_bandwidth > ceilings.bandwidth
     if cost.flops:
-        fraction = flops_per_s / ceilings.roof(intensity)
+        fraction = flops_per_s / ceilings.roof(intensity, cache=in_cache)
     else:
-        fraction = bytes_per_s / ceilings.bandwidth
+        fraction = bytes_per_s / (ceilings.cache_bandwidth if in_cache else ceilings.bandwidth)
     return {"seconds": seconds, "flops": cost.flops, "bytes": cost.bytes, "flops_per_s": flops_per_s,
             "bytes_per_s": bytes_per_s, "intensity": intensity,
             "verdict": "compute-bound" if intensity >= ceilings.balance else "memory-bound",
-            "roofline_fraction": fraction}
+            "roofline_fraction": fraction, "ceiling": "cache" if in_cache else "memory"}
 
 
 def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, frameworks=FRAMEWORKS,
@@ -329,21 +337,34 @@ def summary_table(results: dict) -> str:
     rows = results["rows"]
     keys = list(dict.fromkeys((r["op"], r["size"], r["phase"]) for r in rows))
     head = (f"{'op':<12} {'size':<20} {'phase':<8} {'minidl ms':>10} {'numpy ms':>10} {'torch ms':>10} "
-            f"{'GFLOP/s':>8} {'GB/s':>7} {'FLOP/B':>7} {'roof %':>6}  verdict")
+            f"{'GFLOP/s':>8} {'GB/s':>7} {'FLOP/B':>7} {'roof %':>6} {'of':<6} verdict")
     lines = [head, "-" * len(head)]
+    above = []
     for op, size, phase in keys:
         by = {r["framework"]: r for r in rows if (r["op"], r["size"], r["phase"]) == (op, size, phase)}
         ms = [f"{by[f]['seconds'] * 1e3:10.3f}" if f in by else f"{'-':>10}" for f in FRAMEWORKS]
         ref = by.get("minidl") or next(iter(by.values()))
         if ref["intensity"] is None:
-            placed = f"{'-':>8} {'-':>7} {'-':>7} {'-':>6}"
+            placed = f"{'-':>8} {'-':>7} {'-':>7} {'-':>6} {'-':<6}"
         else:
+            fraction = ref["roofline_fraction"]
+            mark = "*" if fraction > 1 else " "
+            if fraction > 1:
+                above.append(f"{op} {phase}")
             placed = (f"{ref['flops_per_s'] / 1e9:8.2f} {ref['bytes_per_s'] / 1e9:7.2f} {ref['intensity']:7.2f} "
-                      f"{100 * ref['roofline_fraction']:6.1f}")
+                      f"{100 * fraction:5.1f}{mark} {ref.get('ceiling') or 'memory':<6}")
         lines.append(f"{op:<12} {size:<20} {phase:<8} {' '.join(ms)} {placed}  {ref['verdict']}")
     c = results["ceilings"]
     lines.append(f"ceilings: peak {c['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {c['bandwidth'] / 1e9:.1f} GB/s, "
-                 f"balance {c['balance']:.1f} FLOP/byte; GFLOP/s, GB/s and roof % are minidl's")
+                 f"in cache {c.get('cache_bandwidth', 0) / 1e9:.1f} GB/s, balance {c['balance']:.1f} FLOP/byte; "
+                 "GFLOP/s, GB/s and roof % are minidl's")
+    lines.append("roof % = achieved / the ceiling in column 'of': 'memory' is min(peak, intensity x main-memory "
+                 "bandwidth), for data larger than the cache; 'cache' is min(peak, intensity x in-cache bandwidth), "
+                 "for data that fit in the cache or came from it (faster than main memory allows)")
+    if above:
+        lines.append(f"* above 100%: faster than even the measured ceiling ({', '.join(above[:6])}"
+                     f"{', ...' if len(above) > 6 else ''}); the ceilings were measured at a busier moment, or "
+                     "the in-cache copy (one core) understates the cache")
     step = results.get("training_step")
     if step:
         lines.append(f"training step {step['model']} batch {step['batch']}: {step['wall_s'] * 1e3:.1f} ms, "

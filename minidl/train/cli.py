@@ -3,10 +3,10 @@
     minidl train                                   # an MLP on the bundled digits, about 10 seconds
     minidl train --data spirals --epochs 200 --lr 0.01
     minidl train --data mnist:~/data/mnist --model cnn --device cuda
-    minidl train --resume runs/digits-mlp-.../last.safetensors --epochs 40
+    minidl train --resume runs/train-digits-mlp-.../last.safetensors --epochs 40
     minidl diagnose --data digits --model mlp      # the debugging recipe on a fresh model
 
-A run writes into its folder (``--out``, by default ``runs/<data>-<model>-<time>``):
+A run writes into its folder (``--out``, by default ``runs/train-<data>-<model>-<time>``):
 ``metrics.jsonl`` (one line per validation, then the test result),
 ``curves.png``, ``model.safetensors`` (the final weights, a plain state dict),
 ``standardizer.safetensors`` (the input statistics of the training split),
@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from minidl.cli import positive_float, positive_int
+from minidl.cli import add_command, positive_float, positive_int
 from minidl.train import data_sources
 
 DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "schedule": "cosine",
@@ -89,8 +89,8 @@ def make_schedule(name: str, lr: float, total_steps: int):
     tenth = max(total // 10, 1)
     builders = {
         "constant": lambda: None,
-        "cosine": lambda: S.cosine_restarts(lr, total),
-        "warmup-cosine": lambda: S.warmup(S.cosine_restarts(lr, total), tenth),
+        "cosine": lambda: S.cosine(lr, total),
+        "warmup-cosine": lambda: S.warmup(S.cosine(lr, total), tenth),
         "step": lambda: S.step_decay(lr, 0.1, max(total // 3, 1)),
         "exponential": lambda: S.exponential(lr, 0.01 ** (1.0 / total)),
         "polynomial": lambda: S.polynomial(lr, total, 2),
@@ -168,7 +168,7 @@ def _run_folder(args, settings) -> str:
         return os.path.dirname(os.path.abspath(args.resume))
     data = settings["data"].split(":")[0]
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = os.path.join("runs", f"{data}-{settings['model']}-{stamp}")
+    base = os.path.join("runs", f"train-{data}-{settings['model']}-{stamp}")
     folder, n = base, 1
     while os.path.exists(folder):
         n += 1
@@ -266,40 +266,62 @@ def train_command(args) -> int:
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
     plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
-                title=f"{s['model']} on {data.name}")
+                title=f"{s['model']} on {data.name}", test=test)
     best = next((cb for cb in callbacks if isinstance(cb, ModelCheckpoint)), None)
-    print(f"test accuracy: {test['accuracy']:.2%}  (loss {test['loss']:.4f}, macro F1 {test['f1']:.3f}); "
-          f"best validation accuracy {best.best:.2%} at step {best.best_step}")
-    print(f"wrote {out}/: model.safetensors, curves.png, metrics.jsonl, last.safetensors, best.safetensors "
-          f"({time.perf_counter() - started:.1f} s)")
+    restored = any(isinstance(cb, EarlyStopping) and cb.best_state is not None for cb in callbacks)
+    weights = (f"the best weights (step {best.best_step}, restored by early stopping)" if restored
+               else f"the final weights (step {trainer.step})")
+    print(f"test accuracy of {weights}: {test['accuracy']:.2%}  (loss {test['loss']:.4f}, "
+          f"macro F1 {test['f1']:.3f}); best validation accuracy {best.best:.2%} at step {best.best_step}")
+    print(f"wrote {out}/: {', '.join(written_files(out))} ({time.perf_counter() - started:.1f} s)")
+    print(f"predict with: minidl predict {out}")
     return 0
 
 
+RUN_FILES = ("model.safetensors", "standardizer.safetensors", "curves.png", "metrics.jsonl", "last.safetensors",
+             "best.safetensors")
+
+
+def written_files(folder: str) -> list:
+    """The run files present in ``folder``, in the order the docs describe them."""
+    return [name for name in RUN_FILES if os.path.exists(os.path.join(folder, name))]
+
+
 def _add_train(sub):
-    p = sub.add_parser("train", help="train a model on bundled or local data",
-                       description="Train a model; with no options an MLP on the bundled digits.")
-    p.add_argument("--data", type=_data_spec, help="digits (bundled, default), spirals, or mnist:PATH")
-    p.add_argument("--model", choices=("mlp", "cnn"), help="mlp (default) or cnn (images only)")
-    p.add_argument("--optimizer", help="any minidl.optim optimizer by name: adam (default), sgd, adamw, ...")
+    p = add_command(sub, "train", help="train a model on bundled or local data",
+                    description="Train a model; with no options an MLP on the bundled digits (about 10 s).\n"
+                                "Writes model.safetensors, standardizer.safetensors, curves.png, metrics.jsonl and "
+                                "the checkpoints\nlast.safetensors and best.safetensors into --out. A resumed run "
+                                "takes every setting not given\nagain from its checkpoint.")
+    p.add_argument("--data", type=_data_spec, help="digits (bundled), spirals, or mnist:PATH (default: digits)")
+    p.add_argument("--model", choices=("mlp", "cnn"), help="mlp, or cnn for images (default: mlp)")
+    p.add_argument("--optimizer", help="any minidl.optim optimizer by name: adam, sgd, adamw, ... (default: adam)")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the optimizer's own, 0.05 for SGD)")
-    p.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule (default cosine)")
-    p.add_argument("--epochs", type=positive_int, help="total epochs, counting a resumed run's (default 20)")
-    p.add_argument("--batch-size", dest="batch_size", type=positive_int, help="samples per batch (default 32)")
-    p.add_argument("--weight-decay", dest="weight_decay", type=_nonnegative_float, help="L2 weight decay")
-    p.add_argument("--label-smoothing", dest="label_smoothing", type=_nonnegative_float)
-    p.add_argument("--dropout", type=_nonnegative_float, help="dropout after each hidden layer")
-    p.add_argument("--clip-norm", dest="clip_norm", type=positive_float, help="clip gradients to this global norm")
-    p.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step")
+    p.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule over the whole run "
+                   "(default: cosine, from lr to 0)")
+    p.add_argument("--epochs", type=positive_int, help="total epochs, counting a resumed run's (default: 20)")
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, help="samples per batch (default: 32)")
+    p.add_argument("--weight-decay", dest="weight_decay", type=_nonnegative_float,
+                   help="L2 weight decay (default: 0)")
+    p.add_argument("--label-smoothing", dest="label_smoothing", type=_nonnegative_float,
+                   help="weight of the uniform distribution mixed into the targets (default: 0)")
+    p.add_argument("--dropout", type=_nonnegative_float, help="dropout after each hidden layer (default: 0)")
+    p.add_argument("--clip-norm", dest="clip_norm", type=positive_float,
+                   help="clip gradients to this global norm (default: no clipping)")
+    p.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--patience", type=positive_int, help="early stopping after this many epochs without "
-                   "a better validation accuracy (restores the best weights)")
-    p.add_argument("--device", help="cpu (default) or cuda")
+                   "a better validation accuracy, restoring the best weights (default: no early stopping)")
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
     p.add_argument("--amp", choices=("fp16", "bf16"), default=None,
                    help="mixed precision: fp16 (float16 with loss scaling) or bf16 (bfloat16, needs ml_dtypes; "
                         "CPU only); on the CPU a numerics and memory lesson, not a speed-up (default: off, float32)")
-    p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default 0)")
-    p.add_argument("--out", help="run folder (default runs/<data>-<model>-<time>)")
-    p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default: 0)")
+    p.add_argument("--out", help="run folder (default: runs/train-<data>-<model>-<time>; "
+                   "a resumed run: the checkpoint's folder)")
+    p.add_argument("--resume", help="continue from a checkpoint, the last.safetensors of an earlier run "
+                   "(default: a fresh run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (the bar shows the mean training loss "
+                   "of the epoch so far; metrics.jsonl records it at the end of each epoch)")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on 1/N of every batch, gradients all-reduced "
                         "(mpiexec -n 4 python -m mpi4py -m minidl train --data-parallel; see docs/data_parallel.md)")
@@ -317,16 +339,28 @@ def diagnose_command(args) -> int:
     try:
         data = data_sources.load(args.data, seed=args.seed)
         model = build_model(args.model, data.sample_shape, data.num_classes, dropout=args.dropout)
+        fresh = None
         if args.weights:
+            fresh = model  # the seeded fresh model: the initialization checks run on it
+            model = build_model(args.model, data.sample_shape, data.num_classes, dropout=args.dropout)
             model.load_state_dict(mdl.load(args.weights))
         if args.device:
-            model.to(args.device)
+            for m in (model, fresh):
+                if m is not None:
+                    m.to(args.device)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"minidl diagnose: error: {exc}", file=sys.stderr)
         return 2
-    print(f"diagnosing {args.model} on {data.name} ({model.num_parameters():,} parameters)\n")
+    if args.weights:
+        print(f"diagnosing {args.model} on {data.name} ({model.num_parameters():,} parameters) with the trained "
+              f"weights of {args.weights};\nthe checks meant for an untrained model run on a fresh {args.model} of "
+              f"the same architecture (seed {args.seed})\n")
+    else:
+        print(f"diagnosing a freshly initialized {args.model} on {data.name} ({model.num_parameters():,} "
+              f"parameters, seed {args.seed})\n")
     report = diagnose(model, data.x_train, data.y_train, data.x_val, data.y_val, num_classes=data.num_classes,
-                      overfit_steps=args.steps, baseline_steps=args.steps, seed=args.seed)
+                      overfit_steps=args.steps, baseline_steps=args.steps, seed=args.seed,
+                      fresh_model=fresh, trained=bool(args.weights))
     print(format_report(report))
     failed = [c.name for c in report["checks"] if c.passed is False]
     print(f"\n{len(report['checks']) - len(failed)} of {len(report['checks'])} checks passed"
@@ -335,16 +369,19 @@ def diagnose_command(args) -> int:
 
 
 def _add_diagnose(sub):
-    p = sub.add_parser("diagnose", help="the textbook's debugging recipe on a model",
-                       description="Initial loss vs ln K, overfitting two samples, real vs zeroed inputs, "
-                                   "per-layer statistics, dropout-with-BatchNorm warning.")
-    p.add_argument("--data", type=_data_spec, default="digits", help="digits (default), spirals, or mnist:PATH")
-    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
-    p.add_argument("--dropout", type=_nonnegative_float, default=0.0)
-    p.add_argument("--weights", help="a model.safetensors to load instead of fresh weights")
+    p = add_command(sub, "diagnose", help="the textbook's debugging recipe on a model",
+                    description="The debugging recipe: initial loss vs ln K, overfitting two samples, real vs "
+                                "zeroed inputs,\nper-layer statistics, the dropout-with-BatchNorm warning. With "
+                                "--weights, the checks meant for an\nuntrained model run on a fresh model of the "
+                                "same architecture, and the trained weights are\nchecked against chance on the "
+                                "validation split and get the per-layer statistics.\nExits 1 if a check fails.")
+    p.add_argument("--data", type=_data_spec, default="digits", help="digits, spirals, or mnist:PATH")
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="the architecture, as in minidl train")
+    p.add_argument("--dropout", type=_nonnegative_float, default=0.0, help="dropout after each hidden layer")
+    p.add_argument("--weights", help="a trained model.safetensors to check (default: fresh weights only)")
     p.add_argument("--steps", type=positive_int, default=150, help="steps of the overfit and baseline runs")
-    p.add_argument("--device", help="cpu (default) or cuda")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the fresh model")
     p.set_defaults(run=diagnose_command)
 
 

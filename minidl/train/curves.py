@@ -8,7 +8,9 @@ Three panels, the ones to look at after every run:
   validations, with the validation loss. A validation loss that turns up while
   the training loss goes on down is overfitting; both flat and high is
   underfitting (or a learning rate that is too small);
-- metric: training and validation accuracy (or the first validation metric);
+- accuracy and F1: training accuracy, validation accuracy and the other
+  validation metrics (F1 dashed, so it never hides accuracy), and the test
+  accuracy of the final weights as a star when ``test`` is given;
 - learning rate: what the schedule did.
 
 Drawn with matplotlib's Agg backend (no display needed) and written
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import os
 
 from minidl.serialization import atomic_write
@@ -57,8 +60,34 @@ def _series(history, key):
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def make_figure(history: list[dict], steps: dict | None = None, title: str | None = None):
-    """A matplotlib Figure with the loss, metric and learning-rate panels (not shown, not saved)."""
+METRIC_STYLES = {  # accuracy solid with dots, F1 dashed with open squares: both visible where they coincide
+    "train_accuracy": dict(color="tab:blue", marker="o", markersize=3, linestyle="-"),
+    "val_accuracy": dict(color="tab:orange", marker="o", markersize=4, linestyle="-", linewidth=2),
+    "val_f1": dict(color="tab:green", marker="s", markersize=5, markerfacecolor="none", linestyle="--"),
+}
+
+
+def _two_three_five(value, _position=None) -> str:
+    """Minor log ticks labelled at 2, 3 and 5 times a power of ten only, so they never crowd."""
+    if value <= 0:
+        return ""
+    leading = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    return f"{value:g}" if any(abs(leading - d) < 1e-6 for d in (2, 3, 5)) else ""
+
+
+def _metric_label(keys) -> str:
+    names = list(dict.fromkeys(k.split("_", 1)[1] for k in keys))
+    words = {"accuracy": "accuracy", "f1": "F1", "precision": "precision", "recall": "recall"}
+    return " / ".join(words.get(n, n) for n in names) or "metric"
+
+
+def make_figure(history: list[dict], steps: dict | None = None, title: str | None = None,
+                test: dict | None = None):
+    """A matplotlib Figure with the loss, metric and learning-rate panels (not shown, not saved).
+
+    ``test``: the test-set result (``{"accuracy": ..., "f1": ...}``) of the weights at
+    the last step, drawn as stars at that step.
+    """
     fig = _new_figure(figsize=(13, 3.8), layout="constrained")
     ax_loss, ax_metric, ax_lr = fig.subplots(1, 3)
 
@@ -69,20 +98,32 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
                        ("val_loss", dict(color="tab:orange", marker="o", markersize=3))):
         x, y = _series(history, key)
         if x:
-            ax_loss.plot(x, y, label=key.replace("_", " "), **style)
+            label = "train loss (epoch mean)" if key == "train_loss" else "val loss"
+            ax_loss.plot(x, y, label=label, **style)
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")
     if any(v > 0 for v in (steps or {}).get("loss", [])) or any("train_loss" in r for r in history):
+        from matplotlib.ticker import FuncFormatter
         ax_loss.set_yscale("log")
+        ax_loss.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.3, 2: not 3×10⁻¹, 2×10⁰
+        ax_loss.yaxis.set_minor_formatter(FuncFormatter(_two_three_five))
 
     metric_keys = []
     if history:
         val_metrics = [k for k in history[-1] if k.startswith("val_") and k != "val_loss"]
         metric_keys = (["train_accuracy"] if any("train_accuracy" in r for r in history) else []) + val_metrics
-    for key in metric_keys:
+    for i, key in enumerate(metric_keys):
         x, y = _series(history, key)
         if x:
-            ax_metric.plot(x, y, marker="o", markersize=3, label=key.replace("_", " "))
-    ax_metric.set(xlabel="step", title="metric")
+            style = METRIC_STYLES.get(key, dict(color=f"C{(i + 4) % 10}", marker="^", markersize=4, linestyle=":"))
+            ax_metric.plot(x, y, label=key.replace("_", " ").replace("f1", "F1"), **style)
+    last_step = history[-1]["step"] if history else 0
+    if test and test.get("accuracy") is not None:
+        ax_metric.plot([last_step], [test["accuracy"]], marker="*", markersize=13, color="tab:red", linestyle="none",
+                       markeredgecolor="black", markeredgewidth=0.5, zorder=5,
+                       label=f"test accuracy {test['accuracy']:.3f} (final weights)")
+        metric_keys.append("test_accuracy")
+    label = _metric_label(metric_keys)
+    ax_metric.set(xlabel="step", ylabel=label, title=label)
     if not metric_keys:
         ax_metric.text(0.5, 0.5, "no metric\n(regression or no validation data)", ha="center", va="center",
                        transform=ax_metric.transAxes, color="gray")
@@ -92,13 +133,13 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
     else:
         x, y = _series(history, "lr")
         ax_lr.plot(x, y, color="tab:green", marker="o", markersize=3)
-    ax_lr.set(xlabel="step", title="learning rate")
+    ax_lr.set(xlabel="step", ylabel="learning rate", title="learning rate")
     ax_lr.set_ylim(bottom=0)  # the absolute scale: a constant rate is a flat line, not magnified noise
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
 
     for ax in (ax_loss, ax_metric):
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="best")
         ax.grid(alpha=0.3)
     ax_lr.grid(alpha=0.3)
     if title:
@@ -106,11 +147,15 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
     return fig
 
 
-def plot_curves(history: list[dict], path, steps: dict | None = None, title: str | None = None) -> str:
-    """Draw the curves of a run and write them to ``path`` as a PNG (atomically). Returns the path."""
+def plot_curves(history: list[dict], path, steps: dict | None = None, title: str | None = None,
+                test: dict | None = None) -> str:
+    """Draw the curves of a run and write them to ``path`` as a PNG (atomically). Returns the path.
+
+    ``test``: the test result of the final weights, drawn in the accuracy panel.
+    """
     if not history and not (steps and steps.get("step")):
         raise ValueError("plot_curves: nothing to plot; the history is empty (train at least one step)")
-    png = _png_bytes(make_figure(history, steps, title))
+    png = _png_bytes(make_figure(history, steps, title, test=test))
 
     def write(tmp):
         with open(tmp, "wb") as f:

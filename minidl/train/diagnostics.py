@@ -42,18 +42,27 @@ from minidl.tensor import Tensor
 
 @dataclass
 class CheckResult:
-    """One check: ``passed`` is True, False, or None for a warning-only finding."""
+    """One check: ``passed`` is True, False, or None for a warning-only finding (or a skipped check).
+
+    ``value`` is the number measured, ``measured`` says what it is ("loss on the
+    2 samples after 150 steps"), ``expected`` the condition for passing.
+    """
 
     name: str
     passed: bool | None
     value: float | None
     expected: str
     message: str
+    measured: str = ""
 
     def __str__(self):
         tag = {True: "PASS", False: "FAIL", None: "WARN"}[self.passed]
-        value = "" if self.value is None else f"{self.value:.4g}  "
-        return f"[{tag}] {self.name}: {value}(expected {self.expected})\n       {self.message}"
+        if self.value is None:
+            found = self.measured
+        else:
+            found = f"{self.measured} = {self.value:.4g}" if self.measured else f"{self.value:.4g}"
+        rule = f"; passes when {self.expected}" if self.expected else ""
+        return f"[{tag}] {self.name}: {found}{rule}\n       {self.message}"
 
 
 # ---------------------------------------------------------------- helpers
@@ -132,7 +141,8 @@ def check_initial_loss(model, x, y, num_classes: int | None = None, loss_fn=None
     else:
         message = ("the loss starts below ln K: the classes are imbalanced (compare with the entropy of the "
                    "class frequencies) or the labels leak into the inputs")
-    return CheckResult("initial loss ≈ ln K", ok, loss, f"≈ ln {k} = {expected:.4g} ± {tolerance:.0%}", message)
+    return CheckResult("initial loss ≈ ln K", ok, loss, f"within {tolerance:.0%} of ln {k} = {expected:.4g}", message,
+                       measured=f"cross-entropy of the untrained model on {len(y)} samples")
 
 
 # ---------------------------------------------------------------- 2. overfit two samples
@@ -165,7 +175,8 @@ def overfit_small_batch(model, x, y, n: int = 2, steps: int = 200, lr: float = 1
                f"the loss on {n} samples only went from {losses[0]:.3g} to {final:.3g}: the gradient does not "
                "reach the weights (a detached tensor, a frozen layer), the loss is wired wrongly, or the "
                "model is far too small")
-    result = CheckResult(f"overfit {n} samples", ok, final, f"< {target:g} after {steps} steps", message)
+    result = CheckResult(f"overfit {n} samples", ok, final, f"below {target:g}", message,
+                         measured=f"loss on the {n} samples after {steps} steps of Adam")
     result.losses = losses
     return result
 
@@ -221,7 +232,10 @@ def compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps: int = 150, batc
                f"validation loss {real:.3g} on real inputs is no better than {zeroed:.3g} on zeroed inputs: the "
                "model ignores its input (check that inputs and labels stay paired, and that the right tensor "
                "is fed to the model)")
-    result = CheckResult("real data beats zeroed inputs", ok, real, f"< {zeroed:.4g} (zeroed inputs)", message)
+    result = CheckResult("real data beats zeroed inputs", ok, real,
+                         f"below {zeroed * (1 - margin):.4g}, {margin:.0%} under the {zeroed:.4g} reached on "
+                         "all-zero inputs", message,
+                         measured=f"validation loss after {steps} steps on the real inputs")
     result.real, result.zeroed = real, zeroed
     return result
 
@@ -322,24 +336,79 @@ def check_dropout_batchnorm(model, warn: bool = True) -> CheckResult:
                    "(variance shift). Use one of the two, or put dropout only after the last BatchNorm.")
         if warn:
             warnings.warn(message, UserWarning, stacklevel=2)
-        return CheckResult("dropout with batch norm", None, None, "one of the two", message)
-    return CheckResult("dropout with batch norm", True, None, "one of the two",
-                       "the model does not combine Dropout with BatchNorm")
+        return CheckResult("dropout with batch norm", None, None, "the model has at most one of the two", message,
+                           measured="the model has both Dropout and BatchNorm layers")
+    found = "Dropout" if has_dropout else "BatchNorm" if has_bn else "neither Dropout nor BatchNorm"
+    return CheckResult("dropout with batch norm", True, None, "the model has at most one of the two",
+                       "the model does not combine Dropout with BatchNorm",
+                       measured=f"the model has {found}" + (" only" if has_dropout or has_bn else ""))
+
+
+# ---------------------------------------------------------------- trained weights
+def check_trained_model(model, x_val, y_val, num_classes: int | None = None, loss_fn=None) -> CheckResult:
+    """Does a trained model do better than chance on held-out data? (loss below ln K, accuracy above 1/K)
+
+    The check that replaces "initial loss ≈ ln K" for trained weights: a trained
+    model *should* be far from the uniform guess.
+    """
+    loss_fn = loss_fn or _cross_entropy
+    with _Preserved(model), no_grad():
+        model.eval()
+        xt, yt = _inputs(model, x_val, y_val)
+        logits = model(xt)
+        loss = float(loss_fn(logits, yt).item())
+        k = int(num_classes or logits.shape[1])
+        accuracy = float((backend.to_numpy(logits.data).argmax(axis=1) == backend.to_numpy(yt.data)).mean())
+    chance = math.log(k)
+    ok = math.isfinite(loss) and loss < chance and accuracy > 1.0 / k
+    message = (f"validation accuracy {accuracy:.1%} (chance: {1 / k:.1%}); the weights have learned" if ok else
+               f"validation accuracy {accuracy:.1%} against {1 / k:.1%} by chance: the weights do no better than "
+               "guessing (not trained, trained on other data, or loaded into a different architecture)")
+    return CheckResult("trained model beats chance", ok, loss, f"below ln {k} = {chance:.4g} (the uniform guess)",
+                       message, measured=f"validation loss on {len(y_val)} samples")
+
+
+def skipped(name: str, reason: str) -> CheckResult:
+    """A check that does not apply (shown as WARN, not counted as a failure)."""
+    return CheckResult(name, None, None, "", reason, measured="skipped")
 
 
 # ---------------------------------------------------------------- all of it
 def diagnose(model, x, y, x_val=None, y_val=None, num_classes: int | None = None, overfit_steps: int = 200,
-             baseline_steps: int = 150, stats_batch: int = 256, seed: int = 0) -> dict:
+             baseline_steps: int = 150, stats_batch: int = 256, seed: int = 0, fresh_model=None,
+             trained: bool = False) -> dict:
     """Run every check; returns ``{"checks": [CheckResult...], "statistics": rows, "warnings": [...]}``.
 
     ``x_val, y_val`` enable the zeroed-input comparison. The model is left unchanged.
+
+    ``trained=True`` says ``model`` holds trained weights: the checks meant for a
+    freshly initialized model (initial loss, overfitting two samples, real versus
+    zeroed inputs) then run on ``fresh_model`` (a new model of the same
+    architecture) when one is given, and are skipped otherwise; the trained model
+    gets the checks that apply to it (better than chance on validation data,
+    dropout with batch norm, per-layer statistics).
     """
     x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
-    checks = [check_dropout_batchnorm(model, warn=False),
-              check_initial_loss(model, x[:stats_batch * 4], y[:stats_batch * 4], num_classes),
-              overfit_small_batch(model, x, y, steps=overfit_steps)]
+    checks = [check_dropout_batchnorm(model, warn=False)]
+    init_model = fresh_model if trained else model
+    init_names = ["initial loss ≈ ln K", "overfit 2 samples"]
     if x_val is not None and y_val is not None:
-        checks.append(compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps=baseline_steps, seed=seed))
+        init_names.append("real data beats zeroed inputs")
+    if init_model is None:
+        checks += [skipped(n, "this check is for a freshly initialized model; the loaded weights are trained")
+                   for n in init_names]
+    else:
+        suffix = " (fresh model, same architecture)" if trained else ""
+        init_checks = [check_initial_loss(init_model, x[:stats_batch * 4], y[:stats_batch * 4], num_classes),
+                       overfit_small_batch(init_model, x, y, steps=overfit_steps)]
+        if x_val is not None and y_val is not None:
+            init_checks.append(compare_with_zeroed_inputs(init_model, x, y, x_val, y_val, steps=baseline_steps,
+                                                          seed=seed))
+        for c in init_checks:
+            c.name += suffix
+        checks += init_checks
+    if trained and x_val is not None and y_val is not None:
+        checks.append(check_trained_model(model, x_val, y_val, num_classes))
     rows = layer_statistics(model, x[:stats_batch], y[:stats_batch])
     return {"checks": checks, "statistics": rows, "warnings": statistics_warnings(rows)}
 

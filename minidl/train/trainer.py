@@ -78,7 +78,11 @@ class Trainer:
         eval_every: validate every this many optimizer steps (and at every epoch end).
         callbacks: ``Callback`` objects (early stopping, checkpoints, loggers).
         seed: seeds every random source now (see :func:`seed_everything`).
-        progress: show a tqdm progress bar with loss, validation metric and lr.
+        progress: show a tqdm progress bar with ``mean train_loss``, the last validation metric and lr.
+            The bar's loss is the running mean over the samples seen since the last record (the epoch
+            so far, unless ``eval_every`` records more often); when the epoch ends it equals the
+            ``train_loss`` of the record that ``history`` and ``metrics.jsonl`` get. The loss of each
+            single step is in ``trainer.steps["loss"]`` (the faint curve of ``curves.png``).
         create_graph: backward with ``create_graph=True`` (AdaHessian needs it;
             None: on for AdaHessian, off otherwise).
         amp: mixed precision, "fp16" (autocast to float16 with a ``GradScaler``;
@@ -506,8 +510,9 @@ class Trainer:
 
     def _postfix(self) -> str:
         parts = []
-        if self.steps["loss"]:
-            parts.append(f"loss={self.steps['loss'][-1]:.4f}")
+        r = self._running
+        if r["count"]:  # the same running mean the next record logs as train_loss
+            parts.append(f"mean train_loss={r['loss'] / r['count']:.4f}")
         if self.history:
             last = self.history[-1]
             metric = next((k for k in last if k.startswith("val_") and k != "val_loss"), "val_loss")

@@ -1,4 +1,4 @@
-"""Conv1d, Conv2d, MaxPool2d, AvgPool2d layers: against PyTorch with copied weights, and by hand."""
+"""Conv1d, Conv2d, ConvTranspose1d/2d, MaxPool2d, AvgPool2d layers: against PyTorch with copied weights, and by hand."""
 import math
 
 import numpy as np
@@ -109,18 +109,73 @@ def test_conv_and_pool_errors_are_clear():
         nn.Conv2d(3, 4, 3)(mdl.zeros(2, 4, 5, 5))
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)
-    with pytest.raises(NotImplementedError, match="dilation"):
-        nn.Conv2d(3, 4, 3, dilation=2)
     with pytest.raises(ValueError, match="'same' needs stride 1"):
         nn.Conv1d(3, 4, 3, stride=2, padding="same")
     with pytest.raises(ValueError, match="kernel_size must be an int or 2 ints"):
         nn.Conv2d(3, 4, (1, 2, 3))
     with pytest.raises(ValueError, match="expected input \\(N, C, H, W\\)"):
         nn.MaxPool2d(2)(mdl.zeros(3, 4, 4))
-    with pytest.raises(NotImplementedError, match="ceil_mode=True is not supported"):
-        nn.MaxPool2d(2, ceil_mode=True)
-    with pytest.raises(NotImplementedError, match="count_include_pad=False"):
-        nn.AvgPool2d(2, count_include_pad=False)
+    with pytest.raises(NotImplementedError, match="padding_mode='reflect' is not implemented"):
+        nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(3, 4, 3, padding_mode="mirror")
+    with pytest.raises(ValueError, match="ConvTranspose2d: padding must be ints"):
+        nn.ConvTranspose2d(3, 4, 3, padding="same")
+    with pytest.raises(ValueError, match=r"output_size \(9, 9\) must lie between \(7, 7\) and \(8, 8\)"):
+        nn.ConvTranspose2d(3, 4, 3, stride=2)(mdl.zeros(1, 3, 3, 3), output_size=(9, 9))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(kernel_size=3, dilation=2), dict(kernel_size=3, dilation=(1, 2), padding=2, groups=2),
+    dict(kernel_size=3, padding="same", dilation=2), dict(kernel_size=(2, 3), groups=4, padding="same"),
+    dict(kernel_size=3, stride=2, padding=(0, 1), dilation=(2, 1), groups=4, bias=False),
+])
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+def test_dilated_and_grouped_conv2d_match_torch(kwargs):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(4).normal(size=(2, 4, 9, 8))
+    compare_with_torch(nn.Conv2d(4, 8, **kwargs).double(), torch.nn.Conv2d(4, 8, **kwargs).double(), x, torch)
+
+
+@pytest.mark.parametrize("layer, kwargs", [
+    ("ConvTranspose2d", dict(kernel_size=3)), ("ConvTranspose2d", dict(kernel_size=3, stride=2, padding=1)),
+    ("ConvTranspose2d", dict(kernel_size=(2, 3), stride=(2, 1), output_padding=(1, 0), groups=2)),
+    ("ConvTranspose2d", dict(kernel_size=3, dilation=2, bias=False)),
+    ("ConvTranspose1d", dict(kernel_size=4, stride=2, padding=1)),
+    ("ConvTranspose1d", dict(kernel_size=3, stride=3, output_padding=2, groups=4, dilation=2)),
+    ("Conv1d", dict(kernel_size=3, dilation=3, groups=4)),
+])
+def test_transposed_and_1d_layers_match_torch(layer, kwargs):
+    torch = pytest.importorskip("torch")
+    shape = (2, 4, 5, 6) if layer.endswith("2d") else (2, 4, 9)
+    x = np.random.default_rng(5).normal(size=shape)
+    compare_with_torch(getattr(nn, layer)(4, 8, **kwargs).double(), getattr(torch.nn, layer)(4, 8, **kwargs).double(),
+                       x, torch)
+
+
+def test_conv_transpose_output_size_picks_the_output_padding():
+    torch = pytest.importorskip("torch")
+    ours, theirs = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1).double(), torch.nn.ConvTranspose2d(
+        2, 3, 3, stride=2, padding=1).double()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(6).normal(size=(1, 2, 4, 5))
+    for size in [(7, 9), (8, 10), (1, 3, 8, 9)]:
+        y = ours(mdl.tensor(x), output_size=size)
+        ty = theirs(torch.tensor(x), output_size=size)
+        assert y.shape == tuple(ty.shape) and y.shape[-2:] == tuple(size[-2:])
+        np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_conv_transpose_default_init_uses_its_own_fan_in():
+    """PyTorch's default: kaiming_uniform_(a=√5) on a (C_in, C_out/groups, k, k) weight, so fan_in = C_out/groups·k²."""
+    layer = nn.ConvTranspose2d(16, 8, 3, groups=2)
+    bound = 1 / math.sqrt(4 * 9)
+    assert layer.weight.shape == (16, 4, 3, 3) and layer.bias.shape == (8,)
+    assert bound >= np.abs(layer.weight.data).max() > 0.9 * bound
+    assert bound >= np.abs(layer.bias.data).max() > 0.5 * bound  # 8 draws of U(−bound, bound)
+    assert layer.weight.data.std() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+    assert "output_padding" not in repr(layer) and "groups=2" in repr(layer)
+    assert "output_padding=(1,)" in repr(nn.ConvTranspose1d(2, 2, 3, stride=2, output_padding=1))
 
 
 def test_conv_on_the_device(device):

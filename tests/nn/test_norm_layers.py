@@ -180,3 +180,95 @@ def test_batchnorm_on_the_device(device):
     np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.numpy().mean(axis=(0, 2, 3)), rtol=1e-5)
     bn.eval()
     assert bn(x).device.startswith(device)
+
+
+# ---------------------------------------------------------------- InstanceNorm1d/2d
+@pytest.mark.parametrize("layer, shape, kwargs", [
+    ("InstanceNorm1d", (3, 4, 6), {}), ("InstanceNorm1d", (4, 6), {}), ("InstanceNorm2d", (2, 4, 3, 5), {}),
+    ("InstanceNorm2d", (4, 3, 5), dict(affine=True)), ("InstanceNorm1d", (3, 4, 6), dict(affine=True, eps=1e-3)),
+    ("InstanceNorm2d", (2, 4, 3, 3), dict(affine=True, track_running_stats=True, momentum=0.2)),
+    ("InstanceNorm1d", (4, 6), dict(track_running_stats=True)),
+    ("InstanceNorm1d", (2, 4, 6), dict(track_running_stats=True, momentum=None)),
+])
+def test_instancenorm_train_eval_and_state_match_torch(layer, shape, kwargs):
+    torch = pytest.importorskip("torch")
+    ours, theirs = getattr(nn, layer)(4, **kwargs).double(), getattr(torch.nn, layer)(4, **kwargs).double()
+    randomize_affine(theirs, torch)
+    ours.load_state_dict(to_numpy_state(theirs))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        check_step(ours, theirs, rng.normal(size=shape) * 3 + 1, torch)
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_allclose(ours.state_dict()[name], value.numpy(), rtol=1e-12, err_msg=name)
+    ours.eval()
+    theirs.eval()
+    check_step(ours, theirs, rng.normal(size=shape), torch)
+    assert repr(ours) == repr(theirs)
+
+
+def test_instancenorm_defaults_by_formula():
+    norm = nn.InstanceNorm2d(3)
+    assert norm.weight is None and norm.bias is None and norm.running_mean is None
+    assert list(norm.state_dict()) == [] and not norm.affine and not norm.track_running_stats
+    x = np.random.default_rng(1).normal(size=(2, 3, 4, 5)).astype(np.float32) * 4
+    y = norm(mdl.tensor(x)).numpy()
+    mu, var = x.mean(axis=(2, 3), keepdims=True), x.var(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(y, (x - mu) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+    norm.eval()  # without running statistics, evaluation uses the input's statistics too
+    np.testing.assert_allclose(norm(mdl.tensor(x)).numpy(), y, rtol=1e-6)
+
+
+def test_instancenorm_tracked_eval_uses_running_stats_by_formula():
+    norm = nn.InstanceNorm1d(2, track_running_stats=True, momentum=0.5)
+    x = np.random.default_rng(2).normal(size=(3, 2, 5)) * 2 + 1
+    norm.double()(mdl.tensor(x))
+    mean = 0.5 * x.mean(axis=2).mean(axis=0)
+    var = 0.5 + 0.5 * x.var(axis=2, ddof=1).mean(axis=0)
+    np.testing.assert_allclose(norm.running_mean.numpy(), mean, rtol=1e-12)
+    np.testing.assert_allclose(norm.running_var.numpy(), var, rtol=1e-12)
+    assert int(norm.num_batches_tracked.data) == 0  # PyTorch's InstanceNorm never counts
+    norm.eval()
+    np.testing.assert_allclose(norm(mdl.tensor(x)).numpy(), (x - mean[:, None]) / np.sqrt(var[:, None] + 1e-5),
+                               rtol=1e-12)
+
+
+def test_instancenorm_errors_and_warning():
+    with pytest.raises(ValueError, match=r"InstanceNorm2d\(3\): expected input \(N, C, H, W\)"):
+        nn.InstanceNorm2d(3)(mdl.zeros(2, 3))
+    with pytest.raises(ValueError, match="expected 3 channels"):
+        nn.InstanceNorm1d(3, affine=True)(mdl.zeros(2, 4, 5))
+    with pytest.warns(UserWarning, match="expected 3 channels"):
+        nn.InstanceNorm1d(3)(mdl.randn(2, 4, 5))  # PyTorch also only warns without affine parameters
+    with pytest.raises(ValueError, match="num_features must be positive"):
+        nn.InstanceNorm1d(0)
+
+
+# ---------------------------------------------------------------- RMSNorm
+@pytest.mark.parametrize("shape, normalized, kwargs", [
+    ((3, 5), 5, {}), ((2, 3, 4), (3, 4), dict(eps=1e-3)), ((2, 3, 4), [4], dict(elementwise_affine=False)),
+])
+def test_rmsnorm_matches_torch(shape, normalized, kwargs):
+    torch = pytest.importorskip("torch")
+    ours, theirs = nn.RMSNorm(normalized, **kwargs).double(), torch.nn.RMSNorm(normalized, **kwargs).double()
+    randomize_affine(theirs, torch)
+    ours.load_state_dict(to_numpy_state(theirs))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    check_step(ours, theirs, np.random.default_rng(3).normal(size=shape), torch)
+    assert repr(ours) == repr(theirs)
+
+
+def test_rmsnorm_float32_by_formula_and_defaults():
+    norm = nn.RMSNorm(4)
+    assert norm.weight.dtype == np.float32 and (norm.weight.data == 1).all() and norm.eps is None
+    norm.weight.data[...] = [1.0, 2.0, 0.5, -1.0]
+    x = np.random.default_rng(4).normal(size=(3, 4)).astype(np.float32)
+    y = norm(mdl.tensor(x))
+    assert y.dtype == np.float32
+    want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + np.finfo(np.float32).eps) * norm.weight.numpy()
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"RMSNorm\(4,\): the input's last axes must have shape"):
+        norm(mdl.zeros(4, 3))
+    assert mdl.gradcheck(lambda x, w: nn.RMSNorm(4).double()(x) * w,
+                         [mdl.tensor(x.astype(np.float64), requires_grad=True),
+                          mdl.tensor(np.arange(4.0) + 1, requires_grad=True)])

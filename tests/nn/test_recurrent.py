@@ -204,3 +204,119 @@ def test_dropout_on_a_single_layer_warns_and_p_one_is_refused():
         nn.LSTM(3, 4, dropout=0.2)
     with pytest.raises(ValueError, match="\\[0, 1\\)"):
         nn.GRU(3, 4, num_layers=2, dropout=1.0)
+
+
+# ---------------------------------------------------------------- cells
+def make_cell_pair(kind, torch, **kwargs):
+    theirs = getattr(torch.nn, kind)(3, 4, **kwargs).double()
+    ours = getattr(nn, kind)(3, 4, **kwargs).double()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    return ours, theirs
+
+
+@pytest.mark.parametrize("kind, kwargs", [("RNNCell", {}), ("RNNCell", dict(nonlinearity="relu", bias=False)),
+                                          ("LSTMCell", {}), ("GRUCell", {}), ("GRUCell", dict(bias=False))])
+def test_cells_match_torch_over_a_sequence_with_gradients(kind, kwargs):
+    torch = pytest.importorskip("torch")
+    ours, theirs = make_cell_pair(kind, torch, **kwargs)
+    assert repr(ours) == repr(theirs)
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(4, 2, 3))
+    states = [rng.normal(size=(2, 4)) for _ in range(2 if kind == "LSTMCell" else 1)]
+    xo, xt = mdl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    so = [mdl.tensor(s, requires_grad=True) for s in states]
+    st = [torch.tensor(s, requires_grad=True) for s in states]
+    ho, ht = (tuple(so) if kind == "LSTMCell" else so[0]), (tuple(st) if kind == "LSTMCell" else st[0])
+    total_o, total_t = 0, 0
+    for step in range(4):  # a cell is one time step: run it as a loop would
+        ho, ht = ours(xo[step], ho), theirs(xt[step], ht)
+        for a, b in zip(*(h if isinstance(h, tuple) else (h,) for h in (ho, ht))):
+            np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        total_o, total_t = total_o + combine(xo[step], ho), total_t + combine(xt[step], ht)
+    total_o.backward()
+    total_t.backward()
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+    for a, b in zip(so, st):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-9, atol=1e-12)
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_cells_unbatched_and_zero_state_match_torch(kind):
+    torch = pytest.importorskip("torch")
+    ours, theirs = make_cell_pair(kind, torch)
+    x = np.random.default_rng(7).normal(size=3)
+    ho, ht = ours(mdl.tensor(x)), theirs(torch.tensor(x))
+    for a, b in zip(*(h if isinstance(h, tuple) else (h,) for h in (ho, ht))):
+        assert a.shape == (4,)
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_lstm_cell_by_the_formulas_and_gate_order():
+    cell = nn.LSTMCell(3, 2).double()
+    rng = np.random.default_rng(8)
+    x, h0, c0 = rng.normal(size=(1, 3)), rng.normal(size=(1, 2)), rng.normal(size=(1, 2))
+    h1, c1 = cell(mdl.tensor(x), (mdl.tensor(h0), mdl.tensor(c0)))
+    a = x[0] @ cell.weight_ih.data.T + cell.bias_ih.data + h0[0] @ cell.weight_hh.data.T + cell.bias_hh.data
+    i, f, g, o = sigmoid(a[0:2]), sigmoid(a[2:4]), np.tanh(a[4:6]), sigmoid(a[6:8])
+    c = f * c0[0] + i * g
+    np.testing.assert_allclose(c1.numpy()[0], c, rtol=1e-12)
+    np.testing.assert_allclose(h1.numpy()[0], o * np.tanh(c), rtol=1e-12)
+
+
+def test_gru_and_rnn_cells_by_the_formulas():
+    rng = np.random.default_rng(9)
+    x, h0 = rng.normal(size=(2, 3)), rng.normal(size=(2, 2))
+    gru = nn.GRUCell(3, 2).double()
+    a = x @ gru.weight_ih.data.T + gru.bias_ih.data
+    b = h0 @ gru.weight_hh.data.T + gru.bias_hh.data
+    r, z = sigmoid(a[:, 0:2] + b[:, 0:2]), sigmoid(a[:, 2:4] + b[:, 2:4])
+    n = np.tanh(a[:, 4:6] + r * b[:, 4:6])
+    np.testing.assert_allclose(gru(mdl.tensor(x), mdl.tensor(h0)).numpy(), (1 - z) * n + z * h0, rtol=1e-12)
+    rnn = nn.RNNCell(3, 2, nonlinearity="relu").double()
+    pre = x @ rnn.weight_ih.data.T + rnn.bias_ih.data + h0 @ rnn.weight_hh.data.T + rnn.bias_hh.data
+    np.testing.assert_allclose(rnn(mdl.tensor(x), mdl.tensor(h0)).numpy(), np.maximum(pre, 0), rtol=1e-12)
+
+
+def test_layer_is_its_cell_run_over_the_sequence():
+    """An LSTM with the cell's weights gives the cell's states at every step (one formula for both)."""
+    lstm, cell = nn.LSTM(3, 4).double(), nn.LSTMCell(3, 4).double()
+    cell.load_state_dict({k[:-3]: v for k, v in lstm.state_dict().items()})  # weight_ih_l0 -> weight_ih
+    x = np.random.default_rng(10).normal(size=(5, 2, 3))
+    out, (h_n, c_n) = lstm(mdl.tensor(x))
+    state = None
+    for t in range(5):
+        state = cell(mdl.tensor(x[t]), state)
+        np.testing.assert_allclose(out.numpy()[t], state[0].numpy(), rtol=1e-13)
+    np.testing.assert_allclose(c_n.numpy()[0], state[1].numpy(), rtol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_cell_shapes_init_gradcheck_and_errors(kind):
+    cell = getattr(nn, kind)(5, 3)
+    gates = {"RNNCell": 1, "LSTMCell": 4, "GRUCell": 3}[kind]
+    assert {n: p.shape for n, p in cell.named_parameters()} == {
+        "weight_ih": (3 * gates, 5), "weight_hh": (3 * gates, 3), "bias_ih": (3 * gates,), "bias_hh": (3 * gates,)}
+    bound = 1 / math.sqrt(3)
+    for p in cell.parameters():
+        assert p.dtype == np.float32 and np.abs(p.numpy()).max() <= bound
+    assert np.abs(cell.weight_ih.numpy()).max() > 0.5 * bound  # filled, not zeros
+    assert [n for n, _ in getattr(nn, kind)(5, 3, bias=False).named_parameters()] == ["weight_ih", "weight_hh"]
+    cell.double()
+    x = mdl.randn(2, 5, dtype=np.float64, requires_grad=True)
+    h = mdl.randn(2, 3, dtype=np.float64, requires_grad=True)
+    state = (h, mdl.randn(2, 3, dtype=np.float64, requires_grad=True)) if kind == "LSTMCell" else h
+    run = (lambda x, h, c, w: cell(x, (h, c))) if kind == "LSTMCell" else (lambda x, h, w: cell(x, h))
+    assert mdl.gradcheck(run, [x, *(state if isinstance(state, tuple) else (state,)), cell.weight_hh])
+    with pytest.raises(ValueError, match=rf"{kind}: expected input \(N, 5\)"):
+        cell(mdl.zeros(2, 4, dtype=np.float64))
+    with pytest.raises(ValueError, match=rf"{kind}: state of shape \(3, 3\)"):
+        cell(x, (mdl.zeros(3, 3),) * 2 if kind == "LSTMCell" else mdl.zeros(3, 3))
+    if kind == "LSTMCell":
+        with pytest.raises(TypeError, match="LSTMCell: the state must be a tuple"):
+            cell(x, h)
+    if kind == "RNNCell":
+        with pytest.raises(ValueError, match="nonlinearity must be 'tanh' or 'relu'"):
+            nn.RNNCell(2, 2, nonlinearity="sigmoid")

@@ -127,3 +127,74 @@ def test_embedding_errors():
         F.embedding(np.array([0.0, 1.0]), w)
     with pytest.raises(ValueError, match=r"embedding: weight must be 2-D"):
         F.embedding(np.array([0]), mdl.randn(4))
+
+
+# ---------------------------------------------------------------- channel dropout
+@pytest.mark.parametrize("op,shape", [("dropout1d", (40, 50, 7)), ("dropout1d", (400, 7)),
+                                      ("dropout2d", (40, 50, 3, 4)), ("dropout2d", (40, 50, 6))])
+def test_channel_dropout_drops_whole_channels(op, shape, device):
+    p = 0.3
+    mdl.manual_seed(3)
+    x = mdl.tensor((np.random.default_rng(0).random(shape) + 1).astype(np.float32), device=device)
+    y = getattr(F, op)(x, p).numpy()
+    channels = 1 if (op, len(shape)) == ("dropout1d", 2) else 2
+    per_channel = y.reshape(int(np.prod(shape[:channels])), -1)
+    ratio = per_channel / x.numpy().reshape(per_channel.shape)
+    kept = ratio[:, 0] != 0
+    np.testing.assert_allclose(ratio[kept], 1 / (1 - p), rtol=1e-6)  # every position of a kept channel
+    assert (ratio[~kept] == 0).all()  # every position of a dropped one
+    assert abs((~kept).mean() - p) < 0.05  # ~4 standard deviations at 2000 or 400 channels
+    assert y.dtype == np.float32
+
+
+def test_channel_dropout_gradient_is_the_saved_mask_and_gradchecks():
+    x = mdl.tensor(np.random.default_rng(1).standard_normal((4, 5, 3, 2)), requires_grad=True)
+    mdl.manual_seed(11)
+    y = F.dropout2d(x, 0.5)
+    gy = np.random.default_rng(2).standard_normal(y.shape)
+    (y * mdl.tensor(gy)).sum().backward()
+    scale = y.numpy() / x.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), gy * scale, rtol=1e-12)
+    assert set(np.round(np.unique(scale), 12)) == {0.0, 2.0}
+
+    def fixed(x):
+        mdl.manual_seed(11)
+        return F.dropout1d(x, 0.5)
+    assert mdl.gradcheck(fixed, [mdl.tensor(np.random.default_rng(3).standard_normal((3, 4, 2)), requires_grad=True)])
+
+
+def test_channel_dropout_off_identity_and_seeded():
+    x = mdl.randn(2, 3, 4, 4)
+    assert F.dropout2d(x, 0.5, training=False) is x
+    np.testing.assert_array_equal(F.dropout1d(x[0], 0.0).numpy(), x[0].numpy())
+    mdl.manual_seed(5)
+    a = F.dropout2d(x, 0.5).numpy()
+    mdl.manual_seed(5)
+    np.testing.assert_array_equal(F.dropout2d(x, 0.5).numpy(), a)
+
+
+def test_channel_dropout_errors():
+    with pytest.raises(ValueError, match=r"dropout1d: expected input \(N, C, L\)"):
+        F.dropout1d(mdl.randn(2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"dropout2d: expected input \(N, C, H, W\)"):
+        F.dropout2d(mdl.randn(2, 3))
+    with pytest.raises(ValueError, match="dropout2d: p is the probability of zeroing a whole channel"):
+        F.dropout2d(mdl.randn(2, 3, 4, 4), 1.0)
+
+
+@pytest.mark.filterwarnings("ignore:dropout2d. Received a 3D input")
+def test_channel_dropout_statistics_match_torch():
+    """Same layout rules as torch: which axes share one draw, and the kept scale (masks differ: other RNGs)."""
+    torch = pytest.importorskip("torch")
+    for op, shape in (("dropout1d", (30, 40, 5)), ("dropout1d", (60, 5)), ("dropout2d", (30, 40, 3, 3)),
+                      ("dropout2d", (30, 40, 5))):
+        x = np.ones(shape, np.float32)
+        ours = getattr(F, op)(mdl.tensor(x), 0.25).numpy()
+        theirs = getattr(torch.nn.functional, op)(torch.tensor(x), 0.25).numpy()
+        for y in (ours, theirs):
+            assert np.array_equal(y, np.broadcast_to(y[..., :1], y.shape))  # constant along the last axis
+            assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
+            if len(shape) == 4:
+                assert np.array_equal(y, np.broadcast_to(y[..., :1, :1], y.shape))
+        rows = ours.reshape(-1, shape[-1])[:, 0]
+        assert len(np.unique(rows)) == 2  # different channels get different draws

@@ -174,6 +174,58 @@ def test_generated_kernel_computes_the_same_update(name, dtype, compiled):
                                    atol=1e-7 if dtype == np.float32 else 1e-15, err_msg=key)
 
 
+@pytest.fixture(scope="module")
+def compiled_patterns(tmp_path_factory):
+    """One kernel per distinct fused definition of every optimizer and hyperparameter pattern (_fused_patterns)."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to compile the generated kernels")
+    from tests.optim._fused_patterns import fused_patterns
+    chosen = {}
+    for owners, fn, args in fused_patterns().values():
+        chosen.setdefault(kernels.fused_kernel(fn, args).definition, (sorted(owners), fn, args))
+    sources, entries = [PRELUDE], []
+    for index, (owners, fn, args) in enumerate(chosen.values()):
+        for dtype in (np.float32, np.float64):
+            symbol = f"pattern{index}_{np.dtype(dtype).itemsize}"
+            spec = {k: (... if hasattr(v, "shape") else v) for k, v in args.items() if k not in ("w", "g")}
+            sized = _arguments(spec, dtype, n=SIZE, seed=index, gradient="g" in args)
+            source, argtypes, in_names, out_names = _source(symbol, fn, sized, dtype)
+            sources.append(source)
+            entries.append((owners, fn, sized, dtype, symbol, argtypes, in_names, out_names))
+    folder = tmp_path_factory.mktemp("patterns")
+    cpp, lib = folder / "patterns.cpp", folder / "patterns.so"
+    cpp.write_text("".join(sources))
+    subprocess.run(["g++", "-O0", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(lib), str(cpp)],
+                   check=True, capture_output=True)
+    library = ctypes.CDLL(str(lib))
+    result = []
+    for owners, fn, sized, dtype, symbol, argtypes, in_names, out_names in entries:
+        function = getattr(library, symbol)
+        function.argtypes = argtypes
+        result.append((owners, fn, sized, dtype, function, in_names, out_names))
+    return result
+
+
+def test_every_patterns_kernel_computes_the_numpy_update(compiled_patterns):
+    """Every distinct kernel any optimizer fuses (zero and non-zero hyperparameters, flags, optional state)."""
+    assert len(compiled_patterns) >= 2 * 30
+    failures = []
+    for owners, fn, args, dtype, kernel, in_names, out_names in compiled_patterns:
+        reference, traced = _copy(args), _copy(args)
+        with np.errstate(all="ignore"):
+            fn(**reference)
+        kernel(SIZE, *[traced[k] if isinstance(traced[k], np.ndarray) else float(traced[k]) for k in in_names],
+               *[traced[k] for k in out_names])
+        for key in out_names:
+            try:
+                np.testing.assert_allclose(traced[key], reference[key], equal_nan=True,
+                                           rtol=2e-6 if dtype == np.float32 else 1e-13,
+                                           atol=1e-7 if dtype == np.float32 else 1e-15, err_msg=key)
+            except AssertionError as exc:
+                failures.append(f"{fn.__name__} ({', '.join(owners)}), {np.dtype(dtype).name}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
 def test_branches_on_hyperparameters_select_different_kernels():
     args = _arguments(CASES["sgd-nesterov-decay"][1], np.float32, n=4)
     plain = dict(args, momentum=0.0, weight_decay=0.0, nesterov=False)

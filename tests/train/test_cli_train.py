@@ -37,7 +37,10 @@ def test_default_run_reaches_95_percent_and_writes_its_files(tmp_path, capsys, m
     # The default run reaches 98.3% (seed 0); seeds 1 and 2 give 99.4% and 96.7%: the bar sits
     # several test samples below the lowest, far more than a BLAS's rounding moves.
     assert test["split"] == "test" and test["accuracy"] >= 0.95
-    assert f"test accuracy: {test['accuracy']:.2%}" in out
+    assert f"test accuracy of the final weights (step {test['step']}): {test['accuracy']:.2%}" in out
+    assert f"wrote runs/{run}/: model.safetensors, standardizer.safetensors, curves.png, metrics.jsonl, " \
+           "last.safetensors, best.safetensors" in out  # every file the run wrote, named
+    assert run.startswith("train-digits-mlp-") and f"writing to runs/{run}" in out
     assert len(records) == 21 and records[-2]["epoch"] == 20.0
     assert (folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from minidl.train.models import build_model

@@ -1,0 +1,157 @@
+"""Apply a trained run to new inputs: ``minidl predict`` and :func:`load_run`.
+
+A run folder of ``minidl train`` holds everything a prediction needs: the
+weights (``model.safetensors``), the input statistics of the training split
+(``standardizer.safetensors``) and the run's settings (in ``last.safetensors``:
+which model, on which data). In Python, three lines:
+
+    from minidl.train import load_run
+    run = load_run("runs/train-digits-mlp-20260101-120000")
+    classes = run.predict(images)          # raw inputs, as the data set gives them: (N, 64), (N, 8, 8) ...
+
+On the command line:
+
+    minidl predict RUN                     # the run's own test split: accuracy
+    minidl predict RUN --inputs x.npy      # new inputs (.npy or .csv, one sample per row); predictions
+    minidl predict RUN --inputs x.csv --labels y.csv   # ... and their accuracy
+
+Inputs are raw, in the units of the data set (digits: pixel values 0 to 16);
+the run's standardizer is applied to them, as in training.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+# one sample's shape for each data set of ``minidl train --data``
+SAMPLE_SHAPES = {"digits": (1, 8, 8), "spirals": (2,), "mnist": (1, 28, 28)}
+
+
+class Run:
+    """A trained model with its standardizer and settings; :meth:`predict` takes raw inputs."""
+
+    def __init__(self, folder, model, standardizer, settings: dict, sample_shape: tuple):
+        self.folder, self.model, self.standardizer = folder, model, standardizer
+        self.settings, self.sample_shape = settings, tuple(sample_shape)
+
+    def _samples(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        size = int(np.prod(self.sample_shape))
+        if x.ndim >= 1 and x.shape[1:] == self.sample_shape:
+            return x
+        if self.sample_shape[0] == 1 and x.shape[1:] == self.sample_shape[1:]:  # images without a channel axis
+            return x[:, None]
+        if x.ndim == 2 and x.shape[1] == size:  # one flattened sample per row (a CSV file)
+            return x.reshape((len(x),) + self.sample_shape)
+        raise ValueError(f"predict: the run's model takes samples of shape {self.sample_shape} "
+                         f"({size} values each), got an array of shape {x.shape}; give one sample per row")
+
+    def scores(self, x) -> np.ndarray:
+        """The class scores (logits), (N, classes), of raw inputs ``x``."""
+        from minidl import backend
+        from minidl.autograd import no_grad
+        from minidl.tensor import Tensor
+        z = self.standardizer.transform(self._samples(x)).astype(np.float32)
+        self.model.eval()
+        with no_grad():
+            return np.concatenate([backend.to_numpy(self.model(Tensor(z[i:i + 512])).data)
+                                   for i in range(0, len(z), 512)]) if len(z) else np.zeros((0, 0), np.float32)
+
+    def predict(self, x) -> np.ndarray:
+        """The predicted class of each raw input in ``x``."""
+        return self.scores(x).argmax(axis=1)
+
+    def accuracy(self, x, y) -> float:
+        """The fraction of ``x`` whose predicted class is ``y``."""
+        return float((self.predict(x) == np.asarray(y)).mean())
+
+
+def load_run(folder) -> Run:
+    """The trained run in ``folder`` (a ``minidl train`` run folder), ready to predict."""
+    import minidl as mdl
+    from minidl.data import Standardizer
+    from minidl.train.checkpoint import read_checkpoint
+    from minidl.train.models import build_model
+
+    folder = os.fspath(folder)
+    files = {name: os.path.join(folder, name)
+             for name in ("model.safetensors", "standardizer.safetensors", "last.safetensors")}
+    missing = [name for name, path in files.items() if not os.path.exists(path)]
+    if missing:
+        raise FileNotFoundError(f"predict: {folder} is not a finished minidl train run folder: it lacks "
+                                f"{', '.join(missing)}")
+    extra = read_checkpoint(files["last.safetensors"]).get("extra") or {}
+    settings = extra.get("settings") if isinstance(extra, dict) else None
+    if not isinstance(settings, dict) or "model" not in settings or "data" not in settings:
+        raise ValueError(f"predict: {files['last.safetensors']} does not say which model and data the run used")
+    data = str(settings["data"]).split(":")[0]
+    if data not in SAMPLE_SHAPES:
+        raise ValueError(f"predict: the run trained on unknown data {settings['data']!r}")
+    weights = mdl.load(files["model.safetensors"])
+    last_bias = [k for k in weights if k.endswith(".bias")][-1]
+    model = build_model(settings["model"], SAMPLE_SHAPES[data], int(weights[last_bias].shape[0]),
+                        dropout=settings.get("dropout", 0.0))
+    model.load_state_dict(weights)
+    standardizer = Standardizer().load_state_dict(mdl.load(files["standardizer.safetensors"]))
+    return Run(folder, model, standardizer, settings, SAMPLE_SHAPES[data])
+
+
+def _read_array(path: str) -> np.ndarray:
+    if path.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    if path.endswith(".csv"):
+        return np.loadtxt(path, delimiter=",", ndmin=2, comments="#")
+    raise ValueError(f"predict: {path} must be a .npy or a .csv file")
+
+
+def predict_command(args) -> int:
+    from minidl.cli import out_folder
+    try:
+        run = load_run(args.folder)
+        if args.inputs:
+            x = _read_array(args.inputs)
+            y = _read_array(args.labels).reshape(-1).astype(np.int64) if args.labels else None
+            source = args.inputs
+        else:
+            from minidl.train import data_sources
+            data = data_sources.load(run.settings["data"], seed=int(run.settings.get("seed", 0)))
+            x, y = data.standardizer.inverse_transform(data.x_test), data.y_test  # raw, as a new file would be
+            source = f"the test split of {data.name} (seed {run.settings.get('seed', 0)})"
+        predictions = run.predict(x)
+    except (OSError, ValueError) as exc:
+        print(f"minidl predict: error: {exc}", file=sys.stderr)
+        return 2
+    if y is not None and len(y) != len(predictions):
+        print(f"minidl predict: error: {len(predictions)} inputs but {len(y)} labels", file=sys.stderr)
+        return 2
+    out = out_folder("predict", args.out)
+    path = os.path.join(out, "predictions.csv")
+    np.savetxt(path, predictions, fmt="%d", header="predicted class", comments="")
+    shown = " ".join(map(str, predictions[:args.show]))
+    print(f"{run.settings['model']} of {run.folder} on {len(predictions)} samples of {source}")
+    print(f"predicted classes: {shown}{' ...' if len(predictions) > args.show else ''}")
+    if y is not None:
+        print(f"accuracy: {float((predictions == y).mean()):.2%} ({int((predictions == y).sum())} of {len(y)})")
+    print(f"wrote {path}")
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    """Register ``predict`` with the ``minidl`` command's subparsers."""
+    from minidl.cli import add_command
+    p = add_command(subparsers, "predict", help="apply a trained run (model and standardizer) to new inputs",
+                    description="Apply the model of a minidl train run folder, with its standardizer, to raw "
+                                "inputs from a .npy or .csv file\n(one sample per row), or to the run's own "
+                                "test split; print the predicted classes, and the accuracy\nwhen labels are "
+                                "known; write predictions.csv into --out.")
+    p.add_argument("folder", metavar="RUN", help="the run folder that minidl train wrote (model.safetensors, "
+                               "standardizer.safetensors, last.safetensors)")
+    p.add_argument("--inputs", help="a .npy or .csv file of raw inputs, one sample per row "
+                                    "(default: the run's test split)")
+    p.add_argument("--labels", help="a .npy or .csv file of the true classes of --inputs, for the accuracy "
+                                    "(default: none)")
+    p.add_argument("--show", type=int, default=20, help="how many predictions to print")
+    p.add_argument("--out", help="folder for predictions.csv (default: runs/predict-<time>)")
+    p.set_defaults(run=predict_command)

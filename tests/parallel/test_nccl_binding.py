@@ -1,0 +1,137 @@
+"""NCCLComm's calls checked against the real binding, without a GPU.
+
+``cupy.cuda.nccl`` is CuPy's Cython binding of libnccl. CuPy 14 loads libnccl
+through cuda-pathfinder, which finds it in the ``nvidia-nccl-cu12`` wheel's
+``nvidia/nccl/lib`` in site-packages: no GPU and no CUDA driver are needed to load it.
+
+Each collective of ``NCCLComm`` is driven through that binding with a
+communicator whose handle is NULL (``NcclCommunicator.__new__`` without
+``__init__``) and device arrays described by their pointer, size and dtype.
+The binding converts every argument (pointers, count, NCCL dtype and
+operation, root, stream) and calls libnccl, whose first check rejects the NULL
+communicator: ``NcclError`` with ncclInvalidArgument. A wrong argument — one
+too few, a float count, a dtype constant CuPy does not define — fails earlier,
+in Cython, as ``TypeError`` or ``AttributeError``, so reaching libnccl proves the
+call is well formed. The start-up (unique id, ``NcclCommunicator(size, id,
+rank)``) is checked the same way: libnccl refuses it for lack of CUDA.
+
+The wheels come with ``pip install -e '.[gpu-check]'`` (part of ``[test]``).
+What runs only on a GPU (real sums across ranks) is in test_nccl.py.
+"""
+import types
+
+import numpy as np
+import pytest
+
+from minidl import backend
+from minidl.parallel import comm
+
+# ncclDataType_t in nccl.h (part of NCCL's stable ABI), independent of minidl's table and of CuPy's names
+NCCL_H_TYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+                "float16": 6, "float32": 7, "float64": 8}
+NCCL_INVALID_ARGUMENT = 4  # ncclResult_t
+NCCL_UNHANDLED_CUDA_ERROR = 1
+DTYPES = sorted(comm._NCCL_TYPES)  # every dtype minidl sends through NCCL
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    pytest.importorskip("cupy", reason="needs CuPy: pip install -e '.[gpu-check]' (no GPU needed)")
+    from cupy.cuda import nccl as module
+    if not getattr(module, "available", False):
+        pytest.skip("CuPy could not load libnccl: pip install nvidia-nccl-cu12 (part of '.[gpu-check]')")
+    if not hasattr(module, "NcclCommunicator") or not hasattr(module, "NcclError"):  # pragma: no cover
+        pytest.skip("cupy.cuda.nccl no longer offers NcclCommunicator/NcclError; update this test")
+    return module
+
+
+class _DeviceArray:
+    """What NCCLComm reads of a CuPy array: shape, size, dtype, contiguity and the device pointer."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape))
+        self.flags = types.SimpleNamespace(c_contiguous=True)
+        self._memory = np.zeros(max(self.size, 1) * self.dtype.itemsize, np.uint8)  # never touched by NCCL here
+        self.data = types.SimpleNamespace(ptr=self._memory.ctypes.data)
+
+
+def _fake_cupy():
+    """The few CuPy calls NCCLComm makes besides NCCL: the current stream, one device, empty()."""
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)  # 0: CUDA's default stream
+    device = types.SimpleNamespace(use=lambda: None)
+    cuda = types.SimpleNamespace(get_current_stream=lambda: stream, Device=lambda index: device,
+                                 runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
+    return types.SimpleNamespace(cuda=cuda, empty=lambda shape, dtype: _DeviceArray(shape, dtype))
+
+
+@pytest.fixture
+def null_world(nccl):
+    """An NCCLComm of 2 ranks whose NCCL communicator handle is NULL."""
+    world = object.__new__(comm.NCCLComm)
+    world.nccl_module, world.cp, world.mpi = nccl, _fake_cupy(), None
+    world.rank, world.size, world.device = 0, 2, "cuda:0"
+    world.comm = nccl.NcclCommunicator.__new__(nccl.NcclCommunicator)
+    assert world.comm.comm == 0  # the handle, as an integer
+    return world
+
+
+def _fails_inside_libnccl(nccl, call):
+    with pytest.raises(nccl.NcclError) as info:  # a TypeError here would be a wrong argument
+        call()
+    assert info.value.status == NCCL_INVALID_ARGUMENT, str(info.value)
+
+
+def test_minidl_dtypes_map_to_ncclh_types_of_the_same_width(nccl):
+    for name, constant in comm._NCCL_TYPES.items():
+        assert getattr(nccl, constant) == NCCL_H_TYPES[name], (name, constant)
+    assert set(comm._NCCL_TYPES) == set(NCCL_H_TYPES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allreduce_reaches_libnccl(null_world, nccl, dtype):
+    _fails_inside_libnccl(nccl, lambda: null_world.allreduce_(_DeviceArray((3, 5), dtype)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("root", [0, 1])
+def test_broadcast_reaches_libnccl(null_world, nccl, dtype, root):
+    _fails_inside_libnccl(nccl, lambda: null_world.broadcast_(_DeviceArray((7,), dtype), root=root))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allgather_reaches_libnccl(null_world, nccl, dtype):
+    _fails_inside_libnccl(nccl, lambda: null_world.allgather(_DeviceArray((2, 3), dtype)))
+
+
+def test_the_check_catches_a_wrong_argument(null_world, nccl):
+    """Calls like minidl's, but wrong, fail before libnccl: the tests above would see them."""
+    x = _DeviceArray((4,), "float32")
+    with pytest.raises(TypeError):  # the stream left out
+        null_world.comm.allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    with pytest.raises(TypeError):  # the array passed where its pointer belongs
+        null_world.comm.bcast(x, x.size, nccl.NCCL_FLOAT32, 0, 0)
+    with pytest.raises(TypeError):  # allGather takes no reduction operation
+        null_world.comm.allGather(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
+
+
+def test_a_dtype_nccl_lacks_is_minidls_error_before_the_binding(null_world):
+    with pytest.raises(TypeError, match="NCCL has no type for bool"):
+        null_world.allreduce_(_DeviceArray((3,), np.bool_))
+
+
+def test_empty_arrays_make_no_nccl_call(null_world):
+    empty = _DeviceArray((0,), "float32")
+    assert null_world.allreduce_(empty) is empty
+    assert null_world.broadcast_(empty) is empty
+    assert null_world.allgather(empty).shape == (2, 0)
+
+
+def test_start_up_reaches_libnccl(nccl, monkeypatch):
+    """__init__'s get_unique_id() and NcclCommunicator(size, id, rank) are well formed: libnccl refuses only CUDA."""
+    monkeypatch.setattr(backend, "cupy_module", _fake_cupy)
+    monkeypatch.setattr(backend, "nccl", lambda: nccl)
+    monkeypatch.setattr(comm, "_under_mpi_launcher", lambda: False)
+    with pytest.raises(nccl.NcclError) as info:
+        comm.NCCLComm()
+    assert info.value.status == NCCL_UNHANDLED_CUDA_ERROR, str(info.value)

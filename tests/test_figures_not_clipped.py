@@ -1,0 +1,112 @@
+"""Every figure minidl draws, rendered: nothing (labels, titles, legends, tick labels) falls off the canvas.
+
+The check: the tight bounding box of all the figure's artists, as the Agg renderer
+lays them out, lies within the figure's own box. A clipped axis label or a
+legend pushed past the edge makes it stick out.
+"""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SLACK = 0.005  # inches (half a pixel at 100 dpi): the descender of a "g" sticking out by 2 pixels counts
+
+
+def assert_nothing_clipped(fig, what):
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    assert box.x0 >= -SLACK and box.y0 >= -SLACK and box.x1 <= width + SLACK and box.y1 <= height + SLACK, (
+        f"{what}: its artists span ({box.x0:.2f}, {box.y0:.2f})-({box.x1:.2f}, {box.y1:.2f}) inches, "
+        f"outside the {width:.2f} x {height:.2f} canvas: something is clipped")
+
+
+def test_the_check_catches_a_clipped_label():
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(3, 2))
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.0, bottom=0.0)  # no room for the tick labels and axis labels
+    ax.set_xlabel("learning rate")
+    with pytest.raises(AssertionError, match="clipped"):
+        assert_nothing_clipped(fig, "squeezed")
+
+
+def _history():
+    return [{"step": 10 * i, "epoch": float(i), "train_loss": 1 / i, "train_accuracy": 1 - 0.5 / i,
+             "val_loss": 1.2 / i, "val_accuracy": 0.9 - 0.1 / i, "val_f1": 0.9 - 0.1 / i, "lr": 0.1}
+            for i in range(1, 6)]
+
+
+def test_curves():
+    from minidl.train.curves import make_figure
+    steps = {"step": list(range(1, 51)), "loss": list(np.linspace(2, 0.1, 50)), "lr": list(np.linspace(0.1, 0, 50))}
+    fig = make_figure(_history(), steps, title="mlp on digits", test={"accuracy": 0.95, "f1": 0.94, "loss": 0.2})
+    assert_nothing_clipped(fig, "curves.png")
+    middle = fig.axes[1]
+    assert middle.get_title() == middle.get_ylabel() == "accuracy / F1"
+    lines = {line.get_label(): line for line in middle.get_lines()}
+    # validation accuracy and F1 are equal here: F1 is dashed and hollow, so accuracy shows through
+    assert lines["val accuracy"].get_linestyle() == "-" and lines["val F1"].get_linestyle() == "--"
+    assert lines["val F1"].get_markerfacecolor() == "none"
+    (test,) = [line for label, line in lines.items() if label.startswith("test accuracy 0.950")]
+    assert list(test.get_xdata()) == [50] and list(test.get_ydata()) == [0.95]
+    assert fig.axes[2].get_ylabel() == "learning rate"
+
+
+def test_optimizers_grid(tmp_path):
+    from matplotlib.figure import Figure
+
+    from minidl.optim import trajectories
+    fig = Figure(figsize=(16, 10.8), layout="constrained")
+    axes = trajectories.draw_all(fig, trajectories.all_trajectories(steps=20))
+    assert_nothing_clipped(fig, "optimizers.png")
+    for row in axes:
+        for ax in row:
+            assert ax.get_xlabel() == "x" and ax.get_ylabel() == "y"
+    legend = axes[-1][0].get_legend()
+    assert legend is not None and legend.get_texts()[0].get_fontsize() >= 8
+    styles = [(line.get_linestyle(), line.get_linewidth()) for line in axes[0][0].get_lines()
+              if not line.get_label().startswith("_")]
+    assert len(set(styles)) == len(styles)  # each path its own dash and width: none hides another
+    path = trajectories.optimizers_command(str(tmp_path / "optimizers.png"), steps=200)
+    assert pathlib.Path(path).stat().st_size < 700_000  # it was 1 MB
+
+
+def test_lr_find(tmp_path):
+    from matplotlib.figure import Figure
+
+    from minidl.optim.lr_finder import LRRangeResult, plot_lr_range
+    lrs = list(np.geomspace(1e-5, 1, 60))
+    result = LRRangeResult(lrs, list(2.3 - np.log10(np.array(lrs) / 1e-5) * 0.3), 1e-2)
+    ax = plot_lr_range(result, str(tmp_path / "lr.png"))
+    assert_nothing_clipped(ax.figure, "lr_find.png")
+    assert isinstance(ax.figure, Figure) and ax.get_xlabel() == "learning rate"
+
+
+@pytest.fixture(scope="module")
+def bench_results():
+    return json.loads((ROOT / "benchmarks" / "results" / "cpu-2core.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["roofline_figure", "batch_sweep_figure", "step_profile_figure"])
+def test_bench_figures(bench_results, name):
+    import matplotlib.pyplot as plt
+
+    from minidl.roofline import figures
+    fig = getattr(figures, name)(bench_results)
+    try:
+        assert_nothing_clipped(fig, name)
+        if name == "batch_sweep_figure":
+            left = fig.axes[0]
+            labels = [t.get_text() for t in left.get_yticklabels() if t.get_text()]
+            assert labels and not any("10^" in t or "times" in t or "×" in t for t in labels), labels
+            assert all(float(t) > 0 for t in labels)  # plain numbers: 20, 50, 100
+    finally:
+        plt.close(fig)
