@@ -41,8 +41,8 @@ def cupy_module():
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(
-                f"device 'cuda': CuPy is installed but no GPU can be used ({exc}); "
-                "use device='cpu'"
+                f"device 'cuda': CuPy is installed but no GPU can be used ({exc}); a GPU needs an "
+                "NVIDIA driver and CuPy's CUDA libraries (pip install 'minidl[gpu]'), or use device='cpu'"
             ) from exc
         if count == 0:  # pragma: no cover
             raise RuntimeError("device 'cuda': no GPU found on this machine; use device='cpu'")
