@@ -23,6 +23,33 @@ import math
 import numpy as np
 
 _cupy = None  # the cupy module once a GPU has been asked for; None before
+_cupyx = None  # its companion cupyx module, imported with it on first use
+
+
+def _use_cupy_module(cupy, cupyx=None):
+    """Test hook, never called by users: make ``cupy`` (and ``cupyx``) the GPU array module.
+
+    The test suite passes its CuPy stand-in here to run every GPU code path
+    without a GPU; ``_use_cupy_module(None)`` forgets it again, so the next
+    GPU request imports the real CuPy. GPU random generators start afresh.
+    Returns the (cupy, cupyx) pair that was in use, to put back afterwards.
+    """
+    global _cupy, _cupyx
+    previous = (_cupy, _cupyx)
+    _cupy, _cupyx = cupy, cupyx
+    _gpu_rngs.clear()
+    _gpu_bit_generators.clear()
+    return previous
+
+
+def _cupyx_module():
+    """``cupyx``, the home of CuPy's extras (scatter_add, scipy.special), next to the cupy in use."""
+    global _cupyx
+    if _cupyx is None:
+        cupy_module()
+        import cupyx
+        _cupyx = cupyx
+    return _cupyx
 
 
 def cupy_module():
@@ -114,6 +141,7 @@ def to_numpy(array) -> np.ndarray:
 _seed = None
 _cpu_rng = np.random.default_rng()
 _gpu_rngs: dict[int, object] = {}
+_gpu_bit_generators: dict[int, object] = {}  # the XORWOW behind each GPU generator: its state is saved
 
 
 def manual_seed(seed: int) -> None:
@@ -122,6 +150,7 @@ def manual_seed(seed: int) -> None:
     _seed = int(seed)
     _cpu_rng = np.random.default_rng(_seed)
     _gpu_rngs.clear()
+    _gpu_bit_generators.clear()
 
 
 def rng(device="cpu"):
@@ -133,7 +162,8 @@ def rng(device="cpu"):
         cp = cupy_module()
         with cp.cuda.Device(index):
             seed = None if _seed is None else _seed + index
-            _gpu_rngs[index] = cp.random.default_rng(seed)
+            bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
+            _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
     return _gpu_rngs[index]
 
 
@@ -146,6 +176,59 @@ def set_rng_state(state: dict) -> None:
     _cpu_rng.bit_generator.state = state
 
 
+def get_gpu_rng_states() -> dict:
+    """``{GPU index: state}`` of every GPU generator drawn from so far, as NumPy int8 arrays.
+
+    The state is the cuRAND state array CuPy's XORWOW keeps on the device
+    (one synchronization to copy it); writing it back with
+    :func:`set_gpu_rng_states` continues the random stream exactly.
+    """
+    return {index: to_numpy(bits._state).copy() for index, bits in sorted(_gpu_bit_generators.items())}
+
+
+def check_gpu_rng_states(states) -> dict:
+    """Raise ValueError saying what is wrong with ``states`` for :func:`set_gpu_rng_states`; change nothing.
+
+    Returns the states as NumPy arrays. Without a usable GPU the states are
+    not checked against a generator (and ``set_gpu_rng_states`` skips them).
+    """
+    if not isinstance(states, dict):
+        raise ValueError(f"the GPU random states must be a dict {{GPU index: int8 array}}, got {type(states).__name__}")
+    out = {}
+    for index, state in states.items():
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"the GPU random states are keyed by GPU index (an int >= 0), got {index!r}")
+        if not (hasattr(state, "dtype") and hasattr(state, "shape")) or state.dtype != np.int8 or len(state.shape) != 1:
+            raise ValueError(f"the random state of GPU {index} must be a 1-D int8 array, got "
+                             f"{getattr(state, 'dtype', type(state).__name__)} of shape {getattr(state, 'shape', '?')}")
+        out[int(index)] = to_numpy(state)
+    if out and gpu_available():
+        for index, state in out.items():
+            if index >= cupy_module().cuda.runtime.getDeviceCount():
+                raise ValueError(f"the checkpoint holds a random state for GPU {index}, which this machine lacks")
+            size = _gpu_bit_generator(index)._state.size
+            if state.size != size:
+                raise ValueError(f"the random state of GPU {index} has {state.size} bytes but this GPU's generator "
+                                 f"has {size} (saved on another GPU model?)")
+    return out
+
+
+def set_gpu_rng_states(states: dict) -> None:
+    """Restore what :func:`get_gpu_rng_states` returned; skipped on a machine without a usable GPU."""
+    states = check_gpu_rng_states(states)
+    if not states or not gpu_available():
+        return
+    cp = cupy_module()
+    for index, state in states.items():
+        with cp.cuda.Device(index):
+            _gpu_bit_generator(index)._state[...] = cp.asarray(state)
+
+
+def _gpu_bit_generator(index: int):
+    rng(f"cuda:{index}")
+    return _gpu_bit_generators[index]
+
+
 # ---------------------------------------------------------------- one name, two spellings
 def scatter_add(target, index, values) -> None:
     """``target[index] += values`` in place, adding every repeat of an index.
@@ -156,8 +239,7 @@ def scatter_add(target, index, values) -> None:
     if xp_of(target) is np:
         np.add.at(target, index, values)
     else:
-        import cupyx
-        cupyx.scatter_add(target, index, values)
+        _cupyx_module().scatter_add(target, index, values)
 
 
 def erf(x):
@@ -173,8 +255,10 @@ def erf(x):
         except ImportError:
             return np.vectorize(math.erf, otypes=[x.dtype])(x)
         return scipy_erf(x).astype(x.dtype, copy=False)
-    import cupyx.scipy.special
-    return cupyx.scipy.special.erf(x)
+    special = getattr(getattr(_cupyx_module(), "scipy", None), "special", None)
+    if special is None:  # the real cupyx loads its SciPy part on import
+        import cupyx.scipy.special as special
+    return special.erf(x)
 
 
 def nccl():
@@ -183,11 +267,12 @@ def nccl():
     Raises RuntimeError when there is no usable GPU, when CuPy is missing, or
     when this CuPy build has no NCCL.
     """
-    cupy_module()
-    try:
-        from cupy.cuda import nccl as module
-    except ImportError:  # pragma: no cover - depends on the machine
-        module = None
+    module = getattr(cupy_module().cuda, "nccl", None)
+    if module is None:
+        try:
+            from cupy.cuda import nccl as module
+        except ImportError:  # pragma: no cover - depends on the machine
+            module = None
     if not getattr(module, "available", False):  # pragma: no cover - no binding, or one built without NCCL
         raise RuntimeError(
             "NCCL is not available: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "
