@@ -123,11 +123,82 @@ def to_device(array, device):
     kind, index = parse_device(device)
     if kind == "cpu":
         if _cupy is not None and isinstance(array, _cupy.ndarray):
+            if _deferred:
+                raise_deferred()
             return _cupy.asnumpy(array)
         return np.asarray(array)
     cp = cupy_module()
     with cp.cuda.Device(index):
         return cp.asarray(array)
+
+
+# ---------------------------------------------------------------- checks without a synchronization
+# A range check of a GPU array (class indices against the class count) would cost a host
+# synchronization per call. Instead its min and max stay on the device and are read, with
+# any other value, at the next host read: the error comes a little later, as CUDA's own
+# device-side asserts do, and a training step makes no synchronization of its own.
+_deferred: list = []  # (device float64 [bad, min, max], describe(min, max) -> message)
+_MAX_DEFERRED = 256  # read them back after this many, so an unread loop keeps no growing list
+
+
+def check_range(array, low, high, describe) -> None:
+    """Raise ValueError(describe(min, max)) when an element of ``array`` lies outside [low, high].
+
+    A NumPy array is checked now. A GPU array is checked without a
+    synchronization: the ValueError is raised at the next read to the host
+    (``Tensor.item()``, ``numpy()``, :func:`fetch`, the Trainer's log).
+    """
+    if array.size == 0:
+        return
+    low_seen, high_seen = array.min(), array.max()
+    if xp_of(array) is np:
+        if low_seen < low or high_seen > high:
+            raise ValueError(describe(low_seen.item(), high_seen.item()))
+        return
+    xp = xp_of(array)
+    bad = (low_seen < low) | (high_seen > high)
+    _deferred.append((xp.stack([bad.astype(np.float64), low_seen.astype(np.float64),
+                                high_seen.astype(np.float64)]), describe))
+    if len(_deferred) >= _MAX_DEFERRED:
+        raise_deferred()
+
+
+def _raise_failed(checks, values) -> None:
+    for (_, describe), (bad, low_seen, high_seen) in zip(checks, values.reshape(-1, 3)):
+        if bad:
+            low_seen, high_seen = float(low_seen), float(high_seen)
+            as_int = lambda v: int(v) if v.is_integer() else v  # noqa: E731 - indices print as ints
+            raise ValueError(describe(as_int(low_seen), as_int(high_seen)))
+
+
+def raise_deferred() -> None:
+    """Read back the pending GPU range checks (one synchronization) and raise the first that failed."""
+    if _deferred:
+        fetch()
+
+
+def fetch(*arrays) -> list:
+    """NumPy copies of small GPU arrays and of every pending range check, in one device-to-host copy.
+
+    Raises the ValueError of a failed :func:`check_range` first. The arrays are
+    returned as float64 (the Trainer reads its losses this way, once per log interval).
+    """
+    checks = _deferred[:]
+    _deferred.clear()
+    parts = [c for c, _ in checks] + list(arrays)
+    if not parts:
+        return []
+    xp = xp_of(parts[0])
+    flat = xp.concatenate([xp.ravel(p).astype(np.float64) for p in parts]) if xp is not np else \
+        np.concatenate([np.ravel(p).astype(np.float64) for p in parts])
+    values = to_numpy(flat)
+    _raise_failed(checks, values[:3 * len(checks)])
+    out, at = [], 3 * len(checks)
+    for array in arrays:
+        size = int(np.prod(array.shape))
+        out.append(values[at:at + size].reshape(array.shape))
+        at += size
+    return out
 
 
 def to_numpy(array) -> np.ndarray:

@@ -47,3 +47,11 @@ def _seeded():
     """Every test starts from the same seed, so failures reproduce."""
     minidl.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture
+def standin_or_gpu(request):
+    """"cuda" for this test is the real GPU where there is one, the stand-in everywhere else."""
+    if not REAL_GPU:
+        request.getfixturevalue("standin")
+    return "cuda"
