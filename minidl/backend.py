@@ -111,6 +111,11 @@ def xp_of(array):
     return np
 
 
+def is_device_array(value) -> bool:
+    """True for a CuPy array (CuPy arrays have no ``__array_namespace__``: ask the module in use)."""
+    return _cupy is not None and isinstance(value, _cupy.ndarray)
+
+
 def device_of(array) -> str:
     """'cpu' for NumPy arrays, 'cuda:N' for CuPy arrays."""
     if _cupy is not None and isinstance(array, _cupy.ndarray):

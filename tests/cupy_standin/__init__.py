@@ -173,13 +173,41 @@ def _operand(value):
     return None
 
 
-def _index(key):
+def _index(key, shape=None):
+    """A key for the NumPy array behind; with ``shape``, integer arrays wrap around as CuPy's do
+    (CuPy does not check bounds in integer-array indexing: index n of an axis of n reads element 0)."""
     if type(key) is tuple:
-        return tuple(_index(k) for k in key)
+        keys = tuple(_index(k) for k in key)
+    else:
+        keys = (_index_part(key),)
+    if shape is None:
+        return keys if type(key) is tuple else keys[0]
+    used = builtins.sum(1 for k in keys if k is not None and k is not Ellipsis and not (
+        isinstance(k, _np.ndarray) and k.dtype == _np.bool_)) + builtins.sum(
+        k.ndim for k in keys if isinstance(k, _np.ndarray) and k.dtype == _np.bool_)
+    axis, out = 0, []
+    for k in keys:
+        if k is Ellipsis:
+            axis += len(shape) - used
+        elif k is None:
+            pass
+        elif isinstance(k, _np.ndarray) and k.dtype == _np.bool_:
+            axis += k.ndim
+        else:
+            if isinstance(k, _np.ndarray) and k.dtype.kind in "iu" and axis < len(shape) and shape[axis]:
+                k = k % shape[axis]
+            axis += 1
+        out.append(k)
+    return tuple(out) if type(key) is tuple else out[0]
+
+
+def _index_part(key):
     if type(key) is ndarray:
         if key._a.dtype == _np.bool_ and key._a.ndim > 0:
             syncs.add("boolean-mask index (the output size is read back)")
         return key._a
+    if type(key) is list:
+        return _np.asarray(key)
     return key
 
 
@@ -301,14 +329,14 @@ class ndarray:
         return (self[i] for i in range(len(self._a)))
 
     def __getitem__(self, key):
-        return _result(self._a[_index(key)])
+        return _result(self._a[_index(key, self._a.shape)])
 
     def __setitem__(self, key, value):
         if type(value) is ndarray:
             value = value._a
         elif isinstance(value, (_np.ndarray, list, tuple)):
             raise _unsupported(value)
-        self._a[_index(key)] = value
+        self._a[_index(key, self._a.shape)] = value
 
     def __copy__(self):
         return _wrap(self._a.copy())
@@ -477,7 +505,7 @@ def get_default_pinned_memory_pool():
 
 def scatter_add(a, slices, value):
     """cupyx.scatter_add: ``a[slices] += value`` with every repeat added."""
-    _np.add.at(a._a, _index(slices), value._a if type(value) is ndarray else value)
+    _np.add.at(a._a, _index(slices, a._a.shape), value._a if type(value) is ndarray else value)
 
 
 from tests.cupy_standin import cuda, cupyx, linalg, random  # noqa: E402 - the submodules need ndarray

@@ -1,0 +1,159 @@
+"""Training on "cuda" (the CuPy stand-in without a GPU): checkpoints hold device state, a resume is
+bit-exact (weights, optimizer moments, GPU dropout masks, loader order), and a training step makes
+no host synchronization except the one read per log interval (the Trainer's synchronization budget)."""
+import collections
+
+import numpy as np
+import pytest
+
+import minidl as mdl
+from minidl import backend, nn, optim
+from minidl.data import DataLoader
+from minidl.train import Trainer
+
+
+def _data(n=96, features=12, classes=4, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, features)).astype(np.float32)
+    return x, (x[:, :classes].argmax(axis=1)).astype(np.int64)
+
+
+def _mlp(seed):
+    mdl.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 4))
+
+
+def _trainer(seed, steps_seed=0):
+    x, y = _data()
+    model = _mlp(seed)
+    loader = DataLoader((x, y), batch_size=16, shuffle=True, seed=steps_seed)
+    return Trainer(model, optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-3), loader,
+                   device="cuda", progress=False, max_grad_norm=1.0, log_every=4, seed=seed)
+
+
+def _weights(trainer):
+    return {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v) for k, v in trainer.model.state_dict().items()}
+
+
+def test_save_and_load_a_state_dict_of_device_arrays(standin_or_gpu, tmp_path):
+    model = nn.Linear(3, 2).to("cuda")
+    state = {**model.state_dict(), "extra": {"moment": mdl.randn(4, device="cuda").data, "step": 3}}
+    mdl.save(state, tmp_path / "w.safetensors")
+    loaded = mdl.load(tmp_path / "w.safetensors")
+    for name in ("weight", "bias"):
+        value = state[name]
+        np.testing.assert_array_equal(loaded[name], backend.to_numpy(value.data if isinstance(value, mdl.Tensor)
+                                                                    else value))
+    np.testing.assert_array_equal(loaded["extra"]["moment"], backend.to_numpy(state["extra"]["moment"]))
+    assert loaded["extra"]["step"] == 3
+    fresh = nn.Linear(3, 2).to("cuda")
+    fresh.load_state_dict({k: loaded[k] for k in ("weight", "bias")})
+    assert fresh.weight.device.startswith("cuda")
+    np.testing.assert_array_equal(fresh.weight.numpy(), model.weight.numpy())
+
+
+def test_resume_on_cuda_is_bit_exact(standin_or_gpu, tmp_path):
+    straight = _trainer(seed=0)
+    straight.fit(epochs=2)
+
+    first = _trainer(seed=0)
+    first.fit(epochs=2, max_steps=7)  # stops mid-epoch, between log reads
+    first.save_checkpoint(tmp_path / "run.ckpt")
+    saved = mdl.load(tmp_path / "run.ckpt")
+    assert "minidl_cuda" in str(saved.keys()) or any("minidl_cuda" in str(k) for k in _keys(saved))
+
+    resumed = _trainer(seed=123, steps_seed=5)  # different weights, seed and order until loaded
+    mdl.randn(10, device="cuda")  # and the GPU generator moved on
+    resumed.load_checkpoint(tmp_path / "run.ckpt")
+    resumed.fit(epochs=2)
+
+    for name, value in _weights(straight).items():
+        np.testing.assert_array_equal(_weights(resumed)[name], value, err_msg=name)
+    assert resumed.steps["loss"] == straight.steps["loss"]
+    assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in straight.history]
+
+
+def _keys(value):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _keys(v)
+
+
+def test_gpu_random_state_round_trips_through_set_and_get(standin_or_gpu):
+    mdl.manual_seed(3)
+    mdl.rand(5, device="cuda")
+    states = backend.get_gpu_rng_states()
+    assert list(states) == [0] and states[0].dtype == np.int8
+    expected = mdl.rand(5, device="cuda").numpy()
+    mdl.rand(7, device="cuda")
+    backend.set_gpu_rng_states(states)
+    np.testing.assert_array_equal(mdl.rand(5, device="cuda").numpy(), expected)
+    with pytest.raises(ValueError, match="int8"):
+        backend.set_gpu_rng_states({0: np.zeros(3, np.float32)})
+    with pytest.raises(ValueError, match="bytes"):
+        backend.set_gpu_rng_states({0: np.zeros(3, np.int8)})
+
+
+# ---------------------------------------------------------------- the synchronization budget
+def _cnn():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 4 * 4, 4))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_a_training_step_makes_no_host_synchronization_between_log_reads(standin, kind):
+    """The budget: zero device-to-host reads per step; one read (losses, accuracy counts and gradient
+    norms together) every log_every steps. Gradient clipping, Adam's fused kernel, dropout and the
+    cross-entropy's class-index check are all inside the step."""
+    rng = np.random.default_rng(0)
+    if kind == "mlp":
+        x, y = _data(n=128)
+        model = _mlp(0)
+    else:
+        x = rng.standard_normal((128, 1, 8, 8)).astype(np.float32)
+        y = rng.integers(0, 4, 128)
+        model = _cnn()
+    log_every = 3
+    trainer = Trainer(model, optim.Adam(model.parameters(), lr=1e-3), DataLoader((x, y), batch_size=16, shuffle=True),
+                      device="cuda", progress=False, max_grad_norm=1.0, log_every=log_every)
+    reads = collections.Counter()
+    original = trainer._optimizer_step
+
+    def step(micro_batches):
+        before = standin.syncs.count
+        original(micro_batches)
+        reads[trainer.step] = standin.syncs.count - before
+    trainer._optimizer_step = step
+    trainer.fit(epochs=1, max_steps=7)
+    expected = {s: (1 if s % log_every == 0 else 0) for s in range(1, 8)}
+    assert dict(reads) == expected, standin.syncs.where
+    # what was read is what a CPU run logs: one loss per step, in order
+    assert trainer.steps["step"] == list(range(1, 8)) and all(np.isfinite(trainer.steps["loss"]))
+
+
+def test_out_of_range_targets_on_cuda_are_reported_at_the_next_read(standin):
+    logits = mdl.randn(4, 3, device="cuda", requires_grad=True)
+    target = backend.to_device(np.array([0, 1, 2, 3]), "cuda")
+    before = standin.syncs.count
+    loss = mdl.functional.cross_entropy(logits, mdl.tensor(target))
+    assert standin.syncs.count == before  # no synchronization in the call itself
+    with pytest.raises(ValueError, match="class index 3, but the input has 3 classes"):
+        loss.item()
+    # a target still on the host is checked there, at once, before it is copied
+    with pytest.raises(ValueError, match="class index 3"):
+        mdl.functional.cross_entropy(logits, np.array([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="index 9 is out of range for 5 embeddings"):
+        mdl.functional.embedding(mdl.tensor(backend.to_device(np.array([1, 9]), "cuda")),
+                                 mdl.randn(5, 2, device="cuda")).numpy()
+
+
+def test_a_nan_loss_on_cuda_stops_at_the_log_read_naming_its_step(standin):
+    x, y = _data(n=64)
+    x[40:48] = np.nan  # the batch of step 6 without shuffling (batch size 8)
+    model = _mlp(0)
+    trainer = Trainer(model, optim.SGD(model.parameters(), lr=0.1), DataLoader((x, y), batch_size=8),
+                      device="cuda", progress=False, log_every=4)
+    with pytest.raises(mdl.train.NonFiniteLossError, match="at step 6.*log read after step 8") as info:
+        trainer.fit(epochs=1)
+    assert info.value.step == 6
