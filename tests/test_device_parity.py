@@ -71,6 +71,7 @@ def test_op_case_gives_the_same_values_and_gradients_on_cuda(case, standin_or_gp
             assert (x is None) == (y is None), f"{name}: {part}: None on one device only"
             if x is None:
                 continue
-            assert x.shape == y.shape and x.dtype == y.dtype, f"{name}: {part}: {x.shape} {x.dtype} vs {y.shape} {y.dtype}"
+            assert x.shape == y.shape and x.dtype == y.dtype, \
+                f"{name}: {part}: {x.shape} {x.dtype} vs {y.shape} {y.dtype}"
             if name not in RANDOM:
                 np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-12, err_msg=f"{name}: {part}")

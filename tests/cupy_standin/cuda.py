@@ -1,8 +1,8 @@
 """cupy.cuda on the stand-in: devices, streams, events, the memory pool and the runtime calls minidl makes."""
 from __future__ import annotations
 
-import time
-import types
+import time as _time
+import types as _types
 
 from tests import cupy_standin as _cp
 
@@ -111,7 +111,7 @@ class Event:
         self._time = None
 
     def record(self, stream=None):
-        self._time = time.perf_counter()
+        self._time = _time.perf_counter()
 
     def synchronize(self):
         _cp.syncs.add("Event.synchronize()")
@@ -177,7 +177,7 @@ def _device_synchronize():
     _cp.syncs.add("runtime.deviceSynchronize()")
 
 
-runtime = types.SimpleNamespace(
+runtime = _types.SimpleNamespace(
     CUDARuntimeError=_CUDARuntimeError,
     getDeviceCount=lambda: DEVICE_COUNT,
     getDevice=get_device_id,
@@ -191,7 +191,7 @@ runtime = types.SimpleNamespace(
 )
 
 # No NCCL on the stand-in: minidl's data parallelism runs on its local communicator here.
-nccl = types.SimpleNamespace(available=False)
+nccl = _types.SimpleNamespace(available=False)
 
 
 def is_available():

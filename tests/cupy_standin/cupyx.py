@@ -1,5 +1,5 @@
 """The stand-in's ``cupyx``: the few CuPy extras minidl uses (``backend`` asks for them by name)."""
-import types
+import types as _types
 
 import numpy as _np
 
@@ -13,7 +13,7 @@ def _erf(x):
     return _cp._wrap(erf(x._a).astype(x.dtype, copy=False))
 
 
-scatter_add = _cp.scatter_add
+scatter_add = _cp._scatter_add
 
 
 def scatter_max(a, slices, value):
@@ -24,4 +24,4 @@ def scatter_min(a, slices, value):
     _np.minimum.at(a._a, _cp._index(slices), value._a if type(value) is _cp.ndarray else value)
 
 
-scipy = types.SimpleNamespace(special=types.SimpleNamespace(erf=_erf))
+scipy = _types.SimpleNamespace(special=_types.SimpleNamespace(erf=_erf))

@@ -32,7 +32,8 @@ def _trainer(seed, steps_seed=0):
 
 
 def _weights(trainer):
-    return {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v) for k, v in trainer.model.state_dict().items()}
+    state = trainer.model.state_dict()
+    return {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v) for k, v in state.items()}
 
 
 def test_save_and_load_a_state_dict_of_device_arrays(standin_or_gpu, tmp_path):
