@@ -158,3 +158,19 @@ def test_a_nan_loss_on_cuda_stops_at_the_log_read_naming_its_step(standin):
     with pytest.raises(mdl.train.NonFiniteLossError, match="at step 6.*log read after step 8") as info:
         trainer.fit(epochs=1)
     assert info.value.step == 6
+
+
+def test_the_train_command_saves_and_resumes_on_cuda(standin_or_gpu, tmp_path, capsys):
+    """``minidl train --device cuda``: checkpoints of device state, and a resume that continues exactly."""
+    from minidl.cli import main
+    common = ["train", "--quiet", "--device", "cuda", "--schedule", "constant", "--dropout", "0.2",
+              "--batch-size", "128", "--clip-norm", "1.0"]
+    assert main([*common, "--epochs", "2", "--out", str(tmp_path / "straight")]) == 0
+    assert main([*common, "--epochs", "1", "--out", str(tmp_path / "split")]) == 0
+    assert main(["train", "--quiet", "--device", "cuda", "--epochs", "2",
+                 "--resume", str(tmp_path / "split" / "last.safetensors")]) == 0
+    assert "resuming at step" in capsys.readouterr().out
+    a = mdl.load(tmp_path / "straight" / "model.safetensors")
+    b = mdl.load(tmp_path / "split" / "model.safetensors")
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
