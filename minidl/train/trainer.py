@@ -245,6 +245,8 @@ class Trainer:
         (loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
         self._batches_in_epoch += 1
         correct = (out.data.argmax(axis=1) == y.data).sum() if is_classification(y, out) else None
+        if correct is not None and isinstance(value, float):  # on the host: a number now, as the loss
+            correct = int(correct)
         self._micro.append((value, len(y), correct))
 
     def _optimizer_step(self, micro_batches: int) -> None:
