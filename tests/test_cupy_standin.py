@@ -29,6 +29,18 @@ def test_a_numpy_array_is_not_an_operand():
     assert type(x + 1.5) is cp.ndarray and type(x * np.float32(2)) is cp.ndarray  # scalars are fine
 
 
+def test_only_cupy_s_parameters_and_dtypes_are_accepted():
+    x = cp.arange(4.0)
+    for call in (lambda: cp.sum(x, where=x > 0), lambda: x.max(initial=0), lambda: cp.zeros(3, like=x),
+                 lambda: cp.clip(x, min=0, max=1), lambda: cp.exp(x, order="C")):
+        with pytest.raises(TypeError, match="cupy"):
+            call()
+    for dtype in (object, "U3", "datetime64[s]"):
+        with pytest.raises(ValueError, match="Unsupported dtype"):
+            cp.asarray(np.zeros(2, dtype))
+    assert cp.clip(x, 0, 1).get().tolist() == [0, 1, 1, 1] and cp.maximum(x, 1, out=x) is x
+
+
 def test_numpy_functions_dispatch_to_cupy_as_cupy_arrays_do():
     x = cp.arange(4.0)
     assert type(np.exp(x)) is cp.ndarray and type(np.sum(x)) is cp.ndarray

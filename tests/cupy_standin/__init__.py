@@ -26,6 +26,7 @@ when no GPU is present).
 from __future__ import annotations
 
 import builtins
+import inspect as _inspect
 import operator
 import sys
 import weakref
@@ -127,7 +128,13 @@ _pool = _Pool()
 _current_device = [0]
 
 
+# CuPy's dtypes: booleans, integers, float16/32/64, complex64/128 (no float128, objects, strings or dates)
+_DTYPES = frozenset("?bBhHiIlLqQefdFD")
+
+
 def _wrap(array) -> "ndarray":
+    if array.dtype.char not in _DTYPES:
+        raise ValueError(f"Unsupported dtype {array.dtype}")
     out = object.__new__(ndarray)
     out._a = array
     out._dev = _current_device[0]
@@ -395,8 +402,44 @@ for _symbol in ("neg", "pos", "abs", "invert"):
     setattr(ndarray, f"__{_symbol}__", (lambda op: lambda self: _result(op(self._a)))(getattr(operator, _symbol)))
 
 
+def _signature(spec):
+    """An inspect.Signature from a parameter list as names.py keeps it (``"a, axis=_, *, dtype=_"``)."""
+    namespace = {"_": None}
+    exec(f"def f({spec}): pass", namespace)  # noqa: S102 - our own parameter lists
+    return _inspect.signature(namespace["f"])
+
+
+def _checked_call(where, signature):
+    """A function raising CuPy's TypeError for arguments real CuPy's signature does not take."""
+    if signature is None:
+        return lambda args, kwargs: None
+
+    def check(args, kwargs):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{where}(): {exc} (real CuPy's parameters: {signature})") from None
+    return check
+
+
+_UFUNC_KEYWORDS = frozenset({"out", "dtype", "casting", "where"})
+
+
+def _ufunc_check(name, nin, nout):
+    def check(args, kwargs):
+        extra = set(kwargs) - _UFUNC_KEYWORDS
+        if extra or len(args) > nin + nout:
+            raise TypeError(f"cupy.{name}(): CuPy's ufuncs take {nin} inputs (and up to {nout} outputs) and only "
+                            f"the keywords {sorted(_UFUNC_KEYWORDS)}; got {len(args)} arguments and {sorted(kwargs)}")
+    return check
+
+
 def _method(name):
+    spec = _names.NDARRAY_SIGNATURES.get(name)
+    check = _checked_call(f"cupy.ndarray.{name}", None if spec is None else _signature(spec))
+
     def method(self, *args, **kwargs):
+        check(args, kwargs)
         out = kwargs.get("out")
         if type(out) is ndarray:
             kwargs["out"] = out._a
@@ -423,8 +466,14 @@ _FROM_HOST = {"array", "asarray", "asanyarray", "ascontiguousarray", "asfortrana
 
 def _function(name, numpy_function):
     syncing, to_array = name in _SYNCING, name in _TO_ARRAY
+    if name in _names.UFUNCS:
+        check = _ufunc_check(name, *_names.UFUNCS[name])
+    else:
+        spec = _names.SIGNATURES.get(name)
+        check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec))
 
     def function(*args, **kwargs):
+        check(args, kwargs)
         out = kwargs.get("out")
         if syncing:
             syncs.add(f"cupy.{name} (the output size is read back)")
@@ -441,7 +490,11 @@ def _function(name, numpy_function):
 
 
 def _from_host(name, numpy_function):
+    spec = _names.SIGNATURES.get(name)
+    check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec))
+
     def function(obj, dtype=None, *args, **kwargs):
+        check((obj, dtype, *args), kwargs)
         if type(obj) is ndarray:  # already on the device: a device-side copy or the array itself
             result = numpy_function(obj._a, dtype, *args, **kwargs)
             if result is obj._a:
