@@ -264,7 +264,8 @@ SIGNATURES = {
     'savez_compressed': 'file, *args, **kwds',
     'searchsorted': 'a, v, side=_, sorter=_',
     'select': 'condlist, choicelist, default=_',
-    'set_printoptions': 'precision=_, threshold=_, edgeitems=_, linewidth=_, suppress=_, nanstr=_, infstr=_, formatter=_, sign=_, floatmode=_, *, legacy=_, override_repr=_',
+    'set_printoptions': ('precision=_, threshold=_, edgeitems=_, linewidth=_, suppress=_, nanstr=_, infstr=_, '
+                         'formatter=_, sign=_, floatmode=_, *, legacy=_, override_repr=_'),
     'setdiff1d': 'ar1, ar2, assume_unique=_',
     'setxor1d': 'ar1, ar2, assume_unique=_',
     'shape': 'a',
