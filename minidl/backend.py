@@ -31,7 +31,8 @@ def _use_cupy_module(cupy, cupyx=None):
 
     The test suite passes its CuPy stand-in here to run every GPU code path
     without a GPU; ``_use_cupy_module(None)`` forgets it again, so the next
-    GPU request imports the real CuPy. GPU random generators start afresh.
+    GPU request imports the real CuPy. GPU random generators start afresh and
+    pending GPU range checks (:func:`check_range`) are dropped.
     Returns the (cupy, cupyx) pair that was in use, to put back afterwards.
     """
     global _cupy, _cupyx
@@ -39,6 +40,7 @@ def _use_cupy_module(cupy, cupyx=None):
     _cupy, _cupyx = cupy, cupyx
     _gpu_rngs.clear()
     _gpu_bit_generators.clear()
+    _deferred.clear()
     return previous
 
 

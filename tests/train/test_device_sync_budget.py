@@ -74,3 +74,15 @@ def test_a_nan_loss_on_cuda_stops_at_the_log_read_naming_its_step(standin):
     with pytest.raises(mdl.train.NonFiniteLossError, match="at step 6.*log read after step 8") as info:
         trainer.fit(epochs=1)
     assert info.value.step == 6
+
+
+def test_a_pending_check_does_not_outlive_the_stand_in():
+    """A check made on the stand-in and never read is dropped with it: CPU work after it is unaffected."""
+    from tests import cupy_standin
+    previous = backend._use_cupy_module(cupy_standin, cupy_standin.cupyx)
+    try:
+        mdl.functional.embedding(mdl.tensor(backend.to_device(np.array([9]), "cuda")), mdl.randn(5, 2, device="cuda"))
+        assert backend._deferred
+    finally:
+        backend._use_cupy_module(*previous)
+    assert not backend._deferred and mdl.tensor([1.5]).item() == 1.5
