@@ -19,6 +19,7 @@ picks the right spelling, so no other module needs ``import cupyx``:
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -261,7 +262,8 @@ def get_gpu_rng_states() -> dict:
     (one synchronization to copy it); writing it back with
     :func:`set_gpu_rng_states` continues the random stream exactly.
     """
-    return {index: to_numpy(bits._state).copy() for index, bits in sorted(_gpu_bit_generators.items())}
+    states = {index: _state_array(bits) for index, bits in sorted(_gpu_bit_generators.items())}
+    return {index: to_numpy(state).copy() for index, state in states.items() if state is not None}
 
 
 def check_gpu_rng_states(states) -> dict:
@@ -284,7 +286,8 @@ def check_gpu_rng_states(states) -> dict:
         for index, state in out.items():
             if index >= cupy_module().cuda.runtime.getDeviceCount():
                 raise ValueError(f"the checkpoint holds a random state for GPU {index}, which this machine lacks")
-            size = _gpu_bit_generator(index)._state.size
+            own = _state_array(_gpu_bit_generator(index))
+            size = state.size if own is None else own.size
             if state.size != size:
                 raise ValueError(f"the random state of GPU {index} has {state.size} bytes but this GPU's generator "
                                  f"has {size} (saved on another GPU model?)")
@@ -298,13 +301,24 @@ def set_gpu_rng_states(states: dict) -> None:
         return
     cp = cupy_module()
     for index, state in states.items():
-        with cp.cuda.Device(index):
-            _gpu_bit_generator(index)._state[...] = cp.asarray(state)
+        own = _state_array(_gpu_bit_generator(index))
+        if own is not None:
+            with cp.cuda.Device(index):
+                own[...] = cp.asarray(state)
 
 
 def _gpu_bit_generator(index: int):
     rng(f"cuda:{index}")
     return _gpu_bit_generators[index]
+
+
+def _state_array(bits):
+    """The device int8 array holding a CuPy bit generator's cuRAND states (``XORWOW._state``)."""
+    state = getattr(bits, "_state", None)
+    if state is None:  # pragma: no cover - a CuPy that keeps its generator state elsewhere
+        warnings.warn("minidl: this CuPy's random generator does not expose its state (XORWOW._state): "
+                      "checkpoints hold no GPU random state, so a resumed run's dropout masks differ")
+    return state
 
 
 # ---------------------------------------------------------------- one name, two spellings
