@@ -70,8 +70,9 @@ def cupy_module():
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(
-                f"device 'cuda': CuPy is installed but no GPU can be used ({exc}); "
-                "use device='cpu'"
+                f"device 'cuda': CuPy is installed but no GPU can be used ({exc}); a machine with an "
+                "NVIDIA driver gets the CUDA libraries CuPy needs with pip install 'minidl[gpu]'; "
+                "or use device='cpu'"
             ) from exc
         if count == 0:  # pragma: no cover
             raise RuntimeError("device 'cuda': no GPU found on this machine; use device='cpu'")
