@@ -1,5 +1,7 @@
 """CPU against "cuda" (the CuPy stand-in without a GPU, the GPU with one): every op case gives the
 same values and gradients on both devices, so every op's CuPy path runs on every CI run."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -24,7 +26,10 @@ def _on(value, device):
 
 def _case_on(fn, device):
     """``fn`` with the arrays and Tensors it closes over (targets, masks, weights) moved to ``device``."""
-    for cell in fn.__closure__ or ():
+    if isinstance(fn, functools.partial):
+        return functools.partial(_case_on(fn.func, device), *[_on(a, device) for a in fn.args],
+                                 **{k: _on(v, device) for k, v in fn.keywords.items()})
+    for cell in getattr(fn, "__closure__", None) or ():
         value = cell.cell_contents
         if isinstance(value, (Tensor, np.ndarray)):
             cell.cell_contents = _on(value, device)
@@ -32,6 +37,8 @@ def _case_on(fn, device):
             _case_on(value, device)
     if getattr(fn, "__defaults__", None):
         fn.__defaults__ = tuple(_on(v, device) for v in fn.__defaults__)
+    if getattr(fn, "__kwdefaults__", None):
+        fn.__kwdefaults__ = {k: _on(v, device) for k, v in fn.__kwdefaults__.items()}
     return fn
 
 
