@@ -41,6 +41,18 @@ def test_only_cupy_s_parameters_and_dtypes_are_accepted():
     assert cp.clip(x, 0, 1).get().tolist() == [0, 1, 1, 1] and cp.maximum(x, 1, out=x) is x
 
 
+def test_ufunc_methods_as_far_as_cupy_has_them():
+    x = cp.zeros(3)
+    cp.add.at(x, cp.asarray(np.array([0, 0, 2])), 1.0)
+    cp.maximum.at(x, cp.asarray(np.array([1])), 5.0)
+    assert x.get().tolist() == [2.0, 5.0, 1.0]
+    assert float(cp.add.reduce(x)) == 8.0 and cp.multiply.outer(x, cp.ones(2)).shape == (3, 2)
+    with pytest.raises(NotImplementedError):
+        cp.subtract.at(x, cp.asarray(np.array([0])), 1.0)
+    with pytest.raises(NotImplementedError):
+        cp.maximum.reduce(x)
+
+
 def test_numpy_functions_dispatch_to_cupy_as_cupy_arrays_do():
     x = cp.arange(4.0)
     assert type(np.exp(x)) is cp.ndarray and type(np.sum(x)) is cp.ndarray

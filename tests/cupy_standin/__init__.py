@@ -237,9 +237,9 @@ class ndarray:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         function = _functions.get(ufunc.__name__)
-        if method != "__call__" or function is None:
+        if function is None or (method != "__call__" and not isinstance(function, _Ufunc)):
             return NotImplemented
-        return function(*inputs, **kwargs)
+        return function(*inputs, **kwargs) if method == "__call__" else getattr(function, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         function = _functions.get(func.__name__)
@@ -518,6 +518,47 @@ def _host_sequence(value):
     return value
 
 
+class _Ufunc:
+    """A CuPy ufunc: called elementwise; ``at`` for add/maximum/minimum (CuPy's scatter ops), ``reduce``
+    and ``accumulate`` for add/multiply, ``reduceat`` for add, ``outer`` for all; the rest raise as in CuPy."""
+
+    _AT = {"add": _np.add, "maximum": _np.maximum, "minimum": _np.minimum}
+
+    def __init__(self, name, numpy_ufunc):
+        self.__name__ = name
+        self._ufunc = numpy_ufunc
+        self._call = _function(name, numpy_ufunc)
+        self.nin, self.nout, self.nargs = numpy_ufunc.nin, numpy_ufunc.nout, numpy_ufunc.nargs
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def _only(self, method, names):
+        if self.__name__ not in names:
+            raise NotImplementedError(f"`cupy_{self.__name__}.{method}` is not supported yet")
+
+    def at(self, a, indices, b=None):
+        self._only("at", self._AT)
+        if type(a) is not ndarray:
+            raise _unsupported(a)
+        self._ufunc.at(a._a, _index(indices, a._a.shape), _arg(b))
+
+    def reduce(self, array, axis=0, dtype=None, out=None, keepdims=False):
+        self._only("reduce", ("add", "multiply"))
+        return (array.sum if self.__name__ == "add" else array.prod)(axis, dtype, out, keepdims)
+
+    def accumulate(self, array, axis=0, dtype=None, out=None):
+        self._only("accumulate", ("add", "multiply"))
+        return (array.cumsum if self.__name__ == "add" else array.cumprod)(axis, dtype, out)
+
+    def reduceat(self, array, indices, axis=0, dtype=None, out=None):
+        self._only("reduceat", ("add",))
+        return _result(_np.add.reduceat(_arg(array), _arg(indices), axis, dtype))
+
+    def outer(self, A, B, **kwargs):
+        return self(A.reshape(A.shape + (1,) * B.ndim), B.reshape((1,) * A.ndim + B.shape), **kwargs)
+
+
 _functions: dict = {}
 for _name in _names.MODULE_NAMES:
     _value = getattr(_np, _name, None)
@@ -525,6 +566,8 @@ for _name in _names.MODULE_NAMES:
         continue
     if _name in _FROM_HOST:
         _functions[_name] = _from_host(_name, _value)
+    elif _name in _names.UFUNCS and isinstance(_value, _np.ufunc):
+        _functions[_name] = _Ufunc(_name, _value)
     elif isinstance(_value, type) or not callable(_value):  # dtypes, finfo/iinfo, constants
         globals()[_name] = _value
         continue
