@@ -1,7 +1,6 @@
 """The Trainer's synchronization budget on "cuda" (the CuPy stand-in counts every device-to-host read):
 a training step of an MLP or a CNN makes none; the numbers are read once per log interval. Range checks
 of GPU indices make none either and report at the next read."""
-import collections
 
 import numpy as np
 import pytest
