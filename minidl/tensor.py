@@ -303,8 +303,9 @@ class Tensor:
         for arg in args:
             if isinstance(arg, Tensor):
                 device, dtype = arg.device, arg.dtype
-            elif isinstance(arg, str) and arg.partition(":")[0] in ("cpu", "cuda", "gpu"):
-                device = arg
+            elif isinstance(arg, str) and (arg.partition(":")[0] in ("cpu", "cuda", "gpu") or (
+                    arg.partition(":")[0].isalpha() and not _is_dtype_name(arg))):
+                device = arg  # "tpu", "mps:0": an unknown device, which parse_device names as such
             elif arg is not None:
                 dtype = arg
         out = self if dtype is None else self._converted(dtype)
@@ -471,6 +472,14 @@ def _operand_error(value, like):
         return TypeError(f"expected a Tensor, a NumPy/CuPy array or a number as an operand, got {got}")
     return TypeError(f"a tensor of shape {like.shape} ({like.dtype}) can't be combined with {got}: the "
                      "other operand of +, -, *, /, ** and the like must be a Tensor, an array or a number")
+
+
+def _is_dtype_name(text: str) -> bool:
+    try:
+        np.dtype(text)
+    except TypeError:
+        return False
+    return True
 
 
 def _make(fill, shape, dtype, device, requires_grad):
