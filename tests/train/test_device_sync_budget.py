@@ -17,7 +17,7 @@ def _cnn():
                          nn.Flatten(), nn.Linear(4 * 4 * 4, 4))
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "mlp-accumulate"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "mlp-accumulate", "mlp-data-parallel"])
 def test_a_training_step_makes_no_host_synchronization_between_log_reads(standin, kind):
     """The budget: zero device-to-host reads per step (data to the device, forward, loss with its
     class-index check, backward, clipping, the optimizer's fused kernel, the schedule); one read
@@ -38,8 +38,12 @@ def test_a_training_step_makes_no_host_synchronization_between_log_reads(standin
         options = dict(accumulation_steps=2, max_grad_value=0.5, label_smoothing=0.1,
                        scheduler=lambda t: 0.1 * 0.99 ** t)
     log_every = 3
-    trainer = Trainer(model, opt, DataLoader((x, y), batch_size=16, shuffle=True), device="cuda",
-                      progress=False, log_every=log_every, **options)
+    loader = DataLoader((x, y), batch_size=16, shuffle=True)
+    model.to("cuda")
+    if kind == "mlp-data-parallel":  # gradients all-reduced in buckets each step (a world of one here)
+        from minidl import parallel
+        model, opt, loader = parallel.prepare_data_parallel(model, opt, loader, comm=parallel.LocalComm())
+    trainer = Trainer(model, opt, loader, device="cuda", progress=False, log_every=log_every, **options)
     counts = {}
     original = trainer._optimizer_step
 
