@@ -402,6 +402,11 @@ for _symbol in ("neg", "pos", "abs", "invert"):
     setattr(ndarray, f"__{_symbol}__", (lambda op: lambda self: _result(op(self._a)))(getattr(operator, _symbol)))
 
 
+# Functions whose output size depends on the data: CuPy reads a count back to the host.
+_SYNCING = {"nonzero", "flatnonzero", "argwhere", "unique", "extract", "compress", "intersect1d",
+            "setdiff1d", "union1d", "setxor1d", "trim_zeros", "histogram", "bincount"}
+
+
 def _signature(spec):
     """An inspect.Signature from a parameter list as names.py keeps it (``"a, axis=_, *, dtype=_"``)."""
     namespace = {"_": None}
@@ -438,8 +443,12 @@ def _method(name):
     spec = _names.NDARRAY_SIGNATURES.get(name)
     check = _checked_call(f"cupy.ndarray.{name}", None if spec is None else _signature(spec))
 
+    syncing = name in _SYNCING
+
     def method(self, *args, **kwargs):
         check(args, kwargs)
+        if syncing:
+            syncs.add(f"ndarray.{name}() (the output size is read back)")
         out = kwargs.get("out")
         if type(out) is ndarray:
             kwargs["out"] = out._a
@@ -455,9 +464,6 @@ for _name in _names.NDARRAY_METHODS:
 
 
 # ---------------------------------------------------------------- module functions
-# Functions whose output size depends on the data: CuPy reads a count back to the host.
-_SYNCING = {"nonzero", "flatnonzero", "argwhere", "unique", "extract", "compress", "intersect1d",
-            "setdiff1d", "union1d", "setxor1d", "trim_zeros", "histogram", "bincount"}
 # Functions that return a Python bool in NumPy and a 0-d array in CuPy.
 _TO_ARRAY = {"allclose", "array_equal", "array_equiv"}
 # Host-to-device copies: the only functions that accept NumPy arrays.
@@ -475,7 +481,7 @@ def _function(name, numpy_function):
     def function(*args, **kwargs):
         check(args, kwargs)
         out = kwargs.get("out")
-        if syncing:
+        if syncing or (name == "where" and len(args) == 1):
             syncs.add(f"cupy.{name} (the output size is read back)")
         result = numpy_function(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
         if type(out) is ndarray:
