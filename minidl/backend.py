@@ -20,10 +20,40 @@ picks the right spelling, so no other module needs ``import cupyx``:
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 _cupy = None  # the cupy module once a GPU has been asked for; None before
+_cupyx = None  # its companion cupyx module, imported with it on first use
+
+
+def _use_cupy_module(cupy, cupyx=None):
+    """Test hook, never called by users: make ``cupy`` (and ``cupyx``) the GPU array module.
+
+    The test suite passes its CuPy stand-in here to run every GPU code path
+    without a GPU; ``_use_cupy_module(None)`` forgets it again, so the next
+    GPU request imports the real CuPy. GPU random generators start afresh and
+    pending GPU range checks (:func:`check_range`) are dropped.
+    Returns the (cupy, cupyx) pair that was in use, to put back afterwards.
+    """
+    global _cupy, _cupyx
+    previous = (_cupy, _cupyx)
+    _cupy, _cupyx = cupy, cupyx
+    _gpu_rngs.clear()
+    _gpu_bit_generators.clear()
+    _deferred.clear()
+    return previous
+
+
+def _cupyx_module():
+    """``cupyx``, the home of CuPy's extras (scatter_add, scipy.special), next to the cupy in use."""
+    global _cupyx
+    if _cupyx is None:
+        cupy_module()
+        import cupyx
+        _cupyx = cupyx
+    return _cupyx
 
 
 def cupy_module():
@@ -85,6 +115,11 @@ def xp_of(array):
     return np
 
 
+def is_device_array(value) -> bool:
+    """True for a CuPy array (CuPy arrays have no ``__array_namespace__``: ask the module in use)."""
+    return _cupy is not None and isinstance(value, _cupy.ndarray)
+
+
 def device_of(array) -> str:
     """'cpu' for NumPy arrays, 'cuda:N' for CuPy arrays."""
     if _cupy is not None and isinstance(array, _cupy.ndarray):
@@ -97,11 +132,82 @@ def to_device(array, device):
     kind, index = parse_device(device)
     if kind == "cpu":
         if _cupy is not None and isinstance(array, _cupy.ndarray):
+            if _deferred:
+                raise_deferred()
             return _cupy.asnumpy(array)
         return np.asarray(array)
     cp = cupy_module()
     with cp.cuda.Device(index):
         return cp.asarray(array)
+
+
+# ---------------------------------------------------------------- checks without a synchronization
+# A range check of a GPU array (class indices against the class count) would cost a host
+# synchronization per call. Instead its min and max stay on the device and are read, with
+# any other value, at the next host read: the error comes a little later, as CUDA's own
+# device-side asserts do, and a training step makes no synchronization of its own.
+_deferred: list = []  # (device float64 [bad, min, max], describe(min, max) -> message)
+_MAX_DEFERRED = 256  # read them back after this many, so an unread loop keeps no growing list
+
+
+def check_range(array, low, high, describe) -> None:
+    """Raise ValueError(describe(min, max)) when an element of ``array`` lies outside [low, high].
+
+    A NumPy array is checked now. A GPU array is checked without a
+    synchronization: the ValueError is raised at the next read to the host
+    (``Tensor.item()``, ``numpy()``, :func:`fetch`, the Trainer's log).
+    """
+    if array.size == 0:
+        return
+    low_seen, high_seen = array.min(), array.max()
+    if xp_of(array) is np:
+        if low_seen < low or high_seen > high:
+            raise ValueError(describe(low_seen.item(), high_seen.item()))
+        return
+    xp = xp_of(array)
+    bad = (low_seen < low) | (high_seen > high)
+    _deferred.append((xp.stack([bad.astype(np.float64), low_seen.astype(np.float64),
+                                high_seen.astype(np.float64)]), describe))
+    if len(_deferred) >= _MAX_DEFERRED:
+        raise_deferred()
+
+
+def _raise_failed(checks, values) -> None:
+    for (_, describe), (bad, low_seen, high_seen) in zip(checks, values.reshape(-1, 3)):
+        if bad:
+            low_seen, high_seen = float(low_seen), float(high_seen)
+            as_int = lambda v: int(v) if v.is_integer() else v  # noqa: E731 - indices print as ints
+            raise ValueError(describe(as_int(low_seen), as_int(high_seen)))
+
+
+def raise_deferred() -> None:
+    """Read back the pending GPU range checks (one synchronization) and raise the first that failed."""
+    if _deferred:
+        fetch()
+
+
+def fetch(*arrays) -> list:
+    """NumPy copies of small GPU arrays and of every pending range check, in one device-to-host copy.
+
+    Raises the ValueError of a failed :func:`check_range` first. The arrays are
+    returned as float64 (the Trainer reads its losses this way, once per log interval).
+    """
+    checks = _deferred[:]
+    _deferred.clear()
+    parts = [c for c, _ in checks] + list(arrays)
+    if not parts:
+        return []
+    xp = xp_of(parts[0])
+    flat = xp.concatenate([xp.ravel(p).astype(np.float64) for p in parts]) if xp is not np else \
+        np.concatenate([np.ravel(p).astype(np.float64) for p in parts])
+    values = to_numpy(flat)
+    _raise_failed(checks, values[:3 * len(checks)])
+    out, at = [], 3 * len(checks)
+    for array in arrays:
+        size = int(np.prod(array.shape))
+        out.append(values[at:at + size].reshape(array.shape))
+        at += size
+    return out
 
 
 def to_numpy(array) -> np.ndarray:
@@ -115,6 +221,7 @@ def to_numpy(array) -> np.ndarray:
 _seed = None
 _cpu_rng = np.random.default_rng()
 _gpu_rngs: dict[int, object] = {}
+_gpu_bit_generators: dict[int, object] = {}  # the XORWOW behind each GPU generator: its state is saved
 
 
 def manual_seed(seed: int) -> None:
@@ -123,6 +230,7 @@ def manual_seed(seed: int) -> None:
     _seed = int(seed)
     _cpu_rng = np.random.default_rng(_seed)
     _gpu_rngs.clear()
+    _gpu_bit_generators.clear()
 
 
 def rng(device="cpu"):
@@ -134,7 +242,8 @@ def rng(device="cpu"):
         cp = cupy_module()
         with cp.cuda.Device(index):
             seed = None if _seed is None else _seed + index
-            _gpu_rngs[index] = cp.random.default_rng(seed)
+            bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
+            _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
     return _gpu_rngs[index]
 
 
@@ -147,6 +256,72 @@ def set_rng_state(state: dict) -> None:
     _cpu_rng.bit_generator.state = state
 
 
+def get_gpu_rng_states() -> dict:
+    """``{GPU index: state}`` of every GPU generator drawn from so far, as NumPy int8 arrays.
+
+    The state is the cuRAND state array CuPy's XORWOW keeps on the device
+    (one synchronization to copy it); writing it back with
+    :func:`set_gpu_rng_states` continues the random stream exactly.
+    """
+    states = {index: _state_array(bits) for index, bits in sorted(_gpu_bit_generators.items())}
+    return {index: to_numpy(state).copy() for index, state in states.items() if state is not None}
+
+
+def check_gpu_rng_states(states) -> dict:
+    """Raise ValueError saying what is wrong with ``states`` for :func:`set_gpu_rng_states`; change nothing.
+
+    Returns the states as NumPy arrays. Without a usable GPU the states are
+    not checked against a generator (and ``set_gpu_rng_states`` skips them).
+    """
+    if not isinstance(states, dict):
+        raise ValueError(f"the GPU random states must be a dict {{GPU index: int8 array}}, got {type(states).__name__}")
+    out = {}
+    for index, state in states.items():
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"the GPU random states are keyed by GPU index (an int >= 0), got {index!r}")
+        if not (hasattr(state, "dtype") and hasattr(state, "shape")) or state.dtype != np.int8 or len(state.shape) != 1:
+            raise ValueError(f"the random state of GPU {index} must be a 1-D int8 array, got "
+                             f"{getattr(state, 'dtype', type(state).__name__)} of shape {getattr(state, 'shape', '?')}")
+        out[int(index)] = to_numpy(state)
+    if out and gpu_available():
+        for index, state in out.items():
+            if index >= cupy_module().cuda.runtime.getDeviceCount():
+                raise ValueError(f"the checkpoint holds a random state for GPU {index}, which this machine lacks")
+            own = _state_array(_gpu_bit_generator(index))
+            size = state.size if own is None else own.size
+            if state.size != size:
+                raise ValueError(f"the random state of GPU {index} has {state.size} bytes but this GPU's generator "
+                                 f"has {size} (saved on another GPU model?)")
+    return out
+
+
+def set_gpu_rng_states(states: dict) -> None:
+    """Restore what :func:`get_gpu_rng_states` returned; skipped on a machine without a usable GPU."""
+    states = check_gpu_rng_states(states)
+    if not states or not gpu_available():
+        return
+    cp = cupy_module()
+    for index, state in states.items():
+        own = _state_array(_gpu_bit_generator(index))
+        if own is not None:
+            with cp.cuda.Device(index):
+                own[...] = cp.asarray(state)
+
+
+def _gpu_bit_generator(index: int):
+    rng(f"cuda:{index}")
+    return _gpu_bit_generators[index]
+
+
+def _state_array(bits):
+    """The device int8 array holding a CuPy bit generator's cuRAND states (``XORWOW._state``)."""
+    state = getattr(bits, "_state", None)
+    if state is None:  # pragma: no cover - a CuPy that keeps its generator state elsewhere
+        warnings.warn("minidl: this CuPy's random generator does not expose its state (XORWOW._state): "
+                      "checkpoints hold no GPU random state, so a resumed run's dropout masks differ")
+    return state
+
+
 # ---------------------------------------------------------------- one name, two spellings
 def scatter_add(target, index, values) -> None:
     """``target[index] += values`` in place, adding every repeat of an index.
@@ -157,8 +332,7 @@ def scatter_add(target, index, values) -> None:
     if xp_of(target) is np:
         np.add.at(target, index, values)
     else:
-        import cupyx
-        cupyx.scatter_add(target, index, values)
+        _cupyx_module().scatter_add(target, index, values)
 
 
 def erf(x):
@@ -174,8 +348,10 @@ def erf(x):
         except ImportError:
             return np.vectorize(math.erf, otypes=[x.dtype])(x)
         return scipy_erf(x).astype(x.dtype, copy=False)
-    import cupyx.scipy.special
-    return cupyx.scipy.special.erf(x)
+    special = getattr(getattr(_cupyx_module(), "scipy", None), "special", None)
+    if special is None:  # the real cupyx loads its SciPy part on import
+        import cupyx.scipy.special as special
+    return special.erf(x)
 
 
 # ---------------------------------------------------------------- 16-bit floats
@@ -238,11 +414,12 @@ def nccl():
     Raises RuntimeError when there is no usable GPU, when CuPy is missing, or
     when this CuPy build has no NCCL.
     """
-    cupy_module()
-    try:
-        from cupy.cuda import nccl as module
-    except ImportError:  # pragma: no cover - depends on the machine
-        module = None
+    module = getattr(cupy_module().cuda, "nccl", None)
+    if module is None:
+        try:
+            from cupy.cuda import nccl as module
+        except ImportError:  # pragma: no cover - depends on the machine
+            module = None
     if not getattr(module, "available", False):  # pragma: no cover - no binding, or one built without NCCL
         raise RuntimeError(
             "NCCL is not available: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "

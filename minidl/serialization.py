@@ -76,7 +76,7 @@ def _encode(value, key, tensors, depth=0):
                          "(a dict or list that contains itself?)")
     if isinstance(value, Tensor):
         value = value.data
-    if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) or hasattr(value, "__array_namespace__") or backend.is_device_array(value):
         array = backend.to_numpy(value)
         name = _unique_name(key or "tensor", tensors)
         tensors[name] = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d 1-d

@@ -285,6 +285,8 @@ class Tensor:
         if self.data.size != 1:
             raise ValueError(f"item(): tensor has {self.data.size} elements (shape {self.shape}); "
                              "only one-element tensors convert to a Python number")
+        if backend._deferred:  # a host read: GPU range checks made since the last one report now
+            backend.raise_deferred()
         return self.data.item()
 
     def tolist(self):
@@ -390,6 +392,8 @@ class Tensor:
         if self.data.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on .data")
+        if backend._deferred:
+            backend.raise_deferred()
         return bool(self.data)
 
     def __float__(self):

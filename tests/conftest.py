@@ -1,4 +1,5 @@
-"""Shared fixtures: every device test runs on the CPU, and on the GPU when there is one."""
+"""Shared fixtures: every device test runs on the CPU, and on "cuda": a GPU where there is one,
+the strict CuPy stand-in of tests/cupy_standin everywhere else."""
 import os
 
 # pytest -n 2 already keeps both cores busy: a multi-threaded BLAS in each worker (and in each
@@ -10,12 +11,34 @@ import numpy as np  # noqa: E402 - after the thread settings above
 import pytest  # noqa: E402
 
 import minidl  # noqa: E402
+from minidl import backend  # noqa: E402
+from tests import cupy_standin  # noqa: E402
+
+# Asked once, before any test can put the stand-in in place: is there a real GPU with CuPy?
+REAL_GPU = minidl.gpu_available()
 
 
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.fixture
+def standin():
+    """minidl's GPU array module is the CuPy stand-in for this test (tests/cupy_standin).
+
+    Yields the stand-in module: ``standin.syncs.count`` is the number of
+    device-to-host synchronizations since the test began. Afterwards minidl
+    forgets it, so a later GPU request imports the real CuPy again.
+    """
+    previous = backend._use_cupy_module(cupy_standin, cupy_standin.cupyx)
+    cupy_standin.reset()
+    try:
+        yield cupy_standin
+    finally:
+        backend._use_cupy_module(*previous)
+
+
+@pytest.fixture(params=["cpu", "cuda"])
 def device(request):
-    if request.param == "cuda" and not minidl.gpu_available():
-        pytest.skip("no CUDA GPU with CuPy on this machine")
+    """Every device test runs on the CPU and on "cuda": the real GPU where there is one, else the stand-in."""
+    if request.param == "cuda" and not REAL_GPU:
+        request.getfixturevalue("standin")
     return request.param
 
 
@@ -24,3 +47,11 @@ def _seeded():
     """Every test starts from the same seed, so failures reproduce."""
     minidl.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture
+def standin_or_gpu(request):
+    """"cuda" for this test is the real GPU where there is one, the stand-in everywhere else."""
+    if not REAL_GPU:
+        request.getfixturevalue("standin")
+    return "cuda"

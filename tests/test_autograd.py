@@ -347,9 +347,7 @@ def test_backward_on_a_tensor_that_does_not_require_grad():
         y.backward()
 
 
-def test_mixing_devices_names_the_op_and_both_devices():
-    if not mdl.gpu_available():
-        pytest.skip("no CUDA GPU with CuPy on this machine")
+def test_mixing_devices_names_the_op_and_both_devices(standin_or_gpu):
     a = mdl.randn(2, 3)
     b = mdl.randn(2, 3, device="cuda")
     with pytest.raises(ValueError) as info:

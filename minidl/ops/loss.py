@@ -160,20 +160,21 @@ def _class_targets(op, x, target, ignore_index=None):
     if tuple(target.shape) != expected:
         raise ValueError(f"{op}: input of shape {x.shape} needs a target of shape {expected} "
                          f"(one class index per sample), got target of shape {tuple(target.shape)}")
-    target = backend.to_device(target, x.device)
+    # Checked where the target is: on the host before the copy (free), on a GPU without a
+    # synchronization (backend.check_range reports at the next host read).
+    on_host = backend.xp_of(target) is np
     keep = None
     if ignore_index is not None:
         keep = target != ignore_index
-        if bool(keep.all()):
+        if on_host and bool(keep.all()):
             keep = None
     classes = x.shape[0] if x.ndim == 1 else x.shape[1]
-    checked = target if keep is None else target[keep]
-    if checked.size:
-        low, high = int(checked.min()), int(checked.max())
-        if low < 0 or high >= classes:
-            bad = low if low < 0 else high
-            raise ValueError(f"{op}: target contains class index {bad}, but the input has {classes} classes "
-                             f"(valid targets are 0..{classes - 1}, or ignore_index={ignore_index})")
+    checked = target if keep is None else target[keep] if on_host else backend.xp_of(target).where(keep, target, 0)
+    backend.check_range(checked, 0, classes - 1, lambda low, high: (
+        f"{op}: target contains class index {low if low < 0 else high}, but the input has {classes} classes "
+        f"(valid targets are 0..{classes - 1}, or ignore_index={ignore_index})"))
+    target = backend.to_device(target, x.device)
+    keep = None if keep is None else backend.to_device(keep, x.device)
     return target, keep
 
 
@@ -322,13 +323,10 @@ def one_hot(tensor, num_classes=-1) -> Tensor:
         num_classes = int(idx.max()) + 1
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
         raise ValueError(f"one_hot: num_classes must be a non-negative integer or -1, got {num_classes!r}")
-    if idx.size:
-        low, high = int(idx.min()), int(idx.max())
-        if low < 0:
-            raise ValueError(f"one_hot: class indices must be non-negative, got {low}")
-        if high >= num_classes:
-            raise ValueError(f"one_hot: class index {high} does not fit num_classes={num_classes} "
-                             f"(valid indices are 0..{num_classes - 1})")
+    backend.check_range(idx, 0, num_classes - 1, lambda low, high: (
+        f"one_hot: class indices must be non-negative, got {low}" if low < 0 else
+        f"one_hot: class index {high} does not fit num_classes={num_classes} "
+        f"(valid indices are 0..{num_classes - 1})"))
     xp = xp_of(idx)
     return Tensor((idx[..., None] == xp.arange(num_classes)).astype(np.int64))
 
@@ -460,10 +458,9 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Ten
     _check_reduction(op, reduction)
     x = as_tensor(input)
     t = _same_shape_target(op, x, target)
-    if x.data.size and (bool((x.data < 0).any()) or bool((x.data > 1).any())):
-        raise ValueError(f"{op}: every element of the input must be a probability in [0, 1], got values "
-                         f"from {float(x.data.min())} to {float(x.data.max())} (for logits use "
-                         "binary_cross_entropy_with_logits)")
+    backend.check_range(x.data, 0, 1, lambda low, high: (
+        f"{op}: every element of the input must be a probability in [0, 1], got values "
+        f"from {low} to {high} (for logits use binary_cross_entropy_with_logits)"))
     losses = BinaryCrossEntropy()(x, t)
     weight = _optional_constant(weight, x)
     if weight is not None:

@@ -114,12 +114,10 @@ def embedding(idx, weight) -> Tensor:
     if idx.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}; "
                         "convert them first, e.g. idx.astype('int64')")
-    idx = backend.to_device(idx, weight.device)
     count = weight.shape[0]
-    if idx.size:
-        low, high = int(idx.min()), int(idx.max())
-        if low < 0 or high >= count:
-            bad = low if low < 0 else high
-            raise ValueError(f"embedding: index {bad} is out of range for {count} embeddings "
-                             f"(valid indices are 0..{count - 1})")
+    # on the host before the copy, or on the GPU without a synchronization (reported at the next read)
+    backend.check_range(idx, 0, count - 1, lambda low, high: (
+        f"embedding: index {low if low < 0 else high} is out of range for {count} embeddings "
+        f"(valid indices are 0..{count - 1})"))
+    idx = backend.to_device(idx, weight.device)
     return getitem(weight, idx)

@@ -54,16 +54,20 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------- random states
-_RNG_KEYS = ("minidl_cpu", "numpy_global", "python")
+_RNG_KEYS = ("minidl_cpu", "numpy_global", "python", "minidl_cuda")
 
 
 def get_rng_states() -> dict:
-    """Every CPU random state minidl and common user code draw from."""
-    return {
+    """Every random state minidl and common user code draw from (and each GPU generator in use)."""
+    states = {
         "minidl_cpu": backend.get_rng_state(),
         "numpy_global": np.random.get_state(legacy=False),
         "python": list(random.getstate()),
     }
+    gpu = backend.get_gpu_rng_states()  # each GPU generator drawn from (dropout masks on the device)
+    if gpu:
+        states["minidl_cuda"] = gpu
+    return states
 
 
 def check_rng_states(states) -> None:
@@ -84,6 +88,8 @@ def set_rng_states(states: dict) -> None:
         np.random.set_state(states["numpy_global"])
     if "python" in states:
         random.setstate(states["python"])
+    if "minidl_cuda" in states:
+        backend.set_gpu_rng_states(states["minidl_cuda"])
 
 
 def _checked_rng_states(states) -> dict:
@@ -112,6 +118,9 @@ def _checked_rng_states(states) -> dict:
             state = (version, tuple(internal), gauss)
             random.Random().setstate(state)
             out[name] = state
+        name = "minidl_cuda"
+        if name in states:
+            out[name] = backend.check_gpu_rng_states(states[name])
     except Exception as exc:  # the generators raise TypeError, ValueError, KeyError, OverflowError...
         raise ValueError(f"the random state {name!r} is damaged ({type(exc).__name__}: {exc})") from None
     return out

@@ -22,6 +22,15 @@ memory cost of b. Validation runs every ``eval_every`` steps and at the end of
 every epoch; each validation appends a record to ``trainer.history`` and
 calls the callbacks. ``trainer.save_checkpoint`` / ``load_checkpoint`` store
 and restore the whole run, so a resumed run continues exactly.
+
+Synchronization budget on a GPU: a training step (forward, loss, backward,
+clipping, optimizer step, schedule) makes no device-to-host synchronization.
+The losses, accuracy counts and gradient norms stay on the device and are
+read back together, in one copy, once every ``log_every`` optimizer steps
+(and before a validation, a checkpoint and the end of ``fit``); the NaN/inf
+check, the per-step curves and ``on_step_end`` happen at that read. On the
+CPU a read is free, so each loss is checked before its update, as above.
+tests/train/test_device_sync_budget.py holds an MLP and a CNN to this.
 """
 from __future__ import annotations
 
@@ -37,6 +46,7 @@ from minidl.tensor import Tensor
 from minidl.train import checkpoint as ckpt
 from minidl.train.callbacks import Callback, ModelCheckpoint
 from minidl.train.loop_helpers import (
+    NON_FINITE_HINT,
     NonFiniteLossError,
     as_scheduler,
     batch_to_tensors,
@@ -89,18 +99,22 @@ class Trainer:
             a step the scaler skips for inf/NaN gradients is not a divergence) or
             "bf16" (autocast to bfloat16, no scaler needed); None: float32.
             ``trainer.scaler`` is the scaler (checkpointed with the run).
+        log_every: on a GPU, read the losses back every this many optimizer
+            steps (one synchronization each time; see the module docstring).
     """
 
     def __init__(self, model, optimizer, train_loader, val_loader=None, *, loss_fn=None,
                  metrics=("accuracy",), scheduler=None, device=None, max_grad_norm=None,
                  max_grad_value=None, accumulation_steps: int = 1, label_smoothing: float = 0.0,
                  eval_every: int | None = None, callbacks=(), seed: int | None = None,
-                 progress: bool = True, create_graph: bool | None = None, amp: str | None = None):
+                 progress: bool = True, create_graph: bool | None = None, amp: str | None = None,
+                 log_every: int = 10):
         if amp not in (None, "fp16", "bf16"):
             raise ValueError(f"Trainer: amp must be None, 'fp16' or 'bf16', got {amp!r}")
         if seed is not None:
             seed_everything(seed)
         check_positive_int(accumulation_steps, "accumulation_steps")
+        check_positive_int(log_every, "log_every")
         if eval_every is not None:
             check_positive_int(eval_every, "eval_every")
         for name, value in (("max_grad_norm", max_grad_norm), ("max_grad_value", max_grad_value)):
@@ -139,6 +153,9 @@ class Trainer:
         self.extra = None        # anything JSON-like the caller wants in every checkpoint (run settings)
         self.amp = amp           # mixed precision: the forward under autocast, the fp16 loss scaled
         self.scaler = mixed.GradScaler(enabled=amp == "fp16")
+        self.log_every = int(log_every)
+        self._unread = []        # steps whose numbers are still on the GPU: (step, lr, micro-batches, norm)
+        self._micro = []         # this step's micro-batches so far: (loss, samples, correct or None)
 
     # ------------------------------------------------------------ the loop
     @property
@@ -177,6 +194,7 @@ class Trainer:
             self._end_epoch()
             if max_steps is not None and self.step >= max_steps:
                 break
+        self._read_back()
         self.completed = self.epoch >= epochs
         self._elapsed = time.perf_counter() - start
         self._clock = None
@@ -234,19 +252,18 @@ class Trainer:
                             enabled=self.amp is not None):
             out = self.model(x)
             loss = self._loss(out, y, smoothing=self.label_smoothing)
-        value = float(loss.item())
-        if not math.isfinite(value):
-            self._stop_non_finite("loss", value)
+        if loss.xp is np:  # a free read on the host: stop before the update, weights intact
+            value = float(loss.item())
+            if not math.isfinite(value):
+                self._stop_non_finite("loss", value)
+        else:  # on a GPU the value stays there until the next log read
+            value = loss.data
         self.scaler.scale(loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
         self._batches_in_epoch += 1
-        r = self._running
-        r["loss"] += value * len(y)
-        r["count"] += len(y)
-        r["batch_loss"] += value
-        r["batches"] += 1
-        if is_classification(y, out):
-            r["correct"] += int((out.data.argmax(axis=1) == y.data).sum())
-            r["classified"] += len(y)
+        correct = (out.data.argmax(axis=1) == y.data).sum() if is_classification(y, out) else None
+        if correct is not None and isinstance(value, float):  # on the host: a number now, as the loss
+            correct = int(correct)
+        self._micro.append((value, len(y), correct))
 
     def _optimizer_step(self, micro_batches: int) -> None:
         synchronize = getattr(self.optimizer, "synchronize", None)
@@ -262,11 +279,14 @@ class Trainer:
         if self.max_grad_value is not None:
             from minidl.optim import clip_grad_value_
             clip_grad_value_(params, self.max_grad_value)
+        norm = None
         if self.max_grad_norm is not None:
             from minidl.optim import clip_grad_norm_
-            norm = float(clip_grad_norm_(params, self.max_grad_norm))
-            if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
-                self._stop_non_finite("gradient norm", norm)
+            norm = clip_grad_norm_(params, self.max_grad_norm).data
+            if backend.xp_of(norm) is np:
+                norm = float(norm)
+                if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
+                    self._stop_non_finite("gradient norm", norm)
         lr = self.lr
         self.scaler.step(self.optimizer)  # optimizer.step(), unless the scaler found inf/NaN gradients
         self.scaler.update()
@@ -274,15 +294,57 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
         self.step += 1
-        r = self._running
-        step_loss = r["batch_loss"] / max(r["batches"], 1)
-        r["batch_loss"], r["batches"] = 0.0, 0
-        self.steps["step"].append(self.step)
-        self.steps["loss"].append(step_loss)
-        self.steps["lr"].append(lr)
-        self._call("on_step_end", self.step, {"step": self.step, "loss": step_loss, "lr": lr})
+        self._unread.append((self.step, lr, self._micro, norm))
+        self._micro = []
+        on_host = all(isinstance(v, float) for v, _, _ in self._unread[-1][2])
+        if on_host or self.step % self.log_every == 0:
+            self._read_back()
         if self.eval_every is not None and self.step % self.eval_every == 0:
             self._record()
+
+    def _read_back(self) -> None:
+        """Bring the numbers of the unread steps to the host (one copy), check them, log them in order."""
+        if not self._unread:
+            return
+        unread, self._unread = self._unread, []
+        arrays = [v for _, _, micro, norm in unread for m in micro for v in (m[0], m[2])
+                  if v is not None and not isinstance(v, (float, int))]
+        arrays += [norm for _, _, _, norm in unread if norm is not None and not isinstance(norm, float)]
+        values = iter([float(v) for v in backend.fetch(*arrays)] if arrays else [])
+        host = lambda v: v if v is None or isinstance(v, (float, int)) else next(values)  # noqa: E731
+        steps = [(step, lr, [(host(loss), n, host(correct)) for loss, n, correct in micro], norm)
+                 for step, lr, micro, norm in unread]
+        steps = [(step, lr, micro, host(norm)) for step, lr, micro, norm in steps]
+        r = self._running
+        for step, lr, micro, norm in steps:
+            for value, n, correct in micro:
+                if not math.isfinite(value):
+                    self._stop_non_finite_late("loss", value, step)
+                r["loss"] += value * n
+                r["count"] += n
+                r["batch_loss"] += value
+                r["batches"] += 1
+                if correct is not None:
+                    r["correct"] += int(correct)
+                    r["classified"] += n
+            if norm is not None and not math.isfinite(norm) and not self.scaler.is_enabled():
+                self._stop_non_finite_late("gradient norm", norm, step)
+            step_loss = r["batch_loss"] / max(r["batches"], 1)
+            r["batch_loss"], r["batches"] = 0.0, 0
+            self.steps["step"].append(step)
+            self.steps["loss"].append(step_loss)
+            self.steps["lr"].append(lr)
+            self._call("on_step_end", step, {"step": step, "loss": step_loss, "lr": lr})
+
+    def _stop_non_finite_late(self, what: str, value: float, step: int):
+        """A NaN/inf found at a GPU log read: the updates after it were applied; say so, and stop."""
+        self.optimizer.zero_grad()
+        self.model.zero_grad()
+        raise NonFiniteLossError(
+            f"training stopped: the {what} is {value} at step {step} (epoch {self.epoch + 1}), learning rate "
+            f"{self.lr:g}, found at the GPU log read after step {self.step} (log_every={self.log_every}): the "
+            f"weights hold the updates up to step {self.step}; resume from a checkpoint taken before step {step}. "
+            + NON_FINITE_HINT, step=step, loss=value)
 
     def _stop_non_finite(self, what: str, value: float):
         """Drop the partial gradients (the weights stay those of the last good step) and stop."""
@@ -295,6 +357,7 @@ class Trainer:
     # ------------------------------------------------------------ records and validation
     def _record(self, epoch: float | None = None) -> dict:
         """Close the running training averages, validate, append a history record, call on_evaluate."""
+        self._read_back()
         r = self._running
         epoch = self._epoch_progress() if epoch is None else epoch
         record = {"step": self.step, "epoch": round(epoch, 4)}
@@ -333,13 +396,13 @@ class Trainer:
         """
         was_training = self.model.training
         self.model.eval()
-        total, count, outputs, targets = 0.0, 0, [], []
+        total, count, outputs, targets, losses = 0.0, 0, [], [], []
         try:
             with no_grad():
                 for batch in loader:
                     x, y = self._to_device(batch)
                     out = self.model(x)
-                    total += float(self._loss(out, y, smoothing=0.0).item()) * len(y)
+                    losses.append((self._loss(out, y, smoothing=0.0).data, len(y)))  # read once, at the end
                     count += len(y)
                     if self.metrics and is_classification(y, out):
                         outputs.append(backend.to_numpy(out.data))
@@ -348,6 +411,8 @@ class Trainer:
             self.model.train(was_training)
         if count == 0:
             raise ValueError("Trainer.evaluate: the loader yielded no samples")
+        for value, n in zip(backend.fetch(*[v for v, _ in losses]), [n for _, n in losses]):
+            total += float(value) * n
         result = {"loss": total / count}
         if outputs:
             scores, labels = np.concatenate(outputs), np.concatenate(targets)
@@ -372,6 +437,7 @@ class Trainer:
 
         The per-step curves are arrays, so a long run's checkpoint header stays small.
         """
+        self._read_back()
         return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self._batches_in_epoch,
                 "history": [dict(r) for r in self.history],
                 "steps": {"step": np.asarray(self.steps["step"], dtype=np.int64),
