@@ -251,9 +251,9 @@ def test_conv_transpose2d_gradgradcheck():
 
 
 def test_float32_stays_float32(device):
-    x = mdl.randn(2, 4, 5, 5, requires_grad=True).to(device)
-    w = mdl.randn(4, 2, 3, 3, requires_grad=True).to(device)
-    wt = mdl.randn(4, 3, 3, 3, requires_grad=True).to(device)
+    x = mdl.randn(2, 4, 5, 5, device=device, requires_grad=True)
+    w = mdl.randn(4, 2, 3, 3, device=device, requires_grad=True)
+    wt = mdl.randn(4, 3, 3, 3, device=device, requires_grad=True)
     y = F.conv2d(x, w, padding="same", dilation=2, groups=2)
     z = F.conv_transpose2d(x, wt, stride=2, groups=2)
     assert y.dtype == z.dtype == np.float32 and y.device.startswith(device)
