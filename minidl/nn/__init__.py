@@ -57,6 +57,7 @@ from minidl.nn.loss import (
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from minidl.nn.recurrent import GRU, LSTM, RNN
+from minidl.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten",
@@ -68,4 +69,5 @@ __all__ = [
     "Unflatten",
     "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss",
     "SmoothL1Loss",
+    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer",
 ]
