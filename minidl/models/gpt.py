@@ -131,7 +131,7 @@ class GPT(nn.Module):
         scale would grow with depth; scaling the last layer of every branch by
         1/√(2N) keeps Var(x_L) about that of x_0, whatever the depth.
         """
-        std, residual_std = 0.02, 0.02 / math.sqrt(2 * self.config.n_layer)
+        std, residual_std = 0.02, 0.02 / math.sqrt(2 * max(self.config.n_layer, 1))
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):  # attn.proj and mlp.proj: the two residual projections
                 nn.init.normal_(p, 0.0, residual_std)

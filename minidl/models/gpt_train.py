@@ -141,8 +141,12 @@ class GPTProgress(Callback):
             print(text, file=self.stream)
 
 
-def train(s: dict, out: str | None, resume: str | None = None, show: bool = True, comm=None) -> dict:
+def train(s: dict, out: str | None, resume: str | None = None, show: bool = True, comm=None,
+          stop_after: int | None = None) -> dict:
     """Train with the settings ``s``; write the run folder ``out`` (rank 0 only); return a summary.
+
+    ``stop_after`` stops after that many steps, as if the run were killed
+    there (the schedule stays that of ``s["steps"]``); ``resume`` continues it.
 
     The folder gets ``gpt.safetensors`` (weights, config and tokenizer: what
     ``sample`` needs), ``last.safetensors`` (the resumable checkpoint),
@@ -167,7 +171,7 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
         trainer.load_checkpoint(resume)
     epochs = math.ceil(s["steps"] * s["accumulate"] / len(train_loader))
     started = time.perf_counter()
-    trainer.fit(epochs, max_steps=s["steps"])
+    trainer.fit(epochs, max_steps=s["steps"] if stop_after is None else min(stop_after, s["steps"]))
     seconds = time.perf_counter() - started
     if trainer.history and trainer.history[-1]["step"] == trainer.step:
         val_loss = trainer.history[-1]["val_loss"]

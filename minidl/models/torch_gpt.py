@@ -63,7 +63,7 @@ def torch_gpt(cfg):
             self.drop = nn.Dropout(cfg.dropout)
             self.blocks = nn.ModuleList([Block() for _ in range(cfg.n_layer)])
             self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-            residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+            residual_std = 0.02 / math.sqrt(2 * max(cfg.n_layer, 1))
             for name, p in self.named_parameters():
                 if name.endswith("proj.weight"):
                     nn.init.normal_(p, 0.0, residual_std)
