@@ -4,6 +4,6 @@
 - :mod:`minidl.models.gpt_train`: its training recipe and saved runs (``minidl gpt train``);
 - :mod:`minidl.models.gpt_cli`: the ``minidl gpt`` command.
 """
-from minidl.models.gpt import GPT, GPTConfig
+from minidl.models.gpt import GPT, GPTConfig, composed_attention
 
-__all__ = ["GPT", "GPTConfig"]
+__all__ = ["GPT", "GPTConfig", "composed_attention"]

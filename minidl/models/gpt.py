@@ -29,7 +29,21 @@ from minidl.autograd import no_grad
 from minidl.checkpoint import checkpoint
 from minidl.tensor import Tensor
 
-__all__ = ["GPT", "GPTConfig"]
+__all__ = ["GPT", "GPTConfig", "composed_attention"]
+
+
+def composed_attention(q, k, v, bias=None, scale=None):
+    """The teaching version of attention: softmax(s·Q Kᵀ + B) V in five recorded ops.
+
+    The same numbers as ``F.scaled_dot_product_attention`` (whose backward is
+    written by hand and keeps only the probabilities); ``bias`` is the mask
+    as an additive array, −∞ where a key takes no part.
+    """
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.mT) * scale               # (…, L, S): how well each query matches each key
+    if bias is not None:
+        scores = scores + bias                # −∞ where masked: those keys get probability 0
+    return F.softmax(scores, dim=-1) @ v      # each output: a weighted mean of the values
 
 
 @dataclass

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import minidl as mdl
+import minidl.functional as F
 from minidl.data.text import SHAKESPEARE_PATH, CharTokenizer, next_token_windows, shakespeare, split_ids
-from minidl.models import GPT, GPTConfig
+from minidl.models import GPT, GPTConfig, composed_attention
 from minidl.models.gpt_train import DEFAULTS, decay_groups, lm_loss, load_run, lr_schedule, train
 
 TINY = dict(DEFAULTS, n_layer=2, n_head=2, n_embd=16, block_size=16, batch_size=4, steps=6, warmup=2,
@@ -50,6 +51,21 @@ def test_gpt_matches_torch_logits_and_gradients():
     for name, p in model.named_parameters():
         np.testing.assert_allclose(p.grad.numpy(), grads_t[name].grad.numpy(), rtol=1e-8, atol=1e-12,
                                    err_msg=name)
+
+
+def test_the_teaching_attention_equals_the_one_op_attention_with_gradients():
+    rng = np.random.default_rng(9)
+    q, k, v = (mdl.tensor(rng.standard_normal((2, 3, 5, 4)), requires_grad=True) for _ in range(3))
+    causal = np.where(np.tril(np.ones((5, 5), dtype=bool)), 0.0, -np.inf)
+    g = mdl.tensor(rng.standard_normal((2, 3, 5, 4)))
+    ours = composed_attention(q, k, v, mdl.tensor(causal))
+    grads = mdl.grad([ours], [q, k, v], grad_outputs=[g])
+    op = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    grads_op = mdl.grad([op], [q, k, v], grad_outputs=[g])
+    np.testing.assert_allclose(ours.numpy(), op.numpy(), rtol=1e-12, atol=1e-14)
+    for a, b in zip(grads, grads_op):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-11, atol=1e-13)
+    assert mdl.gradcheck(lambda q, k, v: composed_attention(q, k, v, mdl.tensor(causal)), [q, k, v])
 
 
 def test_position_t_does_not_see_later_tokens():
@@ -94,7 +110,8 @@ def test_checkpointed_blocks_give_the_same_gradients():
     cfg = small_config(dropout=0.1)
     plain, ckpt = GPT(cfg).double(), GPT(cfg, checkpoint_blocks=True).double()
     ckpt.load_state_dict(plain.state_dict())
-    idx, y = np.random.default_rng(2).integers(0, 11, (2, 8)), mdl.tensor(np.random.default_rng(3).integers(0, 11, (2, 8)))
+    idx = np.random.default_rng(2).integers(0, 11, (2, 8))
+    y = mdl.tensor(np.random.default_rng(3).integers(0, 11, (2, 8)))
     for model in (plain, ckpt):
         mdl.manual_seed(5)  # the same dropout masks; checkpoint replays them in the recomputation
         lm_loss(model(idx), y).backward()
