@@ -38,7 +38,7 @@ __all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
     n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,       # the model: 0.8 M parameters
-    batch_size=32, accumulate=1, steps=400,                             # 2,048 tokens a step
+    batch_size=32, accumulate=1, steps=600,                             # 2,048 tokens a step
     lr=3e-3, min_lr=3e-4, warmup=60, weight_decay=0.1, betas=(0.9, 0.99), clip_norm=1.0,
     eval_every=100, val_windows=256, sample_every=200, checkpoint_blocks=False, seed=0,
 )
