@@ -223,3 +223,24 @@ def test_cross_entropy_of_logits_is_the_mean_over_positions():
     lp = logits.numpy() - np.log(np.exp(logits.numpy()).sum(-1, keepdims=True))
     want = -np.mean(np.take_along_axis(lp, y[..., None], -1))
     assert lm_loss(logits, mdl.tensor(y)).item() == pytest.approx(want, rel=1e-12)
+
+
+def test_data_parallel_on_two_ranks_trains_the_same_model(tmp_path, capsys):
+    from minidl.cli import main
+    from minidl.parallel import launch
+    reason = launch.mpi_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"MPI not installed: {reason}")
+    settings = ["--steps", "3", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+                "--batch-size", "8", "--eval-every", "3", "--warmup", "1", "--quiet"]
+    assert main(["gpt", "train", *settings, "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    job = launch.run(2, ["-m", "minidl", "gpt", "train", "--data-parallel", *settings, "--out", str(tmp_path / "two")],
+                     timeout=180)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("writing to") == 1 and "data-parallel on 2 ranks" in job.stdout
+    one = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))["model"]
+    two = mdl.load(str(tmp_path / "two" / "gpt.safetensors"))["model"]
+    assert list(one) == list(two)
+    for key in one:
+        np.testing.assert_allclose(np.asarray(two[key]), np.asarray(one[key]), rtol=0, atol=1e-5, err_msg=key)
