@@ -149,7 +149,7 @@ class MultiheadAttention(Module):
             mask, causal = masks.for_sdpa()
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
             weights = None
-        out = self.out_proj(out.transpose(1, 2).reshape(n, length, e))
+        out = self.out_proj(out.transpose(1, 2).reshape(n * length, e)).reshape(n, length, e)
         if not batched:
             out = out[0]
             weights = None if weights is None else weights[0]
@@ -173,12 +173,12 @@ class MultiheadAttention(Module):
         bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
         if self._qkv_same_embed_dim:
             if query is key and key is value:  # self-attention: one matrix product for all three
-                return F.linear(query, self.in_proj_weight, b).split(e, dim=-1)
+                return _linear(query, self.in_proj_weight, b).split(e, dim=-1)
             w = self.in_proj_weight
             wq, wk, wv = w[:e], w[e:2 * e], w[2 * e:]
         else:
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        return _linear(query, wq, bq), _linear(key, wk, bk), _linear(value, wv, bv)
 
     def _split_heads(self, x):
         n, length, _ = x.shape
@@ -320,7 +320,8 @@ class TransformerEncoderLayer(Module):
         return self.dropout1(x)
 
     def _ff_block(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        rows = x.reshape(-1, x.shape[-1])  # one 2-D product per Linear (BLAS is slower batched over N)
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(rows))))).reshape(x.shape)
 
 
 class TransformerEncoder(Module):
@@ -351,6 +352,12 @@ class TransformerEncoder(Module):
         for layer in self.layers:
             out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
         return out if self.norm is None else self.norm(out)
+
+
+def _linear(x, weight, bias):
+    """F.linear on (N, L, in) as one 2-D product: BLAS runs it several times faster than batched over N."""
+    n, length, _ = x.shape
+    return F.linear(x.reshape(n * length, x.shape[-1]), weight, bias).reshape(n, length, weight.shape[0])
 
 
 def _as_tensor(x):
