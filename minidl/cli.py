@@ -130,8 +130,9 @@ def _add_gradcheck(sub):
 
 
 def _add_optional_commands(sub):
-    """Commands whose modules may register themselves (train, diagnose, optimizers, lr-find, bench)."""
-    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict"):
+    """Commands whose modules register themselves (train, diagnose, optimizers, lr-find, bench, predict, gpt)."""
+    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict",
+                        "minidl.models.gpt_cli"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:

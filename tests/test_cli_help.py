@@ -26,9 +26,22 @@ def test_every_command_is_listed_with_help():
         assert helps.get(name), f"minidl {name} has no one-line help in 'minidl --help'"
 
 
-@pytest.mark.parametrize("name", _commands())
+def _nested(name, parser):
+    """The parser of ``name`` and of each subcommand below it (``gpt train``, ``gpt sample``)."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child, child_parser in action.choices.items():
+                yield from _nested(f"{name} {child}", child_parser)
+
+
+ALL_PARSERS = dict(item for command, parser in _subparsers(build_parser())[0].items()
+                   for item in _nested(command, parser))
+
+
+@pytest.mark.parametrize("name", sorted(ALL_PARSERS))
 def test_every_option_has_help_and_its_default(name):
-    parser = _subparsers(build_parser())[0][name]
+    parser = ALL_PARSERS[name]
     assert parser.description and not RAW_MARKUP.search(parser.description), f"minidl {name}: description"
     text = parser.format_help()
     assert not RAW_MARKUP.search(text), f"minidl {name} --help shows raw reStructuredText markup"

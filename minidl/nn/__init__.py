@@ -71,6 +71,7 @@ from minidl.nn.pooling import (
 )
 from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
+from minidl.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
@@ -83,4 +84,5 @@ __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
+    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer",
 ]

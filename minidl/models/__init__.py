@@ -1,0 +1,9 @@
+"""Complete models built from minidl's layers, each in one readable file.
+
+- :mod:`minidl.models.gpt`: a small GPT (decoder-only transformer), ``GPT`` and ``GPTConfig``;
+- :mod:`minidl.models.gpt_train`: its training recipe and saved runs (``minidl gpt train``);
+- :mod:`minidl.models.gpt_cli`: the ``minidl gpt`` command.
+"""
+from minidl.models.gpt import GPT, GPTConfig, composed_attention
+
+__all__ = ["GPT", "GPTConfig", "composed_attention"]

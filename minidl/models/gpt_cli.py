@@ -1,0 +1,145 @@
+"""The ``minidl gpt`` command: train a small GPT on the bundled Shakespeare, then sample from it.
+
+    minidl gpt train                          # the defaults: about 10 minutes on 2 CPU cores
+    minidl gpt train --steps 2000 --n-layer 6 --out runs/gpt-big
+    minidl gpt train --resume runs/gpt/last.safetensors       # continues bit for bit
+    minidl gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 20
+    mpiexec -n 2 python -m mpi4py -m minidl gpt train --data-parallel
+
+The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.gpt`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from minidl.cli import add_command, positive_float, positive_int
+
+DEFAULT_OUT = os.path.join("runs", "gpt")
+
+# command-line option → settings key (and argparse type); None means "keep the default"
+_OPTIONS = [
+    ("--steps", "steps", positive_int, "optimizer steps in all, counting a resumed run's"),
+    ("--batch-size", "batch_size", positive_int, "sequences per micro-batch"),
+    ("--block-size", "block_size", positive_int, "context length in characters"),
+    ("--n-layer", "n_layer", positive_int, "transformer blocks"),
+    ("--n-head", "n_head", positive_int, "attention heads per block"),
+    ("--n-embd", "n_embd", positive_int, "width of the residual stream"),
+    ("--dropout", "dropout", float, "dropout probability"),
+    ("--lr", "lr", positive_float, "peak learning rate (after warmup)"),
+    ("--min-lr", "min_lr", float, "learning rate at the end of the cosine"),
+    ("--warmup", "warmup", positive_int, "linear warmup steps"),
+    ("--weight-decay", "weight_decay", float, "AdamW's decay, on the Linear weights only"),
+    ("--clip-norm", "clip_norm", positive_float, "clip the gradients' global norm to this"),
+    ("--accumulate", "accumulate", positive_int, "micro-batches per optimizer step"),
+    ("--eval-every", "eval_every", positive_int, "validate (and write last.safetensors) every this many steps"),
+    ("--sample-every", "sample_every", positive_int, "print a sample every this many steps (a multiple of "
+                                                     "--eval-every)"),
+    ("--seed", "seed", int, "seed of initialization, data order, dropout"),
+]
+
+
+def train_command(args) -> int:
+    from minidl.models.gpt_train import DEFAULTS, train
+    from minidl.train.checkpoint import read_checkpoint
+
+    s = dict(DEFAULTS)
+    if args.resume:
+        try:
+            saved = (read_checkpoint(args.resume).get("extra") or {}).get("settings")
+        except (OSError, ValueError) as exc:
+            print(f"minidl gpt train: error: cannot resume from {args.resume}: {exc}", file=sys.stderr)
+            return 1
+        if not isinstance(saved, dict) or set(saved) != set(DEFAULTS):
+            print(f"minidl gpt train: error: {args.resume} is not a checkpoint of minidl gpt train", file=sys.stderr)
+            return 1
+        s.update(saved)
+    for _, key, _, _ in _OPTIONS:
+        if getattr(args, key) is not None:
+            s[key] = getattr(args, key)
+    if args.checkpoint_blocks:
+        s["checkpoint_blocks"] = True
+    if args.amp is not None:
+        s["amp"] = args.amp
+    out = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else DEFAULT_OUT)
+    comm = None
+    if args.data_parallel:
+        from minidl import parallel
+        comm = parallel.init(device="cpu")
+    root = comm is None or comm.rank == 0
+    if root:
+        print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
+              f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
+              f"tokens; AdamW lr {s['lr']:g} (warmup {s['warmup']}, cosine to {s['min_lr']:g}), clip "
+              f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
+              + (f", mixed precision {s['amp']}" if s["amp"] else "")
+              + (f", data-parallel on {comm.size} ranks" if comm is not None else "") + f"\nwriting to {out}")
+    try:
+        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm)
+    except ValueError as exc:
+        print(f"minidl gpt train: error: {exc}", file=sys.stderr)
+        return 1
+    if root:
+        print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
+              f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
+        print(f"wrote {out}/: gpt.safetensors, last.safetensors, loss.png, metrics.jsonl; "
+              f"try: minidl gpt sample --run {out}")
+    return 0
+
+
+def sample_command(args) -> int:
+    import numpy as np
+
+    from minidl.models.gpt_train import load_run
+    try:
+        model, tok = load_run(args.run_dir)
+        prompt = tok.encode(args.prompt.replace("\\n", "\n"))
+    except (OSError, ValueError) as exc:
+        print(f"minidl gpt sample: error: {exc}", file=sys.stderr)
+        return 1
+    if len(prompt) == 0:
+        prompt = tok.encode("\n")
+    rng = np.random.default_rng(args.seed)
+    for i in range(args.num_samples):
+        ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
+                             generator=rng)
+        if i:
+            print("-" * 40)
+        print(tok.decode(ids[0]))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    gpt = add_command(subparsers, "gpt", help="train a small GPT on bundled Shakespeare, and sample from it",
+                      description="A character-level GPT on the bundled Shakespeare plays: 'minidl gpt train', "
+                                  "then 'minidl gpt sample'.")
+    sub = gpt.add_subparsers(dest="gpt_command", metavar="{train,sample}", required=True,
+                             help="train, or sample from a trained run")
+    p = add_command(sub, "train", help="train (defaults: about 10 minutes on 2 CPU cores)",
+                    description="Train a character-level GPT on the bundled Shakespeare plays.")
+    from minidl.models.gpt_train import DEFAULTS
+    for flag, key, kind, text in _OPTIONS:  # None when not given, so a resumed run keeps its own settings
+        p.add_argument(flag, dest=key, type=kind, help=f"{text} (default: {DEFAULTS[key]}, or the resumed run's)")
+    p.add_argument("--checkpoint-blocks", dest="checkpoint_blocks", action="store_true",
+                   help="gradient checkpointing: recompute each block in backward (less memory, ~1/3 more time)")
+    p.add_argument("--amp", choices=("bf16", "fp16"), default=None,
+                   help="mixed precision: matrix products in bfloat16 (needs ml_dtypes) or float16 with loss "
+                        "scaling; LayerNorm, softmax, attention and the loss stay float32 (default: off, float32)")
+    p.add_argument("--out", help=f"run folder (default {DEFAULT_OUT})")
+    p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")
+    p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
+                   help="under mpiexec: one model per rank, each on its slice of every batch")
+    p.set_defaults(run=train_command)
+    p = add_command(sub, "sample", help="generate text from a trained run",
+                    description="Generate text from a run written by minidl gpt train.")
+    p.add_argument("--run", dest="run_dir", default=DEFAULT_OUT,
+                   help=f"run folder or gpt.safetensors (default {DEFAULT_OUT})")
+    p.add_argument("--prompt", default="\n", help="text to continue (\\n for a newline)")
+    p.add_argument("--temperature", type=positive_float, default=0.8, help="below 1: surer; above 1: wilder")
+    p.add_argument("--top-k", dest="top_k", type=positive_int,
+                   help="draw only from the k likeliest characters (default: all)")
+    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
+    p.add_argument("--num-samples", dest="num_samples", type=positive_int, default=1, help="texts to generate")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    p.set_defaults(run=sample_command)

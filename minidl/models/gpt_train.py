@@ -1,0 +1,210 @@
+"""The GPT training recipe, through the Trainer, and the saved run that ``minidl gpt sample`` reads.
+
+    settings = dict(DEFAULTS, steps=200)
+    result = train(settings, out="runs/gpt")        # trains, writes the run folder, returns a summary
+    model, tok = load_run("runs/gpt")                # the trained model and its tokenizer
+    print(tok.decode(model.generate(tok.encode("ROMEO:\\n")[None], 200, temperature=0.8)[0]))
+
+The recipe, each part the textbook's:
+
+- AdamW, with weight decay on the matrices of the Linear layers only: decay pulls
+  weights towards 0, which is a prior for the weights that multiply inputs;
+  a bias, a LayerNorm gain (whose neutral value is 1, not 0) and an embedding
+  row (updated only when its token appears) are not such weights;
+- linear warmup, then cosine decay to ``min_lr`` (the early steps' Adam
+  statistics are poor, so the first updates are small);
+- gradient clipping at global norm 1.0; gradient accumulation over
+  ``accumulate`` micro-batches; optional gradient checkpointing per block;
+- data parallel under ``mpiexec`` (``--data-parallel``), as ``minidl train``;
+- everything in a Trainer checkpoint, so ``--resume`` continues bit for bit.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import minidl.functional as F
+from minidl import nn
+from minidl.data.text import CharTokenizer, next_token_windows, shakespeare, split_ids
+from minidl.models.gpt import GPT, GPTConfig
+from minidl.train.callbacks import Callback
+
+__all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_run", "lr_schedule", "train"]
+
+# Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
+DEFAULTS = dict(
+    n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,       # the model: 0.8 M parameters
+    batch_size=32, accumulate=1, steps=600,                             # 2,048 tokens a step
+    lr=3e-3, min_lr=3e-4, warmup=60, weight_decay=0.1, betas=(0.9, 0.99), clip_norm=1.0,
+    eval_every=100, val_windows=256, sample_every=200, checkpoint_blocks=False, seed=0,
+    amp=None,                                                           # or "bf16", "fp16": mixed precision
+)
+
+
+def lm_loss(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross-entropy of every position's next-token prediction: logits (B, T, V), targets (B, T)."""
+    vocab = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), label_smoothing=label_smoothing)
+
+
+def decay_groups(model, weight_decay: float) -> list[dict]:
+    """Two parameter groups: the Linear weights with ``weight_decay``, everything else without."""
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    params = list(model.parameters())
+    return [{"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0}]
+
+
+def lr_schedule(lr: float, min_lr: float, warmup: int, steps: int):
+    """f(t): a cosine from lr down to min_lr over ``steps``, times a linear ramp from 1/20 to 1 over ``warmup``."""
+    from minidl.optim import schedules
+    return schedules.warmup(schedules.cosine_restarts(lr, T0=steps, eta_min=min_lr), steps=max(warmup, 1))
+
+
+def build(s: dict, comm=None):
+    """(model, optimizer, schedule, train_loader, val_loader, tokenizer) for the settings ``s``."""
+    from minidl import optim
+    from minidl.data import DataLoader, TensorDataset
+    text = shakespeare()
+    tok = CharTokenizer.from_text(text)
+    train_ids, val_ids = split_ids(tok.encode(text), val_fraction=0.1)
+    x, y = next_token_windows(train_ids, s["block_size"])
+    vx, vy = next_token_windows(val_ids, s["block_size"], limit=s["val_windows"])
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=s["block_size"], n_layer=s["n_layer"],
+                    n_head=s["n_head"], n_embd=s["n_embd"], dropout=s["dropout"])
+    model = GPT(cfg, checkpoint_blocks=s["checkpoint_blocks"])
+    optimizer = optim.AdamW(decay_groups(model, s["weight_decay"]), lr=s["lr"], betas=tuple(s["betas"]))
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=s["batch_size"], shuffle=True, drop_last=True,
+                              seed=s["seed"])
+    if comm is not None:
+        from minidl import parallel
+        model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
+    val_loader = DataLoader(TensorDataset(vx, vy), batch_size=64)
+    return model, optimizer, lr_schedule(s["lr"], s["min_lr"], s["warmup"], s["steps"]), train_loader, \
+        val_loader, tok
+
+
+class GPTProgress(Callback):
+    """A bar over the optimizer steps with tokens/s and loss; validation losses and samples as they come.
+
+    Writes the resumable checkpoint ``last.safetensors`` at every validation.
+    Samples are drawn with their own generator, so they never change the run.
+    """
+
+    def __init__(self, total_steps: int, tokens_per_step: int, tokenizer, out: str | None,
+                 sample_every: int = 0, show: bool = True, stream=None):
+        self.total, self.tokens_per_step, self.tok, self.out = total_steps, tokens_per_step, tokenizer, out
+        self.sample_every, self.show, self.stream = sample_every, show, stream or sys.stderr
+        self.bar, self.tokens_per_s = None, float("nan")
+        self.training_seconds, self.steps_timed, self.last = 0.0, 0, 0.0
+
+    def on_train_begin(self, trainer):
+        self.training_seconds, self.steps_timed, self.last = 0.0, 0, time.perf_counter()
+        if self.show:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=self.total, initial=trainer.step, unit="step", desc="gpt", file=self.stream,
+                            dynamic_ncols=True)
+
+    def on_step_end(self, trainer, step, logs):
+        now = time.perf_counter()  # the time since the last step or validation: training only
+        self.training_seconds += now - self.last
+        self.steps_timed += 1
+        self.last = now
+        self.tokens_per_s = self.steps_timed * self.tokens_per_step / max(self.training_seconds, 1e-9)
+        if self.bar is not None:
+            self.bar.update(1)
+            val = f", val {trainer.history[-1]['val_loss']:.3f}" if trainer.history else ""
+            self.bar.set_postfix_str(f"{self.tokens_per_s:,.0f} tok/s, loss {logs['loss']:.3f}{val}", refresh=False)
+
+    def on_evaluate(self, trainer, logs):
+        if self.out is not None:
+            trainer.save_checkpoint(os.path.join(self.out, "last.safetensors"))
+        if self.show and self.sample_every and trainer.step % self.sample_every == 0:
+            model = getattr(trainer.model, "module", trainer.model)
+            ids = model.generate(self.tok.encode("\n")[None], 160, temperature=0.8, top_k=None,
+                                 generator=np.random.default_rng(trainer.step))
+            self._write(f"--- step {trainer.step}, validation loss {logs['val_loss']:.4f}; a sample:\n"
+                        f"{self.tok.decode(ids[0, 1:])}\n---")
+        self.last = time.perf_counter()
+
+    def on_train_end(self, trainer):
+        if self.bar is not None:
+            self.bar.close()
+
+    def _write(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream)
+
+
+def train(s: dict, out: str | None, resume: str | None = None, show: bool = True, comm=None,
+          stop_after: int | None = None) -> dict:
+    """Train with the settings ``s``; write the run folder ``out`` (rank 0 only); return a summary.
+
+    ``stop_after`` stops after that many steps, as if the run were killed
+    there (the schedule stays that of ``s["steps"]``); ``resume`` continues it.
+
+    The folder gets ``gpt.safetensors`` (weights, config and tokenizer: what
+    ``sample`` needs), ``last.safetensors`` (the resumable checkpoint),
+    ``metrics.jsonl`` and ``loss.png``.
+    """
+    from minidl.train import JSONLLogger, Trainer, plot_curves
+    from minidl.train.trainer import seed_everything
+
+    seed_everything(s["seed"])
+    model, optimizer, schedule, train_loader, val_loader, tok = build(s, comm)
+    root = comm is None or comm.rank == 0
+    callbacks = [GPTProgress(s["steps"], s["batch_size"] * s["block_size"] * s["accumulate"], tok,
+                             out if root else None, s["sample_every"], show=show and root)]
+    if root and out is not None:
+        os.makedirs(out, exist_ok=True)
+        callbacks.append(JSONLLogger(os.path.join(out, "metrics.jsonl")))
+    trainer = Trainer(model, optimizer, train_loader, val_loader, loss_fn=lm_loss, metrics=None,
+                      scheduler=schedule, max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
+                      eval_every=s["eval_every"], callbacks=callbacks, progress=False, amp=s["amp"])
+    trainer.extra = {"settings": s}
+    if resume:
+        trainer.load_checkpoint(resume)
+    epochs = math.ceil(s["steps"] * s["accumulate"] / len(train_loader))
+    started = time.perf_counter()
+    trainer.fit(epochs, max_steps=s["steps"] if stop_after is None else min(stop_after, s["steps"]))
+    seconds = time.perf_counter() - started
+    if trainer.history and trainer.history[-1]["step"] == trainer.step:
+        val_loss = trainer.history[-1]["val_loss"]
+    else:  # the last step was not a validation step
+        val_loss = trainer.evaluate(val_loader)["loss"]
+    net = getattr(model, "module", model)
+    summary = {"steps": trainer.step, "val_loss": val_loss, "seconds": seconds,
+               "tokens_per_s": callbacks[0].tokens_per_s, "parameters": net.num_parameters()}
+    if root and out is not None:
+        save_run(out, net, tok)
+        plot_curves(trainer.history, os.path.join(out, "loss.png"), steps=trainer.steps,
+                    title=f"GPT on Shakespeare ({summary['parameters']:,} parameters)")
+    summary["trainer"] = trainer
+    return summary
+
+
+def save_run(out: str, model: GPT, tok: CharTokenizer) -> str:
+    """Write ``out/gpt.safetensors``: the weights, the config and the tokenizer (no pickle)."""
+    import minidl as mdl
+    path = os.path.join(out, "gpt.safetensors")
+    mdl.save({"model": model.state_dict(), "config": model.config.to_dict(), "tokenizer": tok.state_dict()}, path)
+    return path
+
+
+def load_run(folder: str):
+    """(model, tokenizer) from a run folder (or a ``gpt.safetensors`` file) written by :func:`train`."""
+    import minidl as mdl
+    path = folder if folder.endswith(".safetensors") else os.path.join(folder, "gpt.safetensors")
+    saved = mdl.load(path)
+    if not isinstance(saved, dict) or not {"model", "config", "tokenizer"} <= set(saved):
+        raise ValueError(f"{path} is not a saved GPT run (expected the keys model, config, tokenizer)")
+    model = GPT(GPTConfig(**saved["config"]))
+    model.load_state_dict(saved["model"])
+    model.eval()
+    return model, CharTokenizer.from_state_dict(saved["tokenizer"])
