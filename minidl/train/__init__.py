@@ -34,11 +34,13 @@ from minidl.train.metrics import (
 )
 from minidl.train.models import build_model
 from minidl.train.predict import Run, load_run
+from minidl.train.tensorboard import TensorBoardLogger
 from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
 
 __all__ = [
     "CSVLogger", "Callback", "CheckResult", "CheckpointError", "EarlyStopping", "JSONLLogger",
-    "ModelCheckpoint", "NonFiniteLossError", "Run", "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
+    "ModelCheckpoint", "NonFiniteLossError", "Run", "TensorBoardLogger",
+    "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
     "check_initial_loss", "classification_report", "compare_with_zeroed_inputs", "confusion_matrix",
     "diagnose", "fit", "format_report", "format_statistics", "layer_statistics", "load_checkpoint", "load_run",
     "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",
