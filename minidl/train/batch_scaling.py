@@ -289,17 +289,20 @@ def plot_batch_scaling(study: BatchScalingStudy, path=None, ax=None):
     if np.isfinite(study.s_min) and np.isfinite(study.b_crit):
         grid = np.geomspace(b.min(), b.max(), 200)
         ax.plot(grid, study.s_min * (1 + study.b_crit / grid), "k-", lw=1,
-                label=f"fit $S_{{min}}(1 + B_{{crit}}/B)$, $B_{{crit}}$ = {study.b_crit:.0f}")
+                label="fit $S_{min}(1 + B_{crit}/B)$")
         ideal = grid[study.s_min * study.b_crit / grid >= study.s_min / 2]
         ax.plot(ideal, study.s_min * study.b_crit / ideal, "k:", lw=0.8, label="perfect scaling $\\propto 1/B$")
         ax.axhline(study.s_min, color="k", ls="--", lw=0.8, label=f"$S_{{min}}$ = {study.s_min:.0f}")
+        if b.min() <= study.b_crit <= b.max():
+            ax.axvline(study.b_crit, color="k", ls="-.", lw=0.8,
+                       label=f"measured $B_{{crit}}$ (fit) = {study.b_crit:.0f}")
     if math.isfinite(study.noise_scale):
         ax.axvline(study.noise_scale, color="tab:blue", lw=1.5,
                    label=f"predicted: mean $B_{{simple}}$ = {study.noise_scale:.0f}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size B")
-    ax.set_ylabel(f"steps to loss {study.target_loss:g}")
+    ax.set_ylabel(f"steps to loss {study.target_loss:.4g}")
     ax.set_title("Batch-size scaling: steps to a target loss")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -171,3 +171,19 @@ def test_study_rejects_bad_batch_sizes():
         batch_size_study(_linear, x, y, [1, 128], 0.3, [0.1], loss_fn=_mse)
     with pytest.raises(ValueError, match="no run reached"):
         batch_size_study(_linear, x, y, [8], 0.0, [0.1], loss_fn=_mse, max_steps=5)
+
+
+def test_the_plot_draws_every_part_and_nothing_is_clipped():
+    pytest.importorskip("matplotlib")
+    from tests.test_figures_not_clipped import assert_nothing_clipped
+    from minidl.train.batch_scaling import BatchScalingStudy, plot_batch_scaling
+
+    b = [1, 2, 4, 8, 16, 32, 64]
+    s = [round(10 * (1 + 8 / bi)) for bi in b]
+    study = BatchScalingStudy(b, s, [0.1] * 7, 0.5, 12.0, regions=classify_regions(b, s))
+    study.s_min, study.b_crit = fit_steps_model(b, s)
+    fig = plot_batch_scaling(study)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert set(REGIONS) <= set(labels)
+    assert any("predicted" in t and "12" in t for t in labels) and any("measured" in t for t in labels)
+    assert_nothing_clipped(fig, "batch scaling plot")
