@@ -175,8 +175,8 @@ def test_study_rejects_bad_batch_sizes():
 
 def test_the_plot_draws_every_part_and_nothing_is_clipped():
     pytest.importorskip("matplotlib")
-    from tests.test_figures_not_clipped import assert_nothing_clipped
     from minidl.train.batch_scaling import BatchScalingStudy, plot_batch_scaling
+    from tests.test_figures_not_clipped import assert_nothing_clipped
 
     b = [1, 2, 4, 8, 16, 32, 64]
     s = [round(10 * (1 + 8 / bi)) for bi in b]
