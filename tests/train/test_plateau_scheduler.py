@@ -88,3 +88,24 @@ def test_per_step_schedulers_still_step_after_every_optimizer_step():
                       progress=False)
     trainer.fit(epochs=1)
     assert trainer.steps["lr"] == [0.1 * 0.5 ** i for i in range(len(train))]
+
+
+def test_a_resumed_run_continues_the_plateau_schedule_exactly(tmp_path):
+    def run(stop_after=None):
+        model, train, val = _setup()
+        opt = optim.SGD(model.parameters(), lr=0.4)
+        sched = optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=1, threshold=0.0)
+        return Trainer(model, opt, train, val, scheduler=sched, eval_every=2, progress=False), sched
+
+    whole, _ = run()
+    whole.fit(epochs=4)
+    first, _ = run()
+    first.fit(epochs=2)
+    first.save_checkpoint(tmp_path / "ckpt.safetensors")
+    resumed, sched = run()
+    resumed.load_checkpoint(tmp_path / "ckpt.safetensors")
+    resumed.fit(epochs=4)
+    assert resumed.steps["lr"] == whole.steps["lr"]
+    assert sched.num_bad_epochs == whole.scheduler.num_bad_epochs and sched.best == whole.scheduler.best
+    for (name, a), (_, b) in zip(resumed.model.named_parameters(), whole.model.named_parameters()):
+        np.testing.assert_array_equal(a.data, b.data, err_msg=name)
