@@ -131,3 +131,24 @@ def test_cli_writes_event_files_and_a_resume_keeps_them(tmp_path, capsys):
     assert main(["train", "--resume", str(out / "last.safetensors"), "--epochs", "2", "--quiet"]) == 0
     scalars, _ = _values(_read_events(out / "tensorboard"))
     assert len(scalars["val_accuracy"]) == 2
+
+
+def test_on_a_device_the_histograms_are_of_the_device_arrays(standin_or_gpu, tmp_path):
+    from minidl import backend
+    x, y = gaussian_blobs(n=64, centers=3, std=1.0, seed=0)
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 3))
+    logger = TensorBoardLogger(tmp_path / "tb")
+    trainer = Trainer(model, optim.SGD(model.parameters(), lr=0.1), DataLoader((x.astype(np.float32), y),
+                      batch_size=16), DataLoader((x.astype(np.float32), y), batch_size=64), device="cuda",
+                      callbacks=[logger], progress=False)
+    trainer.fit(epochs=1)
+    logger.close()
+    scalars, histograms = _values(_read_events(tmp_path / "tb"))
+    assert scalars["val_loss"] == {4: np.float32(trainer.history[0]["val_loss"])}
+    for name, p in model.named_parameters():
+        assert p.device.startswith("cuda")
+        h = histograms[f"weights/{name}"][4]
+        assert h.num == p.numel() and h.sum == pytest.approx(float(backend.to_numpy(p.data).sum()), rel=1e-6)
+        assert histograms[f"gradients/{name}"][4].num == p.numel()
+    assert histograms["activations/2"][4].num == 64 * 3
