@@ -8,6 +8,16 @@
 
 The command line does all of it in one go: ``minidl train`` (see docs/training.md).
 """
+from minidl.train.batch_scaling import (
+    BatchScalingStudy,
+    batch_size_study,
+    classify_regions,
+    fit_steps_model,
+    noise_scale_at,
+    plot_batch_scaling,
+    scaling_efficiency,
+    steps_to_target,
+)
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
 from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from minidl.train.curves import make_figure, plot_curves
@@ -34,11 +44,15 @@ from minidl.train.metrics import (
 )
 from minidl.train.models import build_model
 from minidl.train.predict import Run, load_run
+from minidl.train.tensorboard import TensorBoardLogger
 from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
 
 __all__ = [
     "CSVLogger", "Callback", "CheckResult", "CheckpointError", "EarlyStopping", "JSONLLogger",
-    "ModelCheckpoint", "NonFiniteLossError", "Run", "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
+    "ModelCheckpoint", "NonFiniteLossError", "Run", "TensorBoardLogger",
+    "BatchScalingStudy", "batch_size_study", "classify_regions", "fit_steps_model", "noise_scale_at",
+    "plot_batch_scaling", "scaling_efficiency", "steps_to_target",
+    "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
     "check_initial_loss", "classification_report", "compare_with_zeroed_inputs", "confusion_matrix",
     "diagnose", "fit", "format_report", "format_statistics", "layer_statistics", "load_checkpoint", "load_run",
     "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",

@@ -199,10 +199,12 @@ def train_command(args) -> int:
     from minidl.train.trainer import seed_everything
 
     started = time.perf_counter()
-    saved = None
+    saved, tensorboard = None, getattr(args, "tensorboard", False)
     if args.resume:
         try:
-            saved = _saved_settings(read_checkpoint(args.resume).get("extra"))
+            extra = read_checkpoint(args.resume).get("extra")
+            saved = _saved_settings(extra)
+            tensorboard = tensorboard or (isinstance(extra, dict) and extra.get("tensorboard") is True)
         except (OSError, ValueError) as exc:  # FileNotFoundError, CheckpointError and damaged settings
             return _fail(f"cannot resume from {args.resume}: {exc}")
     s = _settings(args, saved)
@@ -235,13 +237,19 @@ def train_command(args) -> int:
     if root:
         os.makedirs(out, exist_ok=True)
         callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
+        if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
+            from minidl.train.tensorboard import TensorBoardLogger
+            try:
+                callbacks.append(TensorBoardLogger(os.path.join(out, "tensorboard")))
+            except ImportError as exc:
+                return _end(comm, _fail(str(exc)))
     if args.patience:
         callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
     trainer = Trainer(model, optimizer, train_loader, val_loader, scheduler=schedule, callbacks=callbacks,
                       max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
                       label_smoothing=s["label_smoothing"], progress=not args.quiet and root,
                       metrics=("accuracy", "f1"), amp=args.amp)
-    trainer.extra = {"settings": s}
+    trainer.extra = {"settings": s, "tensorboard": bool(tensorboard)}
     if args.resume:
         try:
             trainer.load_checkpoint(args.resume)
@@ -279,7 +287,7 @@ def train_command(args) -> int:
 
 
 RUN_FILES = ("model.safetensors", "standardizer.safetensors", "curves.png", "metrics.jsonl", "last.safetensors",
-             "best.safetensors")
+             "best.safetensors", "tensorboard")
 
 
 def written_files(folder: str) -> list:
@@ -322,6 +330,11 @@ def _add_train(sub):
                    "(default: a fresh run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (the bar shows the mean training loss "
                    "of the epoch so far; metrics.jsonl records it at the end of each epoch)")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also write TensorBoard event files into OUT/tensorboard: scalars, and histograms of weights, "
+                        "activations and gradients at each validation (needs tensorboardX: pip install "
+                        "minidl[tensorboard]; a resumed run keeps its checkpoint's choice; default: off, "
+                        "metrics.jsonl only)")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on 1/N of every batch, gradients all-reduced "
                         "(mpiexec -n 4 python -m mpi4py -m minidl train --data-parallel; see docs/data_parallel.md)")

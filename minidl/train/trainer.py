@@ -34,6 +34,7 @@ tests/train/test_device_sync_budget.py holds an MLP and a CNN to this.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 
@@ -79,7 +80,10 @@ class Trainer:
             "precision", "recall", "f1") or ``{name: fn(y_true, scores)}``;
             computed on validation data. Used only for integer targets.
         scheduler: an ``LRScheduler``, or a plain schedule ``f(t) -> lr``
-            (wrapped in one); stepped after every optimizer step.
+            (wrapped in one); stepped after every optimizer step. A scheduler whose
+            ``step`` needs a metric (``ReduceLROnPlateau``) is stepped instead at
+            every validation, with the record's ``scheduler_monitor`` value.
+        scheduler_monitor: the history key given to such a scheduler ("val_loss").
         max_grad_norm, max_grad_value: gradient clipping by global norm, or by value.
         accumulation_steps: micro-batches per optimizer step.
         label_smoothing: passed to the loss (``loss_fn(out, y, label_smoothing=...)``)
@@ -108,7 +112,7 @@ class Trainer:
                  max_grad_value=None, accumulation_steps: int = 1, label_smoothing: float = 0.0,
                  eval_every: int | None = None, callbacks=(), seed: int | None = None,
                  progress: bool = True, create_graph: bool | None = None, amp: str | None = None,
-                 log_every: int = 10):
+                 log_every: int = 10, scheduler_monitor: str = "val_loss"):
         if amp not in (None, "fp16", "bf16"):
             raise ValueError(f"Trainer: amp must be None, 'fp16' or 'bf16', got {amp!r}")
         if seed is not None:
@@ -135,6 +139,11 @@ class Trainer:
         self.loss_fn = loss_fn if loss_fn is not None else default_loss
         self.metrics = metric_functions(metrics)
         self.scheduler = as_scheduler(scheduler, optimizer)
+        self.scheduler_monitor = scheduler_monitor
+        self._metric_scheduler = _takes_metric(self.scheduler)
+        if self._metric_scheduler and scheduler_monitor.startswith("val_") and val_loader is None:
+            raise ValueError(f"Trainer: {type(self.scheduler).__name__} steps on {scheduler_monitor!r}, "
+                             "which needs a val_loader (or pass scheduler_monitor='train_loss')")
         self.max_grad_norm, self.max_grad_value = max_grad_norm, max_grad_value
         self.accumulation_steps, self.label_smoothing = int(accumulation_steps), float(label_smoothing)
         self.eval_every, self.callbacks, self.progress = eval_every, list(callbacks), progress
@@ -291,7 +300,7 @@ class Trainer:
         self.scaler.step(self.optimizer)  # optimizer.step(), unless the scaler found inf/NaN gradients
         self.scaler.update()
         self.optimizer.zero_grad()
-        if self.scheduler is not None:
+        if self.scheduler is not None and not self._metric_scheduler:
             self.scheduler.step()
         self.step += 1
         self._unread.append((self.step, lr, self._micro, norm))
@@ -374,6 +383,11 @@ class Trainer:
         record["time"] = round(time.perf_counter() - self._clock, 3)
         self._running = fresh_running()
         self.history.append(record)
+        if self._metric_scheduler:  # ReduceLROnPlateau: step(metric) once per validation
+            if self.scheduler_monitor not in record:
+                raise ValueError(f"Trainer: scheduler_monitor {self.scheduler_monitor!r} is not in the record "
+                                 f"(it has {sorted(record)})")
+            self.scheduler.step(record[self.scheduler_monitor])
         self._call("on_evaluate", record)
         return record
 
@@ -596,6 +610,17 @@ class Trainer:
     def _call(self, hook: str, *args) -> None:
         for cb in self.callbacks:
             getattr(cb, hook)(self, *args)
+
+
+def _takes_metric(scheduler) -> bool:
+    """Does ``scheduler.step`` need an argument (the metric of ReduceLROnPlateau's ``step(metrics)``)?"""
+    if scheduler is None:
+        return False
+    try:
+        parameters = inspect.signature(scheduler.step).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
 def _is_number(value) -> bool:
