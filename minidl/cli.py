@@ -131,7 +131,8 @@ def _add_gradcheck(sub):
 
 def _add_optional_commands(sub):
     """Commands whose modules may register themselves (train, diagnose, optimizers, lr-find, bench)."""
-    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict"):
+    for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict",
+                        "minidl.tune.cli"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:
