@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from minidl.train import data_sources
 from minidl.train.cli import DEFAULTS, make_optimizer, make_schedule
 
@@ -104,7 +106,8 @@ class TrainerObjective:
             trainer = self.build(config, epochs)
         start = trainer.epoch
         try:
-            trainer.fit(epochs)
+            with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial is expected, not a surprise
+                trainer.fit(epochs)
         except NonFiniteLossError as exc:
             self._runs.pop(key, None)
             return {"score": float("nan"), "diverged": True, "epochs_trained": trainer.epoch + 1 - start,

@@ -200,6 +200,11 @@ def hyperband(objective, space: dict, max_epochs: int, min_epochs: int = 1, eta:
     return runner.result("hyperband", metric_name(objective, metric))
 
 
+def _diverged_constraint(frozen_trial) -> tuple:
+    """Optuna's constraint: a value > 0 means infeasible (here: the run diverged)."""
+    return (frozen_trial.user_attrs.get("diverged", 0.0),)
+
+
 def tpe_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0, mode: str = "max",
                metric: str | None = None, n_startup_trials: int = 5) -> SearchResult:
     """Bayesian optimization with Optuna's Tree-structured Parzen Estimator, ``epochs`` per trial.
@@ -207,7 +212,9 @@ def tpe_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0
     The first ``n_startup_trials`` configurations are random; after that TPE models
     the good and the bad configurations' densities and proposes where their ratio is
     largest. Needs Optuna (``pip install minidl[tune]``). A diverged trial is told to
-    Optuna as failed, so it does not pull the model.
+    Optuna as *infeasible* (a violated constraint), so TPE counts its region among
+    the bad ones; a trial merely marked failed would be ignored, and TPE would keep
+    proposing the unexplored, diverging rates.
     """
     try:
         import optuna
@@ -216,15 +223,21 @@ def tpe_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0
     n_trials, epochs = _positive_int(n_trials, "n_trials"), _positive_int(epochs, "epochs")
     runner = TrialRunner(objective, mode)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
+    # Optuna 5 takes constraints from each trial (set_constraint); older versions from a function.
+    per_trial = hasattr(optuna.trial.Trial, "set_constraint")
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials,
+                                         **({} if per_trial else {"constraints_func": _diverged_constraint}))
     study = optuna.create_study(direction="maximize" if mode == "max" else "minimize", sampler=sampler)
     for i in range(n_trials):
         ask = study.ask()
         config = {name: dim.suggest(ask, name) if isinstance(dim, Dimension) else dim for name, dim in space.items()}
         trial = runner.run(config, epochs, key=("tpe", i))
         runner.release(("tpe", i))
-        if trial.status == "ok":
-            study.tell(ask, trial.score)
+        violation = 0.0 if trial.status == "ok" else 1.0
+        if per_trial:
+            ask.set_constraint("diverged", violation)
         else:
-            study.tell(ask, state=optuna.trial.TrialState.FAIL)
+            ask.set_user_attr("diverged", violation)
+        # A diverged trial's value is unused: as an infeasible trial it ranks below every finished one.
+        study.tell(ask, trial.score if trial.status == "ok" else 0.0)
     return runner.result("tpe", metric_name(objective, metric))
