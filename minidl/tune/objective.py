@@ -11,8 +11,9 @@ two configurations differ only in their hyperparameters: the same
 initialization, the same split, the same order of batches.
 
 A trial *diverges* when its loss becomes NaN or infinite (the Trainer stops
-before the bad update) or when its last epoch's mean training loss is above
-the loss of its very first step: it got worse than where it started.
+before the bad update) or when the mean training loss of any of its epochs is
+above the loss of its very first step: it got worse than where it started
+(a run that blew up and then collapsed to a constant prediction counts too).
 
 Successive halving and Hyperband ask for the same configuration again with
 more epochs; with ``resume=True`` (the default) the objective keeps that run's
@@ -116,12 +117,16 @@ class TrainerObjective:
             self._runs[key] = trainer
         record = trainer.history[-1]
         first, last = trainer.steps["loss"][0], record.get("train_loss", float("nan"))
-        diverged = not (math.isfinite(last) and last <= first)
-        return {"score": float("nan") if diverged else float(record[self.metric]), "diverged": diverged,
-                "epochs_trained": trainer.epoch - start, "train_loss": last,
-                "val_loss": record.get("val_loss"), "val_accuracy": record.get("val_accuracy"),
-                **({"reason": f"training loss {last:.3g} ended above its first step's {first:.3g}"}
-                   if diverged else {})}
+        worst = max(trainer.history, key=lambda r: r.get("train_loss", -math.inf))
+        peak = worst.get("train_loss", last)
+        diverged = not (math.isfinite(last) and math.isfinite(peak) and peak <= first)
+        out = {"score": float("nan") if diverged else float(record[self.metric]), "diverged": diverged,
+               "epochs_trained": trainer.epoch - start, "train_loss": last,
+               "val_loss": record.get("val_loss"), "val_accuracy": record.get("val_accuracy")}
+        if diverged:
+            out["reason"] = (f"the mean training loss of epoch {worst.get('epoch', 0):g}, {peak:.3g}, rose above "
+                             f"the first step's {first:.3g}")
+        return out
 
     def release(self, key) -> None:
         """Forget the run of ``key`` (a configuration successive halving dropped)."""

@@ -20,8 +20,8 @@ __all__ = ["SearchResult", "Trial"]
 class Trial:
     """One evaluation: configuration ``config`` trained to ``epochs`` epochs, scoring ``score``.
 
-    ``status`` is "ok" or "diverged" (the loss became NaN/inf or ended above where it
-    started; ``score`` is then NaN). ``epochs_trained`` counts the epochs this
+    ``status`` is "ok" or "diverged" (the loss became NaN/inf or an epoch's mean rose above
+    where it started; ``score`` is then NaN). ``epochs_trained`` counts the epochs this
     evaluation actually ran: fewer than ``epochs`` when it continued an earlier
     rung of the same configuration, or when it diverged. ``rung`` and
     ``bracket`` place it in successive halving and Hyperband (0 otherwise).

@@ -88,4 +88,13 @@ def test_trainer_objective_refuses_what_it_cannot_tune():
 
 def test_a_loss_that_blows_up_without_nan_counts_as_diverged():
     out = TrainerObjective(optimizer="adam", batch_size=128)({"lr": 1.0}, 1)  # finite, but far above ln 10
-    assert out["diverged"] and out["train_loss"] > 10 and "ended above" in out["reason"]
+    assert out["diverged"] and out["train_loss"] > 10 and "rose above" in out["reason"]
+
+
+def test_a_run_that_blows_up_and_collapses_counts_as_diverged():
+    # Adam at 10^-0.5: the first epoch's mean loss is far above ln 10, the second is back near it (a network
+    # predicting one constant): the last epoch alone would pass, the whole run does not.
+    objective = TrainerObjective(optimizer="adam", batch_size=128)
+    out = objective({"lr": 10 ** -0.5}, 2)
+    assert out["diverged"] and "epoch 1" in out["reason"] and out["val_accuracy"] < 0.2
+    assert not objective({"lr": 1e-2}, 2)["diverged"]
