@@ -60,7 +60,11 @@ def tune_command(args) -> int:
         objective = TrainerObjective(args.data, args.model, metric=args.metric, device=args.device,
                                      horizon=args.epochs, optimizer=args.optimizer, batch_size=args.batch_size,
                                      schedule=args.schedule, seed=args.seed)
-        objective.data  # load now: a bad --data fails before the folder is made
+        objective.data  # load now: a bad --data or plan fails before the folder is made
+        if args.strategy == "halving":
+            search.halving_rungs(args.trials, args.min_epochs, args.epochs, args.eta)
+        elif args.strategy == "hyperband":
+            search.hyperband_brackets(args.epochs, args.min_epochs, args.eta)
         if args.strategy == "tpe":
             import optuna  # noqa: F401 - fail early with the message below
     except ImportError:

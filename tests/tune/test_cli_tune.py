@@ -53,6 +53,9 @@ def test_bad_options_are_refused(argv, capsys):
     assert exc.value.code == 2
 
 
-def test_bad_data_fails_before_writing(tmp_path, capsys):
-    code, out = _run(tmp_path, "--data", "nowhere")
-    assert code == 2 and not out.exists() and "nowhere" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [(["--data", "nowhere"], "nowhere"), (["--eta", "1"], "eta"),
+                                           (["--strategy", "halving", "--min-epochs", "5", "--epochs", "3"],
+                                            "min_epochs")])
+def test_bad_settings_fail_before_writing(tmp_path, capsys, argv, message):
+    code, out = _run(tmp_path, *argv)
+    assert code == 2 and not out.exists() and message in capsys.readouterr().err
