@@ -130,9 +130,9 @@ def _add_gradcheck(sub):
 
 
 def _add_optional_commands(sub):
-    """Commands whose modules register themselves (train, diagnose, optimizers, lr-find, bench, predict, gpt)."""
+    """Commands whose modules register themselves (train, diagnose, optimizers, lr-find, bench, predict, gpt, tune)."""
     for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict",
-                        "minidl.models.gpt_cli"):
+                        "minidl.models.gpt_cli", "minidl.tune.cli"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:

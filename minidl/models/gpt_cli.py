@@ -126,7 +126,8 @@ def add_commands(subparsers) -> None:
                    help="mixed precision: matrix products in bfloat16 (needs ml_dtypes) or float16 with loss "
                         "scaling; LayerNorm, softmax, attention and the loss stay float32 (default: off, float32)")
     p.add_argument("--out", help=f"run folder (default {DEFAULT_OUT})")
-    p.add_argument("--resume", help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
+    p.add_argument("--resume",
+                   help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on its slice of every batch")

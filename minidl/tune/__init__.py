@@ -1,0 +1,44 @@
+"""Hyperparameter search: spaces, strategies over a budget in epochs, the book's presets.
+
+    from minidl.tune import LogUniform, Uniform, TrainerObjective, hyperband, random_search
+    space = {"lr": LogUniform(1e-3, 1.0), "weight_decay": LogUniform(1e-6, 1e-3)}
+    objective = TrainerObjective(data="digits", model="mlp", optimizer="sgd", batch_size=64)
+    result = hyperband(objective, space, max_epochs=9, eta=3, seed=0)
+    print(result.table()); result.best.config
+    result.to_csv("trials.csv"); result.plot("scores.png", space)
+
+Strategies: :func:`grid_search`, :func:`random_search`, :func:`successive_halving`,
+:func:`hyperband`, and :func:`tpe_search` (Bayesian optimization by Optuna's
+TPE, when Optuna is installed: ``pip install minidl[tune]``). Presets: the
+learning-rate sweep 10^-5.0 ... 10^0.0 taking the largest rate that does not
+diverge (:func:`learning_rate_sweep`), weight decay 10^-6 ... 10^-3.
+The command line: ``minidl tune`` (see docs/tuning.md).
+"""
+from minidl.tune.objective import TUNABLE, TrainerObjective
+from minidl.tune.presets import (
+    LEARNING_RATES,
+    PRESETS,
+    WEIGHT_DECAY,
+    WEIGHT_DECAYS,
+    LearningRateSweep,
+    largest_stable,
+    learning_rate_sweep,
+)
+from minidl.tune.results import SearchResult, Trial
+from minidl.tune.search import (
+    grid_search,
+    halving_rungs,
+    hyperband,
+    hyperband_brackets,
+    random_search,
+    successive_halving,
+    tpe_search,
+)
+from minidl.tune.space import Choice, Dimension, Integer, LogUniform, Uniform, grid, parse_dimension, sample
+
+__all__ = [
+    "LEARNING_RATES", "PRESETS", "TUNABLE", "WEIGHT_DECAY", "WEIGHT_DECAYS", "Choice", "Dimension", "Integer",
+    "LearningRateSweep", "LogUniform", "SearchResult", "TrainerObjective", "Trial", "Uniform", "grid",
+    "grid_search", "halving_rungs", "hyperband", "hyperband_brackets", "largest_stable", "learning_rate_sweep",
+    "parse_dimension", "random_search", "sample", "successive_halving", "tpe_search",
+]

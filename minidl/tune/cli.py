@@ -1,0 +1,163 @@
+"""``minidl tune``: a hyperparameter search of ``minidl train`` runs.
+
+    minidl tune                                              # Hyperband over lr and weight decay, digits MLP
+    minidl tune --strategy random --trials 20 --epochs 5 --param lr=log:1e-4:1 --param dropout=uniform:0:0.5
+    minidl tune --strategy lr-sweep --optimizer sgd --epochs 3     # the book's sweep 1e-5 ... 1
+    minidl tune --strategy tpe --trials 30 --preset lr-wd          # Bayesian optimization (needs Optuna)
+
+Writes ``trials.csv``, ``trials.jsonl`` (one line per trial) and ``scores.png``
+(the score against each hyperparameter) into ``--out``, prints the table,
+the best configuration and the ``minidl train`` command that trains it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from minidl.cli import add_command, out_folder, positive_int
+from minidl.train.cli import SCHEDULES
+
+STRATEGIES = ("grid", "random", "halving", "hyperband", "tpe", "lr-sweep")
+
+
+def _param(text):
+    from minidl.tune.objective import TUNABLE
+    from minidl.tune.space import parse_dimension
+    name, sep, spec = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or name not in TUNABLE:
+        raise argparse.ArgumentTypeError(f"expected NAME=RANGE with NAME one of {', '.join(TUNABLE)}, got {text!r}")
+    try:
+        return name, parse_dimension(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _space(args) -> dict:
+    from minidl.tune.presets import PRESETS
+    space = dict(PRESETS[args.preset]) if args.preset else {}
+    space.update(dict(args.param or ()))
+    return space or dict(PRESETS["lr-wd"])
+
+
+def _train_command(settings: dict, config: dict, epochs: int) -> str:
+    s = {**settings, **config, "epochs": epochs}
+    flags = [f"--{k.replace('_', '-')} {s[k]:g}" if isinstance(s[k], float) else f"--{k.replace('_', '-')} {s[k]}"
+             for k in ("data", "model", "optimizer", "lr", "schedule", "epochs", "batch_size", "weight_decay",
+                       "dropout", "label_smoothing", "clip_norm", "accumulate", "seed") if s.get(k) is not None]
+    return "minidl train " + " ".join(flags)
+
+
+def tune_command(args) -> int:
+    from minidl.tune import presets, search
+    from minidl.tune.objective import TrainerObjective
+
+    started = time.perf_counter()
+    space = _space(args)
+    try:
+        objective = TrainerObjective(args.data, args.model, metric=args.metric, device=args.device,
+                                     horizon=args.epochs, optimizer=args.optimizer, batch_size=args.batch_size,
+                                     schedule=args.schedule, seed=args.seed)
+        objective.data  # load now: a bad --data or plan fails before the folder is made
+        if args.strategy == "halving":
+            search.halving_rungs(args.trials, args.min_epochs, args.epochs, args.eta)
+        elif args.strategy == "hyperband":
+            search.hyperband_brackets(args.epochs, args.min_epochs, args.eta)
+        if args.strategy == "tpe":
+            import optuna  # noqa: F401 - fail early with the message below
+    except ImportError:
+        print("minidl tune: error: --strategy tpe needs Optuna: pip install 'minidl[tune]'", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"minidl tune: error: {exc}", file=sys.stderr)
+        return 2
+    out = out_folder("tune", args.out)
+    common = {"seed": args.seed, "mode": objective.mode}
+    try:
+        if args.strategy == "lr-sweep":
+            fixed = {k: v for k, v in space.items() if k != "lr" and not hasattr(v, "sample")}
+            sweep = presets.learning_rate_sweep(objective, args.epochs, config=fixed)
+            result, space = sweep.result, {"lr": presets.Choice(presets.LEARNING_RATES)}
+        elif args.strategy == "grid":
+            result = search.grid_search(objective, space, args.epochs, points=args.points, mode=objective.mode)
+        elif args.strategy == "random":
+            result = search.random_search(objective, space, args.trials, args.epochs, **common)
+        elif args.strategy == "tpe":
+            result = search.tpe_search(objective, space, args.trials, args.epochs, **common)
+        elif args.strategy == "halving":
+            result = search.successive_halving(objective, space, args.trials, args.epochs, args.min_epochs,
+                                               args.eta, **common)
+        else:
+            result = search.hyperband(objective, space, args.epochs, args.min_epochs, args.eta, **common)
+    except ValueError as exc:
+        print(f"minidl tune: error: {exc}", file=sys.stderr)
+        return 2
+    result.to_csv(os.path.join(out, "trials.csv"))
+    result.to_jsonl(os.path.join(out, "trials.jsonl"))
+    result.plot(os.path.join(out, "scores.png"), space,
+                title=f"{args.strategy} on {args.data}: {len(result.trials)} trials, {result.epochs_trained} epochs")
+    print(result.table(limit=args.show))
+    best = result.best
+    diverged = sum(t.status != "ok" for t in result.trials)
+    print(f"\n{args.strategy}: {len(result.trials)} trials, {result.epochs_trained} epochs trained, "
+          f"{diverged} diverged ({time.perf_counter() - started:.1f} s)")
+    if best is None:
+        print("every trial diverged: try smaller learning rates", file=sys.stderr)
+        return 1
+    if args.strategy == "lr-sweep":
+        print(f"the largest learning rate that did not diverge: {sweep.chosen:g}")
+    print(f"best: {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in best.config.items())}"
+          f" -> {args.metric} {best.score:.4g} after {best.epochs} epochs")
+    print(f"train it: {_train_command(objective.settings, best.config, best.epochs)}")
+    print(f"wrote {out}/: trials.csv, trials.jsonl, scores.png")
+    return 0
+
+
+def _add_tune(sub):
+    p = add_command(sub, "tune", help="hyperparameter search over minidl train runs",
+                    description="Search hyperparameters of 'minidl train' runs: grid, random, successive halving, "
+                                "Hyperband,\nTPE (Bayesian, needs Optuna) or the book's learning-rate sweep. Each "
+                                "trial is a seeded run;\nthe budget is counted in epochs. Writes trials.csv, "
+                                "trials.jsonl and scores.png into --out.\nRanges: --param lr=log:1e-4:1 "
+                                "--param dropout=uniform:0:0.5 --param batch_size=int:16:128\n"
+                                "--param optimizer=choice:adam,sgd (default: the lr-wd preset).")
+    p.add_argument("--strategy", choices=STRATEGIES, default="hyperband",
+                   help="how to search; lr-sweep tries 1e-5, 10^-4.5, ..., 1 and keeps the largest that does "
+                        "not diverge")
+    p.add_argument("--param", action="append", type=_param, metavar="NAME=RANGE",
+                   help="a hyperparameter and its range (log:LOW:HIGH, uniform:LOW:HIGH, int:LOW:HIGH, "
+                        "logint:LOW:HIGH, choice:A,B or one value); repeat for more (default: the lr-wd preset)")
+    p.add_argument("--preset", choices=("lr", "weight-decay", "lr-wd"), default=None,
+                   help="the book's ranges: lr 10^-5.0, 10^-4.5, ..., 1; weight decay log-uniform 1e-6..1e-3; "
+                        "--param adds to or overrides them (default: lr-wd unless --param is given)")
+    p.add_argument("--epochs", type=positive_int, default=9,
+                   help="epochs per trial; for halving and hyperband the largest budget of one configuration")
+    p.add_argument("--min-epochs", dest="min_epochs", type=positive_int, default=1,
+                   help="halving and hyperband: epochs of the first rung")
+    p.add_argument("--eta", type=positive_int, default=3,
+                   help="halving and hyperband: keep 1/eta of the configurations at each rung (at least 2)")
+    p.add_argument("--trials", type=positive_int, default=9,
+                   help="configurations for random and tpe, and the first rung of halving")
+    p.add_argument("--points", type=positive_int, default=3, help="grid: values per range (every option of a choice)")
+    p.add_argument("--metric", choices=("val_accuracy", "val_loss", "val_f1"), default="val_accuracy",
+                   help="what a trial scores (loss: lower is better)")
+    p.add_argument("--data", default="digits", help="digits, spirals or mnist:PATH, as in minidl train")
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="the architecture, as in minidl train")
+    p.add_argument("--optimizer", default="adam", help="any minidl.optim optimizer by name, as in minidl train")
+    p.add_argument("--batch-size", dest="batch_size", type=positive_int, default=32,
+                   help="samples per batch, unless tuned")
+    p.add_argument("--schedule", choices=SCHEDULES, default="constant",
+                   help="learning-rate schedule over --epochs, unless tuned (as in minidl train)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of every trial's run (split, initialization, batches) and of the search's draws")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--show", type=positive_int, default=20, help="rows of the printed table, best first")
+    p.add_argument("--out", help="folder for the results (default: runs/tune-<time>)")
+    p.set_defaults(run=tune_command)
+
+
+def add_commands(subparsers) -> None:
+    """Register ``tune`` with the ``minidl`` command's subparsers."""
+    _add_tune(subparsers)

@@ -1,0 +1,133 @@
+"""The objective every search strategy calls: one seeded Trainer run, built as ``minidl train`` builds it.
+
+    objective = TrainerObjective(data="digits", model="mlp", optimizer="sgd", batch_size=64, seed=0)
+    objective({"lr": 0.1, "weight_decay": 1e-4}, epochs=3)   # {"score": val accuracy, "diverged": False, ...}
+
+A configuration overrides the run settings of ``minidl train`` (``lr``,
+``weight_decay``, ``batch_size``, ``dropout``, ``label_smoothing``,
+``optimizer``, ``schedule``, ``clip_norm``, ``accumulate``); the rest come
+from the objective's own settings. Every trial starts from the same seed, so
+two configurations differ only in their hyperparameters: the same
+initialization, the same split, the same order of batches.
+
+A trial *diverges* when its loss becomes NaN or infinite (the Trainer stops
+before the bad update) or when the mean training loss of any of its epochs is
+above the loss of its very first step: it got worse than where it started
+(a run that blew up and then collapsed to a constant prediction counts too).
+
+Successive halving and Hyperband ask for the same configuration again with
+more epochs; with ``resume=True`` (the default) the objective keeps that run's
+Trainer and continues it, so a survivor pays only for its new epochs. The
+learning-rate schedule then spans ``horizon`` epochs (the search's largest
+budget), fixed when the run starts; the default schedule is ``constant``, so
+a score after few epochs is not flattered by a schedule that has not decayed yet.
+With dropout, a continued run draws other dropout masks than an uninterrupted
+one would (other trials used the generator in between); without it, they match.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minidl.train import data_sources
+from minidl.train.cli import DEFAULTS, make_optimizer, make_schedule
+
+__all__ = ["TUNABLE", "TrainerObjective"]
+
+TUNABLE = ("lr", "weight_decay", "batch_size", "dropout", "label_smoothing", "optimizer", "schedule",
+           "clip_norm", "accumulate")
+
+
+class TrainerObjective:
+    """Train ``config`` for ``epochs`` epochs on ``data`` and return its validation ``metric``.
+
+    Args:
+        data, model, optimizer, batch_size, seed, schedule, ...: the run settings of ``minidl train``
+            (``schedule`` defaults to "constant" here, see the module docstring).
+        metric: a key of the Trainer's validation record: "val_accuracy" (default, higher is better),
+            "val_f1", or "val_loss" (lower is better); ``mode`` follows from it.
+        resume: continue a configuration's run when it is asked for more epochs (successive halving).
+        horizon: the epochs the schedule spans; None: the epochs of the first call for that run.
+    """
+
+    resumes = True
+
+    def __init__(self, data: str = "digits", model: str = "mlp", *, metric: str = "val_accuracy",
+                 resume: bool = True, horizon: int | None = None, device: str | None = None, **settings):
+        unknown = sorted(set(settings) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"TrainerObjective: unknown settings {unknown}; known: {', '.join(DEFAULTS)}")
+        if metric not in ("val_accuracy", "val_f1", "val_loss"):
+            raise ValueError(f"TrainerObjective: metric must be val_accuracy, val_f1 or val_loss, got {metric!r}")
+        self.settings = {**DEFAULTS, "schedule": "constant", **settings, "data": data, "model": model}
+        self.metric, self.mode = metric, "min" if metric == "val_loss" else "max"
+        self.resumes, self.horizon, self.device = bool(resume), horizon, device
+        self._data, self._runs = None, {}
+
+    @property
+    def data(self):
+        if self._data is None:
+            self._data = data_sources.load(self.settings["data"], seed=self.settings["seed"])
+        return self._data
+
+    def settings_for(self, config: dict) -> dict:
+        """The run settings of one configuration (the objective's, overridden by ``config``)."""
+        bad = sorted(set(config) - set(TUNABLE))
+        if bad:
+            raise ValueError(f"TrainerObjective: cannot tune {bad}; tunable settings: {', '.join(TUNABLE)}")
+        return {**self.settings, **config}
+
+    def build(self, config: dict, epochs: int):
+        """A fresh, seeded Trainer for ``config`` (the schedule spanning ``horizon or epochs`` epochs)."""
+        from minidl.data import DataLoader, TensorDataset
+        from minidl.train import Trainer, build_model, seed_everything
+
+        s, data = self.settings_for(config), self.data
+        seed_everything(s["seed"])
+        model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
+        if self.device:
+            model.to(self.device)
+        opt = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
+        lr = float(opt.param_groups[0]["lr"])
+        train = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=int(s["batch_size"]),
+                           shuffle=True, seed=s["seed"])
+        val = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
+        steps = math.ceil(len(train) / int(s["accumulate"])) * (self.horizon or epochs)
+        return Trainer(model, opt, train, val, scheduler=make_schedule(s["schedule"], lr, steps),
+                       max_grad_norm=s["clip_norm"], accumulation_steps=int(s["accumulate"]),
+                       label_smoothing=s["label_smoothing"], progress=False,
+                       metrics=("accuracy", "f1") if self.metric == "val_f1" else ("accuracy",))
+
+    def __call__(self, config: dict, epochs: int, key=None) -> dict:
+        from minidl.train import NonFiniteLossError
+
+        trainer = self._runs.get(key) if (self.resumes and key is not None) else None
+        if trainer is None or trainer.epoch > epochs:
+            trainer = self.build(config, epochs)
+        start = trainer.epoch
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial is expected, not a surprise
+                trainer.fit(epochs)
+        except NonFiniteLossError as exc:
+            self._runs.pop(key, None)
+            return {"score": float("nan"), "diverged": True, "epochs_trained": trainer.epoch + 1 - start,
+                    "reason": str(exc).split(".")[0]}
+        if self.resumes and key is not None:
+            self._runs[key] = trainer
+        record = trainer.history[-1]
+        first, last = trainer.steps["loss"][0], record.get("train_loss", float("nan"))
+        worst = max(trainer.history, key=lambda r: r.get("train_loss", -math.inf))
+        peak = worst.get("train_loss", last)
+        diverged = not (math.isfinite(last) and math.isfinite(peak) and peak <= first)
+        out = {"score": float("nan") if diverged else float(record[self.metric]), "diverged": diverged,
+               "epochs_trained": trainer.epoch - start, "train_loss": last,
+               "val_loss": record.get("val_loss"), "val_accuracy": record.get("val_accuracy")}
+        if diverged:
+            out["reason"] = (f"the mean training loss of epoch {worst.get('epoch', 0):g}, {peak:.3g}, rose above "
+                             f"the first step's {first:.3g}")
+        return out
+
+    def release(self, key) -> None:
+        """Forget the run of ``key`` (a configuration successive halving dropped)."""
+        self._runs.pop(key, None)
