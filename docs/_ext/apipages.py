@@ -22,7 +22,7 @@ from sphinx.util import logging
 PUBLIC_MODULES = [
     "minidl", "minidl.functional", "minidl.gradcheck", "minidl.nn", "minidl.nn.init", "minidl.nn.utils",
     "minidl.optim", "minidl.optim.schedules", "minidl.optim.lr_scheduler", "minidl.data", "minidl.train",
-    "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.profiler", "minidl.parallel",
+    "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.profiler", "minidl.parallel", "minidl.nn.prune",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)
