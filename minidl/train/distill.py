@@ -74,6 +74,7 @@ class DistillationLoss:
 
     def __call__(self, outputs, target, label_smoothing: float = 0.0) -> Tensor:
         if not self.student.training:
+            self._input = None
             return F.cross_entropy(outputs, target, label_smoothing=label_smoothing)
         if self._input is None:
             raise RuntimeError("DistillationLoss: the student has not run a forward pass yet; "

@@ -54,11 +54,15 @@ class Ensemble(nn.Module):
         return F.logsumexp(logs, dim=0) - math.log(len(self.members))
 
     def predict_proba(self, x) -> Tensor:
-        """The averaged probabilities (N, C), in eval mode and without gradients."""
-        was_training = self.training
+        """The averaged probabilities (N, C), in eval mode and without gradients.
+
+        Every submodule's own mode (train or eval) is restored afterwards.
+        """
+        modes = [(m, m.training) for m in self.modules()]
         self.eval()
         try:
             with no_grad():
                 return F.exp(self(x))
         finally:
-            self.train(was_training)
+            for m, mode in modes:
+                m.training = mode
