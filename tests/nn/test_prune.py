@@ -213,3 +213,23 @@ def test_bad_arguments():
         pruning.prune(1.2)
     pruning.prune(0.5)
     assert pruning.report()[-1]["zeros"] == 24
+
+
+def test_pruning_on_device(device):
+    """The masks live on the weights' device; the same masks as on the CPU; zeros kept under the Trainer."""
+    from minidl import backend
+    x, y = gaussian_blobs(n=64, centers=3, seed=0)
+    model = _model().to(dtype=np.float32)
+    cpu_masks = Pruning(_model().to(dtype=np.float32)).prune(0.5).masks
+    model.to(device)
+    opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-2)
+    pruning = Pruning(model)
+    pruning.attach(opt)
+    pruning.prune(0.5)
+    for n, mask in pruning.masks.items():
+        assert backend.xp_of(mask) is model[0].weight.xp
+        np.testing.assert_array_equal(backend.to_numpy(mask), cpu_masks[n])
+    Trainer(model, opt, DataLoader((x.astype(np.float32), y), batch_size=16), device=device, progress=False).fit(2)
+    for n, p in pruning.params.items():
+        assert (backend.to_numpy(p.data)[~cpu_masks[n]] == 0).all()
+    assert pruning.sparsity() == 0.5
