@@ -8,7 +8,7 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import functional, init, utils
+from minidl.nn import functional, init, prune, utils
 from minidl.nn.activation import (
     CELU,
     GLU,
@@ -84,5 +84,5 @@ __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
-    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer",
+    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
 ]

@@ -10,6 +10,19 @@ the weights far away. ``clip_grad_norm_`` keeps the gradient's direction and
 shrinks its length; ``clip_grad_value_`` clips each entry on its own (the
 direction changes). Both are also ``minidl.optim.clip_grad_norm_`` /
 ``clip_grad_value_``.
+
+Fine-tuning helpers: freeze a pretrained body, swap its head, count what trains::
+
+    nn.utils.freeze(model)                                   # every parameter: requires_grad = False
+    nn.utils.replace_module(model, "2", nn.Linear(64, 5))    # a new head (trainable, freshly initialized)
+    nn.utils.count_parameters(model, trainable=True)         # only the head's weights now
+    nn.utils.unfreeze(model[0])                              # thaw a layer again
+
+A frozen parameter gets no gradient in ``backward()`` and the optimizers skip
+it (a parameter whose ``requires_grad`` is False is never updated, even when
+it sits in a parameter group). Freezing does not switch a module to eval mode:
+a frozen BatchNorm still updates its running statistics in ``train()`` mode;
+call ``.eval()`` on it as well to freeze those.
 """
 from __future__ import annotations
 
@@ -17,7 +30,7 @@ import numpy as np
 
 from minidl.tensor import Tensor
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "count_parameters", "freeze", "replace_module", "unfreeze"]
 
 
 def _with_grads(params):
@@ -69,3 +82,73 @@ def clip_grad_value_(params, clip_value: float, foreach=None) -> None:
     for p in _with_grads(params):
         g = p.grad.data
         p.grad = Tensor(p.grad.xp.clip(g, -clip_value, clip_value))
+
+
+# ------------------------------------------------------------ fine-tuning
+def _parameters_of(target, owner: str):
+    """The parameters of a Module, or a Tensor, or an iterable of Tensors (checked)."""
+    if callable(getattr(target, "parameters", None)):
+        return list(target.parameters())
+    params = [target] if isinstance(target, Tensor) else list(target)
+    bad = [p for p in params if not isinstance(p, Tensor)]
+    if bad:
+        raise TypeError(f"{owner}: expected a Module, a Tensor or an iterable of Tensors, "
+                        f"got an iterable holding {type(bad[0]).__name__}")
+    return params
+
+
+def freeze(target):
+    """Freeze a Module (every parameter, recursively) or some parameters: ``requires_grad = False``.
+
+    Returns ``target``. Equivalent to ``module.requires_grad_(False)``, and accepts parameter lists too.
+    """
+    for p in _parameters_of(target, "freeze"):
+        p.requires_grad = False
+    return target
+
+
+def unfreeze(target):
+    """Undo :func:`freeze`: ``requires_grad = True`` on every parameter of ``target``. Returns ``target``."""
+    for p in _parameters_of(target, "unfreeze"):
+        p.requires_grad = True
+    return target
+
+
+def count_parameters(target, trainable: bool = False) -> int:
+    """Number of scalar parameters of ``target``; with ``trainable=True`` only those with ``requires_grad``."""
+    return int(sum(p.data.size for p in _parameters_of(target, "count_parameters") if p.requires_grad or not trainable))
+
+
+def replace_module(model, name: str, new):
+    """Put ``new`` in place of the submodule called ``name`` (dotted, as in ``named_modules()``).
+
+    ``replace_module(model, "classifier", nn.Linear(512, 5))``; in a Sequential the name is the index
+    (``"2"``, or ``"-1"`` for the last one). Returns the module that was replaced. This is how a
+    pretrained network gets a new head for a new set of classes.
+    """
+    from minidl.nn.module import Module
+    if not isinstance(new, Module):
+        raise TypeError(f"replace_module: the replacement must be a Module, got {type(new).__name__}")
+    *path, last = str(name).split(".")
+    parent = model
+    for part in path:
+        parent = _child(parent, part, name)
+    old = _child(parent, last, name)
+    if last.lstrip("-").isdigit() and hasattr(parent, "__setitem__"):
+        parent[int(last)] = new
+    else:
+        setattr(parent, last, new)
+    return old
+
+
+def _child(parent, part: str, full: str):
+    children = dict(getattr(parent, "_modules", {}))
+    if part.lstrip("-").isdigit() and hasattr(parent, "__getitem__") and part not in children:
+        try:
+            return parent[int(part)]
+        except IndexError:
+            pass
+    if part not in children:
+        raise KeyError(f"replace_module: {type(parent).__name__} has no submodule {part!r} (looking for {full!r}); "
+                       f"it has {sorted(children)}")
+    return children[part]
