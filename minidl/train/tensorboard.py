@@ -76,7 +76,10 @@ class TensorBoardLogger(Callback):
     # ------------------------------------------------------------ hooks
     def on_train_begin(self, trainer):
         if self.writer is None:
-            self.writer = self._writer_class(logdir=self.log_dir, flush_secs=self.flush_secs)
+            # Event files are named by the second they were opened: a resumed run opened within the
+            # same second as its first run would overwrite it, so the suffix says where the run starts.
+            self.writer = self._writer_class(logdir=self.log_dir, flush_secs=self.flush_secs,
+                                             filename_suffix=f".from-validation-{self._validations}")
 
     def on_step_end(self, trainer, step: int, logs: dict):
         if self.step_scalars and self.writer is not None:
