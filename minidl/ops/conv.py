@@ -31,11 +31,15 @@ from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.shape import reshape, transpose
+from minidl.ops.shape import concatenate, getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods (PyTorch has none).
 TENSOR_METHODS = ()
+
+# The largest column buffer (bytes) one conv call builds at once: above it the batch is split into
+# chunks of as many samples as fit (at least one), convolved one after the other and joined.
+IM2COL_LIMIT_BYTES = 64 * 2 ** 20
 
 
 def as_pair(value, what: str, op: str, minimum: int) -> tuple[int, int]:
@@ -192,8 +196,36 @@ def _check_conv(op, x, weight, bias, padding, dilation, groups, spatial):
                              "use a smaller kernel or more padding")
 
 
+def batch_chunk(x_shape, weight_shape, stride, padding, dilation, itemsize) -> int:
+    """Samples per im2col buffer: all of them unless the columns exceed IM2COL_LIMIT_BYTES,
+    else the batch split into the fewest chunks of (nearly) equal size that fit."""
+    n, _, h, w = x_shape
+    _, c, kh, kw = weight_shape
+    (pt, pb), (pl, pr) = padding
+    oh = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    per_sample = oh * ow * kh * kw * c * (x_shape[1] // c) * itemsize
+    most = max(1, IM2COL_LIMIT_BYTES // max(per_sample, 1))
+    chunks = -(-n // most)
+    return -(-n // chunks)  # chunks of equal size (the last one may be smaller)
+
+
 def _conv2d(x, weight, bias, stride, padding, dilation=(1, 1), groups=1):
-    """The shared core, after the checks: im2col, one GEMM (G batched ones with groups), back to (N, O, OH, OW)."""
+    """The shared core, after the checks: im2col, one GEMM (G batched ones with groups), back to (N, O, OH, OW).
+
+    A batch whose column matrix would pass IM2COL_LIMIT_BYTES is convolved in chunks of samples
+    (y = [conv(x[0:k]), conv(x[k:2k]), ...]), so the buffer built at once stays under the limit.
+    """
+    n = x.shape[0]
+    chunk = batch_chunk(x.shape, weight.shape, stride, padding, dilation, x.dtype.itemsize)
+    if chunk < n:
+        return concatenate([_conv2d_columns(getitem(x, slice(i, i + chunk)), weight, bias, stride, padding,
+                                            dilation, groups) for i in range(0, n, chunk)], axis=0)
+    return _conv2d_columns(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv2d_columns(x, weight, bias, stride, padding, dilation, groups):
+    """One im2col buffer for the whole of x, then the GEMM."""
     n = x.shape[0]
     o, c, kh, kw = weight.shape  # c = C / groups
     cols = Im2Col((kh, kw), stride, padding, dilation)(x)  # (N, OH, OW, KH, KW, C)
