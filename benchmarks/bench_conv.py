@@ -207,6 +207,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="PyTorch threads (default: the CPU count, as NumPy's OpenBLAS)")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
+    parser.add_argument("--limit-mib", type=float, default=None,
+                        help="im2col buffer limit for this run (default: minidl.ops.conv.IM2COL_LIMIT_BYTES)")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/<machine>_conv.json")
     args = parser.parse_args(argv)
     try:
@@ -214,7 +216,10 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     except ImportError:
         pass
-    results = {"threads": args.threads, "load_before": load(), "repeat": args.repeat}
+    import minidl.ops.conv as conv
+    if args.limit_mib is not None:
+        conv.IM2COL_LIMIT_BYTES = int(args.limit_mib * 2 ** 20)
+    results = {"threads": args.threads, "im2col_limit_mib": conv.IM2COL_LIMIT_BYTES / 2 ** 20, "load_before": load(), "repeat": args.repeat}
     peak = gemm_peak()
     results["gemm_peak_gflops"] = peak
     print(f"sgemm peak (NumPy): {peak:.1f} GFLOP/s; torch threads {args.threads}; {results['load_before']}")

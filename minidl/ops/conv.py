@@ -31,7 +31,7 @@ from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.linalg import linear, matmul
-from minidl.ops.shape import concatenate, getitem, reshape, transpose
+from minidl.ops.shape import concatenate, reshape, split, transpose
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods (PyTorch has none).
@@ -39,7 +39,9 @@ TENSOR_METHODS = ()
 
 # The largest column buffer (bytes) one conv call builds at once: above it the batch is split into
 # chunks of as many samples as fit (at least one), convolved one after the other and joined.
-IM2COL_LIMIT_BYTES = 64 * 2 ** 20
+# 32 MiB is also glibc's largest mmap threshold: a smaller buffer is recycled by malloc, while a
+# larger one is mapped afresh each call and page-faulted in (measured 1.5-4× slower under load).
+IM2COL_LIMIT_BYTES = 32 * 2 ** 20
 
 
 def as_pair(value, what: str, op: str, minimum: int) -> tuple[int, int]:
@@ -219,8 +221,8 @@ def _conv2d(x, weight, bias, stride, padding, dilation=(1, 1), groups=1):
     n = x.shape[0]
     chunk = batch_chunk(x.shape, weight.shape, stride, padding, dilation, x.dtype.itemsize)
     if chunk < n:
-        return concatenate([_conv2d_columns(getitem(x, slice(i, i + chunk)), weight, bias, stride, padding,
-                                            dilation, groups) for i in range(0, n, chunk)], axis=0)
+        return concatenate([_conv2d_columns(part, weight, bias, stride, padding, dilation, groups)
+                            for part in split(x, chunk, 0)], axis=0)
     return _conv2d_columns(x, weight, bias, stride, padding, dilation, groups)
 
 
@@ -232,8 +234,13 @@ def _conv2d_columns(x, weight, bias, stride, padding, dilation, groups):
     oh, ow = cols.shape[1], cols.shape[2]
     if groups == 1:
         rows = reshape(cols, n * oh * ow, kh * kw * c)
-        flat_weight = reshape(transpose(weight, (0, 2, 3, 1)), o, kh * kw * c)  # columns in im2col's order
-        y = linear(rows, flat_weight, bias)  # (N·OH·OW, O): y = X_col Wᵀ + b
+        flat_weight = reshape(transpose(weight, (2, 3, 1, 0)), kh * kw * c, o)  # rows in im2col's order
+        # (N·OH·OW, O): y = X_col Wᵀ + b. A matmul, not a linear: its weight gradient X_colᵀ dY
+        # is the GEMM orientation OpenBLAS runs steadily (dYᵀ X_col, with a long inner
+        # dimension and few output rows, stalls for 10× its time on a busy machine).
+        y = matmul(rows, flat_weight)
+        if bias is not None:
+            y = y + bias
     else:  # group g: its own C/G columns of every window times its own O/G filters, one batched matmul
         g, og, m = groups, o // groups, n * oh * ow
         rows = reshape(transpose(reshape(cols, m, kh * kw, g, c), (2, 0, 1, 3)), g, m, kh * kw * c)
