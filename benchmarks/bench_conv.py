@@ -64,9 +64,12 @@ def _time(fn):
     return time.perf_counter() - start
 
 
-def interleaved(fns: dict, repeat: int, warmup: int = 2) -> dict:
+def interleaved(fns: dict, repeat: int, warmup: int = 2, pause: float = 0.15) -> dict:
     """Time each function once per round, rounds alternating between systems.
 
+    Each switch between systems first waits ``pause`` seconds: NumPy's OpenBLAS and
+    PyTorch's OpenMP threads keep spinning for about 0.1 s after a call, and the
+    other library's threads would find both cores taken (see minidl.roofline.suite).
     Returns {name: [seconds per round]}.
     """
     for fn in fns.values():
@@ -76,6 +79,7 @@ def interleaved(fns: dict, repeat: int, warmup: int = 2) -> dict:
     for r in range(repeat):
         order = list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]
         for name, fn in order:
+            time.sleep(pause)
             times[name].append(_time(fn))
     return times
 
@@ -185,7 +189,10 @@ def cnn_torch(weights, x, y):
 
 def im2col_peak_bytes(shape, out_channels, kernel, stride, padding):
     """The column buffer one conv call builds at once (float32), after chunking over the batch."""
-    from minidl.ops.conv import batch_chunk
+    try:
+        from minidl.ops.conv import batch_chunk
+    except ImportError:  # a minidl from before the chunking
+        return {}
     n, c, h, w = shape
     oh = (h + 2 * padding - kernel) // stride + 1
     per_sample = oh * oh * c * kernel * kernel * 4
@@ -204,8 +211,9 @@ def load() -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="interleaved rounds per case")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="PyTorch threads (default: the CPU count, as NumPy's OpenBLAS)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count())),
+                        help="PyTorch threads (default: what NumPy's OpenBLAS uses, $OPENBLAS_NUM_THREADS "
+                             "or the CPU count)")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
     parser.add_argument("--limit-mib", type=float, default=None,
                         help="im2col buffer limit for this run (default: minidl.ops.conv.IM2COL_LIMIT_BYTES)")
@@ -217,9 +225,11 @@ def main(argv=None):
     except ImportError:
         pass
     import minidl.ops.conv as conv
+    conv.IM2COL_LIMIT_BYTES = getattr(conv, "IM2COL_LIMIT_BYTES", float("inf"))
     if args.limit_mib is not None:
         conv.IM2COL_LIMIT_BYTES = int(args.limit_mib * 2 ** 20)
-    results = {"threads": args.threads, "im2col_limit_mib": conv.IM2COL_LIMIT_BYTES / 2 ** 20, "load_before": load(), "repeat": args.repeat}
+    results = {"threads": args.threads, "im2col_limit_mib": conv.IM2COL_LIMIT_BYTES / 2 ** 20,
+               "load_before": load(), "repeat": args.repeat}
     peak = gemm_peak()
     results["gemm_peak_gflops"] = peak
     print(f"sgemm peak (NumPy): {peak:.1f} GFLOP/s; torch threads {args.threads}; {results['load_before']}")
@@ -238,7 +248,7 @@ def main(argv=None):
         t = res.get("torch", {}).get("best_ms", float("nan"))
         print(f"{name:<26}{res['minidl']['best_ms']:>10.1f}{t:>10.1f}{res.get('ratio_median', float('nan')):>7.2f}"
               f"{res['minidl']['gflops']:>12.1f}{100 * res['peak_fraction']:>7.0f}%"
-              f"{res['im2col']['peak_mib']:>11.1f}")
+              f"{res['im2col'].get('peak_mib', float('nan')):>11.1f}")
     if args.only in "cnn step":
         weights, x, y = cnn_weights()
         fns = {"minidl": cnn_minidl([w.copy() for w in weights], x, y)}
@@ -259,7 +269,8 @@ def main(argv=None):
     results["load_after"] = load()
     print("ratio = median over interleaved rounds of minidl / torch; times are the best round;", results["load_after"])
     if args.save:
-        print("saved", save_results("conv", results))
+        name = "conv" if args.threads == os.cpu_count() else f"conv_{args.threads}thread"
+        print("saved", save_results(name, results))
 
 
 if __name__ == "__main__":

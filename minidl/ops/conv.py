@@ -30,7 +30,7 @@ from __future__ import annotations
 from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.linalg import linear, matmul
+from minidl.ops.linalg import matmul
 from minidl.ops.shape import concatenate, reshape, split, transpose
 from minidl.tensor import Tensor, as_tensor
 
