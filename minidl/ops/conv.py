@@ -8,9 +8,14 @@ weights W (O, C, KH, KW), stride s, dilation d and zero padding is
 Gather every window of x_pad into one row of a matrix X_col
 (N·OH·OW rows, KH·KW·C columns): the sum above is then the product
 Y = X_col Wᵀ with W flattened to (O, KH·KW·C), one call to BLAS. The
-gradient follows from the linear layer's (dX_col = dY W, dW = dYᵀ X_col)
+gradient follows from the matrix product's (dX_col = dY W, dWᵀ = X_colᵀ dY)
 and from im2col's own adjoint, col2im, which adds each row of dX_col back
-where its window read (overlapping windows add).
+where its window read (overlapping windows add). A 1×1 convolution
+(stride 1, no padding) skips the windows: y[n] = W x[n], one batched product.
+
+Memory: X_col holds KH·KW copies of the input. Above IM2COL_LIMIT_BYTES
+(32 MiB) the batch is split into chunks that each fit, convolved in turn
+and joined, so no single column buffer exceeds the limit.
 
 With ``groups`` = G the channels split into G independent convolutions
 (input channels g·C/G … (g+1)·C/G − 1 feed output channels g·O/G …); the
@@ -218,7 +223,14 @@ def _conv2d(x, weight, bias, stride, padding, dilation=(1, 1), groups=1):
     A batch whose column matrix would pass IM2COL_LIMIT_BYTES is convolved in chunks of samples
     (y = [conv(x[0:k]), conv(x[k:2k]), ...]), so the buffer built at once stays under the limit.
     """
-    n = x.shape[0]
+    n, c, h, w = x.shape
+    o = weight.shape[0]
+    if weight.shape[2:] == (1, 1) and stride == (1, 1) and padding == ((0, 0), (0, 0)) and groups == 1:
+        # A 1×1 convolution mixes channels only: y[n] = W x[n] with x[n] as a (C, H·W) matrix.
+        # A batched product on x's own layout: no column buffer and no transposes either way.
+        y = matmul(reshape(weight, o, c), reshape(x, n, c, h * w))  # (N, O, H·W)
+        y = reshape(y, n, o, h, w)
+        return y if bias is None else y + reshape(bias, 1, o, 1, 1)
     chunk = batch_chunk(x.shape, weight.shape, stride, padding, dilation, x.dtype.itemsize)
     if chunk < n:
         return concatenate([_conv2d_columns(part, weight, bias, stride, padding, dilation, groups)

@@ -79,3 +79,29 @@ def test_max_pool_of_channels_last_input(args):
     np.testing.assert_array_equal(idx.numpy(), idxt.numpy())
     assert gradcheck(lambda v: F.max_pool2d(v.permute(0, 3, 1, 2), *args), [mdl.tensor(x.numpy(),
                                                                                       requires_grad=True)])
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_one_by_one_conv_is_a_batched_product(layout):
+    """The 1×1 path (y[n] = W x[n]) against PyTorch, values and all three gradients, and gradcheck."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((3, 4, 5, 6))
+    x = mdl.tensor(data if layout == "nchw" else np.ascontiguousarray(data.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2),
+                   requires_grad=True)
+    w = mdl.tensor(rng.standard_normal((7, 4, 1, 1)), requires_grad=True)
+    b = mdl.tensor(rng.standard_normal(7), requires_grad=True)
+    y = F.conv2d(x, w, b)
+    gy = rng.standard_normal(y.shape)
+    y.backward(mdl.tensor(gy))
+    xt, wt, bt = (torch.tensor(a.numpy(), requires_grad=True) for a in (x, w, b))
+    yt = torch.nn.functional.conv2d(xt, wt, bt)
+    yt.backward(torch.tensor(gy))
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for got, want in ((x, xt), (w, wt), (b, bt)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert gradcheck(lambda x, w, b: F.conv2d(x, w, b), [mdl.tensor(data, requires_grad=True),
+                                                         mdl.tensor(w.numpy(), requires_grad=True),
+                                                         mdl.tensor(b.numpy(), requires_grad=True)])
+    assert mdl.gradgradcheck(lambda x, w: F.conv2d(x, w), [mdl.tensor(data, requires_grad=True),
+                                                           mdl.tensor(w.numpy(), requires_grad=True)])
