@@ -196,6 +196,8 @@ def im2col_peak_bytes(shape, out_channels, kernel, stride, padding):
     n, c, h, w = shape
     oh = (h + 2 * padding - kernel) // stride + 1
     per_sample = oh * oh * c * kernel * kernel * 4
+    if kernel == 1 and stride == 1 and padding == 0:  # minidl's 1×1 path builds no columns
+        return {"unchunked_mib": 0.0, "chunk": n, "peak_mib": 0.0}
     chunk = batch_chunk(shape, (out_channels, c, kernel, kernel), (stride, stride), ((padding, padding),) * 2,
                         (1, 1), 4)
     return {"unchunked_mib": n * per_sample / 2 ** 20, "chunk": chunk, "peak_mib": chunk * per_sample / 2 ** 20}
