@@ -32,10 +32,13 @@ Hessian-vector products, all come free).
 """
 from __future__ import annotations
 
+from minidl import backend
 from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.linalg import matmul
+from minidl.ops.rearrange import flip
+from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import concatenate, reshape, split, transpose
 from minidl.tensor import Tensor, as_tensor
 
@@ -147,6 +150,56 @@ class Col2Im(Function):
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
 
+class Conv2dStride1(Function):
+    """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
+    dx = conv2d(dy, W̃) with W̃[c, o, p, q] = W[o, c, KH−1−p, KW−1−q], padded d·(k − 1) − p_side;
+    dW = dYᵀ im2col(x),  db = Σ dy.
+
+    The input gradient of a stride-1 correlation is the correlation of dy with the flipped
+    kernel, channels swapped: x[u] met W[p] in y[u + p_top − p·d], so dx[u] = Σ_p dy[u + p_top −
+    p·d] W[p]. Computed so, it is im2col of dy and one GEMM with inner dimension KH·KW·O, instead
+    of a GEMM with inner dimension O writing KH·KW copies of dx that col2im then adds up (2 to 4
+    times faster for small O). Only x and W are kept; dW rebuilds x's columns.
+    """
+
+    def __init__(self, padding, dilation):
+        self.padding, self.dilation = padding, dilation
+
+    def forward(self, x, weight, bias=None):
+        n, o, (kh, kw) = x.shape[0], weight.shape[0], weight.shape[2:]
+        cols = im2col_array(x, (kh, kw), (1, 1), self.padding, self.dilation)  # (N, OH, OW, KH, KW, C)
+        oh, ow = cols.shape[1:3]
+        flat_weight = weight.transpose(2, 3, 1, 0).reshape(-1, o)  # (KH·KW·C, O), rows in im2col's order
+        y = backend.matmul(cols.reshape(n * oh * ow, -1), flat_weight)
+        if bias is not None:
+            y += bias
+        return y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)  # (N, O, OH, OW), channels-last in memory
+
+    def backward(self, gy):
+        x, weight = self.inputs[0], self.inputs[1]
+        (kh, kw), (dh, dw) = weight.shape[2:], self.dilation
+        (pt, pb), (pl, pr) = self.padding
+        gx = gw = gb = None
+        if x.requires_grad:
+            flipped = transpose(flip(weight, dims=(2, 3)), (1, 0, 2, 3))  # (C, O, KH, KW)
+            sides = ((dh * (kh - 1) - pt, dh * (kh - 1) - pb), (dw * (kw - 1) - pl, dw * (kw - 1) - pr))
+            gx = _conv2d(gy, flipped, None, (1, 1), sides, self.dilation)
+        if weight.requires_grad:
+            o, c = weight.shape[:2]
+            rows = reshape(Im2Col((kh, kw), (1, 1), self.padding, self.dilation)(x), -1, kh * kw * c)
+            g_rows = reshape(transpose(gy, (0, 2, 3, 1)), -1, o)
+            gw = transpose(reshape(matmul(transpose(rows), g_rows), kh, kw, c, o), (3, 2, 0, 1))
+        if len(self.inputs) == 3 and self.inputs[2].requires_grad:
+            gb = reduce_sum(gy, axis=(0, 2, 3))
+        return gx, gw, gb
+
+
+def _stride1_fits(stride, padding, dilation, kernel, groups) -> bool:
+    """Conv2dStride1 applies: stride 1, one group, and no side padded more than d·(k − 1)."""
+    return stride == (1, 1) and groups == 1 and all(
+        side <= d * (k - 1) for sides, d, k in zip(padding, dilation, kernel) for side in sides)
+
+
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1) -> Tensor:
     """Sliding windows of x (N, C, H, W) as a tensor (N, OH, OW, KH, KW, C), differentiable."""
     kernel = as_pair(kernel_size, "kernel_size", "im2col", 1)
@@ -240,6 +293,9 @@ def _conv2d(x, weight, bias, stride, padding, dilation=(1, 1), groups=1):
 
 def _conv2d_columns(x, weight, bias, stride, padding, dilation, groups):
     """One im2col buffer for the whole of x, then the GEMM."""
+    if _stride1_fits(stride, padding, dilation, weight.shape[2:], groups):
+        return Conv2dStride1(padding, dilation)(x, weight) if bias is None else \
+            Conv2dStride1(padding, dilation)(x, weight, bias)
     n = x.shape[0]
     o, c, kh, kw = weight.shape  # c = C / groups
     cols = Im2Col((kh, kw), stride, padding, dilation)(x)  # (N, OH, OW, KH, KW, C)

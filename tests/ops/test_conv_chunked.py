@@ -105,3 +105,36 @@ def test_one_by_one_conv_is_a_batched_product(layout):
                                                          mdl.tensor(b.numpy(), requires_grad=True)])
     assert mdl.gradgradcheck(lambda x, w: F.conv2d(x, w), [mdl.tensor(data, requires_grad=True),
                                                            mdl.tensor(w.numpy(), requires_grad=True)])
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # PyTorch's note on its own copy
+@pytest.mark.parametrize("kw, kernel", [(dict(padding="same"), (2, 4)), (dict(padding=(2, 1), dilation=(2, 1)), (3, 3)),
+                                        (dict(padding=0), (3, 2)), (dict(padding=(0, 2), dilation=2), (2, 2))])
+def test_stride1_conv_input_gradient_is_a_flipped_conv(kw, kernel):
+    """Conv2dStride1: dx as the correlation of dy with the flipped kernel, against PyTorch (values, all
+    gradients) with asymmetric 'same' padding, dilation and unpadded sides; then gradgradcheck."""
+    torch = pytest.importorskip("torch")
+    from minidl.ops.conv import Conv2dStride1
+    rng = np.random.default_rng(4)
+    x = mdl.tensor(rng.standard_normal((2, 3, 6, 7)), requires_grad=True)
+    w = mdl.tensor(rng.standard_normal((4, 3) + kernel), requires_grad=True)
+    b = mdl.tensor(rng.standard_normal(4), requires_grad=True)
+    seen = []
+
+    class Spy(mdl.autograd.FunctionHook):
+        def forward_preprocess(self, function, inputs):
+            seen.append(type(function))
+    with Spy():
+        y = F.conv2d(x, w, b, **kw)
+    assert Conv2dStride1 in seen
+    gy = rng.standard_normal(y.shape)
+    y.backward(mdl.tensor(gy))
+    xt, wt, bt = (torch.tensor(a.numpy(), requires_grad=True) for a in (x, w, b))
+    yt = torch.nn.functional.conv2d(xt, wt, bt, **kw)
+    yt.backward(torch.tensor(gy))
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for got, want in ((x, xt), (w, wt), (b, bt)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-12, atol=1e-12)
+    small = [mdl.tensor(rng.standard_normal((1, 2, 4, 5)), requires_grad=True),
+             mdl.tensor(rng.standard_normal((2, 2) + kernel), requires_grad=True)]
+    assert mdl.gradgradcheck(lambda x, w: F.conv2d(x, w, **kw), small)
