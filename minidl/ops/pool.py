@@ -46,27 +46,39 @@ class MaxPool2d(Function):
         n, c, h, w = self.in_shape = x.shape
         (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
         (pt, pb), (pl, pr) = _sides(self.padding)
+        # Work in x's memory order: a conv's output is an (N, C, H, W) view of a channels-last
+        # array, and mixing its strides with a fresh (N, C, H, W) array would make every
+        # pass below cache-hostile. ``self.last`` says the work is laid out (N, H, W, C).
+        self.last = _channels_last(x)
+        if self.last:
+            x = x.transpose(0, 2, 3, 1)
+        spatial = (slice(None),) if self.last else (slice(None), slice(None))  # the axes before H
         if pt or pb or pl or pr:
-            x = xp.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-xp.inf)
-        oh, ow = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1, (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+            sides = ((0, 0), (pt, pb), (pl, pr), (0, 0)) if self.last else ((0, 0), (0, 0), (pt, pb), (pl, pr))
+            x = xp.pad(x, sides, constant_values=-xp.inf)
+        hp, wp = x.shape[len(spatial)], x.shape[len(spatial) + 1]
+        oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
         # A running maximum over the KH·KW window offsets, each offset one strided view
         # of the image: no window array is built. Only a strictly larger value replaces
         # the best so far, so ties keep the first maximum, as PyTorch. ``arg`` records
         # where the winner sits relative to its window's corner, as a flat offset in x.
-        best, arg = None, xp.zeros((n, c, oh, ow), xp.int64)
+        best, arg = None, None
         for p in range(kh):
             for q in range(kw):
-                view = x[:, :, p * dh:p * dh + sh * (oh - 1) + 1:sh, q * dw:q * dw + sw * (ow - 1) + 1:sw]
+                view = x[spatial + (slice(p * dh, p * dh + sh * (oh - 1) + 1, sh),
+                                    slice(q * dw, q * dw + sw * (ow - 1) + 1, sw))]
                 offset = (p * dh - pt) * w + (q * dw - pl)
                 if best is None:
-                    best = view.copy()
-                    arg += offset
+                    best, arg = view.copy(), xp.full(view.shape, offset, xp.int64)
                     continue
                 better = view > best
                 arg += better * (offset - arg)  # arithmetic beats masked writes
                 xp.maximum(best, view, out=best)
         corners = (xp.arange(oh) * (sh * w)).reshape(oh, 1) + xp.arange(ow) * sw
-        local = corners + arg  # flat position inside each (H, W) plane
+        arg += corners.reshape(oh, ow, 1) if self.last else corners  # flat position in each (H, W) plane
+        local = arg.transpose(0, 3, 1, 2) if self.last else arg
+        if self.last:  # back to an (N, C, OH, OW) view of the channels-last result
+            best = best.transpose(0, 3, 1, 2)
         if pt or pb or pl or pr:  # a window always holds a real element (padding ≤ kernel/2); the clip
             local = xp.clip(local, 0, h * w - 1)  # only guards windows made of −inf alone
         self.local = local
@@ -75,10 +87,20 @@ class MaxPool2d(Function):
     def backward(self, gy):
         n, c, h, w = self.in_shape
         xp = xp_of(self.local)
+        if self.last:  # scatter into a channels-last image, given back as its (N, C, H, W) view
+            local = self.local.transpose(0, 2, 3, 1)  # (N, OH, OW, C)
+            index = ((xp.arange(n).reshape(n, 1, 1, 1) * (h * w) + local) * c + xp.arange(c)).reshape(-1)
+            flat = GetItemGrad(index, (n * h * w * c,))(reshape(transpose(gy, (0, 2, 3, 1)), -1))
+            return transpose(reshape(flat, (n, h, w, c)), (0, 3, 1, 2))
         index = (xp.arange(n * c).reshape(n, c, 1, 1) * (h * w) + self.local).reshape(-1)
         # a scatter-add into the flat image; its own gradient is the matching gather
         flat = GetItemGrad(index, (n * c * h * w,))(reshape(gy, -1))
         return reshape(flat, self.in_shape)
+
+
+def _channels_last(x) -> bool:
+    """True when x (N, C, H, W) is a view of a contiguous (N, H, W, C) array (C > 1)."""
+    return x.shape[1] > 1 and x.transpose(0, 2, 3, 1).flags.c_contiguous and not x.flags.c_contiguous
 
 
 # ---------------------------------------------------------------- arguments
