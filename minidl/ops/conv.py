@@ -152,14 +152,16 @@ class Col2Im(Function):
 
 class Conv2dStride1(Function):
     """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
-    dx = conv2d(dy, W̃) with W̃[c, o, p, q] = W[o, c, KH−1−p, KW−1−q], padded d·(k − 1) − p_side;
-    dW = dYᵀ im2col(x),  db = Σ dy.
+    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy.
 
-    The input gradient of a stride-1 correlation is the correlation of dy with the flipped
-    kernel, channels swapped: x[u] met W[p] in y[u + p_top − p·d], so dx[u] = Σ_p dy[u + p_top −
-    p·d] W[p]. Computed so, it is im2col of dy and one GEMM with inner dimension KH·KW·O, instead
-    of a GEMM with inner dimension O writing KH·KW copies of dx that col2im then adds up (2 to 4
-    times faster for small O). Only x and W are kept; dW rebuilds x's columns.
+    V is W flipped in both spatial axes with its two channel axes swapped,
+    V[c, o, p, q] = W[o, c, KH − 1 − p, KW − 1 − q], and dy is padded by d·(k − 1) minus the
+    forward padding of each side. The input gradient of a stride-1 correlation is the correlation
+    of dy with the flipped kernel, channels swapped: x[u] met W[p] in y[u + p_top − p·d], so
+    dx[u] = Σ_p dy[u + p_top − p·d] W[p]. Computed so, it is im2col of dy and one GEMM with inner
+    dimension KH·KW·O, instead of a GEMM with inner dimension O writing KH·KW copies of dx that
+    col2im then adds up (2 to 4 times faster for small O). Only x and W are kept; dW rebuilds x's
+    columns.
     """
 
     def __init__(self, padding, dilation):
