@@ -105,6 +105,15 @@ def _array(value):
 
 
 @autocast_to("float32")
+def _check_running_stats(op, shape, running_mean, running_var):
+    """Each running statistic given holds one value per channel (axis 1 of an input of ``shape``)."""
+    channels = shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and tuple(stat.shape) != (channels,):
+            raise ValueError(f"{op}: {name} must have shape ({channels},), one value per channel of "
+                             f"the input {shape}, got {tuple(stat.shape)}")
+
+
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Batch normalization of x (N, C), (N, C, L) or (N, C, H, W), one statistic per channel.
@@ -122,10 +131,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         raise ValueError(f"batch_norm: input must be (N, C) or (N, C, ...) with a channel axis, "
                          f"got shape {x.shape}")
     channels = x.shape[1]
-    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None and tuple(stat.shape) != (channels,):
-            raise ValueError(f"batch_norm: {name} must have shape ({channels},), one value per channel of "
-                             f"the input {x.shape}, got {tuple(stat.shape)}")
+    _check_running_stats("batch_norm", x.shape, running_mean, running_var)
     axes = (0,) + tuple(range(2, x.ndim))
     shape = (1, channels) + (1,) * (x.ndim - 2)
     if training or running_mean is None or running_var is None:
@@ -210,10 +216,7 @@ def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None
         raise ValueError(f"instance_norm: input must be (N, C, L), (N, C, H, W) or (N, C, ...) with at least "
                          f"one spatial axis, got shape {x.shape}")
     channels = x.shape[1]
-    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None and tuple(stat.shape) != (channels,):
-            raise ValueError(f"instance_norm: {name} must have shape ({channels},), one value per channel of "
-                             f"the input {x.shape}, got {tuple(stat.shape)}")
+    _check_running_stats("instance_norm", x.shape, running_mean, running_var)
     shape = (1, channels) + (1,) * (x.ndim - 2)
     if use_input_stats:
         count = x.numel() // max(x.shape[0] * channels, 1)
