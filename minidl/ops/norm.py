@@ -104,7 +104,6 @@ def _array(value):
     return value.data if isinstance(value, Tensor) else value
 
 
-@autocast_to("float32")
 def _check_running_stats(op, shape, running_mean, running_var):
     """Each running statistic given holds one value per channel (axis 1 of an input of ``shape``)."""
     channels = shape[1]
@@ -114,6 +113,7 @@ def _check_running_stats(op, shape, running_mean, running_var):
                              f"the input {shape}, got {tuple(stat.shape)}")
 
 
+@autocast_to("float32")
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Batch normalization of x (N, C), (N, C, L) or (N, C, H, W), one statistic per channel.
