@@ -136,6 +136,7 @@ def _gradient_op_cases(rng, t, targets):
     from minidl.ops.linalg import LinearGradData, LinearGradWeight
     from minidl.ops.loss import CrossEntropyGrad
     from minidl.ops.norm import Normalize, NormalizeGrad
+    from minidl.ops.pool import MaxPool2d, MaxPoolGather, MaxPoolScatter
     from minidl.ops.shape import GetItemGrad
 
     mask = rng.random((3, 4)) > 0.5
@@ -149,6 +150,13 @@ def _gradient_op_cases(rng, t, targets):
         normalize = Normalize(axes, 1e-5)
         x_hat = normalize.forward(x.data)
         return NormalizeGrad(axes, 1e-5, x_hat, normalize.inv_std)(x, gy)
+
+    pooled = _distinct(rng, 2, 3, 5, 5)  # overlapping padded windows: 3×3, stride 2, padding 1
+
+    def max_pool_routed(op, g):
+        pool = MaxPool2d((3, 3), (2, 2), (1, 1))
+        pool(Tensor(pooled.data))  # records each window's winner, as the parent's forward does
+        return op(pool)(g)
 
     return [
         ("relu_grad", lambda gy: ReLUGrad(mask)(gy), [t(3, 4)]),
@@ -166,6 +174,8 @@ def _gradient_op_cases(rng, t, targets):
         ("normalize_grad_two_axes", lambda x, gy: normalize_grad(x, gy, (0, 2)), [t(2, 3, 4), t(2, 3, 4)]),
         ("getitem_grad", lambda gy: GetItemGrad((np.array([0, 2, 0]), slice(1, 3)), (3, 4))(gy), [t(3, 2)]),
         ("col2im", lambda cols: Col2Im((1, 2, 3, 3), (2, 2), (1, 1), (1, 1))(cols), [t(1, 4, 4, 2, 2, 2)]),
+        ("max_pool_scatter", lambda gy: max_pool_routed(MaxPoolScatter, gy), [t(2, 3, 3, 3)]),
+        ("max_pool_gather", lambda x: max_pool_routed(MaxPoolGather, x), [t(2, 3, 5, 5)]),
     ]
 
 

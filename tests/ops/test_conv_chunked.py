@@ -79,6 +79,8 @@ def test_max_pool_of_channels_last_input(args):
     np.testing.assert_array_equal(idx.numpy(), idxt.numpy())
     assert gradcheck(lambda v: F.max_pool2d(v.permute(0, 3, 1, 2), *args), [mdl.tensor(x.numpy(),
                                                                                       requires_grad=True)])
+    assert mdl.gradgradcheck(lambda v: F.max_pool2d(v.permute(0, 3, 1, 2), *args),
+                             [mdl.tensor(x.numpy(), requires_grad=True)])
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
