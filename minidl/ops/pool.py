@@ -59,7 +59,7 @@ class MaxPool2d(Function):
         # best so far, so ties keep the first maximum, as PyTorch.
         best, choice = None, None
         for k in range(kh * kw):
-            view = image[self._offset_view(k, oh, ow)]
+            view = image[self.window_view(k, oh, ow)]
             if best is None:
                 best, choice = view.copy(), xp.zeros(view.shape, xp.int8 if kh * kw < 128 else xp.int32)
                 continue
@@ -77,9 +77,9 @@ class MaxPool2d(Function):
         hp, wp = image.shape[1:3] if self.last else image.shape[2:]
         return (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
 
-    def _offset_view(self, k, oh, ow):
+    def window_view(self, k, oh, ow):
         """The index of the strided view of the padded image that window offset k reads."""
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        (_, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
         p, q = divmod(k, kw)
         rows = slice(p * dh, p * dh + sh * (oh - 1) + 1, sh)
         cols = slice(q * dw, q * dw + sw * (ow - 1) + 1, sw)
@@ -127,7 +127,7 @@ class MaxPoolScatter(Function):
         gy = pool.in_layout(gy)
         disjoint = all(s >= d * (k - 1) + 1 for s, d, k in zip(pool.stride, pool.dilation, pool.kernel))
         for k in range(pool.kernel[0] * pool.kernel[1]):
-            view = image[pool._offset_view(k, *pool.out_hw)]
+            view = image[pool.window_view(k, *pool.out_hw)]
             if disjoint:
                 xp.multiply(gy, pool.choice == k, out=view)
             else:
@@ -153,7 +153,7 @@ class MaxPoolGather(Function):
         image = _padded(x, pool.padding, pool.last, 0)
         z = xp.zeros(pool.choice.shape, x.dtype)
         for k in range(pool.kernel[0] * pool.kernel[1]):
-            z += image[pool._offset_view(k, *pool.out_hw)] * (pool.choice == k)
+            z += image[pool.window_view(k, *pool.out_hw)] * (pool.choice == k)
         return z.transpose(0, 3, 1, 2) if pool.last else z
 
     def backward(self, gz):
