@@ -372,7 +372,10 @@ def _conv_and_pool_cases(rng, t):
     unpool2 = pool_indices((1, 2, 4, 6), 2, 2)
     unpool2_overlap = pool_indices((1, 2, 5, 5), 3, 1)  # overlapping windows: some indices repeat
     unpool1 = pool_indices((2, 2, 7), 3, 2, 1)
+    from minidl.ops.conv import ChannelsLast
     return [
+        ("channels_last", lambda x: ChannelsLast()(x), [t(2, 3, 4, 5)]),
+        ("channels_last_already", lambda x: ChannelsLast()(x.permute(0, 3, 1, 2)), [t(2, 4, 5, 3)]),
         ("conv2d_groups_dilation", lambda x, w, b: F.conv2d(x, w, b, (2, 1), 1, (1, 2), 2),
          [t(2, 4, 5, 6), t(6, 2, 3, 2), t(6)]),
         ("conv2d_depthwise_same", lambda x, w: F.conv2d(x, w, padding="same", groups=3),

@@ -70,23 +70,46 @@ def _sides(padding):
     return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)
 
 
+def channels_last(x, sides=((0, 0), (0, 0))):
+    """x (N, C, H, W) as a contiguous (N, H + top + bottom, W + left + right, C) array with zero borders.
+
+    One copy, but a transposing one: for each pixel it reads C values one (H, W) plane apart.
+    When that distance is a multiple of 4 KiB (32×32 float32 planes, say) all C reads fall into
+    the same cache set and the copy runs about 3× slower than it should, so on the CPU such an
+    input is first copied plainly into planes 16 values longer, which breaks the alignment.
+    """
+    xp = xp_of(x)
+    n, c, h, w = x.shape
+    (pt, pb), (pl, pr) = sides
+    out = xp.empty((n, h + pt + pb, w + pl + pr, c), x.dtype)
+    for border in (out[:, :pt], out[:, pt + h:], out[:, pt:pt + h, :pl], out[:, pt:pt + h, pl + w:]):
+        border[...] = 0
+    if not backend.is_device_array(x) and x.flags.c_contiguous and c > 1 and (h * w * x.itemsize) % 4096 == 0:
+        staged = xp.empty((n, c, h * w + 16), x.dtype)
+        staged[:, :, :h * w] = x.reshape(n, c, h * w)
+        x = staged[:, :, :h * w].reshape(n, c, h, w)
+    out[:, pt:pt + h, pl:pl + w] = x.transpose(0, 2, 3, 1)
+    return out
+
+
 def im2col_array(x, kernel, stride, padding, dilation=(1, 1), out_size=None):
     """Windows of x (N, C, H, W) as a contiguous array (N, OH, OW, KH, KW, C).
 
     No loop: a strided view reads every window in place (the window at (i, j)
     starts i·sh rows and j·sw columns in, its taps dh rows and dw columns
     apart), and one copy lays them out as rows. Channels go last so that the
-    copy moves runs of C contiguous values (a conv's output is already
-    channels-last in memory, see conv2d). ``padding`` is (ph, pw) or
-    ((top, bottom), (left, right)); ``out_size`` keeps only the first
-    (OH, OW) windows (col2im's adjoint may need fewer than fit).
+    copy moves runs of C contiguous values: an input that is not channels-last
+    already (a conv's output is, see conv2d) is first copied so, with its zero
+    borders. ``padding`` is (ph, pw) or ((top, bottom), (left, right));
+    ``out_size`` keeps only the first (OH, OW) windows (col2im's adjoint may
+    need fewer than fit).
     """
     xp = xp_of(x)
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
-    (pt, pb), (pl, pr) = _sides(padding)
+    sides = _sides(padding)
     x = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view
-    if pt or pb or pl or pr:
-        x = xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    if any(any(pair) for pair in sides) or (x.shape[3] > 1 and not x.flags.c_contiguous):
+        x = channels_last(x.transpose(0, 3, 1, 2), sides)
     n, h, w, c = x.shape
     oh, ow = out_size or ((h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1)
     s_n, s_h, s_w, s_c = x.strides
@@ -150,6 +173,20 @@ class Col2Im(Function):
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
 
+class ChannelsLast(Function):
+    """y = x (N, C, H, W) as a contiguous (N, H, W, C) array: x's own memory when it is laid out so
+    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W).
+    """
+    saved_inputs = ()
+
+    def forward(self, x):
+        last = x.transpose(0, 2, 3, 1)
+        return last if last.flags.c_contiguous else channels_last(x)
+
+    def backward(self, gy):
+        return transpose(gy, (0, 3, 1, 2))
+
+
 class Conv2dStride1(Function):
     """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
     dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy.
@@ -179,20 +216,20 @@ class Conv2dStride1(Function):
 
     def backward(self, gy):
         x, weight = self.inputs[0], self.inputs[1]
-        (kh, kw), (dh, dw) = weight.shape[2:], self.dilation
+        (o, c, kh, kw), (dh, dw) = weight.shape, self.dilation
         (pt, pb), (pl, pr) = self.padding
+        g_rows = reshape(ChannelsLast()(gy), -1, o)  # (N·OH·OW, O): dy laid out once for all three
         gx = gw = gb = None
         if x.requires_grad:
             flipped = transpose(flip(weight, dims=(2, 3)), (1, 0, 2, 3))  # (C, O, KH, KW)
             sides = ((dh * (kh - 1) - pt, dh * (kh - 1) - pb), (dw * (kw - 1) - pl, dw * (kw - 1) - pr))
-            gx = _conv2d(gy, flipped, None, (1, 1), sides, self.dilation)
+            gy_last = transpose(reshape(g_rows, gy.shape[0], gy.shape[2], gy.shape[3], o), (0, 3, 1, 2))
+            gx = _conv2d(gy_last, flipped, None, (1, 1), sides, self.dilation)
         if weight.requires_grad:
-            o, c = weight.shape[:2]
             rows = reshape(Im2Col((kh, kw), (1, 1), self.padding, self.dilation)(x), -1, kh * kw * c)
-            g_rows = reshape(transpose(gy, (0, 2, 3, 1)), -1, o)
             gw = transpose(reshape(matmul(transpose(rows), g_rows), kh, kw, c, o), (3, 2, 0, 1))
         if len(self.inputs) == 3 and self.inputs[2].requires_grad:
-            gb = reduce_sum(gy, axis=(0, 2, 3))
+            gb = reduce_sum(g_rows, axis=0)
         return gx, gw, gb
 
 
