@@ -8,6 +8,12 @@ header's metadata as JSON, with each array replaced by a reference to its
 tensor entry; a flat ``{name: array}`` state dict is therefore an ordinary
 safetensors file that other tools read too.
 
+Arrays keep their dtype, bit for bit. bfloat16, which NumPy lacks, comes from
+the optional ml_dtypes package (``pip install 'minidl[bf16]'``): it is stored
+as safetensors' ``BF16`` and loads back as ``ml_dtypes.bfloat16``; without
+ml_dtypes, loading a file that holds one raises an ImportError naming the
+file, the array and the package to install.
+
 JSON has string keys and one kind of list, so three one-key objects mark what
 it lacks, and ``load`` gives back exactly what ``save`` was given:
 
@@ -36,6 +42,7 @@ else wrong with a file (truncated, damaged, foreign, over a limit) raises a
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -293,6 +300,25 @@ _DTYPE_CODES = {np.dtype(t): code for t, code in (
     (np.float64, "F64"), (np.float32, "F32"), (np.float16, "F16"), (np.int64, "I64"), (np.uint64, "U64"),
     (np.int32, "I32"), (np.uint32, "U32"), (np.int16, "I16"), (np.uint16, "U16"), (np.int8, "I8"),
     (np.uint8, "U8"), (np.bool_, "BOOL"), (np.complex64, "C64"))}
+_BF16 = "BF16"  # bfloat16, which NumPy lacks: the ml_dtypes package provides it (see _bfloat16)
+
+
+def _dtype_code(dtype) -> str | None:
+    """The safetensors code of ``dtype`` (any byte order), or None when safetensors has none for it."""
+    if backend.is_bfloat16(dtype):
+        return _BF16
+    return _DTYPE_CODES.get(dtype.newbyteorder("="))
+
+
+def _bfloat16(path: str, name: str):
+    """ml_dtypes' bfloat16, to read the BF16 array ``name`` of ``path``; an ImportError that says how to get it."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise ImportError(f"load: {path} holds the bfloat16 (BF16) array {name!r}, and NumPy has no bfloat16 "
+                          "type; install the ml_dtypes package to read it: pip install 'minidl[bf16]' "
+                          "(or pip install ml_dtypes). Nothing was read.") from None
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _safetensors_header(tensors: dict, metadata: dict) -> bytes:
@@ -304,10 +330,10 @@ def _safetensors_header(tensors: dict, metadata: dict) -> bytes:
     """
     header, offset = {}, 0
     for name, array in tensors.items():
-        code = _DTYPE_CODES.get(array.dtype.newbyteorder("="))
+        code = _dtype_code(array.dtype)
         if code is None:
             raise TypeError(f"save: cannot store the {array.dtype} array {name!r}; safetensors holds "
-                            f"{', '.join(str(d) for d in _DTYPE_CODES)}")
+                            f"{', '.join(str(d) for d in _DTYPE_CODES)} and bfloat16 (from ml_dtypes)")
         header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
         offset += array.nbytes
     header["__metadata__"] = metadata
@@ -349,21 +375,32 @@ def save(obj, path) -> None:
     atomic_write(path, write)
 
 
-def _read_header(path: str) -> dict:
-    """The metadata of the safetensors file at ``path``, after checking what reading it would cost."""
+def _not_regular(path: str) -> str:
+    return f"load: {path} is not a regular file (a folder, a pipe or a device); it was not read"
+
+
+def _open_regular(path: str):
+    """``path`` opened for reading in binary, or a ValueError when it is not a regular file."""
+    # O_NONBLOCK: should a pipe take the file's place after a check, opening it still returns at once.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(_not_regular(path))
+    return open(fd, "rb")
+
+
+def _read_header(path: str) -> tuple[dict, dict, int]:
+    """The metadata and the header of the safetensors file at ``path``, and where its array bytes start.
+
+    Only what reading the file would cost is checked here; ``safe_open`` checks the rest.
+    """
     try:
         info = os.stat(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"load: no file at {path}") from None
-    not_regular = f"load: {path} is not a regular file (a folder, a pipe or a device); it was not read"
     if not stat.S_ISREG(info.st_mode):
-        raise ValueError(not_regular)
-    # O_NONBLOCK: should a pipe take the file's place after the check above, opening it still returns at once.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(not_regular)
-    with open(fd, "rb") as f:
+        raise ValueError(_not_regular(path))
+    with _open_regular(path) as f:
         prefix = f.read(8)
         if len(prefix) < 8:
             raise ValueError(f"load: {path} is not a complete safetensors file ({info.st_size} bytes); "
@@ -394,7 +431,22 @@ def _read_header(path: str) -> dict:
     metadata = header.get("__metadata__") or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError(f"load: {path} has a damaged safetensors header (its metadata is not text)")
-    return metadata
+    return metadata, header, 8 + header_bytes
+
+
+def _read_bfloat16(file, entry: dict, data_start: int, dtype):
+    """The BF16 array of header ``entry``, its bytes read from the open ``file`` as they are.
+
+    Read here rather than by ``safe_open``, whose NumPy reader maps BF16 to a dtype by name
+    differently across safetensors versions. ``safe_open`` has checked the entry: its offsets are
+    in bounds and span as many bytes as its shape holds.
+    """
+    begin, end = entry["data_offsets"]
+    file.seek(data_start + begin)
+    raw = bytearray(file.read(end - begin))  # a bytearray: the array is writable, as get_tensor's are
+    if len(raw) != end - begin:
+        raise OSError(f"the file ended {end - begin - len(raw)} bytes early")
+    return np.frombuffer(raw, dtype=dtype).reshape(entry["shape"])  # the file's little-endian words
 
 
 def load(path, device="cpu"):
@@ -402,19 +454,31 @@ def load(path, device="cpu"):
 
     Raises FileNotFoundError when there is no file at ``path``, and ValueError
     for anything that is not a complete, undamaged safetensors file within the
-    limits (see the module docstring). The file is only read, never executed.
+    limits (see the module docstring). A bfloat16 (BF16) array needs the
+    ml_dtypes package (else an ImportError says how to install it) and the CPU
+    (CuPy has no bfloat16: a TypeError). The file is only read, never executed.
     """
     from safetensors import SafetensorError, safe_open
 
     path = os.fspath(path)
-    metadata = _read_header(path)
+    metadata, header, data_start = _read_header(path)
     structure = metadata.get(_STRUCTURE_KEY)
     if structure is not None and _count_json_values(structure) > MAX_JSON_VALUES:
         raise _over_limit(f"load: {path} has a minidl header of about {_count_json_values(structure):,} "
                           "JSON values", MAX_JSON_VALUES, "it was not decoded. Nothing was executed.")
+    bfloat16 = {name: entry for name, entry in header.items()
+                if name != "__metadata__" and isinstance(entry, dict) and entry.get("dtype") == _BF16}
+    if bfloat16:
+        name = next(iter(bfloat16))
+        dtype = _bfloat16(path, name)
+        if backend.parse_device(device)[0] != "cpu":
+            raise TypeError(f"load: {path} holds the bfloat16 array {name!r}, and CuPy has no bfloat16 arrays; "
+                            f"load it on the CPU (device='cpu') and cast it to float16 or float32 for {device!r}")
     try:
-        with safe_open(path, framework="np") as f:
-            tensors = {k: backend.to_device(f.get_tensor(k), device) for k in f.keys()}
+        with (safe_open(path, framework="np") as f,  # opening it checks every entry's dtype, shape and offsets
+              _open_regular(path) if bfloat16 else contextlib.nullcontext() as raw):
+            tensors = {k: backend.to_device(_read_bfloat16(raw, header[k], data_start, dtype) if k in bfloat16
+                                            else f.get_tensor(k), device) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"load: {path} is not a complete safetensors file ({_clip(str(exc))}); "
                          "it may be truncated or of another format. Nothing was executed.") from None

@@ -120,6 +120,90 @@ def test_files_are_read_by_the_safetensors_library(tmp_path):
         np.testing.assert_array_equal(theirs[name], array)
 
 
+# ---------------------------------------------------------------- bfloat16 (from ml_dtypes)
+def _bfloat16_bits(shape, seed=0):
+    """Random 16-bit patterns plus the awkward ones: ±0, ±inf, NaNs with payloads, subnormals, the extremes."""
+    special = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF, 0x0001, 0x807F, 0x7F7F, 0x3F80],
+                       np.uint16)
+    bits = np.random.default_rng(seed).integers(0, 2**16, size=int(np.prod(shape)), dtype=np.uint16)
+    bits[:len(special)] = special[:bits.size]
+    return bits.reshape(shape)
+
+
+def test_bfloat16_arrays_and_tensors_round_trip_bit_for_bit(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    bits = {"w": _bfloat16_bits((4, 5)), "t": _bfloat16_bits((7,), seed=1), "m": _bfloat16_bits((2, 3), seed=2),
+            "s": _bfloat16_bits((), seed=3), "e": _bfloat16_bits((0, 3))}
+    state = {"w": bits["w"].view(bf16), "t": mdl.tensor(bits["t"].view(bf16)), "f": np.arange(3, dtype=np.float32),
+             "opt": {0: {"m": bits["m"].view(bf16), "step": 2}}, "s": bits["s"].view(bf16), "e": bits["e"].view(bf16)}
+    mdl.save(state, tmp_path / "b.safetensors")
+    back = mdl.load(tmp_path / "b.safetensors")
+    for name, got in (("w", back["w"]), ("t", back["t"]), ("m", back["opt"][0]["m"]), ("s", back["s"]),
+                      ("e", back["e"])):
+        assert got.dtype == bf16 and got.shape == bits[name].shape, name
+        np.testing.assert_array_equal(got.view(np.uint16), bits[name], err_msg=name)
+    assert back["opt"][0]["step"] == 2 and back["f"].dtype == np.float32
+    back["w"][0, 0] = 1.0  # writable, as every other loaded array
+    np.testing.assert_array_equal(mdl.load(tmp_path / "b.safetensors")["w"].view(np.uint16), bits["w"])
+
+
+def test_bfloat16_is_written_as_BF16_little_endian_words(tmp_path):
+    """The header and bytes by hand, per the format: dtype BF16, two bytes per value, least significant first."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits = _bfloat16_bits((3, 2))
+    path = tmp_path / "w.safetensors"
+    mdl.save({"w": bits.view(ml_dtypes.bfloat16)}, path)
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    entry = json.loads(raw[8:8 + length])["w"]
+    assert entry == {"dtype": "BF16", "shape": [3, 2], "data_offsets": [0, 12]}
+    assert raw[8 + length:] == struct.pack("<6H", *(int(b) for b in bits.reshape(-1)))
+    assert [p.name for p in tmp_path.iterdir()] == ["w.safetensors"]  # written through a renamed temporary
+
+
+def test_bfloat16_files_agree_with_the_reference_library_both_ways(tmp_path):
+    """minidl's BF16 bytes are torch's bfloat16 bytes through safetensors' own reader and writer."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    bits = _bfloat16_bits((5, 3))
+    mdl.save({"w": bits.view(ml_dtypes.bfloat16)}, tmp_path / "ours.safetensors")
+    theirs = st_torch.load_file(str(tmp_path / "ours.safetensors"))["w"]
+    assert theirs.dtype == torch.bfloat16 and tuple(theirs.shape) == bits.shape
+    np.testing.assert_array_equal(theirs.view(torch.int16).numpy().view(np.uint16), bits)
+
+    other = _bfloat16_bits((4,), seed=5)
+    st_torch.save_file({"x": torch.from_numpy(other.view(np.int16).copy()).view(torch.bfloat16)},
+                       str(tmp_path / "theirs.safetensors"))
+    back = mdl.load(tmp_path / "theirs.safetensors")["x"]
+    assert back.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(back.view(np.uint16), other)
+
+
+def test_loading_bfloat16_without_ml_dtypes_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    path = tmp_path / "w.safetensors"
+    mdl.save({"fine": np.ones(2, np.float32), "layer.weight": _bfloat16_bits((2,)).view(ml_dtypes.bfloat16)}, path)
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` now raises ImportError
+    with pytest.raises(ImportError) as error:
+        mdl.load(path)
+    message = str(error.value)
+    assert str(path) in message and "'layer.weight'" in message
+    assert "pip install 'minidl[bf16]'" in message and "pip install ml_dtypes" in message
+    mdl.save({"fine": np.ones(2, np.float32)}, path)  # a file without bfloat16 still loads without it
+    np.testing.assert_array_equal(mdl.load(path)["fine"], np.ones(2, np.float32))
+
+
+def test_loading_bfloat16_onto_the_gpu_says_cupy_has_none(standin_or_gpu, tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    mdl.save({"w": _bfloat16_bits((2,)).view(ml_dtypes.bfloat16)}, tmp_path / "w.safetensors")
+    with pytest.raises(TypeError, match="'w'.*CuPy has no bfloat16.*device='cpu'"):
+        mdl.load(tmp_path / "w.safetensors", device="cuda")
+
+
 def _steps(model, opt, x, n):
     for _ in range(n):
         opt.zero_grad()

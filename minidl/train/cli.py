@@ -30,8 +30,11 @@ DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "
             "clip_norm": None, "accumulate": 1, "dropout": 0.0}
 SCHEDULES = ("constant", "cosine", "warmup-cosine", "step", "exponential", "polynomial", "cyclical",
              "inverse-sqrt")
-# Settings that define a run: a resumed run takes them from its checkpoint unless given again.
-RUN_SETTINGS = tuple(DEFAULTS)
+# Settings that define a run, and the device it runs on: a resumed run takes them from its
+# checkpoint unless given again (a checkpoint without a device, from before it was kept, runs on
+# the CPU). DEFAULTS alone are what a tuning trial may set (minidl.tune.objective).
+RUN_DEFAULTS = {**DEFAULTS, "device": "cpu"}
+RUN_SETTINGS = tuple(RUN_DEFAULTS)
 
 
 # ---------------------------------------------------------------- argument types
@@ -113,7 +116,7 @@ def _settings(args, saved: dict | None) -> dict:
         elif saved and key in saved:
             out[key] = saved[key]
         else:
-            out[key] = DEFAULTS[key]
+            out[key] = RUN_DEFAULTS[key]
     return out
 
 
@@ -139,7 +142,8 @@ def _saved_settings(extra) -> dict:
               "lr": lambda v: number(v, allow_none=True, positive=True), "schedule": lambda v: v in SCHEDULES,
               "epochs": lambda v: whole(v, 1), "batch_size": lambda v: whole(v, 1), "seed": lambda v: whole(v, 0),
               "weight_decay": number, "label_smoothing": number, "dropout": number,
-              "clip_norm": lambda v: number(v, allow_none=True, positive=True), "accumulate": lambda v: whole(v, 1)}
+              "clip_norm": lambda v: number(v, allow_none=True, positive=True), "accumulate": lambda v: whole(v, 1),
+              "device": lambda v: isinstance(v, str) and _valid_device(v)}
     out = {}
     for key, value in settings.items():
         if key in checks:
@@ -147,6 +151,15 @@ def _saved_settings(extra) -> dict:
                 raise ValueError(f"its run setting {key} is damaged: {repr(value)[:60]}")
             out[key] = value
     return out
+
+
+def _valid_device(text: str) -> bool:
+    from minidl.backend import parse_device
+    try:
+        parse_device(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _valid(check, value) -> bool:
@@ -213,11 +226,10 @@ def train_command(args) -> int:
         seed_everything(s["seed"])
         if getattr(args, "data_parallel", False):  # one replica per MPI rank, each on its slice of every batch
             from minidl import parallel
-            comm = parallel.init(device=args.device or "cpu")
+            comm = parallel.init(device=s["device"])
         data = data_sources.load(s["data"], seed=s["seed"])
         model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
-        if args.device:
-            model.to(comm.device if comm is not None and comm.name == "nccl" else args.device)
+        model.to(comm.device if comm is not None and comm.name == "nccl" else s["device"])
         optimizer = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
         lr = float(optimizer.param_groups[0]["lr"])
         train_loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=s["batch_size"],
@@ -229,7 +241,10 @@ def train_command(args) -> int:
         steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
         schedule = make_schedule(s["schedule"], lr, s["epochs"] * steps_per_epoch)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        return _end(comm, _fail(str(exc)))
+        message = str(exc)
+        if isinstance(exc, RuntimeError) and args.device is None and s["device"] != "cpu":  # no GPU here?
+            message += f" (device {s['device']!r} is the resumed run's; --device cpu resumes it on the CPU)"
+        return _end(comm, _fail(message))
 
     root = comm is None or comm.rank == 0  # only rank 0 logs, draws progress bars and writes files
     out = _run_folder(args, s) if root else None
@@ -319,7 +334,7 @@ def _add_train(sub):
     p.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--patience", type=positive_int, help="early stopping after this many epochs without "
                    "a better validation accuracy, restoring the best weights (default: no early stopping)")
-    p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--device", help="cpu or cuda (default: cpu; a resumed run: the checkpoint's)")
     p.add_argument("--amp", choices=("fp16", "bf16"), default=None,
                    help="mixed precision: fp16 (float16 with loss scaling) or bf16 (bfloat16, needs ml_dtypes; "
                         "CPU only); on the CPU a numerics and memory lesson, not a speed-up (default: off, float32)")

@@ -161,6 +161,7 @@ def _damage_last(run, folder, damage):
     ("rng", lambda s: s["rng"]["python"].__setitem__(0, "three")),
     ("optimizer", lambda s: s["optimizer"]["state"][0].pop("v")),
     ("run setting batch_size", lambda s: s["extra"]["settings"].__setitem__("batch_size", "many")),
+    ("run setting device", lambda s: s["extra"]["settings"].__setitem__("device", "tpu")),
 ])
 def test_resume_from_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, capsys, spirals_run, part, damage):
     path = _damage_last(spirals_run, tmp_path, damage)
@@ -170,6 +171,22 @@ def test_resume_from_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, capsys
     assert err.count("\n") == 1 and err.startswith("minidl train: error: cannot resume") and part in err
     assert "Traceback" not in err and out == ""
     assert path.read_bytes() == before and sorted(os.listdir(path.parent)) == ["last.safetensors"]
+
+
+def test_resume_without_the_checkpoints_gpu_says_how_to_resume_on_the_cpu(tmp_path, capsys, spirals_run,
+                                                                           monkeypatch):
+    from minidl import backend
+
+    def no_gpu():
+        raise RuntimeError("device 'cuda': no GPU found on this machine")
+
+    path = _damage_last(spirals_run, tmp_path, lambda s: s["extra"]["settings"].__setitem__("device", "cuda"))
+    monkeypatch.setattr(backend, "cupy_module", no_gpu)
+    code, out, err = _run(capsys, "train", "--resume", str(path), "--epochs", "2", "--quiet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "no GPU found" in err and "'cuda' is the resumed run's; --device cpu resumes it on the CPU" in err
+    code, out, _ = _run(capsys, "train", "--resume", str(path), "--epochs", "2", "--quiet", "--device", "cpu")
+    assert code == 0 and "resuming at step" in out
 
 
 def test_resumed_run_writes_each_metrics_record_once(tmp_path, capsys, spirals_run):

@@ -107,3 +107,54 @@ def test_the_train_command_saves_and_resumes_on_cuda(standin_or_gpu, tmp_path, c
     b = mdl.load(tmp_path / "split" / "model.safetensors")
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def _record_devices(monkeypatch):
+    """The device of the model's first parameter at each Trainer.fit of the command: where it really trained."""
+    from minidl.train.trainer import Trainer as TrainerClass
+    seen, fit = [], TrainerClass.fit
+
+    def spy(self, *args, **kwargs):
+        seen.append(backend.device_of(next(iter(self.model.parameters())).data))
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainerClass, "fit", spy)
+    return seen
+
+
+_SPIRALS = ["train", "--quiet", "--data", "spirals", "--lr", "0.01", "--schedule", "constant", "--dropout", "0.2",
+            "--batch-size", "128"]
+
+
+def test_a_resumed_run_keeps_the_device_of_its_checkpoint(standin_or_gpu, tmp_path, capsys, monkeypatch):
+    """``--resume`` without ``--device`` goes on on "cuda": the same weights as the run that never stopped there."""
+    from minidl.cli import main
+    assert main([*_SPIRALS, "--device", "cuda", "--epochs", "2", "--out", str(tmp_path / "straight")]) == 0
+    assert main([*_SPIRALS, "--device", "cuda", "--epochs", "1", "--out", str(tmp_path / "split")]) == 0
+    devices = _record_devices(monkeypatch)
+    assert main(["train", "--quiet", "--epochs", "2", "--resume", str(tmp_path / "split" / "last.safetensors")]) == 0
+    assert "resuming at step" in capsys.readouterr().out
+    assert [d.split(":")[0] for d in devices] == ["cuda"]
+    assert mdl.load(tmp_path / "split" / "last.safetensors")["extra"]["settings"]["device"] == "cuda"
+    a = mdl.load(tmp_path / "straight" / "model.safetensors")
+    b = mdl.load(tmp_path / "split" / "model.safetensors")
+    for name in a:  # GPU dropout masks come from the GPU generator: a CPU continuation would differ
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.parametrize("how", ["--device cpu given again", "a checkpoint from before the device was kept"])
+def test_a_device_given_again_or_never_stored_resumes_on_the_cpu(standin_or_gpu, tmp_path, monkeypatch, how):
+    from minidl.cli import main
+    assert main([*_SPIRALS, "--device", "cuda", "--epochs", "1", "--out", str(tmp_path / "run")]) == 0
+    path = tmp_path / "run" / "last.safetensors"
+    argv = ["train", "--quiet", "--epochs", "2", "--resume", str(path)]
+    if how.startswith("--device"):
+        argv += ["--device", "cpu"]
+    else:
+        state = mdl.load(path)
+        del state["extra"]["settings"]["device"]
+        mdl.save(state, path)
+    devices = _record_devices(monkeypatch)
+    assert main(argv) == 0
+    assert devices == ["cpu"]
+    assert mdl.load(path)["extra"]["settings"]["device"] == "cpu"  # and the next resume stays there
