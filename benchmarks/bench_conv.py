@@ -13,7 +13,10 @@ Cases (float32, bias, 3×3 padding 1 unless said):
 - a 1×1 convolution 32×64×32×32 → 128 and a strided 3×3 (stride 2) 32×64×32×32 → 128;
 - a CNN training step (SGD): conv(3→32, 3×3) relu maxpool2 conv(32→64, 3×3) relu maxpool2
   linear(4096→256) relu linear(256→10), cross-entropy, batch 64 of 32×32×3 inputs;
-- the machine's sgemm peak (NumPy, 1024³... 2048³) and each case's fraction of it.
+- the machine's sgemm peak (NumPy, 512³... 1536³) and each case's fraction of it;
+- each case's GEMM floor: the three products of an im2col convolution alone, on ready-made
+  operands (``GEMMs ms``), and that floor over PyTorch's whole time (``/torch``): no im2col
+  engine on this BLAS gets a lower ratio.
 
     python benchmarks/bench_conv.py [--repeat 15] [--save]
 """
@@ -26,7 +29,7 @@ import sys
 import time
 
 import numpy as np
-from common import save_results
+from common import gemm_peak, save_results
 
 CONV_CASES = (  # name, (N, C, H, W), out channels, kernel, stride, padding
     ("3x3 32x64x32x32", (32, 64, 32, 32), 64, 3, 1, 1),
@@ -44,18 +47,6 @@ def conv_flops(shape, out_channels, kernel, stride, padding):
     oh = (h + 2 * padding - kernel) // stride + 1
     ow = (w + 2 * padding - kernel) // stride + 1
     return 3 * 2 * n * oh * ow * out_channels * c * kernel * kernel
-
-
-def gemm_peak(threads_note="", repeat=7):
-    """The machine's measured float32 GEMM rate (GFLOP/s): the best of a few square sizes."""
-    best = 0.0
-    for size in (512, 1024, 1536):
-        a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-        b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
-        a @ b
-        t = min(_time(lambda: a @ b) for _ in range(repeat))
-        best = max(best, 2 * size ** 3 / t / 1e9)
-    return best
 
 
 def _time(fn):
@@ -126,6 +117,26 @@ def conv_fns(shape, out_channels, kernel, stride, padding):
         xt.grad = wt.grad = bt.grad = None
     fns["torch"] = torch_step
     return fns
+
+
+def gemm_floor(shape, out_channels, kernel, stride, padding, repeat=7):
+    """Seconds of the three products an im2col convolution cannot avoid, on ready-made operands:
+    Y = X_col W (forward), dX_col = dY Wᵀ (input gradient), dW = X_colᵀ dY (weight gradient).
+
+    No copies, no layout changes, no bias: the floor of any engine that convolves through this
+    BLAS's GEMM, whatever else it does well.
+    """
+    n, c, h, w = shape
+    oh = (h + 2 * padding - kernel) // stride + 1
+    m, k = n * oh * oh, c * kernel * kernel
+    rng = np.random.default_rng(0)
+    cols = rng.standard_normal((m, k), dtype=np.float32)
+    weight = rng.standard_normal((k, out_channels), dtype=np.float32)
+    gy = rng.standard_normal((m, out_channels), dtype=np.float32)
+    products = (lambda: cols @ weight, lambda: gy @ weight.T, lambda: cols.T @ gy)
+    for product in products:
+        product()
+    return sum(min(_time(product) for _ in range(repeat)) for product in products)
 
 
 # ---------------------------------------------------------------- a CNN training step
@@ -236,7 +247,7 @@ def main(argv=None):
     results["gemm_peak_gflops"] = peak
     print(f"sgemm peak (NumPy): {peak:.1f} GFLOP/s; torch threads {args.threads}; {results['load_before']}")
     print(f"{'case':<26}{'minidl ms':>10}{'torch ms':>10}{'ratio':>7}{'minidl GF/s':>12}{'% peak':>8}"
-          f"{'im2col MiB':>11}")
+          f"{'im2col MiB':>11}{'GEMMs ms':>10}{'/torch':>8}")
     cases = {}
     for name, shape, out_channels, kernel, stride, padding in CONV_CASES:
         if args.only not in name:
@@ -246,11 +257,13 @@ def main(argv=None):
         res["gflop"] = flops / 1e9
         res["peak_fraction"] = res["minidl"]["gflops"] / peak
         res["im2col"] = im2col_peak_bytes(shape, out_channels, kernel, stride, padding)
+        res["gemm_floor_ms"] = gemm_floor(shape, out_channels, kernel, stride, padding) * 1e3
         cases[name] = res
         t = res.get("torch", {}).get("best_ms", float("nan"))
         print(f"{name:<26}{res['minidl']['best_ms']:>10.1f}{t:>10.1f}{res.get('ratio_median', float('nan')):>7.2f}"
               f"{res['minidl']['gflops']:>12.1f}{100 * res['peak_fraction']:>7.0f}%"
-              f"{res['im2col'].get('peak_mib', float('nan')):>11.1f}")
+              f"{res['im2col'].get('peak_mib', float('nan')):>11.1f}{res['gemm_floor_ms']:>10.1f}"
+              f"{res['gemm_floor_ms'] / t:>8.2f}")
     if args.only in "cnn step":
         weights, x, y = cnn_weights()
         fns = {"minidl": cnn_minidl([w.copy() for w in weights], x, y)}
@@ -269,7 +282,8 @@ def main(argv=None):
               f"{100 * res['peak_fraction']:>7.0f}%")
     results["cases"] = cases
     results["load_after"] = load()
-    print("ratio = median over interleaved rounds of minidl / torch; times are the best round;", results["load_after"])
+    print("ratio = median over interleaved rounds of minidl / torch; times are the best round; GEMMs = the three "
+          "products alone (the floor of im2col on this BLAS);", results["load_after"])
     if args.save:
         name = "conv" if args.threads == os.cpu_count() else f"conv_{args.threads}thread"
         print("saved", save_results(name, results))

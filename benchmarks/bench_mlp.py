@@ -16,7 +16,7 @@ import argparse
 import sys
 
 import numpy as np
-from common import best_time, save_results
+from common import best_time, gemm_peak, save_results
 
 SIZES = (784, 1024, 1024, 10)
 BATCH, LR = 256, 0.01
@@ -117,16 +117,19 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/<machine>_mlp.json")
     args = parser.parse_args(argv)
+    peak = gemm_peak()
     res = run(args.repeat)
     flops = 6 * BATCH * sum(a * b for a, b in zip(SIZES[:-1], SIZES[1:]))
     print(f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, float32, one SGD step (best of {args.repeat}):")
     for name, ms in res.items():
-        print(f"  {name:<7} {ms:8.2f} ms   {flops / ms / 1e6:7.1f} GFLOP/s")
+        print(f"  {name:<7} {ms:8.2f} ms   {flops / ms / 1e6:7.1f} GFLOP/s   {flops / ms / 1e6 / peak:4.0%} of peak")
+    print(f"  sgemm peak (NumPy, the best of 512³, 1024³, 1536³): {peak:.1f} GFLOP/s")
     print(f"  minidl / numpy = {res['minidl'] / res['numpy']:.2f}x")
     if "torch" in res:
         print(f"  minidl / torch = {res['minidl'] / res['torch']:.2f}x")
     if args.save:
-        print("saved", save_results("mlp", {"ms_per_step": res, "gflop_per_step": flops / 1e9}))
+        print("saved", save_results("mlp", {"ms_per_step": res, "gflop_per_step": flops / 1e9,
+                                              "gemm_peak_gflops": peak}))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import platform
 import socket
 import time
 
+import numpy as np
+
 
 def best_time(fn, repeat: int = 5, number: int = 1, warmup: int = 2) -> float:
     """The fastest of ``repeat`` timings of ``number`` calls, in seconds per call.
@@ -30,7 +32,6 @@ def machine_name() -> str:
 
 
 def machine_info() -> dict:
-    import numpy as np
     return {"machine": machine_name(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
 
@@ -45,3 +46,14 @@ def save_results(name: str, results: dict) -> str:
         json.dump({"info": machine_info(), **results}, f, indent=2)
     os.replace(tmp, path)
     return path
+
+
+def gemm_peak(repeat=7):
+    """The machine's measured float32 GEMM rate (GFLOP/s): the best of a few square sizes."""
+    best = 0.0
+    for size in (512, 1024, 1536):
+        a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+        b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
+        t = best_time(lambda: a @ b, repeat=repeat, warmup=1)
+        best = max(best, 2 * size ** 3 / t / 1e9)
+    return best
