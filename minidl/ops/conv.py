@@ -218,13 +218,13 @@ class Conv2dStride1(Function):
         x, weight = self.inputs[0], self.inputs[1]
         (o, c, kh, kw), (dh, dw) = weight.shape, self.dilation
         (pt, pb), (pl, pr) = self.padding
-        g_rows = reshape(ChannelsLast()(gy), -1, o)  # (N·OH·OW, O): dy laid out once for all three
+        gy_nhwc = ChannelsLast()(gy)  # (N, OH, OW, O), contiguous: dy laid out once for all three
+        g_rows = reshape(gy_nhwc, -1, o)
         gx = gw = gb = None
         if x.requires_grad:
             flipped = transpose(flip(weight, dims=(2, 3)), (1, 0, 2, 3))  # (C, O, KH, KW)
             sides = ((dh * (kh - 1) - pt, dh * (kh - 1) - pb), (dw * (kw - 1) - pl, dw * (kw - 1) - pr))
-            gy_last = transpose(reshape(g_rows, gy.shape[0], gy.shape[2], gy.shape[3], o), (0, 3, 1, 2))
-            gx = _conv2d(gy_last, flipped, None, (1, 1), sides, self.dilation)
+            gx = _conv2d(transpose(gy_nhwc, (0, 3, 1, 2)), flipped, None, (1, 1), sides, self.dilation)
         if weight.requires_grad:
             rows = reshape(Im2Col((kh, kw), (1, 1), self.padding, self.dilation)(x), -1, kh * kw * c)
             gw = transpose(reshape(matmul(transpose(rows), g_rows), kh, kw, c, o), (3, 2, 0, 1))
