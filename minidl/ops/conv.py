@@ -107,14 +107,14 @@ def im2col_array(x, kernel, stride, padding, dilation=(1, 1), out_size=None):
     xp = xp_of(x)
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     sides = _sides(padding)
-    x = x.transpose(0, 2, 3, 1)  # (N, H, W, C): a view
-    if any(any(pair) for pair in sides) or (x.shape[3] > 1 and not x.flags.c_contiguous):
-        x = channels_last(x.transpose(0, 3, 1, 2), sides)
-    n, h, w, c = x.shape
+    nhwc = x.transpose(0, 2, 3, 1)  # a view
+    if any(any(pair) for pair in sides) or (x.shape[1] > 1 and not nhwc.flags.c_contiguous):
+        nhwc = channels_last(x, sides)
+    n, h, w, c = nhwc.shape
     oh, ow = out_size or ((h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1)
-    s_n, s_h, s_w, s_c = x.strides
+    s_n, s_h, s_w, s_c = nhwc.strides
     windows = xp.lib.stride_tricks.as_strided(
-        x, shape=(n, oh, ow, kh, kw, c), strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
+        nhwc, shape=(n, oh, ow, kh, kw, c), strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
     return xp.ascontiguousarray(windows)
 
 
