@@ -47,7 +47,20 @@ class Function:
     # only for the other's gradient (a·b, a @ b, x Wᵀ). An input not read may change in
     # place between forward and backward without making the gradient wrong.
     saved_inputs: tuple | str | None = None
+    # Integer and boolean Tensors that backward reads but that get no gradient (an index, a mask,
+    # a condition, class targets): not inputs of the graph, yet an in-place change to one after
+    # the op was recorded would move the gradient, so backward checks their versions as it
+    # checks the saved inputs'. An op keeping such a Tensor sets this in its __init__.
+    saved_indices: tuple = ()
+    _check_gradients = False  # set per subclass: see __init_subclass__
     _stamp = None  # the mutation clock when the op was recorded (see _check_inputs_unchanged)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A Function written outside minidl has its backward's results checked by the walk
+        # (count, type, shape, dtype: see _checked_gradients); minidl's own ops are checked
+        # once by their op cases instead, so the hot path pays one attribute read for them.
+        cls._check_gradients = not cls.__module__.startswith("minidl.")
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")
@@ -394,6 +407,8 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             gxs = fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
             if type(gxs) is not tuple:
                 gxs = (gxs,)
+            if fn._check_gradients:
+                gxs = _checked_gradients(fn, gxs)
             for x, gx in zip(fn.inputs, gxs):
                 if gx is None or not x.requires_grad:
                     continue
@@ -422,6 +437,36 @@ def _check_inputs_unchanged(fn):
     for i in positions:
         if version_of(inputs[i]) > fn._stamp:
             raise _changed_in_place(fn, f"input {i}", inputs[i])
+    for t in fn.saved_indices:
+        if version_of(t) > fn._stamp:
+            raise _changed_in_place(fn, "index, mask or condition", t)
+
+
+def _checked_gradients(fn, gxs):
+    """A user-defined Function's backward results, checked as PyTorch checks them: one per input,
+    each None or a floating Tensor (a NumPy/CuPy array is wrapped) of its input's shape."""
+    op = type(fn).__name__
+    if len(gxs) != len(fn.inputs):
+        raise RuntimeError(f"{op}.backward returned {len(gxs)} gradient{'s' if len(gxs) != 1 else ''} for "
+                           f"{len(fn.inputs)} input{'s' if len(fn.inputs) != 1 else ''}: return one per "
+                           "input of forward, None for an input that gets no gradient")
+    checked = []
+    for i, (x, gx) in enumerate(zip(fn.inputs, gxs)):
+        if gx is not None and not isinstance(gx, Tensor):
+            if not (hasattr(gx, "shape") and hasattr(gx, "dtype")):
+                raise TypeError(f"{op}.backward returned an invalid gradient at input {i}: expected a Tensor "
+                                f"of shape {tuple(x.shape)} or None, got {type(gx).__name__}")
+            gx = Tensor(backend.to_device(gx, x.device))
+        if gx is not None and x.requires_grad:
+            if gx.shape != x.shape:
+                raise RuntimeError(f"{op}.backward returned an invalid gradient at input {i}: got shape "
+                                   f"{tuple(gx.shape)}, expected shape {tuple(x.shape)} (the input's); "
+                                   "sum a broadcast gradient back to the input's shape")
+            if not backend.is_floating(gx.dtype):
+                raise TypeError(f"{op}.backward returned an invalid gradient at input {i}: dtype {gx.dtype} "
+                                f"is not floating (the input is {x.dtype})")
+        checked.append(gx)
+    return tuple(checked)
 
 
 def _changed_in_place(fn, role, t):
@@ -430,7 +475,8 @@ def _changed_in_place(fn, role, t):
     return RuntimeError(
         f"backward through {op}: a tensor it saved for backward (its {role}{named} of shape "
         f"{tuple(t.shape)}, {t.dtype}) was changed in place after {op} was recorded (by an "
-        "optimizer step, load_state_dict, an assignment to .data or an in-place method), so "
+        "optimizer step, load_state_dict, an assignment to .data, +=, an item assignment or an in-place "
+        "method), so "
         "the gradient would be computed from the new values; change a copy (t.clone()) instead, "
         "or change it after backward (after an optimizer step, run the forward again)")
 

@@ -61,7 +61,7 @@ def cases(seed: int = 0):
          [Tensor(np.linspace(-1.05, 1.05, 12).reshape(3, 4), requires_grad=True)]),
         ("maximum", F.maximum, [_distinct(rng, 3, 4), t(4)]),
         ("minimum", F.minimum, [_distinct(rng, 3, 4), t(4)]),
-        ("where", lambda a, b: F.where(a.data > 0, a, b), [t(3, 4), t(4)]),
+        ("where", F.where, [Tensor(rng.random((3, 4)) > 0.5), t(3, 4), t(4)]),
         ("relu", F.relu, [_away_from_kinks(rng, 3, 4)]),
         ("leaky_relu", lambda x: F.leaky_relu(x, 0.1), [_away_from_kinks(rng, 3, 4)]),
         ("elu", F.elu, [_away_from_kinks(rng, 3, 4)]),
@@ -81,7 +81,9 @@ def cases(seed: int = 0):
         ("reshape", lambda x: F.reshape(x, (4, 3)), [t(3, 4)]),
         ("transpose", lambda x: F.transpose(x, (2, 0, 1)), [t(2, 3, 4)]),
         ("broadcast_to", lambda x: F.broadcast_to(x, (3, 4)), [t(1, 4)]),
-        ("getitem", lambda x: F.getitem(x, (np.array([0, 2, 0]), slice(1, 3))), [t(3, 4)]),
+        ("getitem", lambda x, i: F.getitem(x, (i, slice(1, 3))), [t(3, 4), Tensor(np.array([0, 2, 0]))]),
+        # PyTorch's order: the integer indexes first, so idx's axis stays in place (shape (3, 2))
+        ("getitem_integer_slice_array", lambda x, i: x[1, :, i], [t(2, 3, 4), Tensor(np.array([3, 0]))]),
         ("concatenate", lambda a, b: F.concatenate([a, b], axis=1), [t(3, 2), t(3, 4)]),
         ("stack", lambda a, b: F.stack([a, b], axis=1), [t(3, 4), t(3, 4)]),
         ("pad", lambda x: F.pad(x, (2, 1, 1, 0)), [t(3, 4)]),
@@ -113,9 +115,9 @@ def _layer_cases(rng, t, targets):
         ("layer_norm", lambda x, w, b: F.layer_norm(x, (4,), w, b), [t(3, 4), t(4), t(4)]),
         ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), [t(2, 4, 3), t(4), t(4)]),
         ("dropout", _dropout_with_fixed_mask, [t(4, 5)]),
-        ("embedding", lambda w: F.embedding(np.array([[0, 2], [2, 1]]), w), [t(3, 4)]),
-        ("cross_entropy", lambda z: F.cross_entropy(z, targets, label_smoothing=0.1), [t(5, 4)]),
-        ("nll_loss", lambda z: F.nll_loss(F.log_softmax(z), targets), [t(5, 4)]),
+        ("embedding", F.embedding, [Tensor(np.array([[0, 2], [2, 1]])), t(3, 4)]),
+        ("cross_entropy", lambda z, y: F.cross_entropy(z, y, label_smoothing=0.1), [t(5, 4), Tensor(targets)]),
+        ("nll_loss", lambda z, y: F.nll_loss(F.log_softmax(z), y), [t(5, 4), Tensor(targets)]),
         ("mse_loss", F.mse_loss, [t(3, 4), t(3, 4)]),
         ("l1_loss", F.l1_loss, [_away_from_kinks(rng, 3, 4), Tensor(np.zeros((3, 4)))]),
         ("binary_cross_entropy_with_logits",
@@ -222,10 +224,12 @@ def _reduction_and_indexing_cases(rng, t):
     one_zero = Tensor(np.array([[0.5, -1.2, 0.0, 2.0], [1.5, 0.7, -0.4, 0.9]]), requires_grad=True)
     two_zeros = Tensor(np.array([[[0.5, 0.0], [-1.2, 0.8]], [[0.0, 1.5], [0.7, -2.0]]]), requires_grad=True)
     zeros_in_rows = Tensor(np.array([[0.5, 0.0, 1.3, 0.0, -0.7], [1.1, -0.6, 0.0, 2.0, 0.9]]), requires_grad=True)
-    row_index = np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]])  # repeats: gradients add up
-    column_index = np.array([[2, 0, 1, 0], [1, 2, 2, 1]])
-    distinct_columns = np.array([[3, 0], [1, 2], [0, 1]])  # scatter writes each place once
-    mask = rng.random((3, 4)) > 0.5
+    # Indices, masks and conditions are inputs (Tensors without gradient), so that the sweep in
+    # tests/test_inplace.py can change each in place after the forward and expect backward to refuse.
+    row_index = Tensor(np.array([[3, 0, 3, 1, 2], [1, 1, 0, 2, 2], [0, 3, 2, 2, 1]]))  # repeats: gradients add
+    column_index = Tensor(np.array([[2, 0, 1, 0], [1, 2, 2, 1]]))
+    distinct_columns = Tensor(np.array([[3, 0], [1, 2], [0, 1]]))  # scatter writes each place once
+    mask = Tensor(rng.random((3, 4)) > 0.5)
     weights = Tensor(np.array([1.5, -0.5, 2.0]))
     return [
         ("max_dim", lambda x: F.max(x, 1).values, [_distinct(rng, 3, 4)]),
@@ -243,13 +247,13 @@ def _reduction_and_indexing_cases(rng, t):
         ("logcumsumexp_grad", lambda p, q, a: LogcumsumexpGrad(0, True)(p, q, a), [t(3, 4), t(3, 4), t(3, 4)]),
         ("sort", lambda x: F.sort(x, dim=1, descending=True).values, [_distinct(rng, 3, 4)]),
         ("topk", lambda x: F.topk(x, 2, dim=0).values, [_distinct(rng, 3, 4)]),
-        ("gather", lambda x: F.gather(x, 1, row_index), [t(3, 4)]),
-        ("scatter_add", lambda x, src: F.scatter_add(x, 0, column_index, src), [t(3, 4), t(2, 5)]),
-        ("scatter", lambda x, src: F.scatter(x, 1, distinct_columns, src), [t(3, 4), t(3, 2)]),
-        ("scatter_value", lambda x: F.scatter(x, 1, distinct_columns, 0.5), [t(3, 4)]),
-        ("index_select", lambda x: F.index_select(x, 0, [2, 0, 2]), [t(3, 4)]),
-        ("masked_fill", lambda x: F.masked_fill(x, mask, -1.0), [t(3, 4)]),
-        ("masked_select", lambda x: F.masked_select(x, mask[0]), [t(3, 4)]),
+        ("gather", lambda x, i: F.gather(x, 1, i), [t(3, 4), row_index]),
+        ("scatter_add", lambda x, i, src: F.scatter_add(x, 0, i, src), [t(3, 4), column_index, t(2, 5)]),
+        ("scatter", lambda x, i, src: F.scatter(x, 1, i, src), [t(3, 4), distinct_columns, t(3, 2)]),
+        ("scatter_value", lambda x, i: F.scatter(x, 1, i, 0.5), [t(3, 4), distinct_columns]),
+        ("index_select", lambda x, i: F.index_select(x, 0, i), [t(3, 4), Tensor(np.array([2, 0, 2]))]),
+        ("masked_fill", lambda x, m: F.masked_fill(x, m, -1.0), [t(3, 4), mask]),
+        ("masked_select", lambda x, m: F.masked_select(x, m), [t(3, 4), Tensor(mask.data[0])]),
         ("norm", F.norm, [t(3, 4)]),
         ("norm_p3_dim", lambda x: F.norm(x, 3, dim=1, keepdim=True), [_away_from_kinks(rng, 3, 4)]),
         ("norm_p_half", lambda x: F.norm(x, 0.5, dim=0), [_away_from_kinks(rng, 3, 4)]),
@@ -438,13 +442,15 @@ def _loss_and_attention_cases(rng, t):
 
     return [
         ("cross_entropy_ignore_index_weight",
-         lambda z: F.cross_entropy(z, targets, weight=np.array([0.5, 1.0, 2.0, 1.5]), label_smoothing=0.1),
-         [t(5, 4)]),
-        ("cross_entropy_probabilities", lambda z: F.cross_entropy(z, probabilities, label_smoothing=0.2), [t(5, 4)]),
+         lambda z, y: F.cross_entropy(z, y, weight=np.array([0.5, 1.0, 2.0, 1.5]), label_smoothing=0.1),
+         [t(5, 4), Tensor(targets)]),
+        ("cross_entropy_probabilities", lambda z, p: F.cross_entropy(z, p, label_smoothing=0.2),
+         [t(5, 4), Tensor(probabilities)]),
         ("cross_entropy_differentiable_probabilities", lambda z, p: F.cross_entropy(z, p, reduction="sum"),
          [t(2, 3, 2), Tensor(rng.dirichlet(np.ones(3), size=(2, 2)).transpose(0, 2, 1), requires_grad=True)]),
         ("nll_loss_ignore_index_weight",
-         lambda z: F.nll_loss(z, targets, weight=np.array([0.5, 1.0, 2.0, 1.5]), ignore_index=-100), [t(5, 4)]),
+         lambda z, y: F.nll_loss(z, y, weight=np.array([0.5, 1.0, 2.0, 1.5]), ignore_index=-100),
+         [t(5, 4), Tensor(targets)]),
         ("binary_cross_entropy", lambda x, y: F.binary_cross_entropy(x, y, weight=np.array([1.0, 2.0, 0.5])),
          [inside(4, 3), inside(4, 3)]),
         ("kl_div", lambda x, y: F.kl_div(F.log_softmax(x, dim=1), y, reduction="batchmean"),
@@ -467,8 +473,8 @@ def _loss_and_attention_cases(rng, t):
          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
          [t(2, 4, 3), t(2, 4, 3), t(1, 4, 2)]),
         ("scaled_dot_product_attention_bool_mask",
-         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=keys_mask),
-         [t(2, 4, 3), t(2, 5, 3), t(2, 5, 2)]),
+         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+         [t(2, 4, 3), t(2, 5, 3), t(2, 5, 2), Tensor(keys_mask)]),
         ("scaled_dot_product_attention_float_mask", F.scaled_dot_product_attention,
          [t(2, 3, 4), t(2, 5, 4), t(2, 5, 2), Tensor(bias, requires_grad=True)]),
         ("scaled_dot_product_attention_gqa",

@@ -80,6 +80,55 @@ def _axis(dim, ndim: int, op: str) -> int:
     return dim % ndim
 
 
+# ---------------------------------------------------------------- index keys
+def index_key(key):
+    """``(key, select, index_tensors)`` for ``x[key]``, in PyTorch's order of indexing.
+
+    Tensors in the key become their arrays and lists become arrays; ``index_tensors``
+    are the integer and boolean Tensors of the key (an op that keeps them for backward
+    checks their versions). ``select`` is None, or a basic key applied first: PyTorch
+    applies integers before index arrays, so in ``x[1, :, idx]`` the integer only
+    removes its axis and ``idx``'s axis stays where it is (shape (3, 2) for x of shape
+    (2, 3, 4) and two indices). NumPy counts the integer as an index array too, and
+    arrays separated by a slice move to the front (shape (2, 3)); minidl follows PyTorch.
+    """
+    if not isinstance(key, tuple):
+        if isinstance(key, Tensor):
+            return key._data, None, (key,)
+        if isinstance(key, list):
+            return np.asarray(key), None, ()
+        return key, None, ()
+    entries, tensors = [], []
+    has_integer = has_array = False
+    for k in key:
+        if isinstance(k, Tensor):
+            tensors.append(k)
+            k = k._data
+        elif isinstance(k, list):
+            k = np.asarray(k)
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            has_integer = True
+        elif getattr(k, "ndim", 0):
+            has_array = True
+        entries.append(k)
+    key = tuple(entries)
+    if not (has_integer and has_array):
+        return key, None, tuple(tensors)
+    select, rest = [], []  # the integers (and slices for every other axis), then the rest
+    for k in key:
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            select.append(k)
+        elif k is None or isinstance(k, (bool, np.bool_)):  # a new axis: no axis of x consumed
+            rest.append(k)
+        elif k is Ellipsis:
+            select.append(k)
+            rest.append(k)
+        else:  # a slice or an index array: a boolean mask spans one axis per dimension
+            select.extend([slice(None)] * (k.ndim if getattr(k, "dtype", None) == np.bool_ else 1))
+            rest.append(k)
+    return tuple(rest), tuple(select), tuple(tensors)
+
+
 class Tensor:
     """An n-dimensional array that can record how it was computed.
 
@@ -180,7 +229,7 @@ class Tensor:
     # ------------------------------------------------------------ in-place changes (not recorded)
     def copy_(self, src) -> "Tensor":
         """Copy ``src`` (a Tensor, array or number, broadcast to this shape) into this tensor."""
-        self._check_inplace("copy_")
+        self._check_inplace("copy_", src)
         array = src.data if isinstance(src, Tensor) else src
         if hasattr(array, "dtype"):
             array = backend.to_device(array, self.device)
@@ -192,6 +241,26 @@ class Tensor:
         mark_changed(self)
         return self
 
+    def __setitem__(self, key, value):
+        """``x[key] = value`` in place (value broadcast to ``x[key]``'s shape), as PyTorch.
+
+        Allowed where the other in-place changes are (see :meth:`_check_inplace`); indexing
+        follows PyTorch's order, as ``x[key]`` does (:func:`index_key`).
+        """
+        self._check_inplace("item assignment (x[key] = value)", value)
+        key, select, _ = index_key(key)
+        target = self._data if select is None else self._data[select]  # a view: writes reach x
+        array = value.data if isinstance(value, Tensor) else value
+        if hasattr(array, "dtype"):
+            array = backend.to_device(array, self.device)
+        try:
+            target[key] = array
+        except ValueError:
+            raise ValueError(f"item assignment: a value of shape {np.shape(array)} can't be written into "
+                             f"x[key] of shape {target[key].shape} (x has shape {self.shape}); the value "
+                             "must broadcast to the indexed shape") from None
+        mark_changed(self)
+
     def fill_(self, value) -> "Tensor":
         """Set every element to ``value``."""
         self._check_inplace("fill_")
@@ -202,6 +271,24 @@ class Tensor:
     def zero_(self) -> "Tensor":
         """Set every element to 0."""
         return self.fill_(0)
+
+    # The augmented assignments change this tensor's own array, as PyTorch's do: the
+    # textbook's ``p -= lr * p.grad`` under no_grad updates the parameter itself (without
+    # them Python would bind ``p`` to a new tensor and the model would not change).
+    def __iadd__(self, other) -> "Tensor":
+        return self._update("+=", other, lambda a, b: a.__iadd__(b))
+
+    def __isub__(self, other) -> "Tensor":
+        return self._update("-=", other, lambda a, b: a.__isub__(b))
+
+    def __imul__(self, other) -> "Tensor":
+        return self._update("*=", other, lambda a, b: a.__imul__(b))
+
+    def __itruediv__(self, other) -> "Tensor":
+        return self._update("/=", other, lambda a, b: a.__itruediv__(b))
+
+    def __ipow__(self, other) -> "Tensor":
+        return self._update("**=", other, lambda a, b: a.__ipow__(b))
 
     def add_(self, other, alpha=1) -> "Tensor":
         """self ← self + alpha·other, in place."""
@@ -216,25 +303,48 @@ class Tensor:
     def div_(self, other) -> "Tensor":
         return self._update("div_", other, lambda a, b: a.__itruediv__(b))
 
+    def pow_(self, other) -> "Tensor":
+        return self._update("pow_", other, lambda a, b: a.__ipow__(b))
+
     def _update(self, name, other, apply):
-        self._check_inplace(name)
+        self._check_inplace(name, other)
         other = other.data if isinstance(other, Tensor) else other
         try:
             apply(self._data, other)
         except ValueError:
             raise ValueError(f"{name}: an operand of shape {np.shape(other)} does not broadcast to the "
                              f"tensor's shape {self.shape} (an in-place result keeps the tensor's shape)") from None
+        except TypeError:  # NumPy's casting rule (and PyTorch's): the result must fit the tensor's dtype
+            got = other.dtype if hasattr(other, "dtype") else type(other).__name__
+            raise TypeError(f"{name}: the result of a {self.dtype} tensor and a {got} operand can't be stored "
+                            f"in place in the {self.dtype} tensor; convert first (x = x.float()) or compute "
+                            "out of place") from None
         mark_changed(self)
         return self
 
-    def _check_inplace(self, name):
-        """In-place methods are not recorded in the graph: refuse them where a gradient is wanted."""
+    def _check_inplace(self, name, other=None):
+        """In-place changes are not recorded in the graph: refuse them where PyTorch would record one.
+
+        PyTorch's rules: under no_grad anything may change in place; otherwise a leaf that
+        requires grad may not (its gradient would describe values it no longer holds), and a
+        change to a tensor of the graph, or by a value that requires grad, is recorded as an op,
+        which minidl does not do: it refuses and names the out-of-place form.
+        """
         from minidl import autograd  # same layer; imported late to avoid a cycle
-        if self.requires_grad and autograd.is_grad_enabled():
+        if not autograd.is_grad_enabled():
+            return
+        if self.requires_grad and self.creator is None:
             raise RuntimeError(
-                f"{name}: in-place changes are not recorded for backward, and this tensor (shape "
-                f"{self.shape}) requires grad; change a parameter's values inside `with mdl.no_grad():`, "
-                "or compute a new tensor out of place (x = x + y)")
+                f"{name}: in-place change of a leaf that requires grad (shape {self.shape}) while gradients "
+                "are recorded; update parameters inside `with mdl.no_grad():`, as an optimizer does, or "
+                "compute a new tensor out of place (x = x + y)")
+        if self.requires_grad or (isinstance(other, Tensor) and other.requires_grad):
+            whose = "of a tensor in a graph that requires grad" if self.requires_grad else \
+                "by a value that requires grad"
+            raise RuntimeError(
+                f"{name}: in-place change {whose} (shape {self.shape}); minidl does not record in-place "
+                "changes for backward: compute a new tensor out of place (x = x + y, "
+                "x = mdl.where(mask, v, x)) or make the change inside `with mdl.no_grad():`")
 
     # ------------------------------------------------------------ array facts
     @property

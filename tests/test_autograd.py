@@ -10,6 +10,7 @@ import minidl as mdl
 import minidl.functional as F
 from minidl import autograd
 from minidl.autograd import Function
+from minidl.tensor import Tensor
 
 
 def f64(data, requires_grad=True):
@@ -504,3 +505,47 @@ def test_every_hook_closes_when_one_raises_in_its_postprocess():
     assert kinds == [("forward_pre", "Log"), ("forward_post", "Log")]
     assert np.isnan(outer.log[1][3].item())  # the op itself succeeded: the outer hook saw its output
     assert autograd._hooks == ()
+
+
+# ---------------------------------------------------------------- a custom Function's gradients are checked
+class _ReturnsGradient(Function):
+    """y = 2x, with a backward that returns whatever the test hands it."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def forward(self, x):
+        return 2 * x
+
+    def backward(self, gy):
+        return self.make(gy)
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda gy: (gy * 2).sum(), RuntimeError,
+     r"_ReturnsGradient.backward returned an invalid gradient at input 0: got shape \(\), expected shape \(3,\)"),
+    (lambda gy: Tensor(np.ones(3, dtype=np.int64)), TypeError,
+     r"_ReturnsGradient.backward returned an invalid gradient at input 0: dtype int64 is not floating"),
+    (lambda gy: (gy * 2, gy), RuntimeError, r"_ReturnsGradient.backward returned 2 gradients for 1 input"),
+    (lambda gy: "2", TypeError, r"_ReturnsGradient.backward returned an invalid gradient at input 0: expected a "
+                                r"Tensor of shape \(3,\) or None, got str"),
+], ids=["scalar", "integer", "too-many", "string"])
+def test_a_custom_backward_returning_an_invalid_gradient_is_named(make, error, message):
+    x = mdl.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = _ReturnsGradient(make)(x)
+    with pytest.raises(error, match=message):
+        y.sum().backward()
+    assert x.grad is None
+
+
+def test_a_custom_backward_may_return_an_array_which_becomes_a_tensor():
+    x = mdl.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    _ReturnsGradient(lambda gy: 2 * gy.numpy())(x).sum().backward()
+    assert isinstance(x.grad, Tensor)
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_gradcheck_names_the_function_whose_gradient_has_the_wrong_shape():
+    x = mdl.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"_ReturnsGradient.backward returned an invalid gradient at input 0"):
+        mdl.gradcheck(lambda t: _ReturnsGradient(lambda gy: (gy * 2).sum())(t), [x])

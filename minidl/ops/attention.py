@@ -46,11 +46,13 @@ class ScaledDotProductAttention(Function):
 
     Inputs (Q, K, V) or (Q, K, V, B) for an additive float mask B (which then gets
     a gradient too); a boolean mask (True: the key takes part) and the causal mask
-    are constants held by the op. The backward is the gradient op AttentionGrad.
+    are constants held by the op (``mask_tensor``: the boolean mask's Tensor, whose version
+    backward checks). The backward is the gradient op AttentionGrad.
     """
 
-    def __init__(self, scale, mask=None, dropout_p=0.0):
+    def __init__(self, scale, mask=None, dropout_p=0.0, mask_tensor=None):
         self.scale, self.mask, self.dropout_p = scale, mask, dropout_p
+        self.saved_indices = () if mask_tensor is None else (mask_tensor,)
 
     def forward(self, q, k, v, bias=None):
         self.probs, self.dead = _probabilities(q, k, bias, self.scale, self.mask)
@@ -224,7 +226,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         mask = q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
     elif attn_mask is not None:
         mask, bias = _mask(op, attn_mask, q, scores)
-    attention = ScaledDotProductAttention(scale, mask, float(dropout_p))
+    mask_tensor = attn_mask if isinstance(attn_mask, Tensor) and mask is not None else None
+    attention = ScaledDotProductAttention(scale, mask, float(dropout_p), mask_tensor)
     return attention(q, k, v) if bias is None else attention(q, k, v, bias)
 
 
@@ -273,6 +276,6 @@ def _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
             raise ValueError(f"{op}: attn_mask of shape {mask.shape} has {mask.shape[-3]} heads (axis −3); "
                              f"expected 1 or the query's {heads}")
         mask = reshape(mask, mask.shape[:-3] + split + mask.shape[-2:])
-        attn_mask = mask if mask.dtype.kind == "f" else mask.data  # a float mask keeps its gradient
+        attn_mask = mask  # a float mask keeps its gradient, a boolean one its version (a view)
     out = scaled_dot_product_attention(q5, k5, v5, attn_mask, dropout_p, is_causal, scale)
     return reshape(out, out.shape[:-4] + (heads,) + out.shape[-2:])

@@ -270,11 +270,14 @@ class DivRounded(Binary):
 
 
 class Where(Function):
-    """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere."""
+    """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere.
+
+    ``condition_tensor`` is the Tensor ``cond`` came from, if any: its version is checked.
+    """
     saved_inputs = ()
 
-    def __init__(self, cond):
-        self.cond = cond
+    def __init__(self, cond, condition_tensor=()):
+        self.cond, self.saved_indices = cond, condition_tensor
 
     def forward(self, a, b):
         try:
@@ -423,6 +426,16 @@ def minimum(a, b):
 
 
 def where(cond, a, b):
-    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient)."""
-    cond = cond.data if isinstance(cond, Tensor) else cond
-    return Where(cond)(*_pair(a, b))
+    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient).
+
+    ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
+    (NumPy's reading, under which NaN counts as true).
+    """
+    if isinstance(cond, Tensor):
+        cond, saved = cond.data, (cond,)
+    else:
+        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
+                        "compare first (x > 0) or convert it (cond.bool())")
+    return Where(cond, saved)(*_pair(a, b))

@@ -50,13 +50,20 @@ def _dim(op, dim, ndim, shape):
     return dim % limit
 
 
-def _index(op, index, x: Tensor, name="index"):
-    """An integer index (Tensor, array or list) as an int64 array on x's device."""
+def _index(op, index, x: Tensor, name="index") -> Tensor:
+    """An integer index (Tensor, array or list) as an int64 Tensor on x's device.
+
+    An int64 Tensor on x's device is returned as it is, so the op that keeps it sees an
+    in-place change to it (its version); any other index is converted, a copy that no
+    later change can reach.
+    """
     data = index.data if isinstance(index, Tensor) else index
     data = x.xp.asarray(data)
     if data.dtype.kind not in "iu":
         raise TypeError(f"{op}: {name} must hold integers (int64 as in PyTorch), got dtype {data.dtype}")
-    return data.astype(np.int64, copy=False)
+    if isinstance(index, Tensor) and data is index.data and data.dtype == np.int64:
+        return index
+    return Tensor(data.astype(np.int64, copy=False))
 
 
 def _positions(index, dim):
@@ -81,13 +88,14 @@ class Gather(Function):
     """
     saved_inputs = ()
 
-    def __init__(self, dim, index):
-        self.dim, self.index = dim, index
+    def __init__(self, dim, index: Tensor):
+        self.dim, self.index, self.saved_indices = dim, index, (index,)
 
     def forward(self, x):
         self.in_shape = x.shape
-        window = tuple(slice(None) if d == self.dim else slice(0, n) for d, n in enumerate(self.index.shape))
-        return xp_of(x).take_along_axis(x[window], self.index, axis=self.dim)
+        index = self.index.data
+        window = tuple(slice(None) if d == self.dim else slice(0, n) for d, n in enumerate(index.shape))
+        return xp_of(x).take_along_axis(x[window], index, axis=self.dim)
 
     def backward(self, gy):
         zeros = Tensor(gy.xp.zeros(self.in_shape, gy.dtype))
@@ -101,12 +109,12 @@ class ScatterAdd(Function):
     """
     saved_inputs = ()
 
-    def __init__(self, dim, index):
-        self.dim, self.index = dim, index
+    def __init__(self, dim, index: Tensor):
+        self.dim, self.index, self.saved_indices = dim, index, (index,)
 
     def forward(self, x, src):
         y = x.copy()
-        _scatter_add_arrays(y, _positions(self.index, self.dim), src)
+        _scatter_add_arrays(y, _positions(self.index.data, self.dim), src)
         return y
 
     def backward(self, gy):
@@ -124,12 +132,12 @@ class Scatter(Function):
     """
     saved_inputs = ()
 
-    def __init__(self, dim, index, value=None):
-        self.dim, self.index, self.value = dim, index, value
+    def __init__(self, dim, index: Tensor, value=None):
+        self.dim, self.index, self.value, self.saved_indices = dim, index, value, (index,)
 
     def forward(self, x, src=None):
         y = x.copy()
-        y[_positions(self.index, self.dim)] = self.value if src is None else src
+        y[_positions(self.index.data, self.dim)] = self.value if src is None else src
         return y
 
     def backward(self, gy):
@@ -142,7 +150,8 @@ class Scatter(Function):
 def _checked_index(op, x, dim, index, src=None):
     """dim normalized and index checked against PyTorch's rules for gather and scatter."""
     dim = _dim(op, dim, x.ndim, x.shape)
-    index = _index(op, index, x)
+    index_tensor = _index(op, index, x)
+    index = index_tensor.data
     if index.ndim != x.ndim:
         raise ValueError(f"{op}: index of shape {index.shape} must have as many dims as the input "
                          f"of shape {x.shape}")
@@ -158,7 +167,7 @@ def _checked_index(op, x, dim, index, src=None):
     if index.size and (int(index.min()) < 0 or int(index.max()) >= max(x.shape[dim] if x.ndim else 1, 1)):
         raise ValueError(f"{op}: index holds {int(index.min())}..{int(index.max())}, out of range "
                          f"for size {x.shape[dim] if x.ndim else 1} at dim {dim} (0 to size - 1)")
-    return dim, index
+    return dim, index_tensor
 
 
 def gather(x: Tensor, dim: int, index) -> Tensor:
@@ -204,24 +213,27 @@ def scatter_add(x: Tensor, dim: int, index, src) -> Tensor:
 def index_select(x: Tensor, dim: int, index) -> Tensor:
     """The slices ``index`` (1-D) of ``x`` along ``dim``; repeats allowed (their gradients add up)."""
     dim = _dim("index_select", dim, x.ndim, x.shape)
-    index = _index("index_select", index, x)
+    index_tensor = _index("index_select", index, x)
+    index = index_tensor.data
     if index.ndim > 1:
         raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
     size = x.shape[dim] if x.ndim else 1
     if index.size and (int(index.min()) < 0 or int(index.max()) >= size):
         raise ValueError(f"index_select: index holds {int(index.min())}..{int(index.max())}, out of range "
                          f"for size {size} at dim {dim} of shape {x.shape} (0 to size - 1)")
+    flat = index_tensor if index.ndim == 1 else index_tensor.reshape(-1)  # a view: the same version
     if x.ndim == 0:
-        y = getitem(broadcast_to(x, (1,)), index.reshape(-1))
+        y = getitem(broadcast_to(x, (1,)), flat)
         return y.reshape(()) if index.size == 1 else y  # PyTorch keeps a 0-d input 0-d
-    return getitem(x, (slice(None),) * dim + (index.reshape(-1),))
+    return getitem(x, (slice(None),) * dim + (flat,))
 
 
-def _mask(op, mask, x: Tensor):
-    data = mask.data if isinstance(mask, Tensor) else x.xp.asarray(mask)
-    if data.dtype != np.bool_:
-        raise TypeError(f"{op}: mask must be a boolean tensor, got dtype {data.dtype}")
-    return data
+def _mask(op, mask, x: Tensor) -> Tensor:
+    """The mask as a boolean Tensor (itself when it is one, so its version is checked)."""
+    mask = mask if isinstance(mask, Tensor) else Tensor(x.xp.asarray(mask))
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{op}: mask must be a boolean tensor, got dtype {mask.dtype}")
+    return mask
 
 
 def masked_fill(x: Tensor, mask, value) -> Tensor:
@@ -246,7 +258,7 @@ def masked_select(x: Tensor, mask) -> Tensor:
     except ValueError:
         raise ValueError(f"masked_select: mask of shape {mask.shape} and input of shape {x.shape} "
                          "do not broadcast") from None
-    return getitem(broadcast_to(x, shape), x.xp.broadcast_to(mask, shape))
+    return getitem(broadcast_to(x, shape), broadcast_to(mask, shape))
 
 
 # ---------------------------------------------------------------- sorting (indices found on arrays)
@@ -279,7 +291,7 @@ def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = Fals
     if x.ndim == 0:
         return ValuesIndices(x, indices)
     dim = dim % x.ndim
-    return ValuesIndices(Gather(dim, indices.data)(x), indices)
+    return ValuesIndices(Gather(dim, indices)(x), indices)
 
 
 def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
@@ -296,8 +308,8 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
         raise ValueError(f"topk: k = {k} is out of range for size {x.shape[dim]} at dim {dim} of shape {x.shape}")
     order = _argsort(x.data, dim, descending=largest)
     key = (slice(None),) * dim + (slice(0, k),)
-    indices = order[key].astype(np.int64, copy=False)
-    return ValuesIndices(Gather(dim, indices)(x), Tensor(indices))
+    indices = Tensor(order[key].astype(np.int64, copy=False))
+    return ValuesIndices(Gather(dim, indices)(x), indices)
 
 
 def nonzero(x: Tensor, as_tuple: bool = False):

@@ -44,7 +44,7 @@ from minidl.ops.activation import SoftmaxGrad, log_softmax, softmax, softplus
 from minidl.ops.elementwise import exp, log, maximum, where
 from minidl.ops.reduction import mean
 from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import getitem, reshape, transpose
+from minidl.ops.shape import GetItem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -55,10 +55,14 @@ _BCE_EPSILON = 1e-12
 class CrossEntropy(Function):
     """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
     dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets).
+
+    ``target`` is the Tensor A was made from (class indices or probabilities): backward
+    does not read it, but PyTorch's does, so a change to it in place is refused alike.
     """
 
-    def __init__(self, coefficients):
+    def __init__(self, coefficients, target=None):
         self.coefficients = coefficients
+        self.saved_indices = () if target is None else (target,)
 
     def forward(self, x):
         xp = xp_of(x)
@@ -152,7 +156,8 @@ def _class_targets(op, x, target, ignore_index=None):
     target = _as_array(target)
     if target.dtype.kind not in "iu":
         probabilities = f", or class probabilities of the input's shape {x.shape}" if op == "cross_entropy" else ""
-        raise TypeError(f"{op}: target has dtype {target.dtype}; pass integer class indices "
+        raise TypeError(f"{op}: target has dtype {target.dtype} and shape {tuple(target.shape)} (the input "
+                        f"has shape {x.shape}); pass integer class indices "
                         f"(e.g. target.astype('int64')), one class index per sample{probabilities}")
     if x.ndim < 1:
         raise ValueError(f"{op}: input must be (N, C) or (N, C, d1, ...), got a scalar")
@@ -238,11 +243,16 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing!r}")
     if not isinstance(target, Tensor) and not hasattr(target, "dtype"):
         target = np.asarray(target)
+    given = _target_tensor(target)
     rows = _classes_last(x)
     count, classes = rows.shape
     w = _class_weights(op, weight, x, classes)
     if _is_probabilities(target, x):
-        return _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction)
+        if ignore_index != -100:
+            raise ValueError(f"{op}: ignore_index={ignore_index} applies to class-index targets only, and the "
+                             f"target holds class probabilities (floating point, shape {tuple(target.shape)}); "
+                             "give ignored samples a zero row of probabilities instead, as PyTorch asks")
+        return _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction, given)
     target, keep = _class_targets(op, x, target, ignore_index)
     xp = x.xp
     flat = target.reshape(-1)
@@ -254,13 +264,18 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
         coefficients += (label_smoothing / classes) if w is None else (label_smoothing / classes) * w
     if keep is not None:
         coefficients *= keep.reshape(-1, 1)
-    losses = CrossEntropy(coefficients)(rows)
+    losses = CrossEntropy(coefficients, given)(rows)
     if reduction == "none":
         return reshape(losses, target.shape)
     return _reduce(losses, reduction, _class_denominator(w, flat, keep, x.dtype))
 
 
-def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction):
+def _target_tensor(target) -> Tensor:
+    """The target as a Tensor sharing its memory, so the loss's node can check its version."""
+    return target if isinstance(target, Tensor) else Tensor(target)
+
+
+def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction, given):
     """cross_entropy against class probabilities: A = w ⊙ ((1 − ε)·t + ε/C); "mean" over the samples."""
     classes = rows.shape[1]
     if isinstance(target, Tensor) and target.requires_grad:  # the target is differentiated too
@@ -276,7 +291,7 @@ def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction):
             a = a * (1 - label_smoothing) + label_smoothing / classes
         if w is not None:
             a = a * w
-        losses = CrossEntropy(a)(rows)
+        losses = CrossEntropy(a, given)(rows)
     if reduction == "none":
         return reshape(losses, () if x.ndim == 1 else (x.shape[0],) + x.shape[2:])
     return _reduce(losses, reduction)
@@ -292,13 +307,14 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     op = "nll_loss"
     x = as_tensor(input)
     _check_reduction(op, reduction)
+    given = _target_tensor(_as_array(target) if not isinstance(target, Tensor) else target)
     target, keep = _class_targets(op, x, target, ignore_index)
     rows = _classes_last(x)
     xp = x.xp
     flat = target.reshape(-1)
     if keep is not None:
         flat = xp.where(keep.reshape(-1), flat, 0)
-    losses = -getitem(rows, (xp.arange(rows.shape[0]), flat))
+    losses = -GetItem((xp.arange(rows.shape[0]), flat), None, (given,))(rows)  # the target's version is checked
     w = _class_weights(op, weight, x, rows.shape[1])
     if w is not None or keep is not None:
         scale = w[flat] if w is not None else xp.ones(flat.shape, x.dtype)

@@ -21,7 +21,8 @@ import numpy as np
 from minidl import backend
 from minidl.amp import autocast_to
 from minidl.autograd import Function
-from minidl.ops.elementwise import maximum, minimum, sqrt
+from minidl.backend import xp_of
+from minidl.ops.elementwise import maximum, minimum, where
 from minidl.ops.indexing import Gather, ValuesIndices
 from minidl.ops.scan import Cumprod
 from minidl.ops.shape import Transpose, broadcast_to, concatenate, reshape
@@ -145,6 +146,22 @@ class Var(Reduction):
         return self.expand(gy) * centered * scale
 
 
+class Std(Var):
+    """y = √var(x);  dx = dy · (x − x̄) / ((n − ddof) · y),  dx = 0 where y = 0.
+
+    This is Var's backward with dy/(2y) as its upstream gradient. At zero spread (a
+    constant row) the chain rule gives 0·∞ = NaN; PyTorch masks that to 0, and so
+    does this: one constant feature must not make every gradient NaN.
+    """
+
+    def forward(self, x):
+        return xp_of(x).sqrt(super().forward(x))
+
+    def backward(self, gy):
+        y = self.output()
+        flat = y.data == 0
+        return super().backward(where(flat, 0.0, gy / (2 * where(flat, 1.0, y))))
+
 
 class Prod(Reduction):
     """y = Π x over axes;  dx_k = dy Π_{j≠k} x_j = dy (Π_{j<k} x_j)(Π_{j>k} x_j).
@@ -232,7 +249,7 @@ def _extreme(op, x, dim, keepdim, axis, keepdims):
         raise ValueError(f"{op}: cannot reduce over an empty dim (shape {x.shape}, dim {dim[0]})")
     d = dim[0]
     index = getattr(x.xp, "arg" + op)(x.data, axis=d, keepdims=True).astype(np.int64, copy=False)
-    values = Gather(d, index)(x)  # the gradient goes to the index found, as in PyTorch
+    values = Gather(d, Tensor(index))(x)  # the gradient goes to the index found, as in PyTorch
     if not keep:
         values, index = reshape(values, values.shape[:d] + values.shape[d + 1:]), index.squeeze(d)
     return ValuesIndices(values, Tensor(index))
@@ -288,13 +305,14 @@ def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
-    """Standard deviation √var (same arguments as :func:`var`, unbiased by default);  dx = dvar / (2 std)."""
+    """Standard deviation √var (same arguments as :func:`var`, unbiased by default);  dx = dvar / (2 std),
+    0 where std = 0 (see :class:`Std`)."""
     if isinstance(dim, (bool, np.bool_)):
         if unbiased is not None:
             raise TypeError(f"std: got unbiased twice ({dim!r} and {unbiased!r})")
         dim, unbiased = None, dim
     ddof = _correction("std", unbiased, correction, ddof)
-    return sqrt(Var(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x))
+    return Std(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x)
 
 
 @autocast_to("float32")

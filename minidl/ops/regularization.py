@@ -107,6 +107,7 @@ def embedding(idx, weight) -> Tensor:
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), "
                          f"got shape {weight.shape}")
+    given = idx
     if isinstance(idx, Tensor):
         idx = idx.data
     elif not hasattr(idx, "dtype"):
@@ -119,5 +120,6 @@ def embedding(idx, weight) -> Tensor:
     backend.check_range(idx, 0, count - 1, lambda low, high: (
         f"embedding: index {low if low < 0 else high} is out of range for {count} embeddings "
         f"(valid indices are 0..{count - 1})"))
-    idx = backend.to_device(idx, weight.device)
-    return getitem(weight, idx)
+    moved = backend.to_device(idx, weight.device)
+    # the caller's Tensor itself when no copy was made, so that getitem checks its version
+    return getitem(weight, given if isinstance(given, Tensor) and moved is idx else Tensor(moved))

@@ -18,7 +18,7 @@ import numpy as np
 from minidl import backend
 from minidl.autograd import Function
 from minidl.backend import scatter_add, xp_of
-from minidl.tensor import Tensor, as_tensor
+from minidl.tensor import Tensor, as_tensor, index_key
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
 TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten", "unflatten", "squeeze", "unsqueeze",
@@ -326,59 +326,58 @@ def sum_to(x: Tensor, shape) -> Tensor:
     return SumTo(shape)(x)
 
 
-def _plain_key(key):
-    """Tensors in an index become their arrays; lists become arrays."""
-    if isinstance(key, tuple):
-        return tuple(_plain_key(k) for k in key)
-    if isinstance(key, Tensor):
-        return key.data
-    if isinstance(key, list):
-        return np.asarray(key)
-    return key
-
-
 def _has_integer_array(key) -> bool:
     keys = key if isinstance(key, tuple) else (key,)
     return any(hasattr(k, "dtype") and k.dtype.kind in "iu" for k in keys)
 
 
 class GetItem(Function):
-    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros."""
+    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros.
+
+    ``select`` (None, or a basic key applied first) gives PyTorch's order of indexing
+    (see :func:`minidl.tensor.index_key`); ``index_tensors`` are the key's integer and
+    boolean Tensors, whose versions backward checks.
+    """
     saved_inputs = ()
 
-    def __init__(self, key):
-        self.key = key
+    def __init__(self, key, select=None, index_tensors=()):
+        self.key, self.select, self.saved_indices = key, select, index_tensors
 
     def forward(self, x):
         self.in_shape = x.shape
+        if self.select is not None:
+            x = x[self.select]
         return x[self.key]
 
     def backward(self, gy):
-        return GetItemGrad(self.key, self.in_shape)(gy)
+        return GetItemGrad(self.key, self.in_shape, self.select, self.saved_indices)(gy)
 
 
 class GetItemGrad(Function):
     """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
     saved_inputs = ()
 
-    def __init__(self, key, shape):
-        self.key, self.shape = key, shape
+    def __init__(self, key, shape, select=None, index_tensors=()):
+        self.key, self.shape, self.select, self.saved_indices = key, shape, select, index_tensors
 
     def forward(self, gy):
         xp = xp_of(gy)
         gx = xp.zeros(self.shape, gy.dtype)
+        target = gx if self.select is None else gx[self.select]  # a view of gx
         if _has_integer_array(self.key):
-            scatter_add(gx, self.key, gy)  # an index may repeat: add, do not overwrite
+            scatter_add(target, self.key, gy)  # an index may repeat: add, do not overwrite
         else:
-            gx[self.key] = gy
+            target[self.key] = gy
         return gx
 
     def backward(self, ggx):
-        return GetItem(self.key)(ggx)
+        return GetItem(self.key, self.select, self.saved_indices)(ggx)
 
 
 def getitem(x: Tensor, key) -> Tensor:
-    return GetItem(_plain_key(key))(x)
+    """``x[key]`` with PyTorch's rules (integers index before index arrays: see ``index_key``)."""
+    key, select, index_tensors = index_key(key)
+    return GetItem(key, select, index_tensors)(x)
 
 
 class Concatenate(Function):

@@ -355,3 +355,13 @@ def test_unary_on_device(device, name):
     cpu = leaf(x)
     op(cpu).sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), cpu.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("condition", [np.array([0.5, 0.0, np.nan]), np.array([1, 0, 2])], ids=["float", "int"])
+def test_where_refuses_a_condition_that_is_not_boolean(condition):
+    a, b = mdl.tensor([1.0, 2.0, 3.0]), mdl.tensor([-1.0, -2.0, -3.0])
+    with pytest.raises(TypeError, match=rf"where: the condition must be a boolean tensor, got dtype {condition.dtype}"):
+        F.where(mdl.tensor(condition), a, b)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="bool"):  # PyTorch refuses too, rather than reading NaN as true
+        torch.where(torch.tensor(condition), torch.tensor([1.0, 2.0, 3.0]), torch.tensor([-1.0, -2.0, -3.0]))

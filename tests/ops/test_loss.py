@@ -141,7 +141,8 @@ def test_cross_entropy_matches_torch(kwargs, shape):
 
 def test_cross_entropy_errors_speak_to_the_user():
     x = mdl.randn(4, 3)
-    with pytest.raises(TypeError, match=r"cross_entropy: target has dtype float32; pass integer class indices"):
+    with pytest.raises(TypeError, match=r"cross_entropy: target has dtype float32 and shape \(4,\) \(the input "
+                                         r"has shape \(4, 3\)\); pass integer class indices"):
         F.cross_entropy(x, np.zeros(4, dtype=np.float32))
     with pytest.raises(TypeError, match=r"target has dtype float64"):
         F.cross_entropy(x, mdl.tensor(np.zeros(4)))
@@ -297,3 +298,19 @@ def test_bce_with_logits_float32_integer_targets_and_errors(device):
         F.binary_cross_entropy_with_logits(x, np.zeros((6, 1)))
     with pytest.raises(ValueError, match=r"reduction must be one of"):
         F.binary_cross_entropy_with_logits(x, np.zeros(6), reduction=None)
+
+
+def test_cross_entropy_refuses_ignore_index_with_probability_targets():
+    x, p = mdl.randn(3, 4), mdl.tensor(np.full((3, 4), 0.25))
+    with pytest.raises(ValueError, match=r"cross_entropy: ignore_index=1 applies to class-index targets only.*"
+                                         r"shape \(3, 4\)"):
+        F.cross_entropy(x, p, ignore_index=1)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="ignore_index is not supported for floating point target"):
+        torch.nn.functional.cross_entropy(torch.randn(3, 4), torch.full((3, 4), 0.25), ignore_index=1)
+
+
+def test_a_probability_target_of_the_wrong_shape_names_both_shapes():
+    with pytest.raises(TypeError, match=r"target has dtype float64 and shape \(3, 5\) \(the input has shape "
+                                        r"\(3, 4\)\).*class probabilities of the input's shape \(3, 4\)"):
+        F.cross_entropy(mdl.randn(3, 4), np.full((3, 5), 0.2))

@@ -243,3 +243,24 @@ def test_forward_and_backward_on_device(device, name):
     op(c, 1).backward(grad=np.arange(3.0))
     assert t.grad.device == t.device
     np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=1e-12)
+
+
+def test_std_at_zero_spread_has_gradient_zero_as_pytorch():
+    """std = √var: at a constant row the chain rule gives 0·∞ = NaN; PyTorch masks it to 0, and so do we.
+    The other row keeps the usual dx = (x − x̄) / ((n − 1)·std)."""
+    rows = np.array([[2.5, 2.5, 2.5, 2.5], [1.0, 2.0, 4.0, 7.0]])
+    x = mdl.tensor(rows, requires_grad=True)
+    F.std(x, dim=1).sum().backward()
+    centered = rows[1] - rows[1].mean()
+    expected = np.stack([np.zeros(4), centered / (3 * rows[1].std(ddof=1))])
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12, atol=0)
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(rows, requires_grad=True)
+    t.std(dim=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=0)
+
+
+def test_a_constant_feature_does_not_make_a_normalized_loss_nan():
+    x = mdl.tensor(np.array([[1.0, 3.0], [1.0, 5.0], [1.0, 4.0]]), requires_grad=True)  # column 0 is constant
+    ((x - x.mean(dim=0)) / (x.std(dim=0) + 1e-5)).pow(3).sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
