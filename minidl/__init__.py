@@ -14,11 +14,56 @@ from minidl.autograd import (
     detect_anomaly,
     enable_grad,
     grad,
+    inference_mode,
     is_grad_enabled,
     no_grad,
     set_grad_enabled,
 )
-from minidl.backend import gpu_available, manual_seed
+from minidl.backend import device, get_num_threads, gpu_available, manual_seed, set_num_threads
+from minidl.functional import (  # the functional ops PyTorch also offers at torch.* (torch.relu, torch.softmax...)
+    adaptive_avg_pool1d,
+    adaptive_max_pool1d,
+    avg_pool1d,
+    broadcast_to,
+    celu,
+    conv1d,
+    conv2d,
+    conv_transpose1d,
+    conv_transpose2d,
+    cosine_similarity,
+    diagonal,
+    dropout,
+    group_norm,
+    layer_norm,
+    log_softmax,
+    logcumsumexp,
+    logsumexp,
+    masked_select,
+    max_pool1d,
+    max_pool2d,
+    movedim,
+    narrow,
+    pairwise_distance,
+    pixel_shuffle,
+    pixel_unshuffle,
+    prelu,
+    relu,
+    repeat_interleave,
+    rms_norm,
+    scatter,
+    scatter_add,
+    selu,
+    sigmoid,
+    softmax,
+    tanh,
+    transpose,
+    unflatten,
+)
+from minidl.functional import all as all  # noqa: A004 - torch.all (not in __all__: builtins stay builtins)
+from minidl.functional import any as any  # noqa: A004
+from minidl.functional import max as max  # noqa: A004
+from minidl.functional import min as min  # noqa: A004
+from minidl.functional import sum as sum  # noqa: A004
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from minidl.ops.einsum import einsum
 from minidl.ops.elementwise import abs as abs  # noqa: A004 - mdl.abs, as torch.abs (not in __all__)
@@ -155,11 +200,30 @@ __all__ = [
     "argmax", "argmin", "argsort", "cat", "chunk", "cumprod", "cumsum", "einsum", "flatten", "flip", "gather",
     "index_select", "masked_fill", "matmul", "mean", "nonzero", "norm", "permute", "prod", "reshape", "roll",
     "sort", "split", "squeeze", "std", "topk", "tril", "triu", "unsqueeze", "var",
+    # the functional ops PyTorch also offers at torch.* (max, min, sum, all and any are here too, not in
+    # __all__); torch.batch_norm, instance_norm, embedding, kl_div and binary_cross_entropy_with_logits are
+    # ATen's own signatures, which differ from F's: left out (docs/pytorch.md), use minidl.functional
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "avg_pool1d", "broadcast_to", "celu", "conv1d", "conv2d",
+    "conv_transpose1d", "conv_transpose2d", "cosine_similarity", "diagonal", "dropout", "group_norm", "layer_norm",
+    "log_softmax", "logcumsumexp", "logsumexp", "masked_select", "max_pool1d", "max_pool2d", "movedim", "narrow",
+    "pairwise_distance", "pixel_shuffle", "pixel_unshuffle", "prelu", "relu", "repeat_interleave", "rms_norm",
+    "scatter", "scatter_add", "selu", "sigmoid", "softmax", "tanh", "transpose", "unflatten",
+    "device", "inference_mode", "set_num_threads", "get_num_threads",
 ]
+
+# PyTorch's import torch makes torch.nn, torch.optim... attributes; here they load on first use
+# (import minidl stays light, and no package below has to import the ones above it).
+_SUBPACKAGES = ("amp", "backends", "checkpoint", "cuda", "data", "functional", "memory", "nn", "optim", "parallel",
+                "profiler", "utils")
 
 
 def __getattr__(name):
-    """``mdl.bfloat16``: NumPy has no bfloat16; the ml_dtypes package provides it when installed."""
+    """``mdl.nn``, ``mdl.optim``, ``mdl.data``, ``mdl.utils``... imported on first use, as attributes of the
+    package (PyTorch's ``torch.nn``); and ``mdl.bfloat16``: NumPy has no bfloat16, the ml_dtypes package
+    provides it when installed."""
+    if name in _SUBPACKAGES:
+        import importlib
+        return importlib.import_module(f"minidl.{name}")
     if name == "bfloat16":
         try:
             import ml_dtypes

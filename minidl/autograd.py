@@ -55,12 +55,45 @@ class Function:
     _check_gradients = False  # set per subclass: see __init_subclass__
     _stamp = None  # the mutation clock when the op was recorded (see _check_inputs_unchanged)
 
+    _node_class = None  # a PyTorch-style subclass's node class (see apply)
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # A Function written outside minidl has its backward's results checked by the walk
         # (count, type, shape, dtype: see _checked_gradients); minidl's own ops are checked
         # once by their op cases instead, so the hot path pays one attribute read for them.
         cls._check_gradients = not cls.__module__.startswith("minidl.")
+        if isinstance(cls.__dict__.get("forward"), staticmethod):  # PyTorch's style: forward(ctx, ...)
+            # As PyTorch does, each such Function gets a node class of its own, <Name>Backward,
+            # whose instances are both the graph's node and the ctx its methods receive.
+            cls._node_class = type(f"{cls.__name__}Backward", (FunctionCtx,),
+                                   {"function": cls, "__module__": cls.__module__,
+                                    "__qualname__": f"{cls.__qualname__}Backward"})
+
+    @classmethod
+    def apply(cls, *args):
+        """Call a Function written in PyTorch's style: ``y = MyFunction.apply(x, 2.0)``.
+
+        Such a Function defines ``@staticmethod forward(ctx, *args)`` on Tensors (run without
+        recording) and ``@staticmethod backward(ctx, *grads)`` returning one gradient per
+        argument of forward (None for a non-Tensor argument); ``ctx`` offers
+        ``save_for_backward``, ``saved_tensors``, ``needs_input_grad`` and
+        ``mark_non_differentiable``. minidl's own style (forward on arrays, ``Fn()(x)``) is
+        the one its ops use; both record the same kind of node.
+        """
+        if cls._node_class is None:
+            raise TypeError(f"{cls.__name__}.apply calls Functions written in PyTorch's style "
+                            "(@staticmethod forward(ctx, ...)); call a minidl-style Function as "
+                            f"{cls.__name__}(...)(*inputs)")
+        node = cls._node_class(args)
+        return node.returned_as(node(*[a for a in args if isinstance(a, Tensor)]))
+
+    @property
+    def next_functions(self) -> tuple:
+        """``((node, output index), ...)``, one per input, as PyTorch's: the input's creator, an
+        :class:`AccumulateGrad` for a leaf that requires grad, ``(None, 0)`` for the rest."""
+        return tuple((x.creator, x.output_index) if x.creator is not None else
+                     ((AccumulateGrad(x), 0) if x.requires_grad else (None, 0)) for x in self.inputs)
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")
@@ -110,6 +143,84 @@ class Function:
 
     def __repr__(self):
         return f"<{type(self).__name__}>"
+
+
+class AccumulateGrad:
+    """The end of a path in ``next_functions``: a leaf whose ``.grad`` receives the gradient."""
+
+    def __init__(self, variable: Tensor):
+        self.variable = variable
+        self.next_functions = ()
+
+    def __repr__(self):
+        return f"<AccumulateGrad of a leaf of shape {tuple(self.variable.shape)}>"
+
+
+class FunctionCtx(Function):
+    """The node of a PyTorch-style Function (see :meth:`Function.apply`), and the ``ctx`` it receives.
+
+    Forward runs on the caller's own Tensors without recording; the node is recorded
+    around it as for any op. Saved tensors are checked for in-place changes when read.
+    """
+    function = None  # the user's Function class
+    saved_inputs = ()  # backward reads what was saved, checked by saved_tensors itself
+
+    def __init__(self, args):
+        self.args = args
+        self.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad and _grad_enabled for a in args)
+        self.to_save, self.non_differentiable, self.returned = (), (), ()
+
+    def save_for_backward(self, *tensors):
+        self.to_save = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """What forward saved: the inputs themselves, and this node's outputs for a saved result."""
+        returned = {id(t): i for i, t in enumerate(self.returned)}
+        saved = []
+        for t in self.to_save:
+            if id(t) in returned:
+                saved.append(self.output(returned[id(t)]))  # the recorded output, its version checked
+                continue
+            if self._stamp is not None and version_of(t) > self._stamp:
+                raise _changed_in_place(self, "saved tensor", t)
+            saved.append(t)
+        return tuple(saved)
+
+    def forward(self, *arrays):
+        with set_grad_enabled(False):
+            out = self.function.forward(self, *self.args)
+        self.single = not isinstance(out, tuple)
+        self.returned = (out,) if self.single else out
+        name = self.function.__name__
+        for y in self.returned:
+            if not isinstance(y, Tensor):
+                raise TypeError(f"{name}.forward must return Tensors, got {type(y).__name__}")
+        return self.returned[0].data if self.single else tuple(y.data for y in self.returned)
+
+    def returned_as(self, outputs):
+        """The outputs as forward returned them (one or a tuple), non-differentiable ones cut off."""
+        outputs = (outputs,) if self.single else outputs
+        for y, out in zip(self.returned, outputs):
+            if any(y is t for t in self.non_differentiable):
+                out.creator, out.requires_grad = None, False
+        return outputs[0] if self.single else outputs
+
+    def backward(self, *gys):
+        grads = self.function.backward(self, *gys)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        name = type(self).__name__
+        if len(grads) != len(self.args):
+            raise RuntimeError(f"{name}: backward returned {len(grads)} gradients for the {len(self.args)} "
+                               "arguments of forward: return one per argument, None where there is none")
+        for a, g in zip(self.args, grads):
+            if not isinstance(a, Tensor) and g is not None:
+                raise RuntimeError(f"{name}: backward returned a gradient for the non-Tensor argument {a!r}; "
+                                   "return None there")
+        return tuple(g for a, g in zip(self.args, grads) if isinstance(a, Tensor))
 
 
 def _check_same_device(fn, inputs):
@@ -232,6 +343,15 @@ def set_grad_enabled(mode: bool):
 def no_grad():
     """Context: ops inside build no graph (inference, optimizer updates)."""
     return set_grad_enabled(False)
+
+
+def inference_mode(mode: bool = True):
+    """PyTorch's ``inference_mode``: ``no_grad`` (with ``mode=False``, recording stays as it is).
+
+    PyTorch also marks the tensors made inside as inference tensors, which it then refuses
+    in a recorded graph; minidl's are ordinary tensors, with no such check.
+    """
+    return set_grad_enabled(False) if mode else set_grad_enabled(_grad_enabled)
 
 
 def enable_grad():
@@ -385,6 +505,22 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
         elif x.creator is None or x.retains_grad:
             _accumulate_leaf(x, g, create_graph)
 
+    leaf_totals = {}  # id -> (leaf, gradient summed over its uses), for leaves with hooks (run once, at the end)
+
+    def to_leaf(x: Tensor, g: Tensor):
+        if x._hooks is None:
+            deliver(x, g)
+        else:
+            held = leaf_totals.get(id(x))
+            leaf_totals[id(x)] = (x, g if held is None else held[1] + g)
+
+    def settle(out: Tensor, g: Tensor) -> Tensor:
+        """A non-leaf's total gradient: through its hooks, then to .grad (retain_grad) or to grad()'s caller."""
+        if out._hooks is not None:
+            g = _run_tensor_hooks(out, g)
+        deliver(out, g)
+        return g
+
     # Function -> (gradients of its outputs summed over uses, those output Tensors). Holding the
     # outputs keeps them alive until their creator's backward, which may read them (exp, tanh)
     # after every consumer has been released.
@@ -394,14 +530,19 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     with set_grad_enabled(create_graph):
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
-            deliver(out, g)
-            if out.creator is not None:
+            if out.creator is None:
+                to_leaf(out, g)
+            else:
                 _add_pending(pending, out, g)
         for fn in order:
             entry = pending.pop(fn, None)
             if entry is None:
                 continue
-            gys = entry[0] if len(entry[0]) == 1 else _fill_missing(fn, entry[0])
+            slots, reached = entry
+            for out in reached:  # each output's gradient is complete now: hooks and .grad see the total
+                if out._hooks is not None or out.retains_grad or captured is not None:
+                    slots[out.output_index] = settle(out, slots[out.output_index])
+            gys = slots if len(slots) == 1 else _fill_missing(fn, slots)
             if fn._stamp != now:
                 _check_inputs_unchanged(fn)
             gxs = fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
@@ -412,15 +553,30 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             for x, gx in zip(fn.inputs, gxs):
                 if gx is None or not x.requires_grad:
                     continue
-                if captured is not None or x.creator is None or x.retains_grad:
-                    deliver(x, gx)
-                if x.creator is not None:
+                if x.creator is None:
+                    to_leaf(x, gx)
+                else:
                     _add_pending(pending, x, gx)
             if not retain_graph:
                 fn.release()
+        for x, g in leaf_totals.values():
+            deliver(x, _run_tensor_hooks(x, g))
     if captured is not None:
         return [captured[id(x)] for x in inputs]
     return None
+
+
+def _run_tensor_hooks(x: Tensor, g: Tensor) -> Tensor:
+    """x's hooks in the order they were registered, each given the gradient and free to replace it."""
+    for hook in x._hooks:
+        replaced = hook(g)
+        if replaced is not None:
+            replaced = replaced if isinstance(replaced, Tensor) else Tensor(x.xp.asarray(replaced))
+            if replaced.shape != g.shape:
+                raise RuntimeError(f"a hook registered on a tensor of shape {tuple(x.shape)} returned a gradient "
+                                   f"of shape {tuple(replaced.shape)}; return one of the gradient's shape, or None")
+            g = replaced
+    return g
 
 
 def _check_inputs_unchanged(fn):

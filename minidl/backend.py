@@ -20,6 +20,7 @@ picks the right spelling, so no other module needs ``import cupyx``:
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 
 import numpy as np
@@ -120,6 +121,28 @@ def is_device_array(value) -> bool:
     return _cupy is not None and isinstance(value, _cupy.ndarray)
 
 
+class device(str):  # noqa: N801 - PyTorch's name: torch.device
+    """A device name with PyTorch's attributes: ``mdl.device("cuda:1").type == "cuda"``, ``.index == 1``.
+
+    It is a ``str`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``), so it goes wherever minidl takes a
+    device name and equals that name; ``device("cuda", 1)`` is PyTorch's two-argument form.
+    ``index`` is None where the name gives none (``"cpu"``, ``"cuda"``: the current GPU, 0).
+    """
+
+    def __new__(cls, name, index=None):
+        if isinstance(name, device) and index is None:
+            return name
+        text = str(name) if index is None else f"{name}:{operator.index(index)}"
+        kind, number = parse_device(text)
+        numbered = kind == "cuda" and ":" in text
+        self = super().__new__(cls, f"cuda:{number}" if numbered else kind)
+        self.type, self.index = kind, number if numbered else None
+        return self
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+
 def device_of(array) -> str:
     """'cpu' for NumPy arrays, 'cuda:N' for CuPy arrays."""
     if _cupy is not None and isinstance(array, _cupy.ndarray):
@@ -215,10 +238,34 @@ def to_numpy(array) -> np.ndarray:
     return to_device(array, "cpu")
 
 
+# ---------------------------------------------------------------- CPU threads
+_thread_limit = None  # threadpoolctl's limiter while set_num_threads is in force
+
+
+def set_num_threads(count: int) -> None:
+    """Use ``count`` threads in the CPU's BLAS (the matrix products), as ``torch.set_num_threads``.
+
+    Through threadpoolctl, which finds OpenBLAS, MKL or BLIS behind NumPy. On a machine
+    busy with other work, fewer threads than cores is often faster.
+    """
+    global _thread_limit
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"set_num_threads: count must be a positive int, got {count!r}")
+    from threadpoolctl import threadpool_limits
+    _thread_limit = threadpool_limits(limits=int(count), user_api="blas")
+
+
+def get_num_threads() -> int:
+    """The number of threads the CPU's BLAS uses (the largest, if NumPy loaded several BLAS libraries)."""
+    from threadpoolctl import threadpool_info
+    counts = [lib["num_threads"] for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    return max(counts, default=1)
+
+
 # ---------------------------------------------------------------- random numbers
 # One seed drives every random source: NumPy's generator for the CPU and one
 # CuPy generator per GPU, created from the same seed on first use.
-_seed = None
+_gpu_seed = None  # the GPUs' seed: manual_seed's, or seed_gpus' alone (PyTorch's torch.cuda.manual_seed)
 _cpu_rng = np.random.default_rng()
 _gpu_rngs: dict[int, object] = {}
 _gpu_bit_generators: dict[int, object] = {}  # the XORWOW behind each GPU generator: its state is saved
@@ -226,9 +273,15 @@ _gpu_bit_generators: dict[int, object] = {}  # the XORWOW behind each GPU genera
 
 def manual_seed(seed: int) -> None:
     """Seed every random source minidl uses (CPU now, each GPU on first use)."""
-    global _seed, _cpu_rng
-    _seed = int(seed)
-    _cpu_rng = np.random.default_rng(_seed)
+    global _cpu_rng
+    _cpu_rng = np.random.default_rng(int(seed))
+    seed_gpus(seed)
+
+
+def seed_gpus(seed: int) -> None:
+    """Seed the GPUs' generators only (each created from the seed on first use); the CPU's stream goes on."""
+    global _gpu_seed
+    _gpu_seed = int(seed)
     _gpu_rngs.clear()
     _gpu_bit_generators.clear()
 
@@ -241,7 +294,7 @@ def rng(device="cpu"):
     if index not in _gpu_rngs:
         cp = cupy_module()
         with cp.cuda.Device(index):
-            seed = None if _seed is None else _seed + index
+            seed = None if _gpu_seed is None else _gpu_seed + index
             bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
             _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
     return _gpu_rngs[index]

@@ -79,6 +79,7 @@ def cases(seed: int = 0):
         ("min", lambda x: F.min(x, axis=-1), [_distinct(rng, 3, 4)]),
         ("var", lambda x: F.var(x, axis=1, ddof=1), [t(3, 4)]),
         ("reshape", lambda x: F.reshape(x, (4, 3)), [t(3, 4)]),
+        ("contiguous", lambda x: x.T.contiguous(), [t(3, 4)]),
         ("transpose", lambda x: F.transpose(x, (2, 0, 1)), [t(2, 3, 4)]),
         ("broadcast_to", lambda x: F.broadcast_to(x, (3, 4)), [t(1, 4)]),
         ("getitem", lambda x, i: F.getitem(x, (i, slice(1, 3))), [t(3, 4), Tensor(np.array([0, 2, 0]))]),

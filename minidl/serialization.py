@@ -353,6 +353,9 @@ def save(obj, path) -> None:
     ValueError for one over the limits :func:`load` enforces; the file at
     ``path`` is then left as it was.
     """
+    if callable(getattr(obj, "state_dict", None)):  # a whole Module or Optimizer: PyTorch would pickle it
+        raise TypeError(f"save: got a whole {type(obj).__name__} object; minidl saves state dicts, not pickled "
+                        f"objects: mdl.save(obj.state_dict(), path), then obj.load_state_dict(mdl.load(path))")
     tensors: dict[str, np.ndarray] = {}
     structure = json.dumps(_encode(obj, "", tensors))
     if len(tensors) > MAX_TENSORS:
@@ -449,8 +452,12 @@ def _read_bfloat16(file, entry: dict, data_start: int, dtype):
     return np.frombuffer(raw, dtype=dtype).reshape(entry["shape"])  # the file's little-endian words
 
 
-def load(path, device="cpu"):
+def load(path, device="cpu", *, map_location=None, weights_only=True):
     """Read what :func:`save` wrote (or any safetensors file) with arrays on ``device``.
+
+    PyTorch's keywords are accepted: ``map_location`` (a device name or ``mdl.device``) is
+    ``device``; ``weights_only=True`` is what minidl always does, and ``weights_only=False``
+    is refused: minidl's files hold arrays and plain values, never pickled objects.
 
     Raises FileNotFoundError when there is no file at ``path``, and ValueError
     for anything that is not a complete, undamaged safetensors file within the
@@ -460,6 +467,14 @@ def load(path, device="cpu"):
     """
     from safetensors import SafetensorError, safe_open
 
+    if not weights_only:
+        raise ValueError("load: weights_only=False asks to unpickle objects, which minidl never does (a pickle "
+                         "can run code); its files hold arrays and plain values: drop the argument")
+    if map_location is not None:
+        if callable(map_location) or isinstance(map_location, dict):
+            raise TypeError("load: map_location must name one device ('cpu', 'cuda', 'cuda:1' or mdl.device); "
+                            f"got {type(map_location).__name__}, a mapping minidl does not support")
+        device = map_location
     path = os.fspath(path)
     metadata, header, data_start = _read_header(path)
     structure = metadata.get(_STRUCTURE_KEY)

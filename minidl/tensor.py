@@ -138,7 +138,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_grad", "_grad_owned", "requires_grad", "creator",
-                 "output_index", "name", "retains_grad", "__weakref__")
+                 "output_index", "name", "retains_grad", "_hooks", "__weakref__")
     __array_priority__ = 1000  # ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad: bool = False, name: str | None = None):
@@ -154,6 +154,7 @@ class Tensor:
         self.output_index = 0
         self.name = name
         self.retains_grad = False
+        self._hooks = None  # gradient hooks (register_hook), None while there are none
 
     # ------------------------------------------------------------ values
     def _set_data(self, array):
@@ -196,9 +197,33 @@ class Tensor:
         return self
 
     def retain_grad(self):
-        """Keep ``.grad`` on this non-leaf tensor during backward (for inspection)."""
+        """Keep ``.grad`` on this non-leaf tensor during backward (for inspection).
+
+        As in PyTorch, ``.grad`` gets the gradient after every hook of :meth:`register_hook`.
+        """
         self.retains_grad = True
         return self
+
+    @property
+    def grad_fn(self):
+        """The node that made this tensor (PyTorch's name for :attr:`creator`); None for a leaf."""
+        return self.creator
+
+    def register_hook(self, hook) -> "HookHandle":
+        """Call ``hook(grad)`` with this tensor's gradient each time backward computes it.
+
+        The gradient is the total over every use of the tensor; a hook that returns a
+        Tensor (or array) replaces it for everything after: the next hooks, ``.grad``
+        and the backward of the op that made the tensor. Hooks run in the order they were
+        registered, as in PyTorch; ``handle.remove()`` takes one off.
+        """
+        if not self.requires_grad:
+            raise RuntimeError(f"register_hook: this tensor (shape {self.shape}) does not require grad, so no "
+                               "gradient will ever reach the hook; set requires_grad=True first")
+        if not callable(hook):
+            raise TypeError(f"register_hook: expected a function of the gradient, got {type(hook).__name__}")
+        self._hooks = (self._hooks or ()) + (hook,)
+        return HookHandle(self, hook)
 
     def backward(self, grad=None, retain_graph: bool | None = None, create_graph: bool = False):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
@@ -375,8 +400,10 @@ class Tensor:
         return self._data.dtype
 
     @property
-    def device(self) -> str:
-        return backend.device_of(self.data)
+    def device(self) -> "backend.device":
+        """Where the data lives: a :class:`minidl.backend.device` (a str, ``'cpu'`` or ``'cuda:N'``,
+        with PyTorch's ``.type`` and ``.index``)."""
+        return backend.device(backend.device_of(self._data))
 
     @property
     def xp(self):
@@ -509,6 +536,69 @@ class Tensor:
     def __float__(self):
         return float(self.item())
 
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        """A one-element integer tensor as a Python int, so it can index or bound a slice (``x[:n]``)."""
+        if self._data.dtype.kind not in "iu" or self._data.size != 1:
+            raise TypeError(f"only integer tensors of a single element can be used as an index, got a "
+                            f"{self.dtype} tensor of shape {self.shape}")
+        return operator.index(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"``: a one-element tensor formats as its number; a larger one only without a spec."""
+        if self._data.size == 1 and self._data.ndim == 0:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(f"unsupported format string {spec!r} for a tensor of shape {self.shape}; format "
+                            "t.item() for a single value, or t.tolist() element by element")
+        return str(self)
+
+    # PyTorch's method names for the comparisons (x.eq(y) is x == y) and a few facts
+    eq, ne, lt, le, gt, ge = __eq__, __ne__, __lt__, __le__, __gt__, __ge__
+
+    def nelement(self) -> int:
+        """The number of elements (PyTorch's older name for :meth:`numel`)."""
+        return self._data.size
+
+    def ndimension(self) -> int:
+        return self._data.ndim
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self._data.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        """True when the elements lie in memory in row-major order, with no gaps."""
+        return bool(self._data.flags.c_contiguous)
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        """This tensor converted to ``other``'s dtype (itself when it already has it)."""
+        return self._converted(other.dtype)
+
+    # ------------------------------------------------------------ new tensors like this one
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        """Zeros of ``size``, with this tensor's dtype and device unless given (PyTorch's ``new_zeros``)."""
+        return self._new(zeros, size, dtype, device, requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new(ones, size, dtype, device, requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new(empty, size, dtype, device, requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        """A copy of ``data`` with this tensor's dtype and device unless given."""
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def _new(self, factory, size, dtype, device, requires_grad):
+        return factory(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
         extras = []
@@ -521,6 +611,19 @@ class Tensor:
         elif self.requires_grad:
             extras.append("requires_grad=True")
         return "tensor(" + ", ".join([body] + extras) + ")"
+
+
+class HookHandle:
+    """What :meth:`Tensor.register_hook` returns: ``remove()`` takes that hook off the tensor."""
+
+    def __init__(self, tensor: Tensor, hook):
+        self._tensor, self._hook = tensor, hook
+
+    def remove(self) -> None:
+        hooks = list(self._tensor._hooks or ())
+        if self._hook in hooks:
+            hooks.remove(self._hook)
+        self._tensor._hooks = tuple(hooks) or None
 
 
 # ---------------------------------------------------------------- factories

@@ -549,3 +549,119 @@ def test_gradcheck_names_the_function_whose_gradient_has_the_wrong_shape():
     x = mdl.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
     with pytest.raises(RuntimeError, match=r"_ReturnsGradient.backward returned an invalid gradient at input 0"):
         mdl.gradcheck(lambda t: _ReturnsGradient(lambda gy: (gy * 2).sum())(t), [x])
+
+
+# ---------------------------------------------------------------- Functions in PyTorch's style
+class _Scale(Function):
+    """y = a·x, x², in PyTorch's style: static methods taking ctx; a is a number (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, a):
+        ctx.save_for_backward(x)
+        ctx.a = a
+        square = x * x
+        ctx.mark_non_differentiable(square)
+        return x * a, square
+
+    @staticmethod
+    def backward(ctx, g, g_square):
+        x, = ctx.saved_tensors
+        assert ctx.needs_input_grad == (True, False)
+        return g * ctx.a, None
+
+
+def test_a_pytorch_style_function_records_a_node_named_after_it():
+    x = mdl.tensor(np.array([1.0, -2.0]), requires_grad=True)
+    y, square = _Scale.apply(x, 3.0)
+    assert type(y.grad_fn).__name__ == "_ScaleBackward" and y.grad_fn.next_functions[0][0].variable is x
+    assert square.creator is None and not square.requires_grad  # mark_non_differentiable
+    (y * y).sum().backward()  # d/dx Σ(3x)² = 18x
+    np.testing.assert_allclose(x.grad.numpy(), [18.0, -36.0])
+
+
+def test_the_tutorials_legendre_function_gives_pytorchs_gradients_and_second_derivatives():
+    torch = pytest.importorskip("torch")
+
+    def legendre(base):
+        class LegendrePolynomial3(base.autograd.Function):
+            @staticmethod
+            def forward(ctx, input):
+                ctx.save_for_backward(input)
+                return 0.5 * (5 * input ** 3 - 3 * input)
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                input, = ctx.saved_tensors
+                return grad_output * 1.5 * (5 * input ** 2 - 1)
+        return LegendrePolynomial3
+
+    values = np.linspace(-1.0, 1.0, 7)
+    x, t = mdl.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    g, = mdl.grad(legendre(mdl).apply(x).sum(), x, create_graph=True)
+    tg, = torch.autograd.grad(legendre(torch).apply(t).sum(), t, create_graph=True)
+    np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(mdl.grad(g.sum(), x)[0].numpy(), torch.autograd.grad(tg.sum(), t)[0].numpy(),
+                               rtol=1e-13)  # 15x: saved_tensors are the inputs themselves, so this is recorded
+
+
+def test_a_pytorch_style_function_sees_its_saved_input_changed_in_place():
+    x = mdl.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y, _ = _Scale.apply(x, 2.0)
+    with mdl.no_grad():
+        x += 1.0
+    with pytest.raises(RuntimeError, match=r"backward through _ScaleBackward.*saved tensor"):
+        y.sum().backward()
+
+
+def test_pytorch_style_errors_name_the_function():
+    class TooFew(Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x * y
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    a, b = mdl.tensor([1.0], requires_grad=True), mdl.tensor([2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"TooFewBackward: backward returned 1 gradients for the 2 arguments"):
+        TooFew.apply(a, b).sum().backward()
+    with pytest.raises(TypeError, match=r"_ReturnsGradient.apply calls Functions written in PyTorch's style"):
+        _ReturnsGradient.apply(a)
+
+
+# ---------------------------------------------------------------- tensor hooks
+def test_hooks_see_the_total_gradient_run_in_order_and_may_replace_it():
+    torch = pytest.importorskip("torch")
+
+    def run(lib, make):
+        x = make([1.0, 2.0])
+        y = x * 3
+        seen = []
+        y.register_hook(lambda g: seen.append(("first", g.tolist())))
+        y.register_hook(lambda g: g * 2)
+        y.register_hook(lambda g: seen.append(("third", g.tolist())))
+        y.retain_grad()
+        handle = x.register_hook(lambda g: g + 1)
+        x.register_hook(lambda g: seen.append(("leaf", g.tolist())))
+        (y * y + y).sum().backward()  # y is used twice: its hooks see the sum, once
+        handle.remove()
+        (x * 1).sum().backward()
+        return seen, y.grad.tolist(), x.grad.tolist()
+
+    ours = run(mdl, lambda v: mdl.tensor(v, dtype="float64", requires_grad=True))
+    theirs = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True))
+    assert ours == theirs
+
+
+def test_register_hook_needs_a_tensor_that_requires_grad():
+    with pytest.raises(RuntimeError, match=r"register_hook: this tensor \(shape \(2,\)\) does not require grad"):
+        mdl.tensor([1.0, 2.0]).register_hook(lambda g: g)
+
+
+def test_a_hook_returning_the_wrong_shape_is_refused():
+    x = mdl.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g.sum())
+    with pytest.raises(RuntimeError, match=r"a hook registered on a tensor of shape \(2,\) returned a gradient of "
+                                           r"shape \(\)"):
+        y.sum().backward()

@@ -321,11 +321,19 @@ class Minimum(Maximum):
 
 # ---------------------------------------------------------------- functional forms
 def _pair(a, b):
-    """Both operands as Tensors; Python scalars take the other operand's dtype."""
+    """Both operands as Tensors; Python scalars take the other operand's dtype, and an integer or
+    boolean operand takes a floating one's (PyTorch's rule: float32 · int64 is float32; NumPy's
+    float64 would silently widen a model's activations)."""
     if not isinstance(a, Tensor):
         a = as_tensor(a, like=b if isinstance(b, Tensor) else None)
     if not isinstance(b, Tensor):
         b = as_tensor(b, like=a)
+    kind_a, kind_b = a._data.dtype.kind, b._data.dtype.kind
+    if kind_a != kind_b:
+        if kind_a == "f" and kind_b in "biu":
+            b = Tensor(b._data.astype(a._data.dtype))
+        elif kind_b == "f" and kind_a in "biu":
+            a = Tensor(a._data.astype(b._data.dtype))
     return a, b
 
 

@@ -22,7 +22,8 @@ from minidl.tensor import Tensor, as_tensor, index_key
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
 TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten", "unflatten", "squeeze", "unsqueeze",
-                  "permute", "movedim", "expand", "split", "chunk", "narrow")
+                  "permute", "movedim", "expand", "split", "chunk", "narrow", "contiguous", "view_as", "reshape_as",
+                  "expand_as")
 
 
 def dim_index(op: str, x: Tensor, dim, new: int = 0) -> int:
@@ -378,6 +379,36 @@ def getitem(x: Tensor, key) -> Tensor:
     """``x[key]`` with PyTorch's rules (integers index before index arrays: see ``index_key``)."""
     key, select, index_tensors = index_key(key)
     return GetItem(key, select, index_tensors)(x)
+
+
+class Contiguous(Function):
+    """y = x laid out in row-major order (a copy, unless x already is);  dx = dy."""
+    saved_inputs = ()
+
+    def forward(self, x):
+        return xp_of(x).ascontiguousarray(x)
+
+    def backward(self, gy):
+        return gy
+
+
+def contiguous(x: Tensor) -> Tensor:
+    """``x`` itself when its elements lie in row-major order, else a row-major copy (PyTorch's ``contiguous``)."""
+    return x if x.data.flags.c_contiguous else Contiguous()(x)
+
+
+def view_as(x: Tensor, other: Tensor) -> Tensor:
+    """``x`` reshaped to ``other``'s shape."""
+    return reshape(x, other.shape)
+
+
+def reshape_as(x: Tensor, other: Tensor) -> Tensor:
+    return reshape(x, other.shape)
+
+
+def expand_as(x: Tensor, other: Tensor) -> Tensor:
+    """``x`` broadcast to ``other``'s shape (a read-only view)."""
+    return broadcast_to(x, other.shape)
 
 
 class Concatenate(Function):

@@ -17,7 +17,7 @@ the gradient noise scale.
 from minidl.optim import lr_scheduler, schedules
 from minidl.optim.adahessian import AdaHessian
 from minidl.optim.adam import Adam, AdamW, AMSGrad, NAdam, RAdam
-from minidl.optim.adaptive import AdaDelta, AdaGrad, RMSProp
+from minidl.optim.adaptive import AdaDelta, Adadelta, AdaGrad, Adagrad, RMSProp, RMSprop
 from minidl.optim.averaging import SWA, Lookahead, Ranger, RangerLARS, update_bn
 from minidl.optim.curvature import gradient_noise_scale, hessian_trace, hessian_vector_product, top_hessian_eigenvalue
 from minidl.optim.layerwise import LAMB, LARS, NovoGrad
@@ -27,7 +27,8 @@ from minidl.optim.schedules import LRScheduler
 from minidl.optim.sgd import NAG, SGD, SGDM
 
 __all__ = [
-    "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adam", "AdamW", "LAMB", "LARS", "LRScheduler",
+    "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adadelta", "Adagrad", "RMSprop", "Adam", "AdamW", "LAMB",
+    "LARS", "LRScheduler",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
     "SGD", "SGDM", "SWA", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale", "hessian_trace",
     "hessian_vector_product", "l1_penalty", "lr_range_test", "lr_scheduler", "schedules", "top_hessian_eigenvalue",

@@ -1,4 +1,4 @@
-"""Per-coordinate learning rates: AdaGrad, RMSProp, AdaDelta.
+"""Per-coordinate learning rates: Adagrad, RMSprop, Adadelta (PyTorch's spellings; AdaGrad, RMSProp, AdaDelta too).
 
 Each divides the step of every weight by a running size of its own
 gradients, so steep directions take small steps and flat ones large steps:
@@ -36,20 +36,36 @@ def adagrad_update(w, g, s, *, lr, eps, weight_decay=0.0, tmp=None):
     w -= xp.multiply(r, lr, out=tmp)
 
 
-class AdaGrad(Optimizer):
-    """``AdaGrad(params, lr=1e-2, eps=1e-10, weight_decay=0)``: see :func:`adagrad_update`.
+class Adagrad(Optimizer):
+    """``Adagrad(params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10)``.
 
-    Matches torch.optim.Adagrad with lr_decay=0 and initial_accumulator_value=0.
+    torch.optim.Adagrad's signature and trajectory (``AdaGrad`` is the same class): see
+    :func:`adagrad_update`, with s starting at ``initial_accumulator_value`` and the step t
+    (from 1) using the learning rate lr / (1 + (t − 1)·lr_decay).
     """
 
-    def __init__(self, params, lr=1e-2, eps=1e-10, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def check_group(self, group):
+        super().check_group(group)
+        for key in ("lr_decay", "initial_accumulator_value"):
+            value = group.setdefault(key, 0.0)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{self.name}: {key} must be a number >= 0, got {key}={value!r}")
 
     def update(self, w, g, state, group):
         if "s" not in state:
-            state["s"] = xp_of(w).zeros_like(w)
-        run_update(adagrad_update, w=w, g=g, s=state["s"], lr=group["lr"], eps=group["eps"],
+            state["s"] = xp_of(w).full_like(w, group["initial_accumulator_value"])
+            state["step"] = 0
+        state["step"] += 1
+        lr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        run_update(adagrad_update, w=w, g=g, s=state["s"], lr=lr, eps=group["eps"],
                    weight_decay=group["weight_decay"])
+
+
+AdaGrad = Adagrad  # minidl's earlier spelling
 
 
 def rmsprop_update(w, g, s, b=None, g_avg=None, *, lr, rho, eps, momentum=0.0, weight_decay=0.0, tmp=None):
@@ -84,16 +100,20 @@ def rmsprop_update(w, g, s, b=None, g_avg=None, *, lr, rho, eps, momentum=0.0, w
     w -= xp.multiply(r, lr, out=tmp)
 
 
-class RMSProp(Optimizer):
-    """``RMSProp(params, lr=1e-2, rho=0.99, eps=1e-8, momentum=0, centered=False, weight_decay=0)``.
+class RMSprop(Optimizer):
+    """``RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False)``.
 
-    See :func:`rmsprop_update`. ``rho`` is PyTorch's ``alpha``; the trajectory matches
-    torch.optim.RMSprop, centered and with momentum included.
+    torch.optim.RMSprop's signature and trajectory, centered and with momentum included
+    (``RMSProp`` is the same class): see :func:`rmsprop_update`, where PyTorch's ``alpha``
+    is the average's ρ (``rho=`` is accepted as its other name, and is the group's key).
     """
 
-    def __init__(self, params, lr=1e-2, rho=0.99, eps=1e-8, momentum=0.0, centered=False, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, momentum=momentum, centered=bool(centered),
-                                      weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, *,
+                 rho=None):
+        if rho is not None and alpha != 0.99:
+            raise TypeError(f"RMSprop: got alpha={alpha!r} and rho={rho!r}; pass one (they are the same ρ)")
+        super().__init__(params, dict(lr=lr, rho=alpha if rho is None else rho, eps=eps, momentum=momentum,
+                                      centered=bool(centered), weight_decay=weight_decay))
 
     def check_group(self, group):
         super().check_group(group)
@@ -133,10 +153,10 @@ def adadelta_update(w, g, v, u, *, lr, rho, eps, weight_decay=0.0, tmp=None):
     w -= xp.multiply(delta, lr, out=tmp)
 
 
-class AdaDelta(Optimizer):
-    """``AdaDelta(params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0)``: see :func:`adadelta_update`.
+class Adadelta(Optimizer):
+    """``Adadelta(params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0)``: see :func:`adadelta_update`.
 
-    Matches torch.optim.Adadelta.
+    torch.optim.Adadelta's signature and trajectory (``AdaDelta`` is the same class).
     """
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0):
@@ -152,3 +172,7 @@ class AdaDelta(Optimizer):
             state["u"] = xp_of(w).zeros_like(w)
         run_update(adadelta_update, w=w, g=g, v=state["v"], u=state["u"], lr=group["lr"], rho=group["rho"],
                    eps=group["eps"], weight_decay=group["weight_decay"])
+
+
+RMSProp = RMSprop  # minidl's earlier spellings
+AdaDelta = Adadelta

@@ -35,8 +35,8 @@ from bisect import bisect_right
 
 from minidl.optim import schedules
 
-__all__ = ["CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
-           "OneCycleLR", "ReduceLROnPlateau", "SequentialLR", "StepLR"]
+__all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR",
+           "MultiStepLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR", "StepLR"]
 
 # The learning rates each optimizer's groups had when its first scheduler was built (PyTorch keeps
 # them in the groups as "initial_lr"; minidl's groups hold hyperparameters only, so they live here).
@@ -307,6 +307,26 @@ class CosineAnnealingLR(LRScheduler):
 
     def get_lr(self):
         return [schedules.cosine(base, self.T_max, self.eta_min)(self.last_epoch) for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR (Loshchilov & Hutter 2017): lr = η_min + (base_lr − η_min)·(1 + cos(π·T_cur/T_i))/2, where
+    T_cur counts the steps since the last restart and the i-th cycle lasts T_i = T_0·T_multⁱ steps:
+    the rate falls along a cosine, jumps back to base_lr, and falls again over a longer cycle.
+    Stepped once per epoch or per batch, with integer steps (PyTorch also takes fractional epochs);
+    the formula is :func:`minidl.optim.schedules.cosine_restarts`."""
+
+    _hyperparameters = ("T_0", "T_mult", "eta_min")
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
+        self.T_0 = _whole("CosineAnnealingWarmRestarts", "T_0", T_0)  # noqa: N815 - PyTorch's names
+        self.T_mult = _whole("CosineAnnealingWarmRestarts", "T_mult", T_mult)  # noqa: N815
+        self.eta_min = _number("CosineAnnealingWarmRestarts", "eta_min", eta_min, 0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [schedules.cosine_restarts(base, self.T_0, self.T_mult, self.eta_min)(max(self.last_epoch, 0))
+                for base in self.base_lrs]
 
 
 class LinearLR(LRScheduler):

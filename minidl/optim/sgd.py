@@ -23,11 +23,11 @@ from minidl.optim.kernels import run_update
 from minidl.optim.optimizer import Optimizer, check_unit, l2_gradient
 
 
-def sgd_update(w, g, b=None, *, lr, momentum=0.0, nesterov=False, weight_decay=0.0, tmp=None):
+def sgd_update(w, g, b=None, *, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, tmp=None):
     """One SGD step, in place on w (and the momentum buffer b).
 
         g ← g + λw                  weight decay: the gradient of (λ/2)‖w‖²
-        b ← μb + g                  b starts at 0, so b₁ = g
+        b ← μb + (1 − τ)g           b starts at 0 and τ (dampening) is 0 on the first step, so b₁ = g
         w ← w − lr·b                classic momentum
         w ← w − lr·(g + μb)         Nesterov: step from the look-ahead point
         w ← w − lr·g                no momentum (μ = 0, b unused)
@@ -37,7 +37,7 @@ def sgd_update(w, g, b=None, *, lr, momentum=0.0, nesterov=False, weight_decay=0
     g = l2_gradient(g, w, weight_decay)
     if momentum:
         b *= momentum
-        b += g
+        b += xp.multiply(g, 1 - dampening, out=tmp) if dampening else g
         direction = g + momentum * b if nesterov else b
     else:
         direction = g
@@ -47,25 +47,29 @@ def sgd_update(w, g, b=None, *, lr, momentum=0.0, nesterov=False, weight_decay=0
 class SGD(Optimizer):
     """Stochastic gradient descent, with optional (Nesterov) momentum: see :func:`sgd_update`.
 
-    ``SGD(params, lr, momentum=0, nesterov=False, weight_decay=0)``, as torch.optim.SGD
-    (with dampening 0). Full-batch gradients make it plain gradient descent.
+    ``SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False)``, torch.optim.SGD's
+    signature and trajectory. Full-batch gradients make it plain gradient descent.
     """
 
-    def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=bool(nesterov),
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=bool(nesterov),
                                       weight_decay=weight_decay))
 
     def check_group(self, group):
         super().check_group(group)
         group["momentum"] = check_unit(self.name, "momentum", group["momentum"])
-        if group["nesterov"] and not group["momentum"]:
-            raise ValueError(f"{self.name}: nesterov=True needs a momentum > 0 (got momentum=0)")
+        group["dampening"] = check_unit(self.name, "dampening", group.get("dampening", 0.0), closed_top=True)
+        if group["nesterov"] and (not group["momentum"] or group["dampening"]):
+            raise ValueError(f"{self.name}: nesterov=True needs a momentum > 0 and dampening 0 (got momentum="
+                             f"{group['momentum']}, dampening={group['dampening']})")
 
     def update(self, w, g, state, group):
-        if group["momentum"] and "b" not in state:
+        first = group["momentum"] and "b" not in state
+        if first:
             state["b"] = xp_of(w).zeros_like(w)
         run_update(sgd_update, w=w, g=g, b=state.get("b"), lr=group["lr"], momentum=group["momentum"],
-                   nesterov=group["nesterov"], weight_decay=group["weight_decay"])
+                   dampening=0.0 if first else group["dampening"], nesterov=group["nesterov"],
+                   weight_decay=group["weight_decay"])
 
 
 class NAG(SGD):

@@ -35,12 +35,8 @@ _NOT_SCALARS = ("step", "epoch", "time")
 
 
 def _summary_writer():
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError as exc:  # an optional extra
-        raise ImportError("TensorBoardLogger needs tensorboardX: pip install minidl[tensorboard] "
-                          "(or pip install tensorboardX)") from exc
-    return SummaryWriter
+    from minidl.utils import tensorboard  # the one place that imports tensorboardX, with its error
+    return tensorboard.SummaryWriter
 
 
 class TensorBoardLogger(Callback):

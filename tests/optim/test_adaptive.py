@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from minidl import optim
-from tests.optim._helpers import assert_same_trajectory, hand_run, run_minidl, run_torch
+from tests.optim._helpers import assert_same_trajectory, hand_run, minidl_params, run_minidl, run_torch
 
 
 def adagrad_by_hand(lr, eps):
@@ -80,3 +80,23 @@ def test_first_three_steps_by_hand(make, hand):
 def test_matches_torch(ours, theirs):
     torch = pytest.importorskip("torch")
     assert_same_trajectory(run_minidl(ours, 30), run_torch(lambda p: theirs(torch, p), 30))
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (lambda p: optim.Adagrad(p, 0.1, 0.05, 0.02, 0.3), lambda t, p: t.optim.Adagrad(p, 0.1, 0.05, 0.02, 0.3)),
+    (lambda p: optim.RMSprop(p, 0.01, 0.9, 1e-8, 0.05, 0.5),
+     lambda t, p: t.optim.RMSprop(p, 0.01, 0.9, 1e-8, 0.05, 0.5)),
+    (lambda p: optim.RMSprop(p, lr=0.01, alpha=0.95, centered=True),
+     lambda t, p: t.optim.RMSprop(p, lr=0.01, alpha=0.95, centered=True)),
+    (lambda p: optim.Adadelta(p, 0.5, 0.95), lambda t, p: t.optim.Adadelta(p, 0.5, 0.95)),
+], ids=["adagrad-positional-lr_decay-initial", "rmsprop-positional", "rmsprop-alpha", "adadelta"])
+def test_pytorch_names_and_argument_order_give_pytorchs_trajectory(ours, theirs):
+    """PyTorch's class names and positional order (RMSprop: lr, alpha, eps, weight_decay, momentum)."""
+    torch = pytest.importorskip("torch")
+    assert_same_trajectory(run_minidl(ours, 30), run_torch(lambda p: theirs(torch, p), 30))
+
+
+def test_minidl_spellings_stay_the_same_classes():
+    assert optim.AdaGrad is optim.Adagrad and optim.RMSProp is optim.RMSprop and optim.AdaDelta is optim.Adadelta
+    with pytest.raises(TypeError, match=r"RMSprop: got alpha=0.9 and rho=0.8; pass one"):
+        optim.RMSprop(minidl_params(), alpha=0.9, rho=0.8)

@@ -298,3 +298,25 @@ def test_load_state_dict_refuses_a_fractional_step_count():
         s.load_state_dict({**s.state_dict(), "last_epoch": 2.5})
     s.load_state_dict({**s.state_dict(), "gamma": 1})  # a whole number where a number is expected is fine
     assert s.gamma == 1
+
+
+@pytest.mark.parametrize("T_0,T_mult,eta_min", [(3, 2, 0.01), (5, 1, 0.0), (2, 3, 0.001)])
+def test_cosine_annealing_warm_restarts_equals_pytorchs_over_50_steps(T_0, T_mult, eta_min):  # noqa: N803
+    torch = pytest.importorskip("torch")
+    from minidl.optim.lr_scheduler import CosineAnnealingWarmRestarts
+    w = mdl.tensor([1.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    schedule = CosineAnnealingWarmRestarts(opt, T_0=T_0, T_mult=T_mult, eta_min=eta_min)
+    tw = torch.tensor([1.0], requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1)
+    tschedule = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(topt, T_0=T_0, T_mult=T_mult, eta_min=eta_min)
+    ours, theirs = [], []
+    for _ in range(50):
+        ours.append(opt.param_groups[0]["lr"])
+        theirs.append(topt.param_groups[0]["lr"])
+        opt.step()
+        schedule.step()
+        topt.step()
+        tschedule.step()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
+    assert max(ours) == 0.1 and ours.count(0.1) > 1  # it did restart

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import minidl as mdl
 from minidl import optim
 from tests.optim._helpers import assert_same_trajectory, hand_run, run_minidl, run_torch
 
@@ -76,3 +77,33 @@ def test_nag_is_torch_nesterov():
 def test_nesterov_needs_momentum():
     with pytest.raises(ValueError, match="nesterov=True needs a momentum"):
         optim.SGD([optim.optimizer.Tensor(np.ones(2), requires_grad=True)], lr=0.1, nesterov=True)
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=0.05, momentum=0.9, dampening=0.3),
+                                    dict(lr=0.05, momentum=0.5, dampening=1.0, weight_decay=0.1)],
+                         ids=["dampening", "full-dampening-decay"])
+def test_dampening_gives_pytorchs_trajectory(kwargs):
+    """b ← μb + (1 − τ)g after an undamped first step b₁ = g, as torch.optim.SGD."""
+    torch = pytest.importorskip("torch")
+    assert_same_trajectory(run_minidl(lambda p: optim.SGD(p, **kwargs), 30),
+                           run_torch(lambda p: torch.optim.SGD(p, **kwargs), 30))
+
+
+def test_dampening_by_hand_for_two_steps():
+    w = mdl.tensor([1.0], dtype="float64", requires_grad=True)
+    opt = optim.SGD([w], lr=0.1, momentum=0.5, dampening=0.5)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()  # g = 2w
+        opt.step()
+    # step 1: b = 2, w = 1 − 0.2 = 0.8;  step 2: g = 1.6, b = 0.5·2 + 0.5·1.6 = 1.8, w = 0.8 − 0.18
+    np.testing.assert_allclose(w.numpy(), [0.62], rtol=1e-14)
+
+
+def test_sgd_takes_pytorchs_positional_order():
+    w = mdl.tensor([1.0], dtype="float64", requires_grad=True)
+    opt = optim.SGD([w], 0.1, 0.9, 0.0, 0.01, True)  # lr, momentum, dampening, weight_decay, nesterov
+    group = opt.param_groups[0]
+    assert (group["momentum"], group["dampening"], group["weight_decay"], group["nesterov"]) == (0.9, 0.0, 0.01, True)
+    with pytest.raises(ValueError, match="nesterov=True needs a momentum > 0 and dampening 0"):
+        optim.SGD([w], 0.1, 0.9, 0.5, 0.0, True)
