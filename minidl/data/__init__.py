@@ -8,6 +8,8 @@
     loader = data.DataLoader(data.TensorDataset(scaler.transform(x_tr), y_tr),
                              batch_size=64, shuffle=True, seed=0)
     for xb, yb in loader: ...                                          # NumPy arrays
+    data.check_leakage(x_tr, x_va, x_te)                               # raises if a sample is in two splits
+    for tr, va in data.StratifiedKFold(5).split(x, y): ...             # scikit-learn's folds
 
 Everything here is NumPy: float32 features, int64 labels. The training loop
 moves batches to the device.
@@ -22,10 +24,12 @@ from minidl.data.datasets import (
     polynomial_target,
     two_spirals,
 )
+from minidl.data.folds import GroupKFold, KFold, StratifiedKFold, TimeSeriesSplit
 from minidl.data.idx import load_idx, mnist
+from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
-from minidl.data.split import oversample_minority, train_val_test_split
+from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
 from minidl.data.transforms import (
     Compose,
     FrequencyMasking,
@@ -37,9 +41,10 @@ from minidl.data.transforms import (
 )
 
 __all__ = [
-    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "RandomCrop",
-    "RandomHorizontalFlip", "Standardizer", "TensorDataset", "TimeMasking", "Transform", "digits",
-    "gaussian_blobs", "load_idx", "mnist", "oversample_minority", "polynomial_coefficients",
-    "polynomial_features", "polynomial_regression", "polynomial_target", "train_val_test_split",
+    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold",
+    "RandomCrop", "RandomHorizontalFlip", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
+    "TimeSeriesSplit", "Transform", "check_leakage", "digits", "find_duplicates", "gaussian_blobs",
+    "load_idx", "mnist", "oversample_minority", "polynomial_coefficients", "polynomial_features",
+    "polynomial_regression", "polynomial_target", "sample_keys", "split_ratios", "train_val_test_split",
     "two_spirals",
 ]
