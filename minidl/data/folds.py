@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.data.split import _generator
+from minidl.data.split import as_generator
 
 __all__ = ["GroupKFold", "KFold", "StratifiedKFold", "TimeSeriesSplit"]
 
@@ -91,7 +91,7 @@ class KFold(_Splitter):
         if self.n_splits > n:
             raise ValueError(f"KFold: n_splits={self.n_splits} is larger than the number of samples {n}; "
                              f"use at most {n} folds")
-        order = _generator(self.seed).permutation(n) if self.shuffle else np.arange(n)
+        order = as_generator(self.seed).permutation(n) if self.shuffle else np.arange(n)
         sizes = np.full(self.n_splits, n // self.n_splits)
         sizes[: n % self.n_splits] += 1
         yield from np.split(order, np.cumsum(sizes)[:-1])
@@ -121,7 +121,7 @@ class StratifiedKFold(_Splitter):
         allocation = np.stack([np.bincount(ordered[i::self.n_splits], minlength=len(counts))
                                for i in range(self.n_splits)])
         fold_of = np.empty(n, dtype=np.int64)
-        rng = _generator(self.seed) if self.shuffle else None
+        rng = as_generator(self.seed) if self.shuffle else None
         for c in range(len(counts)):
             folds = np.repeat(np.arange(self.n_splits), allocation[:, c])
             if rng is not None:
@@ -148,7 +148,7 @@ class GroupKFold(_Splitter):
             raise ValueError(f"GroupKFold: n_splits={self.n_splits} is larger than the number of groups "
                              f"{len(unique)}; use at most {len(unique)} folds")
         if self.shuffle:
-            order = _generator(self.seed).permutation(len(unique))
+            order = as_generator(self.seed).permutation(len(unique))
             for chunk in np.array_split(order, self.n_splits):
                 yield np.flatnonzero(np.isin(group_of, chunk))
             return

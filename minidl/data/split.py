@@ -17,7 +17,7 @@ import numpy as np
 from minidl import backend
 
 
-def _generator(seed) -> np.random.Generator:
+def as_generator(seed) -> np.random.Generator:
     """A generator from a seed, a Generator, or minidl's global one (seed=None)."""
     if seed is None:
         return backend.rng("cpu")
@@ -143,7 +143,7 @@ def train_val_test_split(*arrays, ratios=(0.8, 0.1, 0.1), stratify=None, seed=No
         raise ValueError(f"train_val_test_split: ratios must be three non-negative fractions "
                          f"(train, val, test) summing to 1, got {tuple(ratios.tolist())}")
     ratios = ratios / ratios.sum()
-    rng = _generator(seed)
+    rng = as_generator(seed)
     sizes = _split_sizes(n, ratios)
 
     if stratify is None or stratify is False:
@@ -188,7 +188,7 @@ def oversample_minority(x, y, seed=None, ratio: float = 1.0):
         raise ValueError(f"oversample_minority: ratio must be in (0, 1], got {ratio}")
     if len(y) == 0:
         return x.copy(), y.copy()
-    rng = _generator(seed)
+    rng = as_generator(seed)
     classes, class_of, class_sizes = np.unique(y, return_inverse=True, return_counts=True)
     target = int(np.ceil(ratio * class_sizes.max()))
     extra = []
