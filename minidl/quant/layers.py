@@ -61,8 +61,8 @@ class _Quantized(nn.Module):
         self.input_dtype = input_dtype
         self.register_buffer("weight_q", Tensor(quantize(weight, w_scale, 0, "int8", axis=0)))
         self.register_buffer("weight_scale", Tensor(w_scale))
-        self.register_buffer("input_scale", Tensor(np.float32(input_scale)))
-        self.register_buffer("input_zero_point", Tensor(np.int64(input_zero_point)))
+        self.register_buffer("input_scale", Tensor(np.array(input_scale, dtype=np.float32)))
+        self.register_buffer("input_zero_point", Tensor(np.array(input_zero_point, dtype=np.int64)))
         self.register_buffer("bias", None if bias is None else Tensor(_host(bias).astype(np.float32)))
 
     def _centred_input(self, x) -> np.ndarray:

@@ -219,3 +219,16 @@ def test_qat_trains_through_the_straight_through_gradient_and_converts_to_the_sa
         simulated, integer = qat(x).numpy(), int8(x).numpy()
     # the same codes, summed exactly in int32 instead of in float32: float rounding apart, equal
     np.testing.assert_allclose(integer, simulated, rtol=1e-4, atol=1e-4 * np.abs(simulated).max())
+
+
+def test_an_int8_model_saves_and_loads_without_pickle(tmp_path):
+    model = _small_cnn()
+    x = np.random.default_rng(7).standard_normal((40, 1, 8, 8)).astype(np.float32)
+    int8 = quant.quantize_model(model, x)
+    path = tmp_path / "int8.safetensors"
+    mdl.save(int8.state_dict(), path)
+    assert path.stat().st_size < quant.model_size_bytes(int8) + 2048     # the codes plus a small header
+    twin = quant.quantize_model(_small_cnn(), x[::-1] * 2)               # another calibration
+    twin.load_state_dict(mdl.load(path))
+    assert twin[0].weight_q.dtype == np.int8
+    np.testing.assert_array_equal(twin(x).numpy(), int8(x).numpy())
