@@ -18,6 +18,7 @@ from minidl.data.dataset import Dataset, TensorDataset
 from minidl.data.datasets import (
     digits,
     gaussian_blobs,
+    imbalanced_digits,
     polynomial_coefficients,
     polynomial_features,
     polynomial_regression,
@@ -26,6 +27,14 @@ from minidl.data.datasets import (
 )
 from minidl.data.folds import GroupKFold, KFold, StratifiedKFold, TimeSeriesSplit
 from minidl.data.idx import load_idx, mnist
+from minidl.data.imbalance import (
+    adasyn,
+    class_balance,
+    class_weights,
+    random_undersample,
+    smote,
+    undersample_hard,
+)
 from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
@@ -43,7 +52,9 @@ from minidl.data.transforms import (
 __all__ = [
     "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold",
     "RandomCrop", "RandomHorizontalFlip", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
-    "TimeSeriesSplit", "Transform", "check_leakage", "digits", "find_duplicates", "gaussian_blobs",
+    "TimeSeriesSplit", "Transform", "adasyn", "check_leakage", "class_balance", "class_weights",
+    "imbalanced_digits", "random_undersample", "smote", "undersample_hard", "digits", "find_duplicates",
+    "gaussian_blobs",
     "load_idx", "mnist", "oversample_minority", "polynomial_coefficients", "polynomial_features",
     "polynomial_regression", "polynomial_target", "sample_keys", "split_ratios", "train_val_test_split",
     "two_spirals",

@@ -41,6 +41,29 @@ def digits(flatten: bool = False):
     return images, labels
 
 
+def imbalanced_digits(imbalance: float = 10.0, flatten: bool = False, seed=0):
+    """The digits with a long tail: class c keeps a share imbalance^(−c/9) of its images.
+
+    Digit 0 keeps all its images, digit 9 a fraction 1/``imbalance`` of them,
+    the others a geometric progression in between (the long-tailed variants of
+    CIFAR and ImageNet are built the same way). The images kept are drawn at
+    random (``seed``: an int, a Generator, or None for minidl's generator).
+    ``imbalance=10``: 178 zeros down to 18 nines, 735 images in all.
+    """
+    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or imbalance < 1:
+        raise ValueError(f"imbalanced_digits: imbalance is the largest class over the smallest, a number >= 1; "
+                         f"got {imbalance!r}")
+    images, labels = digits(flatten)
+    rng = as_generator(seed)
+    kept = []
+    for c in range(10):
+        members = np.flatnonzero(labels == c)
+        count = max(1, int(round(len(members) * imbalance ** (-c / 9))))
+        kept.append(np.sort(rng.choice(members, size=count, replace=False)))
+    index = np.concatenate(kept)
+    return images[index], labels[index]
+
+
 def two_spirals(n: int = 400, noise: float = 0.0, seed=None, turns: float = 1.5):
     """Two interleaved spirals in the plane, one per class: a set no linear model can separate.
 
