@@ -45,17 +45,20 @@ from minidl.data.transforms import (
     GaussianNoise,
     RandomCrop,
     RandomHorizontalFlip,
+    RandomRotation,
     TimeMasking,
+    TimeWarp,
     Transform,
+    WindowSlice,
+    augment_dataset,
 )
 
 __all__ = [
-    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold",
-    "RandomCrop", "RandomHorizontalFlip", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
-    "TimeSeriesSplit", "Transform", "adasyn", "check_leakage", "class_balance", "class_weights",
-    "imbalanced_digits", "random_undersample", "smote", "undersample_hard", "digits", "find_duplicates",
-    "gaussian_blobs",
+    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold", "RandomCrop",
+    "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
+    "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",
+    "class_balance", "class_weights", "digits", "find_duplicates", "gaussian_blobs", "imbalanced_digits",
     "load_idx", "mnist", "oversample_minority", "polynomial_coefficients", "polynomial_features",
-    "polynomial_regression", "polynomial_target", "sample_keys", "split_ratios", "train_val_test_split",
-    "two_spirals",
+    "polynomial_regression", "polynomial_target", "random_undersample", "sample_keys", "smote", "split_ratios",
+    "train_val_test_split", "two_spirals", "undersample_hard",
 ]

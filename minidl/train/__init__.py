@@ -32,7 +32,7 @@ from minidl.train.diagnostics import (
     layer_statistics,
     overfit_small_batch,
 )
-from minidl.train.distill import DistillationLoss, distillation_loss
+from minidl.train.distill import DistillationLoss, distillation_loss, ensemble_soft_targets
 from minidl.train.ensemble import Ensemble, average_probabilities
 from minidl.train.metrics import (
     ValidationSizeWarning,
@@ -67,5 +67,5 @@ __all__ = [
     "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
-    "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss",
+    "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss", "ensemble_soft_targets",
 ]
