@@ -225,9 +225,10 @@ def format_interval(value: float, low: float, high: float) -> str:
 def smallest_difference(n: int, accuracy_value: float, confidence: float = 0.95) -> float:
     """The smallest accuracy difference two results on ``n`` samples need for their intervals not to overlap.
 
-    Two runs scoring p and p + d on validation sets of n samples are told apart
+    Two runs scoring p and p ± d on validation sets of n samples are told apart
     (their Wilson intervals disjoint) when d exceeds about the sum of the two
-    half-widths: this returns the smallest d found by bisection. Disjoint
+    half-widths: this returns the smallest d, above or below p, found by
+    bisection (``inf`` when no accuracy in [0, 1] is told apart). Disjoint
     intervals are a conservative test (a paired test on the same samples,
     McNemar's, can resolve less), so this is the difference one can trust.
     """
@@ -236,14 +237,21 @@ def smallest_difference(n: int, accuracy_value: float, confidence: float = 0.95)
     if not 0.0 <= accuracy_value <= 1.0:
         raise ValueError(f"smallest_difference: accuracy must be in [0, 1], got {accuracy_value!r}")
     z = _z(confidence, "smallest_difference")
-    base_high = _wilson(accuracy_value, n, z)[1]
-    if _wilson(1.0, n, z)[0] <= base_high:       # not even 100 % is told apart from this result
-        return float("inf")
-    lo, hi = 0.0, 1.0 - accuracy_value
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _wilson(accuracy_value + mid, n, z)[0] <= base_high else (lo, mid)
-    return hi
+    base_low, base_high = _wilson(accuracy_value, n, z)
+    found = []
+    for sign, room in ((1, 1.0 - accuracy_value), (-1, accuracy_value)):   # a better result, a worse one
+
+        def apart(d, sign=sign):
+            bounds = _wilson(accuracy_value + sign * d, n, z)
+            return bounds[0] > base_high if sign > 0 else bounds[1] < base_low
+
+        if room > 0 and apart(room):
+            lo, hi = 0.0, room
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (lo, mid) if apart(mid) else (mid, hi)
+            found.append(hi)
+    return min(found, default=float("inf"))   # inf: not even 0 % or 100 % is told apart from this result
 
 
 def interval_note(test_accuracy: float, n_test: int, val_accuracy: float, n_val: int) -> str:

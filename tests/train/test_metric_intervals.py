@@ -67,6 +67,10 @@ def test_smallest_difference_and_the_warning():
     d = M.smallest_difference(100, 0.9)
     assert M.wilson_interval(90, 100)[1] == pytest.approx(M._wilson(0.9 + d, 100, 1.959963984540054)[0])
     assert 0.07 < d < 0.1
+    # near 100 % no better result fits in [0, 1], and a worse one is told apart: it looks both ways
+    d = M.smallest_difference(100, 1.0)
+    assert M._wilson(1.0 - d, 100, 1.959963984540054)[1] == pytest.approx(M.wilson_interval(100, 100)[0])
+    assert M.smallest_difference(1, 0.5) == float("inf")
     assert M.smallest_difference(100_000, 0.9) < 0.01 < M.smallest_difference(1000, 0.9)
     needed = f"{100 * M.smallest_difference(200, 0.9):.1f}"
     with pytest.warns(M.ValidationSizeWarning, match=f"200 samples at 90.0% accuracy .* more than {needed} points"):
