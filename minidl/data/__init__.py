@@ -31,6 +31,7 @@ from minidl.data.imbalance import (
     adasyn,
     class_balance,
     class_weights,
+    misclassification_counts,
     random_undersample,
     smote,
     undersample_hard,
@@ -58,7 +59,7 @@ __all__ = [
     "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
     "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",
     "class_balance", "class_weights", "digits", "find_duplicates", "gaussian_blobs", "imbalanced_digits",
-    "load_idx", "mnist", "oversample_minority", "polynomial_coefficients", "polynomial_features",
-    "polynomial_regression", "polynomial_target", "random_undersample", "sample_keys", "smote", "split_ratios",
-    "train_val_test_split", "two_spirals", "undersample_hard",
+    "load_idx", "misclassification_counts", "mnist", "oversample_minority", "polynomial_coefficients",
+    "polynomial_features", "polynomial_regression", "polynomial_target", "random_undersample", "sample_keys",
+    "smote", "split_ratios", "train_val_test_split", "two_spirals", "undersample_hard",
 ]

@@ -39,7 +39,8 @@ import numpy as np
 
 from minidl.data.split import as_generator
 
-__all__ = ["adasyn", "class_balance", "class_weights", "random_undersample", "smote", "undersample_hard"]
+__all__ = ["adasyn", "class_balance", "class_weights", "misclassification_counts", "random_undersample", "smote",
+           "undersample_hard"]
 
 
 def _xy(owner: str, x, y):
@@ -177,6 +178,42 @@ def undersample_hard(x, y, difficulty, n_per_class: int | None = None):
             easiest = members[np.argsort(-difficulty[members], kind="stable")[n:]]
             keep[easiest] = False
     return x[keep], y[keep]
+
+
+def misclassification_counts(fit_predict, x, y, n_models: int = 5, seed=None) -> np.ndarray:
+    """How many of ``n_models`` models misclassify each sample: the textbook's measure of a hard sample.
+
+    The recipe of chapter 4, §4.5.1: train several models, each on a subset
+    of the overrepresented class (with every other class whole), and count
+    which samples they get wrong. The largest class is cut into ``n_models``
+    random disjoint parts; model m trains on part m and all other classes and
+    predicts every sample. ``fit_predict(x_train, y_train, x) -> labels`` is
+    your training recipe. A sample of the large class is counted only by the
+    models that did not see it (so its count, 0 to n_models − 1, measures
+    generalization, not memory); the other classes' counts are training
+    errors. Feed the counts to :func:`undersample_hard` as the difficulty.
+    """
+    x, y = _xy("misclassification_counts", x, y)
+    if isinstance(n_models, bool) or not isinstance(n_models, (int, np.integer)) or n_models < 1:
+        raise ValueError(f"misclassification_counts: n_models must be a positive integer, got {n_models!r}")
+    classes, counts = np.unique(y, return_counts=True)
+    majority = classes[int(np.argmax(counts))]
+    members = as_generator(seed).permutation(np.flatnonzero(y == majority))
+    if n_models > len(members):
+        raise ValueError(f"misclassification_counts: n_models={n_models} parts of the largest class "
+                         f"({majority.item()!r}, {len(members)} samples) would leave some empty")
+    others = np.flatnonzero(y != majority)
+    wrong = np.zeros(len(y), dtype=np.int64)
+    seen_by = np.full(len(y), -1)
+    for m, part in enumerate(np.array_split(members, n_models)):
+        seen_by[part] = m
+        train = np.sort(np.concatenate([part, others]))
+        predicted = np.asarray(fit_predict(x[train], y[train], x)).reshape(-1)
+        if predicted.shape != y.shape:
+            raise ValueError(f"misclassification_counts: fit_predict returned {predicted.shape} labels for "
+                             f"{len(y)} samples")
+        wrong += (predicted != y) & (seen_by != m)
+    return wrong
 
 
 def class_weights(y, num_classes: int | None = None) -> np.ndarray:

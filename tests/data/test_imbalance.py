@@ -123,3 +123,35 @@ def test_imbalance_bad_input():
         data.undersample_hard(x, y, np.zeros(3))
     with pytest.raises(ValueError, match="imbalance is the largest class over the smallest"):
         data.imbalanced_digits(imbalance=0.5)
+
+
+def _nearest_centroid(x_train, y_train, x):
+    centroids = np.stack([x_train[y_train == c].mean(axis=0) for c in range(3)])
+    return ((x[:, None] - centroids[None]) ** 2).sum(-1).argmin(axis=1)
+
+
+def test_misclassification_counts_follow_the_recipe():
+    x, y = _imbalanced(2)
+    calls = []
+
+    def recorded(x_train, y_train, x_all):
+        calls.append(np.bincount(y_train, minlength=3).tolist())
+        return _nearest_centroid(x_train, y_train, x_all)
+
+    wrong = data.misclassification_counts(recorded, x, y, n_models=4, seed=0)
+    assert calls == [[15, 25, 12]] * 4                       # a quarter of class 0, every other sample
+    assert wrong[y == 0].max() <= 3 and wrong.min() >= 0     # a class-0 sample is judged by the 3 other models
+    # by hand: recompute the four models and count, for each sample, the models that did not train on it
+    members = np.random.default_rng(0).permutation(np.flatnonzero(y == 0))
+    expected = np.zeros(len(y), dtype=int)
+    for part in np.array_split(members, 4):
+        train = np.sort(np.concatenate([part, np.flatnonzero(y != 0)]))
+        miss = _nearest_centroid(x[train], y[train], x) != y
+        miss[part] = False
+        expected += miss
+    np.testing.assert_array_equal(wrong, expected)
+    assert wrong[y == 0].sum() > 0                          # the clusters overlap: some are hard
+    x_kept, y_kept = data.undersample_hard(x, y, wrong, n_per_class=12)
+    assert np.bincount(y_kept).tolist() == [12, 12, 12]
+    with pytest.raises(ValueError, match="n_models=61 parts of the largest class"):
+        data.misclassification_counts(recorded, x, y, n_models=61)
