@@ -132,6 +132,7 @@ from minidl.ops.pool import (
     max_unpool1d,
     max_unpool2d,
 )
+from minidl.ops.quantize import fake_quantize
 from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
 from minidl.ops.reduction import all, any, argmax, argmin, max, mean, min, prod, std, sum, var
 from minidl.ops.regularization import dropout, dropout1d, dropout2d, embedding
@@ -177,5 +178,5 @@ __all__ = [
     "conv_transpose2d", "interpolate", "max_pool1d", "max_unpool1d", "max_unpool2d", "pixel_shuffle",
     "pixel_unshuffle", "dropout1d", "dropout2d", "instance_norm", "rms_norm", "all", "any", "argmax", "argmin",
     "argsort", "cumprod", "cumsum", "gather", "index_select", "logcumsumexp", "masked_fill", "masked_select",
-    "nonzero", "prod", "einsum", "norm", "scatter", "scatter_add", "sort", "std", "topk",
+    "nonzero", "prod", "einsum", "norm", "scatter", "scatter_add", "sort", "std", "topk", "fake_quantize",
 ]

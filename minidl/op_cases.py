@@ -100,6 +100,7 @@ def cases(seed: int = 0):
     out += _conv_and_pool_cases(rng, t)
     out += _loss_and_attention_cases(rng, t)
     out += _normalization_and_recurrent_cases(rng, t)
+    out += _quantization_cases(rng)
     return out
 
 
@@ -504,4 +505,42 @@ def _normalization_and_recurrent_cases(rng, t):
         ("rms_norm_two_axes", lambda x: F.rms_norm(x, (2, 3), eps=1e-4), [t(2, 2, 3)]),
         ("dropout1d", channel_dropout(F.dropout1d), [t(3, 4, 5)]),
         ("dropout2d", channel_dropout(F.dropout2d), [t(3, 4, 2, 2)]),
+    ]
+
+
+def _quantization_cases(rng):
+    """Fake quantization: its backward is the straight-through estimator, the derivative of a clip.
+
+    The rounding's true derivative is 0, so each case checks the STE against
+    what it stands for: ``fake_quantize(x) − (fake_quantize(x) − clip(x)).detach()``
+    has the value of ``clip(x, s·(q_min − z), s·(q_max − z))`` at every point
+    the finite differences visit, and the gradient of fake_quantize alone. The
+    inputs keep a grid step away from the clip bounds, where the STE's mask and
+    the clip's differ by half a step.
+    """
+    def straight_through(scale, zero, q_min, q_max):
+        lo, hi = scale * (q_min - zero), scale * (q_max - zero)
+
+        def fn(x):
+            y = F.fake_quantize(x, scale, zero, q_min, q_max)
+            return y - (y - F.clip(x, lo, hi)).detach()
+        return fn
+
+    def grid_input(lo, hi, step, shape):
+        """Values inside [lo + step, hi − step] or beyond [lo − step, hi + step], never near a bound."""
+        inside = rng.uniform(lo + step, hi - step, size=shape)
+        beyond = step * (1 + 3 * rng.random(shape))
+        outside = np.where(rng.random(shape) < 0.5, lo - beyond, hi + beyond)
+        return Tensor(np.where(rng.random(shape) < 0.75, inside, outside), requires_grad=True)
+
+    per_channel_scale = np.array([[0.1], [0.3], [0.05]])
+    per_channel_zero = np.array([[0.0], [2.0], [-3.0]])
+    rows = [grid_input(s * (-8 - z), s * (7 - z), s, (1, 5)).data
+            for s, z in zip(per_channel_scale[:, 0], per_channel_zero[:, 0])]
+    x_channels = Tensor(np.concatenate(rows), requires_grad=True)
+    return [
+        ("fake_quantize", straight_through(0.25, 3.0, -8, 7), [grid_input(0.25 * -11, 0.25 * 4, 0.25, (4, 5))]),
+        ("fake_quantize_uint8", straight_through(0.02, 128.0, 0, 255),
+         [grid_input(0.02 * -128, 0.02 * 127, 0.02, (3, 4))]),
+        ("fake_quantize_per_channel", straight_through(per_channel_scale, per_channel_zero, -8, 7), [x_channels]),
     ]

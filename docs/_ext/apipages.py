@@ -23,7 +23,8 @@ PUBLIC_MODULES = [
     "minidl", "minidl.functional", "minidl.gradcheck", "minidl.nn", "minidl.nn.init", "minidl.nn.utils",
     "minidl.optim", "minidl.optim.schedules", "minidl.optim.lr_scheduler", "minidl.data", "minidl.train",
     "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.models", "minidl.profiler", "minidl.parallel",
-    "minidl.tune", "minidl.nn.prune",
+    "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
+    "minidl.nn.structured_prune",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)

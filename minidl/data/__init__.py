@@ -8,6 +8,8 @@
     loader = data.DataLoader(data.TensorDataset(scaler.transform(x_tr), y_tr),
                              batch_size=64, shuffle=True, seed=0)
     for xb, yb in loader: ...                                          # NumPy arrays
+    data.check_leakage(x_tr, x_va, x_te)                               # raises if a sample is in two splits
+    for tr, va in data.StratifiedKFold(5).split(x, y): ...             # scikit-learn's folds
 
 Everything here is NumPy: float32 features, int64 labels. The training loop
 moves batches to the device.
@@ -16,30 +18,48 @@ from minidl.data.dataset import Dataset, TensorDataset
 from minidl.data.datasets import (
     digits,
     gaussian_blobs,
+    imbalanced_digits,
     polynomial_coefficients,
     polynomial_features,
     polynomial_regression,
     polynomial_target,
     two_spirals,
 )
+from minidl.data.folds import GroupKFold, KFold, StratifiedKFold, TimeSeriesSplit
 from minidl.data.idx import load_idx, mnist
+from minidl.data.imbalance import (
+    adasyn,
+    class_balance,
+    class_weights,
+    misclassification_counts,
+    random_undersample,
+    smote,
+    undersample_hard,
+)
+from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
-from minidl.data.split import oversample_minority, train_val_test_split
+from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
 from minidl.data.transforms import (
     Compose,
     FrequencyMasking,
     GaussianNoise,
     RandomCrop,
     RandomHorizontalFlip,
+    RandomRotation,
     TimeMasking,
+    TimeWarp,
     Transform,
+    WindowSlice,
+    augment_dataset,
 )
 
 __all__ = [
-    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "RandomCrop",
-    "RandomHorizontalFlip", "Standardizer", "TensorDataset", "TimeMasking", "Transform", "digits",
-    "gaussian_blobs", "load_idx", "mnist", "oversample_minority", "polynomial_coefficients",
-    "polynomial_features", "polynomial_regression", "polynomial_target", "train_val_test_split",
-    "two_spirals",
+    "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold", "RandomCrop",
+    "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
+    "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",
+    "class_balance", "class_weights", "digits", "find_duplicates", "gaussian_blobs", "imbalanced_digits",
+    "load_idx", "misclassification_counts", "mnist", "oversample_minority", "polynomial_coefficients",
+    "polynomial_features", "polynomial_regression", "polynomial_target", "random_undersample", "sample_keys",
+    "smote", "split_ratios", "train_val_test_split", "two_spirals", "undersample_hard",
 ]

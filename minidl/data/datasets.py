@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from minidl.data.split import _generator
+from minidl.data.split import as_generator
 
 DIGITS_PATH = os.path.join(os.path.dirname(__file__), "digits.npz")
 
@@ -41,6 +41,29 @@ def digits(flatten: bool = False):
     return images, labels
 
 
+def imbalanced_digits(imbalance: float = 10.0, flatten: bool = False, seed=0):
+    """The digits with a long tail: class c keeps a share imbalance^(−c/9) of its images.
+
+    Digit 0 keeps all its images, digit 9 a fraction 1/``imbalance`` of them,
+    the others a geometric progression in between (the long-tailed variants of
+    CIFAR and ImageNet are built the same way). The images kept are drawn at
+    random (``seed``: an int, a Generator, or None for minidl's generator).
+    ``imbalance=10``: 178 zeros down to 18 nines, 735 images in all.
+    """
+    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or imbalance < 1:
+        raise ValueError(f"imbalanced_digits: imbalance is the largest class over the smallest, a number >= 1; "
+                         f"got {imbalance!r}")
+    images, labels = digits(flatten)
+    rng = as_generator(seed)
+    kept = []
+    for c in range(10):
+        members = np.flatnonzero(labels == c)
+        count = max(1, int(round(len(members) * imbalance ** (-c / 9))))
+        kept.append(np.sort(rng.choice(members, size=count, replace=False)))
+    index = np.concatenate(kept)
+    return images[index], labels[index]
+
+
 def two_spirals(n: int = 400, noise: float = 0.0, seed=None, turns: float = 1.5):
     """Two interleaved spirals in the plane, one per class: a set no linear model can separate.
 
@@ -55,7 +78,7 @@ def two_spirals(n: int = 400, noise: float = 0.0, seed=None, turns: float = 1.5)
         raise ValueError(f"two_spirals: n must be at least 2 (one point per class), got {n}")
     if noise < 0:
         raise ValueError(f"two_spirals: noise must be >= 0, got {noise}")
-    rng = _generator(seed)
+    rng = as_generator(seed)
     y = np.repeat(np.array([0, 1], dtype=np.int64), [n - n // 2, n // 2])
     # t = sqrt(u): the arm's length grows like t^2, so this spreads points evenly along it.
     t = np.sqrt(rng.uniform(0.0, 1.0, size=n)) * 0.95 + 0.05
@@ -119,7 +142,7 @@ def polynomial_regression(n: int = 10, degree: int = 3, noise: float = 0.1, seed
     low, high = x_range
     if not low < high:
         raise ValueError(f"polynomial_regression: x_range must be (low, high) with low < high, got {x_range}")
-    rng = _generator(seed)
+    rng = as_generator(seed)
     x = rng.uniform(low, high, size=(n, 1))
     y = polynomial_target(x, degree).astype(np.float64) + noise * rng.standard_normal((n, 1))
     return x.astype(np.float32), y.astype(np.float32)
@@ -180,7 +203,7 @@ def gaussian_blobs(n: int = 600, centers=3, imbalance=None, std: float = 1.0, se
                              f"(one per class), got {imbalance!r}")
     if std < 0:
         raise ValueError(f"gaussian_blobs: std must be >= 0, got {std}")
-    rng = _generator(seed)
+    rng = as_generator(seed)
     sizes = _class_sizes(int(n), weights)
     y = np.repeat(np.arange(k, dtype=np.int64), sizes)
     x = centers[y] + std * rng.standard_normal((int(n), centers.shape[1]))

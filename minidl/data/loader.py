@@ -36,7 +36,9 @@ class DataLoader:
         dataset: a ``Dataset`` (or anything with ``__len__`` and ``__getitem__``);
             a tuple/list of arrays is wrapped in ``TensorDataset``.
         batch_size: samples per batch (a positive integer).
-        shuffle: a new random order every epoch.
+        shuffle: ``True``, a new random order every epoch; ``"once"``, one random
+            order kept for every epoch (to test the textbook's remark that
+            reshuffling each epoch usually does not help); ``False``, in order.
         drop_last: skip the last, smaller batch when ``len(dataset)`` is not a
             multiple of ``batch_size``.
         seed: seed of the shuffle and of ``transform``. ``None`` draws one from
@@ -64,7 +66,10 @@ class DataLoader:
             raise ValueError(f"DataLoader: seed must be a non-negative int or None, got {seed!r}")
         self.dataset = dataset
         self.batch_size = int(batch_size)
+        if shuffle not in (True, False, "once"):
+            raise ValueError(f"DataLoader: shuffle must be True, False or 'once', got {shuffle!r}")
         self.shuffle = bool(shuffle)
+        self.shuffle_once = shuffle == "once"
         self.drop_last = bool(drop_last)
         self.transform = transform
         if seed is None:
@@ -99,7 +104,7 @@ class DataLoader:
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)
-        return np.random.default_rng([self.seed, int(epoch)]).permutation(n)
+        return np.random.default_rng([self.seed, 0 if self.shuffle_once else int(epoch)]).permutation(n)
 
     def __iter__(self):
         num_batches = len(self)

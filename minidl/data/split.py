@@ -3,6 +3,7 @@
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = train_val_test_split(
         x, y, ratios=(0.8, 0.1, 0.1), stratify=True, seed=0)
     x_tr, y_tr = oversample_minority(x_tr, y_tr, seed=0)   # training split only
+    split_ratios(len(x))                                    # (0.8, 0.15, 0.05) up to 10,000 samples
 
 Order matters: split first, then oversample (or augment, or fit a
 Standardizer) on the training split alone. Oversampling before the split
@@ -16,7 +17,7 @@ import numpy as np
 from minidl import backend
 
 
-def _generator(seed) -> np.random.Generator:
+def as_generator(seed) -> np.random.Generator:
     """A generator from a seed, a Generator, or minidl's global one (seed=None)."""
     if seed is None:
         return backend.rng("cpu")
@@ -80,6 +81,36 @@ def _stratified_counts(class_sizes: np.ndarray, split_sizes: np.ndarray, ratios:
     return counts + rounded_up
 
 
+# The textbook's three examples (chapter 4, "Training a Model", §4.5.1): the
+# validation and test sets need a number of samples, not a fraction, so their
+# share falls as the data set grows.
+_CHAPTER_SPLITS = ((1e4, (0.80, 0.15, 0.05)), (1e6, (0.95, 0.04, 0.01)), (1e8, (0.990, 0.009, 0.001)))
+
+
+def split_ratios(n: int) -> tuple:
+    """(train, val, test) fractions for a data set of ``n`` samples, following the textbook.
+
+    The chapter gives 80-15-5 for 10,000 samples, 95-4-1 for a million and
+    99.0-0.9-0.1 for 100 million (chapter 4, "Training a Model", §4.5.1). Below
+    10,000 the first holds, above 100 million the last; in between, the
+    validation and test fractions follow a power law between the two nearest
+    examples (a straight line on log-log axes), and training takes the rest.
+    So the validation set keeps growing in samples (1,500 at 10⁴, 40,000 at
+    10⁶, 900,000 at 10⁸) while its share shrinks.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"split_ratios: n is the number of samples, a positive integer; got {n!r}")
+    sizes = np.array([s for s, _ in _CHAPTER_SPLITS])
+    fractions = np.array([r for _, r in _CHAPTER_SPLITS])
+    if n <= sizes[0]:
+        return tuple(float(f) for f in fractions[0])
+    if n >= sizes[-1]:
+        return tuple(float(f) for f in fractions[-1])
+    log_n = np.log10(n)
+    val, test = (10 ** np.interp(log_n, np.log10(sizes), np.log10(fractions[:, i])) for i in (1, 2))
+    return (float(1.0 - val - test), float(val), float(test))
+
+
 def train_val_test_split(*arrays, ratios=(0.8, 0.1, 0.1), stratify=None, seed=None):
     """Split arrays of equal length into training, validation and test parts.
 
@@ -112,7 +143,7 @@ def train_val_test_split(*arrays, ratios=(0.8, 0.1, 0.1), stratify=None, seed=No
         raise ValueError(f"train_val_test_split: ratios must be three non-negative fractions "
                          f"(train, val, test) summing to 1, got {tuple(ratios.tolist())}")
     ratios = ratios / ratios.sum()
-    rng = _generator(seed)
+    rng = as_generator(seed)
     sizes = _split_sizes(n, ratios)
 
     if stratify is None or stratify is False:
@@ -157,7 +188,7 @@ def oversample_minority(x, y, seed=None, ratio: float = 1.0):
         raise ValueError(f"oversample_minority: ratio must be in (0, 1], got {ratio}")
     if len(y) == 0:
         return x.copy(), y.copy()
-    rng = _generator(seed)
+    rng = as_generator(seed)
     classes, class_of, class_sizes = np.unique(y, return_inverse=True, return_counts=True)
     target = int(np.ceil(ratio * class_sizes.max()))
     extra = []

@@ -15,6 +15,8 @@ wins; ``DataLoader(..., transform=t)`` does this with a generator seeded by
 
     augment = Compose([RandomCrop(padding=1), RandomHorizontalFlip(), GaussianNoise(0.05)], rng=0)
     xb = augment(xb)
+    x_aug, y_aug = augment_dataset(x, y, RandomRotation(10), k=10, seed=0)   # offline: 10 versions each
+    TimeWarp(sigma=0.2)(sequences);  WindowSlice(0.9)(sequences)              # (N, T, F)
 
 Augment the training split only; validation and test data are left as they are.
 """
@@ -194,3 +196,163 @@ class FrequencyMasking(_BandMasking):
 
     def __init__(self, max_width: int, num_masks: int = 1, value: float = 0.0, axis: int = -1, rng=None):
         super().__init__(max_width, num_masks, value, axis, rng)
+
+
+class RandomRotation(Transform):
+    """Rotate each image by an angle drawn from U(−degrees, degrees) about its centre, bilinearly.
+
+    The textbook's "slightly rotated" images (chapter 4, §4.5.1): a few degrees.
+    Output pixel p takes the input at R(−θ)(p − c) + c, c the centre
+    ((H − 1)/2, (W − 1)/2), interpolated between the four pixels around it;
+    places that fall outside the image get ``fill``. A positive angle turns
+    the picture counter-clockwise as displayed (row 0 at the top), as
+    ``scipy.ndimage.rotate(x, angle, order=1, reshape=False, mode="grid-constant")`` does. Acts on the
+    last two axes; the output keeps the input's float dtype (integers → float32).
+    """
+
+    min_ndim = 3
+
+    def __init__(self, degrees: float = 10.0, fill: float = 0.0, rng=None):
+        super().__init__(rng)
+        if not 0.0 <= degrees <= 180.0:
+            raise ValueError(f"RandomRotation: degrees must be in [0, 180], got {degrees}")
+        self.degrees, self.fill = float(degrees), fill
+
+    def apply(self, x, rng):
+        angles = rng.uniform(-self.degrees, self.degrees, size=len(x))
+        return rotate(x, angles, self.fill)
+
+    def __repr__(self) -> str:
+        return f"RandomRotation(degrees={self.degrees}, fill={self.fill})"
+
+
+def rotate(x: np.ndarray, angles, fill: float = 0.0) -> np.ndarray:
+    """Images ``(N, ..., H, W)`` each rotated by its angle in degrees (bilinear, about the centre)."""
+    x = np.asarray(x)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
+    n, (h, w) = len(x), x.shape[-2:]
+    theta = np.deg2rad(np.broadcast_to(np.asarray(angles, dtype=np.float64), (n,)))[:, None, None]
+    rows, cols = np.meshgrid(np.arange(h) - (h - 1) / 2, np.arange(w) - (w - 1) / 2, indexing="ij")
+    # the source of each output pixel: the output position turned back by θ (rows grow downwards,
+    # so a counter-clockwise turn on screen is clockwise in (row, column) coordinates)
+    src_r = np.cos(theta) * rows + np.sin(theta) * cols + (h - 1) / 2
+    src_c = -np.sin(theta) * rows + np.cos(theta) * cols + (w - 1) / 2
+    r0, c0 = np.floor(src_r).astype(np.int64), np.floor(src_c).astype(np.int64)
+    fr, fc = src_r - r0, src_c - c0
+    flat = x.reshape(n, -1, h, w).astype(np.float64)
+    out = np.zeros(flat.shape, dtype=np.float64)
+    batch = np.arange(n)[:, None, None]
+    for dr, dc, weight in ((0, 0, (1 - fr) * (1 - fc)), (0, 1, (1 - fr) * fc), (1, 0, fr * (1 - fc)),
+                           (1, 1, fr * fc)):
+        r, c = r0 + dr, c0 + dc
+        inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+        values = flat[batch, :, np.clip(r, 0, h - 1), np.clip(c, 0, w - 1)]       # (N, H, W, C)
+        values = np.where(inside[..., None], values, fill)
+        out += np.moveaxis(values * weight[..., None], -1, 1)
+    return out.reshape(x.shape).astype(dtype)
+
+
+def warp_times(length: int, sigma: float, knots: int, rng: np.random.Generator) -> np.ndarray:
+    """A random monotone time map τ: [0, T−1] → [0, T−1] with τ(0) = 0 and τ(T−1) = T−1.
+
+    The speed of time is drawn at ``knots + 2`` evenly spaced points from
+    N(1, σ²) (kept above 0.1), interpolated linearly between them, and summed:
+    τ(t) is the time reached after t steps at those speeds, scaled to end at T − 1.
+    """
+    speeds = np.maximum(rng.normal(1.0, sigma, size=knots + 2), 0.1)
+    speed = np.interp(np.arange(length - 1), np.linspace(0, length - 2, knots + 2), speeds)
+    tau = np.concatenate([[0.0], np.cumsum(speed)])
+    return tau * (length - 1) / tau[-1]
+
+
+def _resample(x: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """x (T, F) read at fractional times (linear interpolation along the first axis)."""
+    lower = np.clip(np.floor(times).astype(np.int64), 0, len(x) - 1)
+    upper = np.minimum(lower + 1, len(x) - 1)
+    frac = (times - lower)[:, None]
+    return x[lower] * (1 - frac) + x[upper] * frac
+
+
+class TimeWarp(Transform):
+    """Stretch and squeeze time smoothly in each sequence ``(N, T, F)``: x'(t) = x(τ(t)), τ from :func:`warp_times`.
+
+    The textbook's time warping for speech (chapter 4, §4.5.1, after Park et
+    al.'s SpecAugment); this is the smooth random warp of Um et al. (2017):
+    ``sigma`` is how much the speed of time varies, ``knots`` how often it
+    changes. The first and last steps stay in place.
+    """
+
+    min_ndim = 3
+
+    def __init__(self, sigma: float = 0.2, knots: int = 4, rng=None):
+        super().__init__(rng)
+        if sigma < 0 or knots < 0:
+            raise ValueError(f"TimeWarp: sigma and knots must be >= 0, got {sigma} and {knots}")
+        self.sigma, self.knots = float(sigma), int(knots)
+
+    def apply(self, x, rng):
+        if x.shape[1] < 2:
+            return x.copy()
+        dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
+        out = np.empty(x.shape, dtype=dtype)
+        for n in range(len(x)):
+            times = warp_times(x.shape[1], self.sigma, self.knots, rng)
+            out[n] = _resample(x[n].reshape(x.shape[1], -1), times).reshape(x.shape[1:])
+        return out
+
+    def __repr__(self) -> str:
+        return f"TimeWarp(sigma={self.sigma}, knots={self.knots})"
+
+
+class WindowSlice(Transform):
+    """Cut a random window of ``fraction`` of each sequence ``(N, T, F)`` and stretch it back to T steps.
+
+    Le Guennec, Malinowski and Tavenard (2016): a window of w = ⌈fraction·T⌉
+    steps starting at s ~ U{0, …, T − w} is read at times s + t (w − 1)/(T − 1),
+    t = 0 … T − 1 (linear interpolation), so every sample keeps its length.
+    """
+
+    min_ndim = 3
+
+    def __init__(self, fraction: float = 0.9, rng=None):
+        super().__init__(rng)
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"WindowSlice: fraction must be in (0, 1], got {fraction}")
+        self.fraction = float(fraction)
+
+    def apply(self, x, rng):
+        length = x.shape[1]
+        window = max(1, int(np.ceil(self.fraction * length)))
+        starts = rng.integers(0, length - window + 1, size=len(x))
+        dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
+        out = np.empty(x.shape, dtype=dtype)
+        step = (window - 1) / (length - 1) if length > 1 else 0.0
+        for n, start in enumerate(starts):
+            out[n] = _resample(x[n].reshape(length, -1), start + np.arange(length) * step).reshape(x.shape[1:])
+        return out
+
+    def __repr__(self) -> str:
+        return f"WindowSlice(fraction={self.fraction})"
+
+
+def augment_dataset(x, y, transform, k: int, seed=None, keep_original: bool = True):
+    """Offline augmentation: every sample k times, as the textbook's "augment each sample 10 times".
+
+    Returns ``(x_aug, y_aug)`` with ``k · N`` samples: with ``keep_original``
+    the originals and ``k − 1`` transformed copies of each, else ``k``
+    transformed copies. Copy j of every sample follows copy j − 1 of all
+    samples (the originals first). ``transform(x, rng)`` is any transform of
+    this module; ``seed``: an int, a Generator, or None for minidl's generator.
+    Unlike a loader's on-the-fly ``transform``, the set is fixed: every epoch
+    sees the same k versions.
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"augment_dataset: k is how many versions of each sample, a positive integer; got {k!r}")
+    if len(x) != len(y):
+        raise ValueError(f"augment_dataset: x has {len(x)} samples but y has {len(y)}")
+    rng = _as_generator(seed) if seed is not None else backend.rng("cpu")
+    copies = [x] if keep_original else []
+    while len(copies) < k:
+        copies.append(np.asarray(transform(x, rng=rng)).astype(x.dtype, copy=False))
+    return np.concatenate(copies), np.tile(y, k)

@@ -8,7 +8,7 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import functional, init, prune, utils
+from minidl.nn import functional, init, lora, prune, structured_prune, utils
 from minidl.nn.activation import (
     CELU,
     GLU,
@@ -44,6 +44,7 @@ from minidl.nn.layers import (
     Tanh,
     Unflatten,
 )
+from minidl.nn.lora import LoRALinear
 from minidl.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -85,4 +86,5 @@ __all__ = [
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
     "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
+    "LoRALinear", "lora", "structured_prune",
 ]

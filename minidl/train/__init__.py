@@ -32,10 +32,14 @@ from minidl.train.diagnostics import (
     layer_statistics,
     overfit_small_batch,
 )
-from minidl.train.distill import DistillationLoss, distillation_loss
+from minidl.train.distill import DistillationLoss, distillation_loss, ensemble_soft_targets
 from minidl.train.ensemble import Ensemble, average_probabilities
 from minidl.train.metrics import (
+    ValidationSizeWarning,
     accuracy,
+    accuracy_interval,
+    bootstrap_interval,
+    check_validation_size,
     classification_report,
     confusion_matrix,
     macro_f1,
@@ -43,6 +47,8 @@ from minidl.train.metrics import (
     macro_recall,
     per_class_precision_recall_f1,
     precision_recall_f1,
+    smallest_difference,
+    wilson_interval,
 )
 from minidl.train.models import build_model
 from minidl.train.predict import Run, load_run
@@ -54,11 +60,12 @@ __all__ = [
     "ModelCheckpoint", "NonFiniteLossError", "Run", "TensorBoardLogger",
     "BatchScalingStudy", "batch_size_study", "classify_regions", "fit_steps_model", "noise_scale_at",
     "plot_batch_scaling", "scaling_efficiency", "steps_to_target",
-    "Trainer", "accuracy", "build_model", "check_dropout_batchnorm",
+    "Trainer", "ValidationSizeWarning", "accuracy", "accuracy_interval", "bootstrap_interval", "build_model",
+    "check_validation_size", "smallest_difference", "wilson_interval", "check_dropout_batchnorm",
     "check_initial_loss", "classification_report", "compare_with_zeroed_inputs", "confusion_matrix",
     "diagnose", "fit", "format_report", "format_statistics", "layer_statistics", "load_checkpoint", "load_run",
     "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
-    "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss",
+    "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss", "ensemble_soft_targets",
 ]

@@ -24,6 +24,7 @@ import time
 
 from minidl.cli import add_command, positive_float, positive_int
 from minidl.train import data_sources
+from minidl.train.metrics import interval_note
 
 DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "schedule": "cosine",
             "epochs": 20, "batch_size": 32, "seed": 0, "weight_decay": 0.0, "label_smoothing": 0.0,
@@ -296,6 +297,7 @@ def train_command(args) -> int:
                else f"the final weights (step {trainer.step})")
     print(f"test accuracy of {weights}: {test['accuracy']:.2%}  (loss {test['loss']:.4f}, "
           f"macro F1 {test['f1']:.3f}); best validation accuracy {best.best:.2%} at step {best.best_step}")
+    print(f"with 95 % intervals: {interval_note(test['accuracy'], len(data.x_test), best.best, len(data.x_val))}")
     print(f"wrote {out}/: {', '.join(written_files(out))} ({time.perf_counter() - started:.1f} s)")
     print(f"predict with: minidl predict {out}")
     return 0

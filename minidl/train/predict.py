@@ -25,6 +25,8 @@ import sys
 
 import numpy as np
 
+from minidl.train.metrics import accuracy_interval, bootstrap_interval, format_interval, macro_f1
+
 # one sample's shape for each data set of ``minidl train --data``
 SAMPLE_SHAPES = {"digits": (1, 8, 8), "spirals": (2,), "mnist": (1, 28, 28)}
 
@@ -134,6 +136,8 @@ def predict_command(args) -> int:
     print(f"predicted classes: {shown}{' ...' if len(predictions) > args.show else ''}")
     if y is not None:
         print(f"accuracy: {float((predictions == y).mean()):.2%} ({int((predictions == y).sum())} of {len(y)})")
+        print(f"with 95 % intervals: accuracy {format_interval(*accuracy_interval(y, predictions))}, macro F1 "
+              f"{format_interval(*bootstrap_interval(macro_f1, y, predictions, seed=0))} (bootstrap)")
     print(f"wrote {path}")
     return 0
 

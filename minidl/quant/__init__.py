@@ -1,0 +1,38 @@
+"""Quantization to 8 bits: scales and zero points, int8 layers, post-training and quantization-aware.
+
+    from minidl import quant
+    int8 = quant.quantize_model(model, x_train[:512])                  # PTQ: calibrate, then int8 layers
+    qat = quant.prepare_qat(model)                                      # QAT: fine-tune fake-quantized
+    ...train qat...
+    int8 = quant.convert(qat)
+    quant.model_size_bytes(model), quant.model_size_bytes(int8)
+
+The equations (scale, zero point, the integer product and its rescaling)
+are in the docstrings of :mod:`minidl.quant.qparams` and
+:mod:`minidl.quant.layers`; the fake-quantize op with its straight-through
+gradient is :func:`minidl.functional.fake_quantize`.
+"""
+from minidl.quant.convert import convert, model_size_bytes, prepare_qat, quantize_model
+from minidl.quant.layers import (
+    FakeQuantConv2d,
+    FakeQuantLinear,
+    QuantizedConv2d,
+    QuantizedLinear,
+    int_matmul,
+    weight_qparams,
+)
+from minidl.quant.qparams import (
+    MinMaxObserver,
+    MovingAverageObserver,
+    PercentileObserver,
+    dequantize,
+    qparams,
+    qrange,
+    quantize,
+)
+
+__all__ = [
+    "FakeQuantConv2d", "FakeQuantLinear", "MinMaxObserver", "MovingAverageObserver", "PercentileObserver",
+    "QuantizedConv2d", "QuantizedLinear", "convert", "dequantize", "int_matmul", "model_size_bytes",
+    "prepare_qat", "qparams", "qrange", "quantize", "quantize_model", "weight_qparams",
+]
