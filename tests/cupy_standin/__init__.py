@@ -414,16 +414,27 @@ def _signature(spec):
     return _inspect.signature(namespace["f"])
 
 
-def _checked_call(where, signature):
-    """A function raising CuPy's TypeError for arguments real CuPy's signature does not take."""
+def _checked_call(where, signature, keywords=None):
+    """A function raising CuPy's TypeError for arguments real CuPy's signature does not take.
+
+    ``keywords``: for a function declared with ``**kwargs`` that reads its keywords one by
+    one and refuses the rest (``cupy.einsum``), the names it reads (names.KEYWORDS).
+    """
     if signature is None:
         return lambda args, kwargs: None
+    named = frozenset(p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                     p.KEYWORD_ONLY))
 
     def check(args, kwargs):
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{where}(): {exc} (real CuPy's parameters: {signature})") from None
+        if keywords is not None:
+            extra = sorted(set(kwargs) - named - set(keywords))
+            if extra:
+                raise TypeError(f"{where}(): Did not understand the following kwargs: {extra} (real CuPy "
+                                f"reads only {sorted(keywords)} from its **kwargs)")
     return check
 
 
@@ -476,7 +487,7 @@ def _function(name, numpy_function):
         check = _ufunc_check(name, *_names.UFUNCS[name])
     else:
         spec = _names.SIGNATURES.get(name)
-        check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec))
+        check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec), _names.KEYWORDS.get(name))
 
     def function(*args, **kwargs):
         check(args, kwargs)
