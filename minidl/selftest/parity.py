@@ -66,8 +66,11 @@ def case_on(fn, device):
     return fn
 
 
-def run_case(fn, inputs, seed=1):
-    """Outputs, and the first and second derivatives along fixed random directions, as NumPy arrays."""
+def run_case(fn, inputs, seed=1, devices: set | None = None):
+    """Outputs, and the first and second derivatives along fixed random directions, as NumPy arrays.
+
+    ``devices``, when given, receives the device of every output and derivative.
+    """
     import minidl as mdl
     outputs = fn(*inputs)
     outputs = [outputs] if isinstance(outputs, mdl.Tensor) else list(outputs)
@@ -85,6 +88,8 @@ def run_case(fn, inputs, seed=1):
     if live:
         us = [mdl.tensor(rng.standard_normal(g.shape).astype(g.dtype), device=g.device) for g in live]
         second = mdl.grad(live, wrt, grad_outputs=us, allow_unused=True)
+    if devices is not None:
+        devices.update(t.device for t in [*outputs, *grads, *second] if t is not None)
     as_numpy = lambda gs: [None if g is None else g.numpy() for g in gs]  # noqa: E731
     return values, as_numpy(grads), as_numpy(second)
 
@@ -99,8 +104,11 @@ def compare_case(index: int, device: str = "cuda", rtol: float = 1e-9, atol: flo
     name, fn, inputs = cases()[index]
     cpu = run_case(fn, inputs)
     _, fn, inputs = cases()[index]
-    other = run_case(case_on(fn, device), [on_device(x, device) for x in inputs])
-    problems = []
+    seen = set()
+    other = run_case(case_on(fn, device), [on_device(x, device) for x in inputs], devices=seen)
+    from minidl import backend
+    problems = [f"{name}: a result landed on {d}, not on {device}" for d in sorted(seen)
+                if backend.parse_device(d) != backend.parse_device(device)]
     for part, (a, b) in zip(("values", "gradients", "second derivatives"), zip(cpu, other)):
         if len(a) != len(b):
             problems.append(f"{name}: {part} differ in number ({len(a)} on the CPU, {len(b)} on {device})")
