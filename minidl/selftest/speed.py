@@ -188,7 +188,8 @@ def cnn(stage, sides) -> dict:
     return {"images": f"{batch}x3x{size}x{size}", **sides.compare(fns, stage, rounds=3 if stage.quick else 10)}
 
 
-def _gpt_settings(quick):
+def gpt_settings(quick=False):
+    """``minidl gpt train``'s default settings (quick: a one-block model of width 16 on 16 tokens)."""
     from minidl.models.gpt_train import DEFAULTS
     s = dict(DEFAULTS)
     if quick:
@@ -196,7 +197,8 @@ def _gpt_settings(quick):
     return s
 
 
-def _gpt_minidl(s, device, checkpoint_blocks=False):
+def gpt_minidl(s, device, checkpoint_blocks=False):
+    """(config, model, step) of one AdamW training step of ``minidl gpt train``'s model with the settings ``s``."""
     import minidl as mdl
     from minidl import optim
     from minidl.models import GPT, GPTConfig
@@ -218,7 +220,8 @@ def _gpt_minidl(s, device, checkpoint_blocks=False):
     return cfg, model, step
 
 
-def _gpt_torch(s, cfg, model_minidl, device):
+def gpt_torch(s, cfg, model_minidl, device):
+    """The same step in PyTorch, from the same initial weights (PyTorch imported here)."""
     import torch
 
     from minidl.models.torch_gpt import from_minidl, torch_gpt
@@ -241,13 +244,13 @@ def _gpt_torch(s, cfg, model_minidl, device):
 def gpt(stage, sides) -> dict:
     """The GPT step against PyTorch's, and the peak memory of a step with and without checkpointing."""
     from minidl import memory
-    s = _gpt_settings(stage.quick)
-    cfg, model, step = _gpt_minidl(s, stage.device)
-    fns = {"minidl": step, "torch": _gpt_torch(s, cfg, model, stage.device) if sides.torch_ok else None}
+    s = gpt_settings(stage.quick)
+    cfg, model, step = gpt_minidl(s, stage.device)
+    fns = {"minidl": step, "torch": gpt_torch(s, cfg, model, stage.device) if sides.torch_ok else None}
     out = {"tokens": s["batch_size"] * s["block_size"], "layers": s["n_layer"], "width": s["n_embd"],
            **sides.compare(fns, stage, rounds=3 if stage.quick else 8)}
     for label, blocks in (("peak_bytes", False), ("peak_bytes_checkpointed", True)):
-        _, _, step = _gpt_minidl(s, stage.device, checkpoint_blocks=blocks)
+        _, _, step = gpt_minidl(s, stage.device, checkpoint_blocks=blocks)
         step()
         with memory.track() as tracker:
             step()
