@@ -65,8 +65,8 @@ def cupy_module():
             import cupy
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(
-                "device 'cuda' needs CuPy, which is not installed: "
-                "pip install 'minidl[gpu]' (CuPy for CUDA 12), or use device='cpu'"
+                "device 'cuda' needs CuPy, which is not installed: pip install 'minidl[gpu]' (CuPy for "
+                "CUDA 12) or 'minidl[gpu-cuda13]' (CUDA 13), or use device='cpu'"
             ) from exc
         try:
             count = cupy.cuda.runtime.getDeviceCount()
