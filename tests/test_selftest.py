@@ -1,4 +1,4 @@
-"""``minidl selftest --device cuda``, end to end on the CuPy stand-in (on a real GPU where there is one):
+"""``minidl selftest --device cuda``, end to end on the CuPy stand-in:
 every stage runs, the results folder keeps its limits, the JSON holds what the stages measured; a stage
 that fails or runs out of time never stops the rest; without CuPy the command says so and exits 2."""
 import json
@@ -16,18 +16,18 @@ from minidl.selftest import parity, report
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One quick run of the whole command for the tests of this module: (exit status, folder, printed text)."""
+    """One quick run of the whole command on the stand-in, for the tests of this module: (results, folder,
+    printed lines). Always the stand-in: on a GPU, benchmarks/gpu_run.sh runs the real thing."""
     from minidl import backend
     from tests import cupy_standin
-    from tests.conftest import REAL_GPU
-    previous = None if REAL_GPU else backend._use_cupy_module(cupy_standin, cupy_standin.cupyx)
+    previous = backend._use_cupy_module(cupy_standin, cupy_standin.cupyx)
+    cupy_standin.reset()
     out = tmp_path_factory.mktemp("selftest")
     lines = []
     try:
         results = selftest.run("cuda", out=str(out), quick=True, log=lines.append)
     finally:
-        if previous is not None:
-            backend._use_cupy_module(*previous)
+        backend._use_cupy_module(*previous)
     return results, out, lines
 
 
@@ -54,7 +54,7 @@ def test_the_results_folder_holds_at_most_eight_small_files_and_no_folder(quick_
     assert report.check_folder(str(out)) == []
 
 
-def test_the_json_holds_what_each_stage_did(quick_run, standin_or_gpu):
+def test_the_json_holds_what_each_stage_did(quick_run, standin):
     from minidl import backend
     _, out, _ = quick_run
     data = json.loads((out / "selftest.json").read_text())
@@ -80,6 +80,8 @@ def test_the_json_holds_what_each_stage_did(quick_run, standin_or_gpu):
     assert all(figures[k]["minidl"]["best_ms"] > 0 for k in ("mlp", "cnn", "gpt", "optimizer", "launch"))
     opt = figures["optimizer"]
     assert opt["bytes_per_s"] == pytest.approx(7 * 4 * opt["parameters"] / (opt["minidl"]["best_ms"] / 1e3))
+    copy = figures["roofline"]["ceilings"]["copy_bandwidth"]
+    assert opt["fraction_of_copy_bandwidth"] == pytest.approx(opt["bytes_per_s"] / copy)
     assert figures["gpt"]["peak_bytes"] > 0 and figures["gpt"]["peak_bytes_checkpointed"] > 0
     assert {"add", "matmul", "linear"} <= {key.split()[0] for key in figures["roofline"]["ops"]}
     assert "roofline" not in data  # the suite's raw rows went into the PNGs, not the JSON
