@@ -123,6 +123,9 @@ def run(device: str = "cuda", out: str | None = None, quick: bool = False, only=
                 record = run_stage(functions[name], Stage(name, device, quick, seconds, results, log))
             results["stages"][name] = record
             results["seconds"] = time.perf_counter() - started
+            if out is not None:  # after every stage: a run killed from outside still leaves what it found
+                from minidl.selftest import report
+                report.write_json(results, out)
             log(f"[{number}/{len(STAGES)}] {name:<12} {record['status']:<9} {record['seconds']:6.1f} s  "
                 f"{record.get('summary', '')}")
             bar.update(1)

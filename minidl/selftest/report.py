@@ -37,8 +37,10 @@ def _write_text(path: str, text: str) -> str:
 
 
 def write_json(results: dict, out: str) -> str:
-    """``out/selftest.json``: the stages' records (the figures' raw rows left out: the PNGs hold them)."""
-    return _write_text(os.path.join(out, JSON_NAME), json.dumps(results, indent=1, default=_plain))
+    """``out/selftest.json``: the stages' records (the roofline suite's raw rows left out: the PNGs hold them)."""
+    os.makedirs(out, exist_ok=True)
+    kept = {k: v for k, v in results.items() if k != "roofline"}
+    return _write_text(os.path.join(out, JSON_NAME), json.dumps(kept, indent=1, default=_plain))
 
 
 def write_summary(results: dict, out: str) -> str:
