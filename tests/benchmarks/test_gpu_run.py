@@ -62,3 +62,16 @@ def test_a_stage_out_of_time_or_failing_does_not_stop_the_next(tmp_path):
     assert "timed out" in stages["selftest"] and "exit 124" in stages["selftest"]
     assert "failed" in stages["pytest"] and "no_such_file" in (out / "pytest.txt").read_text()
     assert "a stage failed" in (out / "gpu_run.txt").read_text().splitlines()[-1]
+
+
+# ---------------------------------------------------------------- what pytest -m cuda selects
+def test_the_cuda_marker_is_on_the_cuda_case_of_a_device_test(request, device):
+    assert (request.node.get_closest_marker("cuda") is not None) == (device == "cuda")
+
+
+def test_the_cuda_marker_is_on_a_test_of_cuda_wherever_it_runs(request, standin_or_gpu):
+    assert request.node.get_closest_marker("cuda") is not None
+
+
+def test_a_test_of_the_stand_in_itself_is_not_marked(request, standin):
+    assert request.node.get_closest_marker("cuda") is None
