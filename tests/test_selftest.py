@@ -132,5 +132,6 @@ def test_a_device_beyond_the_machine_s_gpus_is_refused(standin_or_gpu, capsys):
     count = backend.cupy_module().cuda.runtime.getDeviceCount()
     assert main(["selftest", "--device", f"cuda:{count}"]) == 2
     assert f"{count} GPU(s)" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["selftest", "--only", "nothing"])
+    for wrong in (["--only", "nothing"], ["--limit", "parity"], ["--limit", "nothing=5"], ["--limit", "speed=-1"]):
+        with pytest.raises(SystemExit):
+            main(["selftest", *wrong])

@@ -30,12 +30,20 @@ def selftest_command(args) -> int:
 
 
 def _limit(text):
+    """argparse type: ``STAGE=SECONDS`` with a known stage and a positive number of seconds."""
     import argparse
+
+    from minidl.selftest import STAGES
+    names = [name for name, _, _ in STAGES]
     name, _, seconds = text.partition("=")
     try:
-        return name, float(seconds)
+        value = float(seconds)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected STAGE=SECONDS (parity=90), got {text!r}") from None
+        value = 0.0
+    if name not in names or not value > 0:
+        raise argparse.ArgumentTypeError(f"expected STAGE=SECONDS with STAGE one of {', '.join(names)} and "
+                                         f"SECONDS > 0 (parity=90), got {text!r}")
+    return name, value
 
 
 def add_commands(subparsers) -> None:
