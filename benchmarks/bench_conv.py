@@ -18,7 +18,11 @@ Cases (float32, bias, 3×3 padding 1 unless said):
   operands (``GEMMs ms``), and that floor over PyTorch's whole time (``/torch``): no im2col
   engine on this BLAS gets a lower ratio.
 
-    python benchmarks/bench_conv.py [--repeat 15] [--save]
+With ``--device cuda`` both run on the GPU (minidl on CuPy, PyTorch on CUDA), each
+round timed with CUDA events after the same warm-up; the peak is CuPy's 4096³
+float32 product and the GEMM floor (a NumPy measurement) is left out.
+
+    python benchmarks/bench_conv.py [--repeat 15] [--save] [--device cuda]
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import sys
 import time
 
 import numpy as np
-from common import gemm_peak, save_results
+from common import add_device_option, device_timers, gemm_peak, require_device, save_results
 
 CONV_CASES = (  # name, (N, C, H, W), out channels, kernel, stride, padding
     ("3x3 32x64x32x32", (32, 64, 32, 32), 64, 3, 1, 1),
@@ -55,14 +59,18 @@ def _time(fn):
     return time.perf_counter() - start
 
 
-def interleaved(fns: dict, repeat: int, warmup: int = 2, pause: float = 0.15) -> dict:
+def interleaved(fns: dict, repeat: int, warmup: int = 2, pause: float = 0.15, device: str = "cpu") -> dict:
     """Time each function once per round, rounds alternating between systems.
 
     Each switch between systems first waits ``pause`` seconds: NumPy's OpenBLAS and
     PyTorch's OpenMP threads keep spinning for about 0.1 s after a call, and the
     other library's threads would find both cores taken (see minidl.roofline.suite).
-    Returns {name: [seconds per round]}.
+    Returns {name: [seconds per round]}. On a GPU the rounds are timed with CUDA events
+    (minidl.roofline.timing; no pause: no thread pools spin there).
     """
+    if device != "cpu":
+        from minidl.roofline import timing
+        return timing.alternate(fns, device_timers(device, fns), rounds=repeat, warmup=warmup)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -86,7 +94,7 @@ def summary(times: dict, flops: float) -> dict:
 
 
 # ---------------------------------------------------------------- one convolution
-def conv_fns(shape, out_channels, kernel, stride, padding):
+def conv_fns(shape, out_channels, kernel, stride, padding, device="cpu"):
     import minidl as mdl
     import minidl.functional as F
     rng = np.random.default_rng(0)
@@ -94,22 +102,25 @@ def conv_fns(shape, out_channels, kernel, stride, padding):
     w = (rng.standard_normal((out_channels, shape[1], kernel, kernel), dtype=np.float32)
          / np.sqrt(shape[1] * kernel * kernel)).astype(np.float32)
     b = rng.standard_normal(out_channels, dtype=np.float32)
-    xm, wm, bm = (mdl.tensor(a, requires_grad=True) for a in (x, w, b))
+    xm, wm, bm = (mdl.tensor(a, requires_grad=True, device=device) for a in (x, w, b))
 
     def minidl_step():
         y = F.conv2d(xm, wm, bm, stride=stride, padding=padding)
-        y.backward(mdl.tensor(gy))
+        y.backward(gym)
         xm.grad = wm.grad = bm.grad = None
 
     oh = (shape[2] + 2 * padding - kernel) // stride + 1
     gy = rng.standard_normal((shape[0], out_channels, oh, oh), dtype=np.float32)
+    gym = mdl.tensor(gy, device=device)
     fns = {"minidl": minidl_step}
     try:
         import torch
     except ImportError:
         return fns
-    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-    gyt = torch.tensor(gy)
+    if device != "cpu" and not torch.cuda.is_available():
+        return fns
+    xt, wt, bt = (torch.tensor(a, requires_grad=True, device=device) for a in (x, w, b))
+    gyt = torch.tensor(gy, device=device)
 
     def torch_step():
         y = torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=padding)
@@ -161,11 +172,11 @@ def cnn_flops():
     return conv1 + conv2 + fc
 
 
-def cnn_minidl(weights, x, y):
+def cnn_minidl(weights, x, y, device="cpu"):
     import minidl as mdl
     import minidl.functional as F
-    p = [mdl.tensor(w, requires_grad=True) for w in weights]
-    xt = mdl.tensor(x)
+    p = [mdl.tensor(w, requires_grad=True, device=device) for w in weights]
+    xt, y = mdl.tensor(x, device=device), mdl.tensor(y, device=device)
 
     def step():
         h = F.max_pool2d(F.relu(F.conv2d(xt, p[0], p[1], padding=1)), 2)
@@ -179,11 +190,13 @@ def cnn_minidl(weights, x, y):
     return step
 
 
-def cnn_torch(weights, x, y):
+def cnn_torch(weights, x, y, device="cpu"):
     import torch
     import torch.nn.functional as F
-    p = [torch.tensor(w, requires_grad=True) for w in weights]
-    xt, yt = torch.tensor(x), torch.tensor(y)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ImportError("PyTorch has no CUDA here")
+    p = [torch.tensor(w, requires_grad=True, device=device) for w in weights]
+    xt, yt = torch.tensor(x, device=device), torch.tensor(y, device=device)
 
     def step():
         h = F.max_pool2d(F.relu(F.conv2d(xt, p[0], p[1], padding=1)), 2)
@@ -231,7 +244,10 @@ def main(argv=None):
     parser.add_argument("--limit-mib", type=float, default=None,
                         help="im2col buffer limit for this run (default: minidl.ops.conv.IM2COL_LIMIT_BYTES)")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/<machine>_conv.json")
+    add_device_option(parser)
     args = parser.parse_args(argv)
+    require_device(args.device)
+    on_gpu = args.device != "cpu"
     try:
         import torch
         torch.set_num_threads(args.threads)
@@ -242,10 +258,15 @@ def main(argv=None):
     if args.limit_mib is not None:
         conv.IM2COL_LIMIT_BYTES = int(args.limit_mib * 2 ** 20)
     results = {"threads": args.threads, "im2col_limit_mib": conv.IM2COL_LIMIT_BYTES / 2 ** 20,
-               "load_before": load(), "repeat": args.repeat}
-    peak = gemm_peak()
+               "load_before": load(), "repeat": args.repeat, "device": args.device}
+    if on_gpu:
+        from minidl.roofline.ceilings import measure_gemm
+        peak = measure_gemm(4096, args.device) / 1e9
+    else:
+        peak = gemm_peak()
     results["gemm_peak_gflops"] = peak
-    print(f"sgemm peak (NumPy): {peak:.1f} GFLOP/s; torch threads {args.threads}; {results['load_before']}")
+    print(f"sgemm peak ({'CuPy 4096³' if on_gpu else 'NumPy'}): {peak:.1f} GFLOP/s; torch threads {args.threads}; "
+          f"{results['load_before']}")
     print(f"{'case':<26}{'minidl ms':>10}{'torch ms':>10}{'ratio':>7}{'minidl GF/s':>12}{'% peak':>8}"
           f"{'im2col MiB':>11}{'GEMMs ms':>10}{'/torch':>8}")
     cases = {}
@@ -253,11 +274,13 @@ def main(argv=None):
         if args.only not in name:
             continue
         flops = conv_flops(shape, out_channels, kernel, stride, padding)
-        res = summary(interleaved(conv_fns(shape, out_channels, kernel, stride, padding), args.repeat), flops)
+        res = summary(interleaved(conv_fns(shape, out_channels, kernel, stride, padding, args.device), args.repeat,
+                                  device=args.device), flops)
         res["gflop"] = flops / 1e9
         res["peak_fraction"] = res["minidl"]["gflops"] / peak
         res["im2col"] = im2col_peak_bytes(shape, out_channels, kernel, stride, padding)
-        res["gemm_floor_ms"] = gemm_floor(shape, out_channels, kernel, stride, padding) * 1e3
+        res["gemm_floor_ms"] = float("nan") if on_gpu else gemm_floor(shape, out_channels, kernel, stride,
+                                                                       padding) * 1e3
         cases[name] = res
         t = res.get("torch", {}).get("best_ms", float("nan"))
         print(f"{name:<26}{res['minidl']['best_ms']:>10.1f}{t:>10.1f}{res.get('ratio_median', float('nan')):>7.2f}"
@@ -266,13 +289,13 @@ def main(argv=None):
               f"{res['gemm_floor_ms'] / t:>8.2f}")
     if args.only in "cnn step":
         weights, x, y = cnn_weights()
-        fns = {"minidl": cnn_minidl([w.copy() for w in weights], x, y)}
+        fns = {"minidl": cnn_minidl([w.copy() for w in weights], x, y, args.device)}
         try:
-            fns["torch"] = cnn_torch([w.copy() for w in weights], x, y)
+            fns["torch"] = cnn_torch([w.copy() for w in weights], x, y, args.device)
         except ImportError:
             pass
         flops = cnn_flops()
-        res = summary(interleaved(fns, args.repeat), flops)
+        res = summary(interleaved(fns, args.repeat, device=args.device), flops)
         res["gflop"] = flops / 1e9
         res["peak_fraction"] = res["minidl"]["gflops"] / peak
         cases["cnn step"] = res
@@ -286,6 +309,7 @@ def main(argv=None):
           "products alone (the floor of im2col on this BLAS);", results["load_after"])
     if args.save:
         name = "conv" if args.threads == os.cpu_count() else f"conv_{args.threads}thread"
+        name = f"conv_{args.device}" if on_gpu else name
         print("saved", save_results(name, results))
 
 

@@ -23,9 +23,14 @@ order, AdamW with the same two parameter groups, the same warmup+cosine
 schedule (LambdaLR of the same function), clipping at 1.0; the validation
 losses after N steps are compared (the claim: within 0.05 nats).
 
-Writes benchmarks/results/<machine>_gpt.json.
+With ``--device cuda``: parts 1 and 2 on the GPU, minidl on CuPy beside PyTorch on
+CUDA, timed with CUDA events after a warm-up in alternating rounds; memory is the
+growth of each library's device pool during a step, with and without block
+checkpointing for minidl. Part 3 (a CPU run of the recipe) is left out.
 
-    python benchmarks/bench_gpt.py [--repeat 8] [--compare-steps 400] [--blas-threads 1]
+Writes benchmarks/results/<machine>_gpt.json (``_gpt_cuda.json`` on the GPU).
+
+    python benchmarks/bench_gpt.py [--repeat 8] [--compare-steps 400] [--blas-threads 1] [--device cuda]
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ if __name__ == "__main__":  # BLAS threads are fixed when NumPy loads: decide be
         os.environ.setdefault(_name, _threads)
 
 import numpy as np  # noqa: E402
-from common import machine_name, save_results  # noqa: E402
+from common import add_device_option, device_timers, machine_name, require_device, save_results  # noqa: E402
 
 import minidl as mdl  # noqa: E402
 from minidl import optim  # noqa: E402
@@ -209,14 +214,69 @@ def same_recipe(s, steps: int) -> dict:
             "minidl_seconds": minidl_seconds, "torch_seconds": torch_seconds}
 
 
+def on_gpu(s, repeat: int, device: str, gemm_n: int = 4096) -> dict:
+    """Parts 1 and 2 on the GPU: step times (CUDA events, alternating rounds) and device-pool peaks."""
+    from minidl.roofline import timing
+    from minidl.roofline.ceilings import measure_gemm
+    from minidl.selftest.speed import gpt_minidl, gpt_torch
+    cfg, model, ours = gpt_minidl(s, device)
+    fns = {"minidl": ours}
+    try:
+        fns["torch"] = gpt_torch(s, cfg, model, device)
+    except (ImportError, RuntimeError, AssertionError) as exc:  # no PyTorch, or one without CUDA
+        print(f"PyTorch left out: {exc}")
+    out = timing.summary(timing.alternate(fns, device_timers(device, fns), rounds=repeat, warmup=3))
+    tokens, flops = s["batch_size"] * s["block_size"], matmul_flops(cfg, s["batch_size"])
+    out["gemm_peak_flops"] = peak = measure_gemm(gemm_n, device)
+    for name in fns:
+        seconds = out[name]["best_ms"] / 1e3
+        out[name].update(tokens_per_s=tokens / seconds, fraction_of_gemm_peak=flops / seconds / peak)
+    for label, blocks in (("plain", False), ("checkpoint", True)):
+        _, model, step = gpt_minidl(s, device, checkpoint_blocks=blocks)
+        step()
+        with track() as m:
+            step()
+        out[f"minidl_{label}_pool_peak_bytes"] = m.pool_peak_bytes - m.pool_start_bytes
+    if "torch" in fns:
+        import torch
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        fns["torch"]()
+        torch.cuda.synchronize()
+        out["torch_peak_bytes"] = torch.cuda.max_memory_allocated() - start
+    return out
+
+
+def main_gpu(s, args) -> int:
+    r = on_gpu(s, args.repeat, args.device)
+    print(f"training step on {args.device}, {s['batch_size']}x{s['block_size']} tokens (best of {args.repeat} "
+          "alternating rounds, CUDA events):")
+    for name in ("minidl", "torch"):
+        if name in r:
+            print(f"  {name:<7} {r[name]['best_ms']:8.2f} ms ({r[name]['tokens_per_s']:10,.0f} tokens/s), "
+                  f"{r[name]['fraction_of_gemm_peak']:.1%} of the GEMM peak")
+    if "ratio" in r:
+        print(f"  minidl / PyTorch time per step: {r['ratio']:.2f}x (median of the rounds)")
+    print(f"  device memory of a step: minidl {r['minidl_plain_pool_peak_bytes'] / 2**20:.1f} MiB, "
+          f"{r['minidl_checkpoint_pool_peak_bytes'] / 2**20:.1f} MiB checkpointing every block"
+          + (f"; PyTorch {r['torch_peak_bytes'] / 2**20:.1f} MiB" if "torch_peak_bytes" in r else ""))
+    print(f"wrote {save_results('gpt_cuda', {'settings': dict(s), 'speed': r})}  (machine {machine_name()})")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=8, help="timed steps of each framework")
     p.add_argument("--compare-steps", dest="compare_steps", type=int, default=DEFAULTS["steps"],
                    help="steps of the same-recipe comparison (0: skip it)")
     p.add_argument("--blas-threads", dest="blas_threads", default="1", help="BLAS threads (set before import)")
+    add_device_option(p)
     args = p.parse_args(argv)
+    require_device(args.device)
     s = dict(DEFAULTS, betas=tuple(DEFAULTS["betas"]))
+    if args.device != "cpu":
+        return main_gpu(s, args)
     results = {"settings": {k: v for k, v in s.items()}, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
                "load_average": os.getloadavg()}
     r = results["speed"] = speed(s, args.repeat)

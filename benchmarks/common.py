@@ -57,3 +57,27 @@ def gemm_peak(repeat=7):
         t = best_time(lambda: a @ b, repeat=repeat, warmup=1)
         best = max(best, 2 * size ** 3 / t / 1e9)
     return best
+
+
+# ---------------------------------------------------------------- --device cuda
+def add_device_option(parser) -> None:
+    """``--device cpu|cuda`` for a benchmark script (cuda: CuPy for minidl, PyTorch on the same GPU)."""
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (default), or cuda: minidl on CuPy and PyTorch on the same GPU, timed with "
+                             "CUDA events after a warm-up, in alternating rounds")
+
+
+def require_device(device: str) -> None:
+    """Exit with status 2 and one line saying what is missing when ``device`` cannot be used."""
+    from minidl import backend
+    if device == "cuda" and not backend.gpu_available():
+        try:
+            backend.cupy_module()
+        except RuntimeError as exc:
+            raise SystemExit(f"--device cuda: {exc}") from None
+
+
+def device_timers(device: str, names) -> dict:
+    """``{name: timer(fn, number) -> seconds}``: PyTorch's CUDA events for "torch", minidl's (CuPy) for the rest."""
+    from minidl.roofline import timing
+    return {name: (timing.torch_timer(device) if name == "torch" else timing.device_timer(device)) for name in names}

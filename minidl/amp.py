@@ -170,6 +170,11 @@ def autocast_to(policy: str):
         @functools.wraps(fn)
         def op(*args, **kwargs):
             global _state
+            if backend._cupy is not None and args and isinstance(args[0], Tensor):
+                gpu = _other_gpu(args[0])
+                if gpu is not None:  # its array work (targets, masks) must run on the input's GPU too
+                    with backend._cupy.cuda.Device(gpu):
+                        return op(*args, **kwargs)
             state = _state
             if state is None:
                 return fn(*args, **kwargs)
@@ -182,6 +187,15 @@ def autocast_to(policy: str):
                 _state = state
         return op
     return decorate
+
+
+def _other_gpu(tensor):
+    """The index of ``tensor``'s GPU when that is not the current GPU; None otherwise (or on the CPU)."""
+    device = backend.device_of(tensor.data)
+    if device == "cpu":
+        return None
+    index = int(device[5:])
+    return index if index != backend._cupy.cuda.get_device_id() else None
 
 
 def is_autocast_enabled(device_type: str | None = None) -> bool:

@@ -103,10 +103,13 @@ class Function:
 
     def __call__(self, *inputs: Tensor):
         # The hot path of the whole engine: keep it a handful of Python operations.
+        if backend._cupy is not None:
+            gpu = _check_same_device(self, inputs)
+            if gpu is not None:  # the inputs live on a GPU other than the current one: run there
+                with backend._cupy.cuda.Device(gpu):
+                    return self(*inputs)
         if _hooks:  # a FunctionHook is active: the same call, announced to it
             return _call_with_hooks(self, inputs)
-        if backend._cupy is not None:
-            _check_same_device(self, inputs)
         ys = self.forward(*[x._data for x in inputs])
         record = _grad_enabled and any([x.requires_grad for x in inputs])
         if type(ys) is not tuple:  # one output: the common case
@@ -224,11 +227,18 @@ class FunctionCtx(Function):
 
 
 def _check_same_device(fn, inputs):
+    """Raise ValueError unless every input is on one device; return that GPU's index when it is
+    not the current GPU (the op must run there), else None."""
     devices = {backend.device_of(x.data) for x in inputs}
     if len(devices) > 1:
         shown = ", ".join(f"{tuple(x.shape)} on {x.device}" for x in inputs)
         raise ValueError(f"{type(fn).__name__}: inputs are on different devices ({shown}); "
                          "move them to one device first with .to(device)")
+    device = devices.pop() if devices else "cpu"
+    if device == "cpu":
+        return None
+    index = int(device[5:])
+    return index if index != backend._cupy.cuda.get_device_id() else None
 
 
 # ---------------------------------------------------------------- hooks
@@ -527,7 +537,7 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     pending = {}
     order = _topological_order({out.creator for out in outputs if out.creator is not None})
     now = _clock[0]  # a node stamped with this value saw no in-place change since it was recorded
-    with set_grad_enabled(create_graph):
+    with set_grad_enabled(create_graph), backend.using(outputs[0].device):  # seeds and sums on outputs' GPU
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
             if out.creator is None:

@@ -19,6 +19,7 @@ picks the right spelling, so no other module needs ``import cupyx``:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import warnings
@@ -65,8 +66,8 @@ def cupy_module():
             import cupy
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(
-                "device 'cuda' needs CuPy, which is not installed: "
-                "pip install 'minidl[gpu]' (CuPy for CUDA 12), or use device='cpu'"
+                "device 'cuda' needs CuPy, which is not installed: pip install 'minidl[gpu]' (CuPy for "
+                "CUDA 12) or 'minidl[gpu-cuda13]' (CUDA 13), or use device='cpu'"
             ) from exc
         try:
             count = cupy.cuda.runtime.getDeviceCount()
@@ -150,6 +151,20 @@ def device_of(array) -> str:
     return "cpu"
 
 
+def using(device):
+    """A context in which new arrays and kernels go to ``device``'s GPU (changes nothing for the CPU).
+
+    CuPy allocates every new array, and launches every kernel, on the *current* GPU. Work
+    on arrays of ``cuda:1`` must run with GPU 1 current: otherwise it runs on GPU 0 (or
+    fails, without peer access) and its results land there. minidl's ops, backward walk
+    and optimizer steps enter this context when their arrays live on another GPU.
+    """
+    kind, index = parse_device(device)
+    if kind == "cpu":
+        return contextlib.nullcontext()
+    return cupy_module().cuda.Device(index)
+
+
 def to_device(array, device):
     """Copy ``array`` to ``device`` (no copy when it is already there)."""
     kind, index = parse_device(device)
@@ -220,10 +235,7 @@ def fetch(*arrays) -> list:
     parts = [c for c, _ in checks] + list(arrays)
     if not parts:
         return []
-    xp = xp_of(parts[0])
-    flat = xp.concatenate([xp.ravel(p).astype(np.float64) for p in parts]) if xp is not np else \
-        np.concatenate([np.ravel(p).astype(np.float64) for p in parts])
-    values = to_numpy(flat)
+    values = np.concatenate([_host_float64(group) for group in _by_device(parts)])
     _raise_failed(checks, values[:3 * len(checks)])
     out, at = [], 3 * len(checks)
     for array in arrays:
@@ -231,6 +243,27 @@ def fetch(*arrays) -> list:
         out.append(values[at:at + size].reshape(array.shape))
         at += size
     return out
+
+
+def _by_device(parts) -> list[list]:
+    """``parts`` in runs of consecutive arrays on one device (one run, and one copy, on one GPU)."""
+    runs = []
+    for part in parts:
+        device = device_of(part)
+        if runs and runs[-1][0] == device:
+            runs[-1][1].append(part)
+        else:
+            runs.append((device, [part]))
+    return [group for _, group in runs]
+
+
+def _host_float64(group) -> np.ndarray:
+    """The arrays of ``group`` (one device) raveled into one float64 NumPy array: one copy from a GPU."""
+    xp = xp_of(group[0])
+    if xp is np:
+        return np.concatenate([np.ravel(p).astype(np.float64) for p in group])
+    with using(device_of(group[0])):
+        return to_numpy(xp.concatenate([xp.ravel(p).astype(np.float64) for p in group]))
 
 
 def to_numpy(array) -> np.ndarray:

@@ -7,6 +7,7 @@
     minidl lr-find ...          the learning-rate range test
     minidl bench ...            the roofline: measured ceilings and where every op sits
     minidl predict RUN ...      apply a trained run (model and standardizer) to new inputs
+    minidl selftest ...         check minidl on this GPU and measure it against PyTorch
     minidl --version
 
 Each command's work lives in the module that owns the concept; this file
@@ -130,9 +131,10 @@ def _add_gradcheck(sub):
 
 
 def _add_optional_commands(sub):
-    """Commands whose modules register themselves (train, diagnose, optimizers, lr-find, bench, predict, gpt, tune)."""
+    """Commands whose modules register themselves (train, diagnose, optimizers, lr-find, bench, predict, gpt, tune,
+    selftest)."""
     for module_name in ("minidl.train.cli", "minidl.optim.cli", "minidl.roofline.cli", "minidl.train.predict",
-                        "minidl.models.gpt_cli", "minidl.tune.cli"):
+                        "minidl.models.gpt_cli", "minidl.tune.cli", "minidl.selftest.cli"):
         try:
             module = __import__(module_name, fromlist=["add_commands"])
         except ImportError:

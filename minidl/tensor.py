@@ -649,7 +649,8 @@ def tensor(data, requires_grad: bool = False, device=None, dtype=None) -> Tensor
         device = backend.device_of(data)
     xp = backend.xp_for(device)
     array = backend.to_device(data, device) if hasattr(data, "dtype") else data
-    array = xp.array(array, dtype=_dtype_for(data, dtype), copy=True)
+    with backend.using(device):  # the copy is made on the current GPU: make it device's
+        array = xp.array(array, dtype=_dtype_for(data, dtype), copy=True)
     return Tensor(array, requires_grad=requires_grad)
 
 
@@ -692,7 +693,8 @@ def _make(fill, shape, dtype, device, requires_grad):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     xp = backend.xp_for(device)
-    return Tensor(fill(xp, shape, np.dtype(dtype or _DEFAULT_FLOAT)), requires_grad=requires_grad)
+    with backend.using(device):
+        return Tensor(fill(xp, shape, np.dtype(dtype or _DEFAULT_FLOAT)), requires_grad=requires_grad)
 
 
 def zeros(*shape, dtype=None, device="cpu", requires_grad=False) -> Tensor:

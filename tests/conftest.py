@@ -55,3 +55,14 @@ def standin_or_gpu(request):
     if not REAL_GPU:
         request.getfixturevalue("standin")
     return "cuda"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``cuda`` every test that runs minidl on "cuda": its ``device`` parameter is "cuda", it asks for
+    ``standin_or_gpu``, or it is marked ``gpu``. On a GPU machine ``pytest -m cuda`` runs exactly these on
+    real CuPy (benchmarks/gpu_run.sh); tests that ask for ``standin`` itself test the stand-in and are not."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_cuda = callspec is not None and str(callspec.params.get("device", "")).startswith("cuda")
+        if on_cuda or "standin_or_gpu" in item.fixturenames or item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.cuda)

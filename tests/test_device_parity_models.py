@@ -8,38 +8,7 @@ import pytest
 
 import minidl as mdl
 from minidl import backend, nn, optim
-from minidl.optim import kernels
-
-OPTIMIZERS = {
-    "SGD": dict(lr=0.1, weight_decay=1e-2), "SGDM": dict(lr=0.1, beta=0.9), "NAG": dict(lr=0.1, momentum=0.9),
-    "AdaGrad": dict(lr=0.1), "RMSProp": dict(lr=0.01), "AdaDelta": dict(lr=1.0), "Adam": dict(lr=0.01),
-    "AdamW": dict(lr=0.01, weight_decay=0.1), "AMSGrad": dict(lr=0.01), "NAdam": dict(lr=0.01),
-    "RAdam": dict(lr=0.01), "LAMB": dict(lr=0.01), "LARS": dict(lr=0.1), "NovoGrad": dict(lr=0.01),
-    "Ranger": dict(lr=0.01), "RangerLARS": dict(lr=0.01), "AdaHessian": dict(lr=0.1),
-}
-
-
-def _params(device, dtype=np.float32):
-    rng = np.random.default_rng(0)
-    return [mdl.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True, device=device)
-            for shape in ((5, 3), (3,), (2, 2, 2))]
-
-
-def _steps(name, device, steps=4):
-    params = _params(device)
-    cls = getattr(optim, name)
-    opt = cls(params, **OPTIMIZERS[name])
-    rng = np.random.default_rng(1)
-    for _ in range(steps):
-        if name == "AdaHessian":  # needs a graph to take Hessian-vector products through
-            opt.zero_grad()
-            loss = sum(((p * p * p).sum() for p in params), mdl.tensor(np.float32(0), device=device))
-            loss.backward(create_graph=True)
-        else:
-            for p in params:
-                p.grad = mdl.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-        opt.step()
-    return [p.numpy() for p in params]
+from minidl.selftest.parity import OPTIMIZERS, compare_optimizer
 
 
 def test_every_optimizer_is_listed():
@@ -50,14 +19,8 @@ def test_every_optimizer_is_listed():
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_optimizer_on_cuda_matches_the_cpu_through_its_fused_kernel(name, standin_or_gpu):
-    kernels._kernels.clear()
-    cpu = _steps(name, "cpu")
-    cuda = _steps(name, "cuda")
-    for a, b in zip(cpu, cuda):
-        np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6, err_msg=name)
-    fused = [entry for entry in kernels._kernels.values() if entry is not False]
-    if name not in ("LAMB", "LARS", "RangerLARS", "NovoGrad"):  # these take norms: plain CuPy calls
-        assert fused and all(entry[3] for entry in fused), f"{name}: no fused kernel ran"
+    problems = compare_optimizer(name, "cuda")
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("make,shape,integer", [

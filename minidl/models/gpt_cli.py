@@ -39,11 +39,23 @@ _OPTIONS = [
 ]
 
 
+def _gpu_usable() -> bool:
+    from minidl import backend
+    try:
+        backend.cupy_module()
+    except RuntimeError as exc:
+        print(f"minidl gpt train: error: --device cuda: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def train_command(args) -> int:
     from minidl.models.gpt_train import DEFAULTS, train
     from minidl.train.checkpoint import read_checkpoint
 
     s = dict(DEFAULTS)
+    if args.device == "cuda" and not _gpu_usable():
+        return 2
     if args.resume:
         try:
             saved = (read_checkpoint(args.resume).get("extra") or {}).get("settings")
@@ -65,7 +77,7 @@ def train_command(args) -> int:
     comm = None
     if args.data_parallel:
         from minidl import parallel
-        comm = parallel.init(device="cpu")
+        comm = parallel.init(device=args.device)
     root = comm is None or comm.rank == 0
     if root:
         print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
@@ -73,9 +85,10 @@ def train_command(args) -> int:
               f"tokens; AdamW lr {s['lr']:g} (warmup {s['warmup']}, cosine to {s['min_lr']:g}), clip "
               f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
               + (f", mixed precision {s['amp']}" if s["amp"] else "")
-              + (f", data-parallel on {comm.size} ranks" if comm is not None else "") + f"\nwriting to {out}")
+              + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
+              + (f", on {args.device}" if args.device != "cpu" else "") + f"\nwriting to {out}")
     try:
-        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm)
+        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm, device=args.device)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
@@ -126,6 +139,7 @@ def add_commands(subparsers) -> None:
                    help="mixed precision: matrix products in bfloat16 (needs ml_dtypes) or float16 with loss "
                         "scaling; LayerNorm, softmax, attention and the loss stay float32 (default: off, float32)")
     p.add_argument("--out", help=f"run folder (default {DEFAULT_OUT})")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu, or cuda (needs CuPy and a GPU)")
     p.add_argument("--resume",
                    help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")

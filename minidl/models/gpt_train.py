@@ -143,11 +143,12 @@ class GPTProgress(Callback):
 
 
 def train(s: dict, out: str | None, resume: str | None = None, show: bool = True, comm=None,
-          stop_after: int | None = None) -> dict:
+          stop_after: int | None = None, device: str | None = None) -> dict:
     """Train with the settings ``s``; write the run folder ``out`` (rank 0 only); return a summary.
 
     ``stop_after`` stops after that many steps, as if the run were killed
     there (the schedule stays that of ``s["steps"]``); ``resume`` continues it.
+    ``device``: where the Trainer runs ("cuda" for the GPU; default the CPU).
 
     The folder gets ``gpt.safetensors`` (weights, config and tokenizer: what
     ``sample`` needs), ``last.safetensors`` (the resumable checkpoint),
@@ -166,7 +167,7 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
         callbacks.append(JSONLLogger(os.path.join(out, "metrics.jsonl")))
     trainer = Trainer(model, optimizer, train_loader, val_loader, loss_fn=lm_loss, metrics=None,
                       scheduler=schedule, max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
-                      eval_every=s["eval_every"], callbacks=callbacks, progress=False, amp=s["amp"])
+                      eval_every=s["eval_every"], callbacks=callbacks, progress=False, amp=s["amp"], device=device)
     trainer.extra = {"settings": s}
     if resume:
         trainer.load_checkpoint(resume)

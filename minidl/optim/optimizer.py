@@ -180,7 +180,8 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        with no_grad():
+        first = next((p for _, p, _ in self.parameters()), None)
+        with no_grad(), backend.using(first.device if first is not None else "cpu"):  # the parameters' GPU
             self.step_groups()
         # One place for every update equation: the parameters just written in place get a
         # new version, so a backward through a graph recorded before this step raises.

@@ -155,11 +155,24 @@ def _result(value):
     return value
 
 
+def _here(array):
+    """The NumPy array behind a device array that a kernel on the current device reads or writes.
+
+    Raises CuPy's ValueError when the array lives on another GPU (as CuPy does where the GPUs
+    have no peer access; with peer access the kernel runs on the current GPU and its result
+    lands there, not on the array's GPU: wrong either way).
+    """
+    if array._dev != _current_device[0]:
+        raise ValueError(f"The device where the array resides ({array._dev}) is different from the current "
+                         f"device ({_current_device[0]}). Peer access is unavailable between these devices.")
+    return array._a
+
+
 def _arg(value):
     """A stand-in array (or a list/tuple of them) as the NumPy array behind it; NumPy arrays refused."""
     kind = type(value)
     if kind is ndarray:
-        return value._a
+        return _here(value)
     if kind is _np.ndarray:
         raise _unsupported(value)
     if kind is tuple or kind is list:
@@ -173,7 +186,7 @@ _SCALARS = (int, float, bool, complex, _np.generic)
 def _operand(value):
     """The other operand of an operator: a device array or a scalar; None for NotImplemented."""
     if type(value) is ndarray:
-        return value._a
+        return _here(value)
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, (_np.ndarray, list, tuple)):
@@ -371,19 +384,19 @@ def _binary(symbol):
         other = _operand(other)
         if other is None:
             return NotImplemented
-        return _result(op(self._a, other))
+        return _result(op(_here(self), other))
 
     def reflected(self, other):
         other = _operand(other)
         if other is None:
             return NotImplemented
-        return _result(op(other, self._a))
+        return _result(op(other, _here(self)))
 
     def inplace(self, other):
         other = _operand(other)
         if other is None:
             return NotImplemented
-        getattr(operator, f"i{symbol}")(self._a, other)
+        getattr(operator, f"i{symbol}")(_here(self), other)
         return self
 
     return forward, reflected, inplace
@@ -399,7 +412,7 @@ for _symbol in ("lt", "le", "gt", "ge", "eq", "ne"):
     setattr(ndarray, f"__{_symbol}__", _binary(_symbol)[0])
 setattr(ndarray, "__divmod__", lambda self, other: _result(divmod(self._a, _operand(other))))
 for _symbol in ("neg", "pos", "abs", "invert"):
-    setattr(ndarray, f"__{_symbol}__", (lambda op: lambda self: _result(op(self._a)))(getattr(operator, _symbol)))
+    setattr(ndarray, f"__{_symbol}__", (lambda op: lambda self: _result(op(_here(self))))(getattr(operator, _symbol)))
 
 
 # Functions whose output size depends on the data: CuPy reads a count back to the host.
@@ -414,16 +427,27 @@ def _signature(spec):
     return _inspect.signature(namespace["f"])
 
 
-def _checked_call(where, signature):
-    """A function raising CuPy's TypeError for arguments real CuPy's signature does not take."""
+def _checked_call(where, signature, keywords=None):
+    """A function raising CuPy's TypeError for arguments real CuPy's signature does not take.
+
+    ``keywords``: for a function declared with ``**kwargs`` that reads its keywords one by
+    one and refuses the rest (``cupy.einsum``), the names it reads (names.KEYWORDS).
+    """
     if signature is None:
         return lambda args, kwargs: None
+    named = frozenset(p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                     p.KEYWORD_ONLY))
 
     def check(args, kwargs):
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{where}(): {exc} (real CuPy's parameters: {signature})") from None
+        if keywords is not None:
+            extra = sorted(set(kwargs) - named - set(keywords))
+            if extra:
+                raise TypeError(f"{where}(): Did not understand the following kwargs: {extra} (real CuPy "
+                                f"reads only {sorted(keywords)} from its **kwargs)")
     return check
 
 
@@ -439,11 +463,16 @@ def _ufunc_check(name, nin, nout):
     return check
 
 
+# Methods that give a view without running a kernel: allowed on an array of another GPU.
+_VIEWS = {"reshape", "view", "transpose", "swapaxes", "squeeze"}
+
+
 def _method(name):
     spec = _names.NDARRAY_SIGNATURES.get(name)
     check = _checked_call(f"cupy.ndarray.{name}", None if spec is None else _signature(spec))
 
     syncing = name in _SYNCING
+    behind = (lambda a: a._a) if name in _VIEWS else _here
 
     def method(self, *args, **kwargs):
         check(args, kwargs)
@@ -451,8 +480,8 @@ def _method(name):
             syncs.add(f"ndarray.{name}() (the output size is read back)")
         out = kwargs.get("out")
         if type(out) is ndarray:
-            kwargs["out"] = out._a
-        result = getattr(self._a, name)(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
+            kwargs["out"] = _here(out)
+        result = getattr(behind(self), name)(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
         return out if type(out) is ndarray else _result(result)
     method.__name__ = name
     return method
@@ -476,7 +505,7 @@ def _function(name, numpy_function):
         check = _ufunc_check(name, *_names.UFUNCS[name])
     else:
         spec = _names.SIGNATURES.get(name)
-        check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec))
+        check = _checked_call(f"cupy.{name}", None if spec is None else _signature(spec), _names.KEYWORDS.get(name))
 
     def function(*args, **kwargs):
         check(args, kwargs)

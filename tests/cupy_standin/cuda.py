@@ -6,7 +6,7 @@ import types as _types
 
 from tests import cupy_standin as _cp
 
-DEVICE_COUNT = 1  # GPUs the stand-in pretends to have
+DEVICE_COUNT = 2  # GPUs the stand-in pretends to have: two, so that placement on cuda:1 is tested
 
 
 class Device:

@@ -102,7 +102,7 @@ class ElementwiseKernel:
                      "_cast_to": lambda casts, name, x: casts["T"](x) if _np.ndim(x) == 0 else x}
         for (type_name, name), value in zip(params, args):
             if type(value) is _cp.ndarray:
-                namespace[name] = value._a
+                namespace[name] = _cp._here(value)  # a kernel runs on the current GPU only
             else:
                 namespace[name] = cast[type_name](value)
         outs = [(name, value) for (_, name), value in zip(self.out_params, args[len(self.in_params):])]

@@ -60,6 +60,14 @@ LINALG_NAMES = frozenset("""
 """.split())
 
 
+# cupy.<name>(*args, **kwargs) functions that read their keywords one by one and raise TypeError for
+# any other (NumPy's einsum also takes order=, casting= and out=): the names each reads, as real CuPy 14's
+# source has them (tests/test_cupy_standin.py reads them from the installed CuPy's source)
+KEYWORDS = {
+    "einsum": ("dtype", "optimize"),
+    "meshgrid": ("copy", "indexing", "sparse"),
+}
+
 # cupy.<name>(...) parameters as real CuPy 14 declares them (defaults elided): the stand-in
 # refuses what CuPy would refuse (NumPy's extra keywords such as where=, initial=, like=)
 SIGNATURES = {
