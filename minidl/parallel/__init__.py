@@ -18,6 +18,8 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.comm`: the communicators (``LocalComm``, ``MPIComm``, ``NCCLComm``): collectives,
   groups (``split``) and point-to-point ``send``/``recv_``
 - :mod:`minidl.parallel.mesh`: ``Mesh(data=2, tensor=2)``, the world on a grid with one group per axis
+- :mod:`minidl.parallel.tensor_parallel`: Megatron-LM's column- and row-parallel layers, the parallel MLP
+  and attention (the GPT splits with :func:`minidl.models.gpt.tensor_parallel`)
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
@@ -34,11 +36,19 @@ from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _un
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
+from minidl.parallel.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelCausalSelfAttention,
+    ParallelMLP,
+    RowParallelLinear,
+    consolidated_state_dict,
+)
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh", "NCCLComm",
-    "ShardedDataset", "ZeroRedundancyOptimizer", "get_world", "init", "is_root", "nccl_available",
+    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
+    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "RowParallelLinear", "ShardedDataset",
+    "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root", "nccl_available",
     "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
 ]
 

@@ -14,9 +14,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import mp_scenarios  # noqa: E402
 import numpy as np  # noqa: E402
 
 from minidl import parallel  # noqa: E402
+from minidl.parallel.tensor_parallel import consolidated_state_dict, tensor_parallel_layers  # noqa: E402
 
 CHECKS = {}
 
@@ -78,6 +80,29 @@ def p2p(world):
     else:
         arrays["group"] = tensor.recv_(np.zeros(3), 0)
     return arrays, {}
+
+
+def _tensor_parallel_run(world, kind):
+    """Train the split model (the whole world is the tensor group); save the gathered whole parameters."""
+    model = mp_scenarios.make_mlp(world) if kind == "mlp" else mp_scenarios.make_gpt(world)
+    local = {name: p.data.copy() for name, p in model.named_parameters()}
+    losses = mp_scenarios.train(model, kind)
+    state = consolidated_state_dict(model)
+    arrays = {f"full/{k}": v for k, v in state.items()}
+    arrays.update({f"initial/{k}": v for k, v in local.items()})
+    facts = {"losses": losses, "split_layers": [name for name, _ in tensor_parallel_layers(model)],
+             "local_shapes": {name: list(p.shape) for name, p in model.named_parameters()}}
+    return arrays, facts
+
+
+@check
+def tensor_mlp(world):
+    return _tensor_parallel_run(world, "mlp")
+
+
+@check
+def tensor_gpt(world):
+    return _tensor_parallel_run(world, "gpt")
 
 
 def main():

@@ -1,0 +1,101 @@
+"""Models and training runs shared by mp_worker.py (split over ranks) and the tests (one process).
+
+The plain runs use nothing from minidl.parallel; the split runs build the same
+models after the same seed, so their parameters start equal to the plain ones.
+Every run trains STEPS Adam steps in float64 on fixed batches.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import minidl as mdl
+import minidl.functional as F
+from minidl import nn, optim
+from minidl.models.gpt import GPT, GPTConfig
+
+STEPS = 4
+LR = 0.01
+GPT_CONFIG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16)
+
+
+class PlainMLPNet(nn.Module):
+    """x → Linear(6, 8) → [Linear(8, 16) → GELU → Linear(16, 8)] → Linear(8, 3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.fc, self.proj = nn.Linear(8, 16), nn.Linear(16, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.proj(F.gelu(self.fc(self.inp(x)))))
+
+
+class ParallelMLPNet(nn.Module):
+    """The same network with the middle MLP split over ``comm`` (ParallelMLP, built from the seed)."""
+
+    def __init__(self, comm):
+        super().__init__()
+        from minidl.parallel.tensor_parallel import ParallelMLP
+        self.inp = nn.Linear(6, 8)
+        self.mlp = ParallelMLP(8, 16, comm)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.mlp(self.inp(x)))
+
+
+# The plain network's parameter names, as the split one's consolidated state dict has them.
+MLP_NAMES = {"fc.weight": "mlp.fc.weight", "fc.bias": "mlp.fc.bias", "proj.weight": "mlp.proj.weight",
+             "proj.bias": "mlp.proj.bias"}
+
+
+def mlp_batches():
+    rng = np.random.default_rng(11)
+    return rng.normal(size=(STEPS, 10, 6)), rng.integers(0, 3, size=(STEPS, 10))
+
+
+def gpt_batches():
+    rng = np.random.default_rng(12)
+    tokens = rng.integers(0, GPT_CONFIG.vocab_size, size=(STEPS, 3, GPT_CONFIG.block_size + 1))
+    return tokens[:, :, :-1], tokens[:, :, 1:]
+
+
+def make_mlp(comm=None):
+    mdl.manual_seed(0)
+    model = PlainMLPNet() if comm is None else ParallelMLPNet(comm)
+    return model.to(dtype=np.float64)
+
+
+def make_gpt(comm=None):
+    mdl.manual_seed(0)
+    model = GPT(GPT_CONFIG).to(dtype=np.float64)
+    if comm is not None:
+        from minidl.models.gpt import tensor_parallel
+        tensor_parallel(model, comm)
+    return model
+
+
+def train(model, kind: str, opt=None):
+    """STEPS Adam steps of ``model`` on the fixed batches of ``kind`` ('mlp' or 'gpt'); returns the losses."""
+    opt = opt if opt is not None else optim.Adam(model.parameters(), lr=LR)
+    xs, ys = mlp_batches() if kind == "mlp" else gpt_batches()
+    losses = []
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        out = model(x if kind == "gpt" else mdl.tensor(x))
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), mdl.tensor(y.reshape(-1)))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def reference(kind: str) -> tuple[dict, list]:
+    """The plain single-process run: final state dict (the split model's names) and the losses."""
+    model = make_mlp() if kind == "mlp" else make_gpt()
+    losses = train(model, kind)
+    state = dict(model.state_dict())
+    if kind == "mlp":
+        state = {MLP_NAMES.get(k, k): v for k, v in state.items()}
+    return state, losses
