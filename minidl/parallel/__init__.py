@@ -23,6 +23,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
+- :mod:`minidl.parallel.sharded`: ZeRO stages 2 and 3 (gradients, then parameters, sharded too)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
@@ -36,6 +37,7 @@ from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _un
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
+from minidl.parallel.sharded import ShardedDataParallel
 from minidl.parallel.tensor_parallel import (
     ColumnParallelLinear,
     ParallelCausalSelfAttention,
@@ -47,9 +49,9 @@ from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
-    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "RowParallelLinear", "ShardedDataset",
-    "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root", "nccl_available",
-    "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
+    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "RowParallelLinear", "ShardedDataParallel",
+    "ShardedDataset", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
+    "nccl_available", "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
 ]
 
 _BACKENDS = ("auto", "local", "mpi", "nccl")

@@ -9,6 +9,7 @@ methods, each a *collective*: every rank must call it, in the same order.
     allreduce_(x)         x ← Σ_ranks x, in place           (gradients)
     broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
     allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
+    reduce_scatter(x)     chunk r of Σ_ranks x, on rank r    (ZeRO-2/3's gradient shards)
     barrier()             wait until every rank arrives
     split(color, key)     the ranks of the same color as a communicator of their own (groups)
 
@@ -22,6 +23,11 @@ plus small host-side helpers (``host_allreduce_`` on a NumPy array,
 MPI, so they never stall a GPU stream.
 
 ``LocalComm`` is the world of one process: every collective is the identity.
+
+Every communicator counts what it hands to the engine, per operation, in
+``traffic`` (``{"allreduce": bytes, ...}``: the bytes of the buffer this rank
+passes in, its *payload*); :func:`minidl.parallel.cost_model.ring_bytes` turns
+a payload into the bytes a ring algorithm puts on this rank's link.
 """
 from __future__ import annotations
 
@@ -59,9 +65,27 @@ class Communicator:
         """A new array of shape ``(size, *array.shape)``: row r is rank r's ``array``."""
         raise NotImplementedError
 
+    def reduce_scatter(self, array):
+        """Chunk ``rank`` of the sum over every rank of ``array`` (flat, its length a multiple of ``size``):
+        a new array of ``array.size // size`` elements."""
+        raise NotImplementedError
+
     def host_allreduce_(self, array: np.ndarray) -> np.ndarray:
         """Sum a small NumPy array over every rank, in place, on the host (counts, flags)."""
         raise NotImplementedError
+
+    @property
+    def traffic(self) -> dict:
+        """Payload bytes handed to each operation since creation (or ``reset_traffic``), by operation name."""
+        if "_traffic" not in vars(self):
+            self._traffic = {}
+        return self._traffic
+
+    def reset_traffic(self) -> None:
+        self._traffic = {}
+
+    def _count(self, op: str, array) -> None:
+        self.traffic[op] = self.traffic.get(op, 0) + int(array.size) * np.dtype(array.dtype).itemsize
 
     def allgather_object(self, obj) -> list:
         """Every rank's ``obj`` (anything picklable), as a list indexed by rank."""
@@ -104,6 +128,12 @@ class Communicator:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size}, device={self.device!r})"
 
 
+def _check_scatter(owner: str, array, size: int):
+    if len(array.shape) != 1 or array.size % size:
+        raise ValueError(f"{owner}: reduce_scatter takes a flat array whose length divides by the {size} ranks; "
+                         f"got shape {tuple(array.shape)} (pad it to a multiple of {size})")
+
+
 def _check_buffer(owner: str, array, xp_name: str):
     if not hasattr(array, "flags") or not array.flags.c_contiguous:
         raise ValueError(f"{owner}: collectives work on contiguous arrays; got "
@@ -118,15 +148,23 @@ class LocalComm(Communicator):
     name = "local"
 
     def allreduce_(self, array):
+        self._count("allreduce", array)
         return array
 
     def broadcast_(self, array, root: int = 0):
         if root != 0:
             raise ValueError(f"LocalComm.broadcast_: root={root}, but the world has one rank (0)")
+        self._count("broadcast", array)
         return array
 
     def allgather(self, array):
+        self._count("allgather", array)
         return backend.xp_of(array).expand_dims(array, 0).copy()
+
+    def reduce_scatter(self, array):
+        _check_scatter("LocalComm.reduce_scatter", array, 1)
+        self._count("reduce_scatter", array)
+        return array.copy()
 
     def host_allreduce_(self, array):
         return array
@@ -201,30 +239,54 @@ class MPIComm(Communicator):
 
     def allreduce_(self, array):
         _check_buffer("MPIComm.allreduce_", array, "NumPy")
+        self._count("allreduce", array)
         if self.size == 1 or array.size == 0:
             return array
         if self._needs_staging(array):
-            return self._staged(array, self.allreduce_)
+            return self._staged(array, self._allreduce_host)
+        return self._allreduce_host(array)
+
+    def _allreduce_host(self, array):
         self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
         return array
 
     def broadcast_(self, array, root: int = 0):
         _check_buffer("MPIComm.broadcast_", array, "NumPy")
+        self._count("broadcast", array)
         if self.size == 1 or array.size == 0:
             return array
         if self._needs_staging(array):
-            return self._staged(array, lambda a: self.broadcast_(a, root))
+            return self._staged(array, lambda a: self.comm.Bcast(a, root=root))
         self.comm.Bcast(array, root=root)
         return array
 
     def allgather(self, array):
         _check_buffer("MPIComm.allgather", array, "NumPy")
+        self._count("allgather", array)
+        return self._allgather(array)
+
+    def _allgather(self, array):
         if self._needs_staging(array):
-            gathered = self.allgather(backend.to_numpy(array).astype(np.float32)
-                                      if array.dtype == np.float16 else backend.to_numpy(array))
+            gathered = self._allgather(backend.to_numpy(array).astype(np.float32)
+                                       if array.dtype == np.float16 else backend.to_numpy(array))
             return backend.xp_of(array).asarray(gathered).astype(array.dtype, copy=False)
         out = np.empty((self.size,) + array.shape, array.dtype)
         self.comm.Allgather(array, out)
+        return out
+
+    def reduce_scatter(self, array):
+        """``MPI_Reduce_scatter_block`` with MPI_SUM: rank r receives chunk r of the sum."""
+        _check_buffer("MPIComm.reduce_scatter", array, "NumPy")
+        _check_scatter("MPIComm.reduce_scatter", array, self.size)
+        self._count("reduce_scatter", array)
+        if self._needs_staging(array):
+            host = backend.to_numpy(array)
+            work = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+            out = np.empty(work.size // self.size, work.dtype)
+            self.comm.Reduce_scatter_block(work, out, op=self.MPI.SUM)
+            return backend.xp_of(array).asarray(out).astype(array.dtype, copy=False)
+        out = np.empty(array.size // self.size, array.dtype)
+        self.comm.Reduce_scatter_block(array, out, op=self.MPI.SUM)
         return out
 
     def host_allreduce_(self, array):
@@ -247,6 +309,7 @@ class MPIComm(Communicator):
         """``MPI_Send`` of the array's bytes (so float16 and every other dtype go as they are)."""
         self._check_peer("send", dest)
         _check_buffer("MPIComm.send", array, "NumPy")
+        self._count("send", array)
         host = backend.to_numpy(array) if not isinstance(array, np.ndarray) else array
         self.comm.Send(np.ascontiguousarray(host).reshape(-1).view(np.uint8), dest=int(dest), tag=_P2P_TAG)
 
@@ -254,6 +317,7 @@ class MPIComm(Communicator):
         """``MPI_Recv`` into the array's bytes; a CuPy array is received on the host and copied up."""
         self._check_peer("recv_", source)
         _check_buffer("MPIComm.recv_", array, "NumPy")
+        self._count("recv", array)
         host = array if isinstance(array, np.ndarray) else np.empty(array.shape, array.dtype)
         status = self.MPI.Status()
         self.comm.Recv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG, status=status)
@@ -353,6 +417,7 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.allreduce_(array) if self.mpi is not None else array
         _check_buffer("NCCLComm.allreduce_", array, "CuPy")
+        self._count("allreduce", array)
         if array.size:
             ptr = array.data.ptr
             self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("allreduce_", array),
@@ -363,6 +428,7 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.broadcast_(array, root) if self.mpi is not None else array
         _check_buffer("NCCLComm.broadcast_", array, "CuPy")
+        self._count("broadcast", array)
         if array.size:
             self.comm.bcast(array.data.ptr, array.size, self._nccl_type("broadcast_", array), root,
                             self._stream_ptr())
@@ -372,10 +438,24 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.allgather(array) if self.mpi is not None else np.expand_dims(array, 0).copy()
         _check_buffer("NCCLComm.allgather", array, "CuPy")
+        self._count("allgather", array)
         out = self.cp.empty((self.size,) + array.shape, array.dtype)
         if array.size:
             self.comm.allGather(array.data.ptr, out.data.ptr, array.size, self._nccl_type("allgather", array),
                                 self._stream_ptr())
+        return out
+
+    def reduce_scatter(self, array):
+        if self._is_host(array):
+            return self.mpi.reduce_scatter(array) if self.mpi is not None else array.copy()
+        _check_buffer("NCCLComm.reduce_scatter", array, "CuPy")
+        _check_scatter("NCCLComm.reduce_scatter", array, self.size)
+        self._count("reduce_scatter", array)
+        out = self.cp.empty((array.size // self.size,), array.dtype)
+        if out.size:
+            self.comm.reduceScatter(array.data.ptr, out.data.ptr, out.size,
+                                    self._nccl_type("reduce_scatter", array), self.nccl_module.NCCL_SUM,
+                                    self._stream_ptr())
         return out
 
     def host_allreduce_(self, array):
@@ -400,6 +480,7 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.send(array, dest)
         _check_buffer("NCCLComm.send", array, "CuPy")
+        self._count("send", array)
         if array.size:
             self.comm.send(array.data.ptr, array.size, self._nccl_type("send", array), int(dest),
                            self._stream_ptr())
@@ -409,6 +490,7 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.recv_(array, source)
         _check_buffer("NCCLComm.recv_", array, "CuPy")
+        self._count("recv", array)
         if array.size:
             self.comm.recv(array.data.ptr, array.size, self._nccl_type("recv_", array), int(source),
                            self._stream_ptr())

@@ -156,6 +156,12 @@ class DataParallel(Module):
                     p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
         self.last_sync = {"buckets": len(plan), "bytes": sent, "weight": weight, "samples": int(total)}
 
+    def after_step(self) -> None:
+        """Called by :class:`DistributedOptimizer` after each update (nothing to do here; ZeRO-2 all-gathers)."""
+
+    def check_optimizer(self, optimizer) -> None:
+        """Called by :class:`DistributedOptimizer`: every optimizer works with plain data parallelism."""
+
     def _trainable(self):
         return [p for p in self.module.parameters() if p.requires_grad]
 
@@ -238,6 +244,7 @@ class DistributedOptimizer(WrapsOptimizer):
     def __init__(self, optimizer, model: DataParallel):
         if not isinstance(model, DataParallel):
             raise TypeError(f"DistributedOptimizer: model must be a DataParallel, got {type(model).__name__}")
+        model.check_optimizer(optimizer)
         self.optimizer, self.model = optimizer, model
         self._synchronized = False
 
@@ -261,6 +268,7 @@ class DistributedOptimizer(WrapsOptimizer):
             self._synchronized = False
         self.synchronize()
         self.optimizer.step()
+        self.model.after_step()
         self._synchronized = False
         return loss
 

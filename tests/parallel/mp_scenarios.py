@@ -99,3 +99,51 @@ def reference(kind: str) -> tuple[dict, list]:
     if kind == "mlp":
         state = {MLP_NAMES.get(k, k): v for k, v in state.items()}
     return state, losses
+
+
+# ---------------------------------------------------------------- ZeRO stages 2 and 3
+ZERO_RUNS = {
+    # name: (stage, optimizer, global batch)
+    "zero2_adam": (2, "adam", 12),
+    "zero3_adam": (3, "adam", 12),
+    "zero3_sgd": (3, "sgd", 12),
+    "zero3_adam_uneven": (3, "adam", 11),   # 6 + 5 on 2 ranks, 3 + 3 + 3 + 2 on 4: weighted by sample counts
+}
+
+
+def make_sequential(seed: int = 0):
+    """Three Linear layers of 78, 70 and 15 parameters (163 in all): the shards of 15 and of 163 are padded."""
+    mdl.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 13, bias=False), nn.Tanh(), nn.Linear(13, 5), nn.Tanh(),
+                         nn.Linear(5, 3, bias=False)).to(dtype=np.float64)
+
+
+def make_optimizer(kind: str, params):
+    return optim.Adam(params, lr=LR) if kind == "adam" else optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def sequential_batches(batch: int):
+    rng = np.random.default_rng(13)
+    return rng.normal(size=(STEPS, batch, 6)), rng.integers(0, 3, size=(STEPS, batch))
+
+
+def train_sequential(model, opt, batch: int, comm=None, after_backward=None):
+    """STEPS steps on the fixed batches; with ``comm``, each rank takes its slice of every batch."""
+    from minidl.parallel import shard
+    xs, ys = sequential_batches(batch)
+    for x, y in zip(xs, ys):
+        if comm is not None:
+            x, y = shard(x, comm.rank, comm.size), shard(y, comm.rank, comm.size)
+        opt.zero_grad()
+        F.cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
+        if after_backward is not None:
+            after_backward()
+        opt.step()
+
+
+def zero_reference(name: str) -> list:
+    """The plain single-process run of a ZeRO scenario: the final parameters."""
+    _, kind, batch = ZERO_RUNS[name]
+    model = make_sequential()
+    train_sequential(model, make_optimizer(kind, model.parameters()), batch)
+    return [p.data.copy() for p in model.parameters()]

@@ -105,6 +105,27 @@ def tensor_gpt(world):
     return _tensor_parallel_run(world, "gpt")
 
 
+def _zero_run(world, name):
+    """A ZeRO stage 2 or 3 run from a different start on every rank; the whole weights after it, the memory
+    this rank held when the step's gradients were reduced, and the payloads of the training steps."""
+    stage, kind, batch = mp_scenarios.ZERO_RUNS[name]
+    model = mp_scenarios.make_sequential(seed=world.rank)  # the start-up broadcast must make them equal
+    sharded = parallel.ShardedDataParallel(model, world, stage=stage)
+    opt = parallel.DistributedOptimizer(mp_scenarios.make_optimizer(kind, sharded.parameters()), sharded)
+    world.reset_traffic()
+    memory = []
+    mp_scenarios.train_sequential(sharded, opt, batch, world,
+                                  after_backward=lambda: (opt.synchronize(), memory.append(sharded.memory_report(opt))))
+    traffic = dict(world.traffic)
+    sharded.gather_parameters()
+    arrays = {str(i): p.data.copy() for i, p in enumerate(model.parameters())}
+    return arrays, {"memory": memory[-1], "traffic": traffic}
+
+
+for _name in mp_scenarios.ZERO_RUNS:
+    CHECKS[_name] = (lambda name: lambda world: _zero_run(world, name))(_name)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")

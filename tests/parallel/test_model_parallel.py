@@ -136,3 +136,41 @@ def test_tensor_parallel_layers_hold_their_slice_of_the_seeded_weights(job, kind
             else:  # row-parallel: columns
                 per = full.shape[1] // ranks
                 np.testing.assert_array_equal(local, full[:, rank * per:(rank + 1) * per])
+
+
+# ---------------------------------------------------------------- ZeRO stages 2 and 3
+@pytest.mark.parametrize("name", list(mp_scenarios.ZERO_RUNS))
+def test_sharded_training_equals_one_process(job, name):
+    """Every rank starts from its own weights (rank 0's are broadcast) and ends with the plain run's."""
+    ranks, outputs = job
+    want = mp_scenarios.zero_reference(name)
+    start = [p.data for p in mp_scenarios.make_sequential().parameters()]
+    assert max(np.abs(w - s).max() for w, s in zip(want, start)) > 1e-2  # training moved the weights
+    for rank, (arrays, _) in enumerate(outputs):
+        for i, value in enumerate(want):
+            np.testing.assert_allclose(arrays[f"{name}/{i}"], value, rtol=0, atol=TENSOR_TOLERANCE,
+                                       err_msg=f"{name}: parameter {i} on rank {rank} of {ranks}")
+
+
+@pytest.mark.parametrize("name", list(mp_scenarios.ZERO_RUNS))
+def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
+    """Measured bytes per rank equal the ZeRO paper's formula (padded Ψ), and the payloads each step handed
+    the communicator equal the cost model's: a reduce-scatter of gΨ and an all-gather of pΨ/N."""
+    from minidl.parallel import cost_model
+    ranks, outputs = job
+    stage, kind, _ = mp_scenarios.ZERO_RUNS[name]
+    layers = (78, 70, 15) if stage == 3 else (163,)                 # elements of each flat unit
+    padded = sum(ranks * -(-n // ranks) for n in layers)             # N·⌈Ψ_u/N⌉ per unit
+    state_bytes = 16 if kind == "adam" else 8                        # Adam: m and v; SGD: momentum (float64)
+    want = cost_model.zero_bytes_per_rank(padded, ranks, stage, param_bytes=8, grad_bytes=8, state_bytes=state_bytes)
+    payloads = cost_model.zero_step_payloads(padded, ranks, stage, param_bytes=8, grad_bytes=8)
+    for _, facts in outputs:
+        memory = facts[name]["memory"]
+        assert (memory["elements"], memory["padded_elements"]) == (163, padded)
+        for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes", "total_bytes"):
+            assert memory[key] == want[key], (key, memory, want)
+        assert facts[name]["traffic"] == {op: mp_scenarios.STEPS * n for op, n in payloads.items()}
+    # what the ring then sends per step: (N−1)/N·(g + p)·Ψ, the same as one all-reduce of the gradients
+    sent = sum(cost_model.ring_bytes(op, n, ranks) for op, n in payloads.items())
+    assert sent == pytest.approx((ranks - 1) / ranks * 16 * padded)
+    assert sent == pytest.approx(cost_model.zero_step_bytes(padded, ranks, 0, 8, 8))

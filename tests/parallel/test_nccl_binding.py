@@ -191,3 +191,13 @@ def test_split_makes_a_group_communicator_whose_id_goes_over_the_groups_mpi(nccl
     ((sent, root),) = group.bcasts
     assert root == 0 and (isinstance(sent, bytes) and len(sent) == 128) == (group_rank == 0)
     assert (sent is None) == (group_rank == 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter_reaches_libnccl(null_world, nccl, dtype):
+    _fails_inside_libnccl(nccl, lambda: null_world.reduce_scatter(_DeviceArray((6,), dtype)))
+
+
+def test_reduce_scatter_needs_a_length_that_divides(null_world):
+    with pytest.raises(ValueError, match=r"length divides by the 2 ranks; got shape \(5,\)"):
+        null_world.reduce_scatter(_DeviceArray((5,), "float32"))
