@@ -22,6 +22,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
   and attention (the GPT splits with :func:`minidl.models.gpt.tensor_parallel`)
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
+- :mod:`minidl.parallel.pipeline`: a Sequential cut into stages, micro-batches, GPipe and 1F1B schedules
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
 - :mod:`minidl.parallel.sharded`: ZeRO stages 2 and 3 (gradients, then parameters, sharded too)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
@@ -36,6 +37,7 @@ import warnings
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.mesh import Mesh
+from minidl.parallel.pipeline import Pipeline
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
 from minidl.parallel.sharded import ShardedDataParallel
 from minidl.parallel.tensor_parallel import (
@@ -49,7 +51,7 @@ from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
-    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "RowParallelLinear", "ShardedDataParallel",
+    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "Pipeline", "RowParallelLinear", "ShardedDataParallel",
     "ShardedDataset", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
     "nccl_available", "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
 ]

@@ -7,6 +7,7 @@ job and hand every process NCCL's unique id). All backends offer the same
 methods, each a *collective*: every rank must call it, in the same order.
 
     allreduce_(x)         x ← Σ_ranks x, in place           (gradients)
+    iallreduce_(x)        the same, started now; ``.wait()`` on what it returns finishes it
     broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
     allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
     reduce_scatter(x)     chunk r of Σ_ranks x, on rank r    (ZeRO-2/3's gradient shards)
@@ -17,6 +18,7 @@ and two point-to-point calls, made by one sender and one receiver (pipelines):
 
     send(x, dest)         x to rank ``dest``; returns when x may be reused
     recv_(x, source)      x ← what rank ``source`` sent, in place (same shape and dtype)
+    sendrecv_(x, dest, y, source)   both at once: neither waits for the other (pipelines)
 
 plus small host-side helpers (``host_allreduce_`` on a NumPy array,
 ``allgather_object`` for checks and error messages) that always go through
@@ -56,6 +58,12 @@ class Communicator:
     def allreduce_(self, array):
         """Sum ``array`` over every rank, in place; returns it."""
         raise NotImplementedError(f"{type(self).__name__} must define allreduce_ (see LocalComm, MPIComm)")
+
+    def iallreduce_(self, array) -> "Pending":
+        """Start summing ``array`` over every rank, in place, and return at once; ``.wait()`` on the
+        result before reading ``array`` (non-blocking: backward goes on while the sum travels)."""
+        self.allreduce_(array)  # a communicator without a non-blocking call: done at once
+        return Pending()
 
     def broadcast_(self, array, root: int = 0):
         """Overwrite ``array`` with rank ``root``'s values, in place; returns it."""
@@ -110,6 +118,14 @@ class Communicator:
         """Overwrite ``array`` with what rank ``source`` sent (``send``), in place; returns it."""
         raise NotImplementedError
 
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """Send ``send_array`` to ``dest`` and receive into ``recv_array`` from ``source`` together; returns it.
+
+        Two ranks that each send to the other and then receive would both wait in their send for a
+        receive that never comes (once a message is too large to buffer); posted together, they cannot.
+        """
+        raise NotImplementedError
+
     def _check_peer(self, owner: str, peer: int) -> None:
         if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.size \
                 or peer == self.rank:
@@ -126,6 +142,18 @@ class Communicator:
 
     def __repr__(self):
         return f"{type(self).__name__}(rank={self.rank}, size={self.size}, device={self.device!r})"
+
+
+class Pending:
+    """A collective that was started: ``wait()`` returns when its result may be read."""
+
+    def __init__(self, wait=None):
+        self._wait = wait
+
+    def wait(self) -> None:
+        if self._wait is not None:
+            wait, self._wait = self._wait, None
+            wait()
 
 
 def _check_scatter(owner: str, array, size: int):
@@ -183,6 +211,9 @@ class LocalComm(Communicator):
 
     def recv_(self, array, source: int):
         self._check_peer("recv_", source)
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        self._check_peer("sendrecv_", dest)
 
 
 def _check_split(owner: str, color, key) -> None:
@@ -249,6 +280,16 @@ class MPIComm(Communicator):
     def _allreduce_host(self, array):
         self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
         return array
+
+    def iallreduce_(self, array) -> Pending:
+        """``MPI_Iallreduce`` (in place, MPI_SUM) on a NumPy buffer; other arrays are summed at once."""
+        _check_buffer("MPIComm.iallreduce_", array, "NumPy")
+        if self.size == 1 or array.size == 0 or self._needs_staging(array):
+            self.allreduce_(array)
+            return Pending()
+        self._count("allreduce", array)
+        request = self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        return Pending(request.Wait)
 
     def broadcast_(self, array, root: int = 0):
         _check_buffer("MPIComm.broadcast_", array, "NumPy")
@@ -328,6 +369,22 @@ class MPIComm(Communicator):
         if host is not array:
             array[...] = backend.xp_of(array).asarray(host)
         return array
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """``MPI_Sendrecv`` of the two arrays' bytes."""
+        self._check_peer("sendrecv_", dest)
+        self._check_peer("sendrecv_", source)
+        _check_buffer("MPIComm.sendrecv_", send_array, "NumPy")
+        _check_buffer("MPIComm.sendrecv_", recv_array, "NumPy")
+        self._count("send", send_array)
+        self._count("recv", recv_array)
+        out = backend.to_numpy(send_array) if not isinstance(send_array, np.ndarray) else send_array
+        host = recv_array if isinstance(recv_array, np.ndarray) else np.empty(recv_array.shape, recv_array.dtype)
+        self.comm.Sendrecv(np.ascontiguousarray(out).reshape(-1).view(np.uint8), dest=int(dest), sendtag=_P2P_TAG,
+                           recvbuf=host.reshape(-1).view(np.uint8), source=int(source), recvtag=_P2P_TAG)
+        if host is not recv_array:
+            recv_array[...] = backend.xp_of(recv_array).asarray(host)
+        return recv_array
 
     def abort(self, code: int = 1):
         sys.stdout.flush()
@@ -424,6 +481,28 @@ class NCCLComm(Communicator):
                                 self.nccl_module.NCCL_SUM, self._stream_ptr())
         return array
 
+    def iallreduce_(self, array) -> Pending:
+        """The all-reduce on a stream of its own, after what the current stream has queued so far;
+        ``wait()`` makes the current stream wait for it (the host does not wait)."""
+        if self._is_host(array):
+            return self.mpi.iallreduce_(array) if self.mpi is not None else Pending()
+        _check_buffer("NCCLComm.iallreduce_", array, "CuPy")
+        self._count("allreduce", array)
+        if not array.size:
+            return Pending()
+        cuda = self.cp.cuda
+        if getattr(self, "_side_stream", None) is None:
+            self._side_stream = cuda.Stream(non_blocking=True)
+        ready = cuda.Event()
+        ready.record(cuda.get_current_stream())
+        self._side_stream.wait_event(ready)
+        ptr = array.data.ptr
+        self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("iallreduce_", array), self.nccl_module.NCCL_SUM,
+                            self._side_stream.ptr)
+        done = cuda.Event()
+        done.record(self._side_stream)
+        return Pending(lambda: cuda.get_current_stream().wait_event(done))
+
     def broadcast_(self, array, root: int = 0):
         if self._is_host(array):
             return self.mpi.broadcast_(array, root) if self.mpi is not None else array
@@ -495,6 +574,20 @@ class NCCLComm(Communicator):
             self.comm.recv(array.data.ptr, array.size, self._nccl_type("recv_", array), int(source),
                            self._stream_ptr())
         return array
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other."""
+        self._check_peer("sendrecv_", dest)
+        self._check_peer("sendrecv_", source)
+        if self._is_host(send_array) and self._is_host(recv_array):
+            return self.mpi.sendrecv_(send_array, dest, recv_array, source)
+        self.nccl_module.groupStart()
+        try:
+            self.send(send_array, dest)
+            self.recv_(recv_array, source)
+        finally:
+            self.nccl_module.groupEnd()
+        return recv_array
 
     def synchronize(self):
         self.cp.cuda.get_current_stream().synchronize()

@@ -147,3 +147,38 @@ def zero_reference(name: str) -> list:
     model = make_sequential()
     train_sequential(model, make_optimizer(kind, model.parameters()), batch)
     return [p.data.copy() for p in model.parameters()]
+
+
+# ---------------------------------------------------------------- pipelines
+PIPELINE_RUNS = {
+    # name: (schedule, micro-batches); the global batch is 12
+    "pipe_gpipe": ("gpipe", 4),
+    "pipe_1f1b": ("1f1b", 4),
+    "pipe_1f1b_few": ("1f1b", 2),     # fewer micro-batches than 4 stages: the warm-up is cut short
+}
+
+
+def make_stack(seed: int = 0):
+    """Eight layers (four Linear, three Tanh, an Identity): 2 or 4 stages of equal length, each with weights."""
+    mdl.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                         nn.Linear(8, 3), nn.Identity()).to(dtype=np.float64)
+
+
+def cross_entropy(out, y):
+    return F.cross_entropy(out, mdl.tensor(y))
+
+
+def pipeline_reference() -> tuple[dict, list]:
+    """The plain run: the final state dict and the losses of 4 Adam steps on batches of 12."""
+    model = make_stack()
+    opt = optim.Adam(model.parameters(), lr=LR)
+    xs, ys = sequential_batches(12)
+    losses = []
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        loss = cross_entropy(model(mdl.tensor(x)), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return dict(model.state_dict()), losses

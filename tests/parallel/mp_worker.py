@@ -126,6 +126,31 @@ for _name in mp_scenarios.ZERO_RUNS:
     CHECKS[_name] = (lambda name: lambda world: _zero_run(world, name))(_name)
 
 
+def _pipeline_run(world, name):
+    """Every rank builds the same model and keeps its stage; 4 Adam steps; the stage's weights by global name."""
+    kind, micro = mp_scenarios.PIPELINE_RUNS[name]
+    pipe = parallel.Pipeline(mp_scenarios.make_stack(), world, micro, schedule=kind)
+    opt = mp_scenarios.optim.Adam(pipe.parameters(), lr=mp_scenarios.LR)
+    xs, ys = mp_scenarios.sequential_batches(12)
+    losses = []
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        losses.append(pipe.train_step(x, y, mp_scenarios.cross_entropy))
+        opt.step()
+    first = pipe.boundaries[world.rank]
+    arrays = {}
+    for key, value in pipe.stage.state_dict().items():
+        index, rest = key.split(".", 1)
+        arrays[f"{first + int(index)}.{rest}"] = value
+    facts = {"losses": losses, "ops": [[op, k] for op, k, _, _ in pipe.timeline],
+             "peak_in_flight": pipe.peak_in_flight, "boundaries": pipe.boundaries}
+    return arrays, facts
+
+
+for _name in mp_scenarios.PIPELINE_RUNS:
+    CHECKS[_name] = (lambda name: lambda world: _pipeline_run(world, name))(_name)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")

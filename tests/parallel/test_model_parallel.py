@@ -174,3 +174,38 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     sent = sum(cost_model.ring_bytes(op, n, ranks) for op, n in payloads.items())
     assert sent == pytest.approx((ranks - 1) / ranks * 16 * padded)
     assert sent == pytest.approx(cost_model.zero_step_bytes(padded, ranks, 0, 8, 8))
+
+
+# ---------------------------------------------------------------- pipelines
+@pytest.mark.parametrize("name", list(mp_scenarios.PIPELINE_RUNS))
+def test_pipeline_training_equals_one_process(job, name):
+    """Each rank holds its stage's layers only; together they end with the plain run's weights and losses."""
+    ranks, outputs = job
+    want, want_losses = mp_scenarios.pipeline_reference()
+    seen = {}
+    for rank, (arrays, facts) in enumerate(outputs):
+        mine = {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(f"{name}/")}
+        assert mine and not set(mine) & set(seen)          # a stage of its own, no layer on two ranks
+        seen.update(mine)
+        np.testing.assert_allclose(facts[name]["losses"], want_losses, rtol=0, atol=1e-12)
+    assert set(seen) == set(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(seen[key], value, rtol=0, atol=TENSOR_TOLERANCE, err_msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name", list(mp_scenarios.PIPELINE_RUNS))
+def test_pipeline_runs_its_schedule_and_holds_what_it_should(job, name):
+    """GPipe: all forwards, then all backwards, m micro-batches' activations held on every stage.
+    1F1B (PipeDream-Flush): stage s holds at most min(p − s, m)."""
+    ranks, outputs = job
+    kind, m = mp_scenarios.PIPELINE_RUNS[name]
+    for stage, (_, facts) in enumerate(outputs):
+        ops = [tuple(op) for op in facts[name]["ops"]]
+        if kind == "gpipe":
+            assert ops == [("F", k) for k in range(m)] + [("B", k) for k in range(m)]
+            assert facts[name]["peak_in_flight"] == m
+        else:
+            warmup = min(ranks - 1 - stage, m)
+            steady = [op for k in range(m - warmup) for op in (("F", warmup + k), ("B", k))]
+            assert ops == [("F", k) for k in range(warmup)] + steady + [("B", k) for k in range(m - warmup, m)]
+            assert facts[name]["peak_in_flight"] == min(ranks - stage, m)

@@ -201,3 +201,9 @@ def test_reduce_scatter_reaches_libnccl(null_world, nccl, dtype):
 def test_reduce_scatter_needs_a_length_that_divides(null_world):
     with pytest.raises(ValueError, match=r"length divides by the 2 ranks; got shape \(5,\)"):
         null_world.reduce_scatter(_DeviceArray((5,), "float32"))
+
+
+def test_sendrecv_reaches_libnccl_inside_a_group(null_world, nccl):
+    """ncclGroupStart, then the send, which libnccl refuses for the NULL communicator (ncclGroupEnd follows)."""
+    _fails_inside_libnccl(nccl, lambda: null_world.sendrecv_(_DeviceArray((3,), "float32"), 1,
+                                                             _DeviceArray((3,), "float32"), 1))
