@@ -95,6 +95,17 @@ def test_small_buckets_mean_several_all_reduces(job):
         assert facts["sgd_f32"]["sync"]["bytes"] == 4 * (16 * 6 + 16 + 3 * 16 + 3)
 
 
+def test_overlap_starts_buckets_during_backward(job):
+    """256-byte buckets filled last layer first; in float64 no two parameters fit in one (fc2.bias 24 B,
+    fc2.weight 384 B, fc1.bias 128 B, fc1.weight 768 B), so 4 buckets. fc2's two are final once fc2's backward
+    has run, and start while backward goes on through fc1; fc1's are final at the last node, and start at the sync."""
+    _, outputs = job
+    for _, facts in outputs:
+        sync = facts["overlap_small_buckets_uneven_adam_f64"]["sync"]
+        assert sync["buckets"] == 4 and sync["started_in_backward"] == 2
+        assert facts["overlap_adam_f64"]["sync"]["buckets"] == 1
+
+
 def test_zero_shards_the_optimizer_state(job):
     ranks, outputs = job
     _, reference_opt = _reference("zero_adam_f64")

@@ -207,3 +207,25 @@ def test_sendrecv_reaches_libnccl_inside_a_group(null_world, nccl):
     """ncclGroupStart, then the send, which libnccl refuses for the NULL communicator (ncclGroupEnd follows)."""
     _fails_inside_libnccl(nccl, lambda: null_world.sendrecv_(_DeviceArray((3,), "float32"), 1,
                                                              _DeviceArray((3,), "float32"), 1))
+
+
+def test_iallreduce_runs_on_a_side_stream_after_the_current_one(null_world, nccl):
+    """The all-reduce is queued on a stream of its own that first waits for the current stream's work
+    (an event), and its wait() makes the current stream wait for it; the call itself reaches libnccl."""
+    calls = []
+
+    class Event:
+        def record(self, stream=None):
+            calls.append(("record", stream.ptr))
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.ptr = 17  # a side stream's handle, as libnccl receives it
+
+        def wait_event(self, event):
+            calls.append(("side waits", type(event).__name__))
+
+    null_world.cp.cuda.Event, null_world.cp.cuda.Stream = Event, Stream
+    _fails_inside_libnccl(nccl, lambda: null_world.iallreduce_(_DeviceArray((4,), "float32")))
+    assert calls == [("record", 0), ("side waits", "Event")]  # recorded on the current stream (ptr 0)
+    assert null_world._side_stream.ptr == 17
