@@ -151,6 +151,54 @@ for _name in mp_scenarios.PIPELINE_RUNS:
     CHECKS[_name] = (lambda name: lambda world: _pipeline_run(world, name))(_name)
 
 
+@check
+def hybrid_data_tensor(world):
+    """Mesh(data=2, tensor=2): the GPT split over each tensor group, DataParallel over each data group
+    (each data group member its slice of every batch: 2 + 1 of 3 sequences)."""
+    if world.size != 4:
+        return {}, {"ran": False}
+    mesh = parallel.Mesh(world, data=2, tensor=2)
+    model = mp_scenarios.make_gpt(mesh.group("tensor"))
+    dp = parallel.DataParallel(model, mesh.group("data"))
+    opt = parallel.DistributedOptimizer(mp_scenarios.optim.Adam(dp.parameters(), lr=mp_scenarios.LR), dp)
+    xs, ys = mp_scenarios.gpt_batches()
+    d = mesh.coordinate("data")
+    for x, y in zip(xs, ys):
+        x, y = parallel.shard(x, d, 2), parallel.shard(y, d, 2)
+        opt.zero_grad()
+        out = dp(x)
+        mp_scenarios.F.cross_entropy(out.reshape(-1, out.shape[-1]), mp_scenarios.mdl.tensor(y.reshape(-1))).backward()
+        opt.step()
+    state = consolidated_state_dict(model)
+    return {k: v for k, v in state.items()}, {"ran": True, "samples": dp.last_sync["samples"]}
+
+
+@check
+def hybrid_data_pipeline(world):
+    """Mesh(data=2, pipe=2): a 2-stage 1F1B pipeline in each pipe group, its stage data-parallel over the
+    data group (6 of the 12 samples each, 3 micro-batches)."""
+    if world.size != 4:
+        return {}, {"ran": False}
+    mesh = parallel.Mesh(world, data=2, pipe=2)
+    pipe = parallel.Pipeline(mp_scenarios.make_stack(), mesh.group("pipe"), 3, schedule="1f1b")
+    dp = parallel.DataParallel(pipe.stage, mesh.group("data"))
+    opt = mp_scenarios.optim.Adam(dp.parameters(), lr=mp_scenarios.LR)
+    xs, ys = mp_scenarios.sequential_batches(12)
+    d = mesh.coordinate("data")
+    for x, y in zip(xs, ys):
+        x, y = parallel.shard(x, d, 2), parallel.shard(y, d, 2)
+        opt.zero_grad()
+        pipe.train_step(x, y, mp_scenarios.cross_entropy)
+        dp.sync_gradients(num_samples=len(x))
+        opt.step()
+    first = pipe.boundaries[mesh.coordinate("pipe")]
+    arrays = {}
+    for key, value in pipe.stage.state_dict().items():
+        index, rest = key.split(".", 1)
+        arrays[f"{first + int(index)}.{rest}"] = value
+    return arrays, {"ran": True}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")

@@ -209,3 +209,69 @@ def test_pipeline_runs_its_schedule_and_holds_what_it_should(job, name):
             steady = [op for k in range(m - warmup) for op in (("F", warmup + k), ("B", k))]
             assert ops == [("F", k) for k in range(warmup)] + steady + [("B", k) for k in range(m - warmup, m)]
             assert facts[name]["peak_in_flight"] == min(ranks - stage, m)
+
+
+# ---------------------------------------------------------------- hybrids on a 2 × 2 mesh
+def _four_ranks(job):
+    ranks, outputs = job
+    if ranks != 4:
+        pytest.skip("a 2 × 2 mesh needs 4 ranks; the 2-rank job checks each scheme alone")
+    return outputs
+
+
+def test_data_times_tensor_equals_one_process(job):
+    """GPT split over each tensor group {0, 1} {2, 3}, data-parallel over {0, 2} {1, 3} (2 + 1 sequences)."""
+    outputs = _four_ranks(job)
+    want, _ = _reference("gpt")
+    for rank, (arrays, facts) in enumerate(outputs):
+        assert facts["hybrid_data_tensor"] == {"ran": True, "samples": 3}
+        for name, value in want.items():
+            np.testing.assert_allclose(arrays[f"hybrid_data_tensor/{name}"], value, rtol=0, atol=TENSOR_TOLERANCE,
+                                       err_msg=f"{name} on rank {rank}")
+
+
+def test_data_times_pipeline_equals_one_process(job):
+    """A 2-stage 1F1B pipeline in each pipe group {0, 1} {2, 3}, each stage data-parallel over {0, 2} {1, 3}."""
+    outputs = _four_ranks(job)
+    want, _ = mp_scenarios.pipeline_reference()
+    stages = [{k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("hybrid_data_pipeline/")}
+              for arrays, _ in outputs]
+    assert set(stages[0]) == set(stages[2]) and set(stages[1]) == set(stages[3])   # replicas of one stage
+    assert set(stages[0]) | set(stages[1]) == set(want) and not set(stages[0]) & set(stages[1])
+    for rank, stage in enumerate(stages):
+        for name, value in stage.items():
+            np.testing.assert_allclose(value, want[name], rtol=0, atol=TENSOR_TOLERANCE,
+                                       err_msg=f"{name} on rank {rank}")
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_a_consolidated_checkpoint_loads_into_one_process_and_splits_again_for_another_world(job, tmp_path):
+    """The gathered state of the split GPT is a plain GPT's checkpoint: it loads into one process (strict),
+    computes what the plain run computes, and splits again for any tensor-parallel size."""
+    from test_tensor_parallel_local import ClaimedGroup
+
+    import minidl as mdl
+    from minidl.models.gpt import GPT, tensor_parallel
+    from minidl.nn import StateDictError
+
+    ranks, outputs = job
+    arrays, _ = outputs[0]
+    state = {k[len("tensor_gpt/full/"):]: v for k, v in arrays.items() if k.startswith("tensor_gpt/full/")}
+    mdl.save(state, str(tmp_path / "gpt.safetensors"))
+    plain = GPT(mp_scenarios.GPT_CONFIG).to(dtype=np.float64)
+    plain.load_state_dict(mdl.load(str(tmp_path / "gpt.safetensors")))
+    reference = mp_scenarios.make_gpt()
+    mp_scenarios.train(reference, "gpt")
+    tokens, _ = mp_scenarios.gpt_batches()
+    np.testing.assert_allclose(plain(tokens[0]).numpy(), reference(tokens[0]).numpy(), rtol=0, atol=1e-9)
+    other = 2 if ranks == 4 else 4  # resume with another tensor-parallel size
+    resplit = tensor_parallel(plain, ClaimedGroup(rank=1, size=other))
+    qkv = state["blocks.0.attn.qkv.weight"]  # (3C, C): rank 1's rows of Q, K and V
+    per = qkv.shape[0] // 3 // other
+    rows = np.concatenate([np.arange(b * qkv.shape[0] // 3 + per, b * qkv.shape[0] // 3 + 2 * per) for b in range(3)])
+    np.testing.assert_array_equal(resplit.blocks[0].attn.qkv.weight.numpy(), qkv[rows])
+    # a split model's own (unconsolidated) state does not load into another split: the error names each
+    # parameter and both shapes
+    with pytest.raises(StateDictError, match=r"blocks.0.attn.qkv.weight: the module expects shape \(48, 16\), "
+                                             rf"the state has \({48 // other}, 16\)"):
+        GPT(mp_scenarios.GPT_CONFIG).to(dtype=np.float64).load_state_dict(resplit.state_dict())
