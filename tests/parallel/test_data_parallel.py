@@ -137,6 +137,17 @@ def test_an_exception_on_one_rank_ends_the_job_naming_the_rank(tmp_path):
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
 
 
+def test_an_exception_in_a_pipeline_stage_ends_the_job_while_the_other_waits_for_it(tmp_path):
+    start = time.perf_counter()
+    cmd = launch.mpiexec_command(2, [os.path.join(HERE, "fault_worker.py"), "pipeline"], use_mpi4py_runner=False)
+    env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode != 0
+    assert "rank 1 of 2 failed" in result.stderr and "deliberate failure at step 3" in result.stderr
+    assert "finished without an abort" not in result.stdout
+    assert time.perf_counter() - start < 30
+
+
 def test_mismatched_models_are_detected_at_start():
     result = _run_job(2, ["fault_worker.py", "mismatch"], timeout=60)
     assert result.returncode != 0
