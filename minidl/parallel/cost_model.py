@@ -254,3 +254,35 @@ def zero_step_bytes(elements: float, ranks: int, stage: int, param_bytes: float 
     return float(sum(ring_bytes(op, n, ranks)
                      for op, n in zero_step_payloads(elements, ranks, stage, param_bytes, grad_bytes).items()))
 
+
+
+# ---------------------------------------------------------------- tensor and pipeline parallelism: bytes per step
+def tensor_parallel_step_payloads(tokens: int, width: int, blocks: int, itemsize: int = 4) -> dict:
+    """What one training step of a Megatron-split transformer hands the all-reduce, on each rank of the group.
+
+    Each block all-reduces its attention's and its MLP's output forward (g: 2 activations of
+    ``tokens × width``) and the gradients of their inputs backward (f: 2 more), so
+    4 · blocks · tokens · width · itemsize bytes, whatever the tensor-parallel size N; a ring
+    then sends 2(N−1)/N of that from each rank (:func:`ring_bytes`).
+    """
+    return {"allreduce": 4 * blocks * tokens * width * itemsize}
+
+
+def pipeline_step_payloads(stage: int, stages: int, batch: int, activation_elements: int, itemsize: int = 4) -> dict:
+    """Bytes stage ``stage`` sends and receives in one pipeline step (the micro-batches add up to the batch).
+
+    Every stage but the last sends each micro-batch's activations forward (``batch ×
+    activation_elements`` values in all) and every stage but the first sends their gradients
+    back, as many bytes; each receives what its neighbours send it. The micro-batch count
+    changes the number of messages, not their total.
+    """
+    one_way = batch * activation_elements * itemsize
+    sends = (one_way if stage < stages - 1 else 0) + (one_way if stage > 0 else 0)
+    return {"send": sends, "recv": sends}
+
+
+def pipeline_bubble(stages: int, micro_batches: int) -> float:
+    """The idle fraction of GPipe and 1F1B with equal stages and free messages: (p − 1)/(m + p − 1)."""
+    if stages < 1 or micro_batches < 1:
+        raise ValueError(f"pipeline_bubble: stages and micro_batches must be >= 1, got {stages}, {micro_batches}")
+    return (stages - 1) / (micro_batches + stages - 1)

@@ -86,11 +86,13 @@ def _tensor_parallel_run(world, kind):
     """Train the split model (the whole world is the tensor group); save the gathered whole parameters."""
     model = mp_scenarios.make_mlp(world) if kind == "mlp" else mp_scenarios.make_gpt(world)
     local = {name: p.data.copy() for name, p in model.named_parameters()}
+    world.reset_traffic()
     losses = mp_scenarios.train(model, kind)
+    traffic = dict(world.traffic)
     state = consolidated_state_dict(model)
     arrays = {f"full/{k}": v for k, v in state.items()}
     arrays.update({f"initial/{k}": v for k, v in local.items()})
-    facts = {"losses": losses, "split_layers": [name for name, _ in tensor_parallel_layers(model)],
+    facts = {"losses": losses, "split_layers": [name for name, _ in tensor_parallel_layers(model)], "traffic": traffic,
              "local_shapes": {name: list(p.shape) for name, p in model.named_parameters()}}
     return arrays, facts
 
@@ -132,17 +134,19 @@ def _pipeline_run(world, name):
     pipe = parallel.Pipeline(mp_scenarios.make_stack(), world, micro, schedule=kind)
     opt = mp_scenarios.optim.Adam(pipe.parameters(), lr=mp_scenarios.LR)
     xs, ys = mp_scenarios.sequential_batches(12)
-    losses = []
+    losses, traffic = [], []
     for x, y in zip(xs, ys):
+        world.reset_traffic()
         opt.zero_grad()
         losses.append(pipe.train_step(x, y, mp_scenarios.cross_entropy))
         opt.step()
+        traffic.append(dict(world.traffic))
     first = pipe.boundaries[world.rank]
     arrays = {}
     for key, value in pipe.stage.state_dict().items():
         index, rest = key.split(".", 1)
         arrays[f"{first + int(index)}.{rest}"] = value
-    facts = {"losses": losses, "ops": [[op, k] for op, k, _, _ in pipe.timeline],
+    facts = {"losses": losses, "traffic": traffic, "ops": [[op, k] for op, k, _, _ in pipe.timeline],
              "peak_in_flight": pipe.peak_in_flight, "boundaries": pipe.boundaries}
     return arrays, facts
 

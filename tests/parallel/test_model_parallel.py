@@ -275,3 +275,25 @@ def test_a_consolidated_checkpoint_loads_into_one_process_and_splits_again_for_a
     with pytest.raises(StateDictError, match=r"blocks.0.attn.qkv.weight: the module expects shape \(48, 16\), "
                                              rf"the state has \({48 // other}, 16\)"):
         GPT(mp_scenarios.GPT_CONFIG).to(dtype=np.float64).load_state_dict(resplit.state_dict())
+
+
+# ---------------------------------------------------------------- the cost model against what was counted
+def test_tensor_and_pipeline_bytes_are_the_cost_models(job):
+    """The payloads each rank's communicator counted equal the cost model's: for the split GPT,
+    4 all-reduces of tokens × width per block and step; for a pipeline stage, the batch's
+    activations (8 features, float64) out and their gradients back, to each neighbour it has."""
+    from minidl.parallel import cost_model
+    ranks, outputs = job
+    cfg = mp_scenarios.GPT_CONFIG
+    tokens = 3 * cfg.block_size  # 3 sequences per batch
+    per_step = cost_model.tensor_parallel_step_payloads(tokens, cfg.n_embd, cfg.n_layer, itemsize=8)
+    for stage, (_, facts) in enumerate(outputs):
+        assert facts["tensor_gpt"]["traffic"] == {op: mp_scenarios.STEPS * n for op, n in per_step.items()}
+        for name in mp_scenarios.PIPELINE_RUNS:
+            steps = facts[name]["traffic"]
+            header = 9 * 8  # the first step also passes the shapes down the pipe: 9 int64
+            want = cost_model.pipeline_step_payloads(stage, ranks, 12, 8, itemsize=8)
+            assert steps[1:] == [{k: v for k, v in want.items() if v}] * (len(steps) - 1)
+            first = {"send": want["send"] + header * (stage < ranks - 1), "recv": want["recv"] + header * (stage > 0)}
+            assert steps[0] == {k: v for k, v in first.items() if v}
+    assert cost_model.pipeline_bubble(4, 4) == pytest.approx(3 / 7)
