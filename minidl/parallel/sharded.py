@@ -47,6 +47,12 @@ parameters, runs them).
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
     loss.backward(); opt.step()                   # reduce-scatter (stage 2), step, all-gather (stage 2)
+
+Clipping by the global norm must add the squares of every rank's shard:
+``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()``. The Trainer's
+``max_grad_norm`` (``nn.utils.clip_grad_norm_`` over the parameters it is
+given) would measure this rank's shards only: with ShardedDataParallel, clip
+with :meth:`ShardedDataParallel.clip_grad_norm_` in your own loop instead.
 """
 from __future__ import annotations
 
@@ -252,6 +258,26 @@ class ShardedDataParallel(DataParallel):
         for _, unit in self.units:
             if unit is not None:
                 unit.gather()
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
+
+        ‖g‖² = Σ_ranks Σ (this rank's shard of g)²; then every shard is scaled by
+        min(1, max_norm / (‖g‖ + 1e-6)), PyTorch's rule, as one process clipping the whole gradient.
+        Call it after ``DistributedOptimizer.synchronize()`` (``nn.utils.clip_grad_norm_`` over
+        ``parameters()`` would see this rank's shards only). Returns ‖g‖ before clipping.
+        """
+        max_norm = float(max_norm)
+        if not max_norm > 0:
+            raise ValueError(f"ShardedDataParallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
+        shards = [u.shard for _, u in self.units if u is not None and u.shard.grad is not None]
+        squares = np.array([sum(float((s.grad.data.astype(np.float64) ** 2).sum()) for s in shards)])
+        self.comm.host_allreduce_(squares)
+        total = float(np.sqrt(squares[0]))
+        scale = min(max_norm / (total + 1e-6), 1.0)
+        for s in shards:
+            s.grad = Tensor(s.grad.data * s.grad.dtype.type(scale))
+        return total
 
     def check_optimizer(self, optimizer) -> None:
         """Refuse optimizers that need whole tensors (norms, Hessians): a shard is a slice of several."""

@@ -108,7 +108,9 @@ ZERO_RUNS = {
     "zero3_adam": (3, "adam", 12),
     "zero3_sgd": (3, "sgd", 12),
     "zero3_adam_uneven": (3, "adam", 11),   # 6 + 5 on 2 ranks, 3 + 3 + 3 + 2 on 4: weighted by sample counts
+    "zero2_adam_clip": (2, "adam", 12),     # clipped to a global norm of 0.05 (every step clips: ‖g‖ ≈ 0.3)
 }
+CLIP = 0.05
 
 
 def make_sequential(seed: int = 0):
@@ -127,10 +129,12 @@ def sequential_batches(batch: int):
     return rng.normal(size=(STEPS, batch, 6)), rng.integers(0, 3, size=(STEPS, batch))
 
 
-def train_sequential(model, opt, batch: int, comm=None, after_backward=None):
-    """STEPS steps on the fixed batches; with ``comm``, each rank takes its slice of every batch."""
+def train_sequential(model, opt, batch: int, comm=None, after_backward=None, clip=None):
+    """STEPS steps on the fixed batches; with ``comm``, each rank takes its slice of every batch;
+    ``clip(max_norm)`` clips the gradients (after ``after_backward``) and returns the norm before."""
     from minidl.parallel import shard
     xs, ys = sequential_batches(batch)
+    norms = []
     for x, y in zip(xs, ys):
         if comm is not None:
             x, y = shard(x, comm.rank, comm.size), shard(y, comm.rank, comm.size)
@@ -138,14 +142,18 @@ def train_sequential(model, opt, batch: int, comm=None, after_backward=None):
         F.cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
         if after_backward is not None:
             after_backward()
+        if clip is not None:
+            norms.append(float(clip(CLIP)))
         opt.step()
+    return norms
 
 
 def zero_reference(name: str) -> list:
     """The plain single-process run of a ZeRO scenario: the final parameters."""
     _, kind, batch = ZERO_RUNS[name]
     model = make_sequential()
-    train_sequential(model, make_optimizer(kind, model.parameters()), batch)
+    clip = (lambda max_norm: nn.utils.clip_grad_norm_(model.parameters(), max_norm)) if name.endswith("clip") else None
+    train_sequential(model, make_optimizer(kind, model.parameters()), batch, clip=clip)
     return [p.data.copy() for p in model.parameters()]
 
 

@@ -116,12 +116,16 @@ def _zero_run(world, name):
     opt = parallel.DistributedOptimizer(mp_scenarios.make_optimizer(kind, sharded.parameters()), sharded)
     world.reset_traffic()
     memory = []
-    mp_scenarios.train_sequential(sharded, opt, batch, world,
-                                  after_backward=lambda: (opt.synchronize(), memory.append(sharded.memory_report(opt))))
+    def reduced():
+        opt.synchronize()
+        memory.append(sharded.memory_report(opt))
+
+    norms = mp_scenarios.train_sequential(sharded, opt, batch, world, after_backward=reduced,
+                                          clip=sharded.clip_grad_norm_ if name.endswith("clip") else None)
     traffic = dict(world.traffic)
     sharded.gather_parameters()
     arrays = {str(i): p.data.copy() for i, p in enumerate(model.parameters())}
-    return arrays, {"memory": memory[-1], "traffic": traffic}
+    return arrays, {"memory": memory[-1], "traffic": traffic, "norms": norms}
 
 
 for _name in mp_scenarios.ZERO_RUNS:

@@ -297,3 +297,15 @@ def test_tensor_and_pipeline_bytes_are_the_cost_models(job):
             first = {"send": want["send"] + header * (stage < ranks - 1), "recv": want["recv"] + header * (stage > 0)}
             assert steps[0] == {k: v for k, v in first.items() if v}
     assert cost_model.pipeline_bubble(4, 4) == pytest.approx(3 / 7)
+
+
+def test_sharded_clipping_uses_the_global_norm(job):
+    """ShardedDataParallel.clip_grad_norm_ adds every rank's shard: the norms it reports before clipping are
+    the plain run's, and clipping happened (they exceed the limit, so the weights would differ otherwise)."""
+    from minidl import nn
+    model = mp_scenarios.make_sequential()
+    want = mp_scenarios.train_sequential(model, mp_scenarios.make_optimizer("adam", model.parameters()), 12,
+                                         clip=lambda c: nn.utils.clip_grad_norm_(model.parameters(), c))
+    assert min(want) > 2 * mp_scenarios.CLIP
+    for _, (_, facts) in enumerate(job[1]):
+        np.testing.assert_allclose(facts["zero2_adam_clip"]["norms"], want, rtol=1e-12)
