@@ -40,6 +40,20 @@ def _dropout_with_fixed_mask(x):
     return F.dropout(x, p=0.3, training=True)
 
 
+class _GroupOfOne:
+    """A group of one rank, as the communication ops see a communicator (its ``allreduce_``).
+
+    The op cases run in one process, where both communication ops are the
+    identity; their multi-rank behaviour is checked on real MPI ranks in
+    tests/parallel/test_model_parallel.py.
+    """
+
+    rank, size = 0, 1
+
+    def allreduce_(self, array):
+        return array
+
+
 def cases(seed: int = 0):
     """A list of (name, fn, inputs): fn(*inputs) is what gets checked."""
     rng = np.random.default_rng(seed)
@@ -101,7 +115,19 @@ def cases(seed: int = 0):
     out += _loss_and_attention_cases(rng, t)
     out += _normalization_and_recurrent_cases(rng, t)
     out += _quantization_cases(rng)
+    out += _communication_cases(t)
     return out
+
+
+def _communication_cases(t):
+    """Tensor parallelism's two conjugate ops, each times its input so the second order is not zero."""
+    from minidl.ops.distributed import copy_to_group, sum_over_group
+
+    group = _GroupOfOne()
+    return [
+        ("copy_to_group", lambda x: copy_to_group(x, group) * x, [t(3, 4)]),
+        ("sum_over_group", lambda x, w: F.linear(sum_over_group(x, group), w) * x.sum(), [t(3, 4), t(2, 4)]),
+    ]
 
 
 def _layer_cases(rng, t, targets):

@@ -110,3 +110,12 @@ def test_bench_figures(bench_results, name):
             assert all(float(t) > 0 for t in labels)  # plain numbers: 20, 50, 100
     finally:
         plt.close(fig)
+
+
+def test_pipeline_timeline():
+    from matplotlib.figure import Figure
+
+    from minidl.parallel.pipeline import draw_timeline, simulate
+    fig = Figure(figsize=(8, 2.2), layout="tight")
+    draw_timeline(simulate("1f1b", 4, 6), ax=fig.add_subplot())
+    assert_nothing_clipped(fig, "the pipeline timeline")

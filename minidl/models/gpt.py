@@ -29,7 +29,7 @@ from minidl.autograd import no_grad
 from minidl.checkpoint import checkpoint
 from minidl.tensor import Tensor
 
-__all__ = ["GPT", "GPTConfig", "composed_attention"]
+__all__ = ["GPT", "GPTConfig", "composed_attention", "tensor_parallel"]
 
 
 def composed_attention(q, k, v, bias=None, scale=None):
@@ -196,3 +196,34 @@ class GPT(nn.Module):
         finally:
             self.train(was_training)
         return idx
+
+
+def tensor_parallel(model: GPT, comm) -> GPT:
+    """Split every block of ``model`` over the ranks of ``comm`` (Megatron-LM), in place; returns it.
+
+    Each block's attention keeps n_head/N heads per rank (QKV column-parallel,
+    the projection row-parallel) and its MLP a slice of 4C/N hidden units (fc
+    column-parallel, proj row-parallel): two all-reduces per block forward, two
+    backward. Embeddings, LayerNorms and the tied output layer stay whole on
+    every rank. The weights are this model's, sliced: a model built after
+    ``manual_seed(s)`` on every rank, then split, computes what the unsplit
+    one computes. Everything is checked before anything changes.
+    """
+    from minidl.parallel.tensor_parallel import ParallelCausalSelfAttention, ParallelMLP, check_divides
+
+    cfg, ranks = model.config, comm.size
+    check_divides(f"GPT(n_head={cfg.n_head}, n_embd={cfg.n_embd})", "n_head", cfg.n_head, ranks)
+    check_divides(f"GPT(n_head={cfg.n_head}, n_embd={cfg.n_embd})", "4·n_embd", 4 * cfg.n_embd, ranks)
+    if cfg.dropout and ranks > 1:
+        raise ValueError(f"GPT tensor parallelism: dropout={cfg.dropout} would draw a different mask on each rank "
+                         "of the tensor group, where one replicated activation needs one mask; use dropout=0")
+    if any(not isinstance(b.attn, CausalSelfAttention) for b in model.blocks):
+        raise ValueError("GPT tensor parallelism: this model is already split (its blocks hold parallel layers)")
+    for block in model.blocks:
+        attn = ParallelCausalSelfAttention.from_layers(block.attn.qkv, block.attn.proj, cfg.n_head, comm)
+        mlp = ParallelMLP.from_layers(block.mlp.fc, block.mlp.proj, comm, activation=F.gelu)
+        # Assigned in the block's own order (a Module registers an assigned attribute last), so the
+        # parameters keep the plain model's order: ln1, attn, ln2, mlp.
+        block.attn, block.ln2, block.mlp = attn, block.ln2, mlp
+    return model
+

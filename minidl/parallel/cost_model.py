@@ -30,6 +30,16 @@ optimizer update), t_sample the compute per sample.
   McCandlish et al. 2018: steps to a target S = S_min·(1 + B_crit/B)) a
   larger batch no longer cuts the number of steps, so the time to train stops
   improving even though throughput keeps growing.
+
+ZeRO (Rajbhandari et al. 2020) trades the replicas of data parallelism for
+communication. :func:`zero_bytes_per_rank` is the paper's memory per rank for
+stages 0–3, :func:`zero_step_payloads` what one step hands each collective
+(as a communicator counts it in ``traffic``), and :func:`ring_bytes` what a
+ring algorithm then puts on each rank's link:
+
+    all-reduce of n bytes:        2(N−1)/N · n       (a reduce-scatter, then an all-gather)
+    reduce-scatter of n bytes:    (N−1)/N · n        (n: the whole vector each rank hands in)
+    all-gather of n bytes each:   (N−1) · n          (n: the shard each rank hands in)
 """
 from __future__ import annotations
 
@@ -173,3 +183,106 @@ def format_table(rows: list[dict], columns=("ranks", "per_rank_batch", "step_tim
                 cells.append(f"{value:>15}")
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- ZeRO: memory and communication per rank
+RING_FACTORS = {"allreduce": lambda n: 2.0 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+                "allgather": lambda n: float(n - 1), "broadcast": lambda n: (n - 1) / n,
+                "send": lambda n: 1.0, "recv": lambda n: 0.0}
+
+
+def ring_bytes(op: str, payload, ranks: int):
+    """Bytes a ring algorithm sends from each rank for an ``op`` whose payload (what each rank hands in) is
+    ``payload`` bytes; 0 for one rank. A send counts its bytes once, at the sender."""
+    if op not in RING_FACTORS:
+        raise ValueError(f"ring_bytes: unknown operation {op!r}; choose one of {', '.join(RING_FACTORS)}")
+    if ranks < 1:
+        raise ValueError(f"ring_bytes: ranks must be >= 1, got {ranks}")
+    if ranks == 1 and op not in ("send", "recv"):
+        return 0.0 * np.asarray(payload, float)
+    return RING_FACTORS[op](ranks) * np.asarray(payload, float)
+
+
+def _check_zero(where: str, stage: int, ranks: int) -> None:
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"{where}: stage must be 0 (plain data parallelism), 1, 2 or 3, got {stage!r}")
+    if ranks < 1:
+        raise ValueError(f"{where}: ranks must be >= 1, got {ranks}")
+
+
+def zero_bytes_per_rank(elements: float, ranks: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2,
+                        state_bytes: float = 12) -> dict:
+    """Bytes of parameters, gradients and optimizer state each rank holds (the ZeRO paper, section 5.1).
+
+    With Ψ = ``elements``, N = ``ranks`` and p, g, K the bytes per element of each
+    (the paper's mixed-precision Adam: 2, 2, 12):
+
+        stage 0:  (p + g + K) Ψ          stage 2:  p Ψ + (g + K) Ψ/N
+        stage 1:  (p + g) Ψ + K Ψ/N      stage 3:  (p + g + K) Ψ/N
+
+    Pass the padded count N·⌈Ψ/N⌉ (``ShardedDataParallel.memory_report()["padded_elements"]``)
+    to match a sharded run to the byte.
+    """
+    _check_zero("zero_bytes_per_rank", stage, ranks)
+    shard = elements / ranks
+    out = {"parameter_bytes": param_bytes * (shard if stage >= 3 else elements),
+           "gradient_bytes": grad_bytes * (shard if stage >= 2 else elements),
+           "optimizer_bytes": state_bytes * (shard if stage >= 1 else elements)}
+    out["total_bytes"] = sum(out.values())
+    return out
+
+
+def zero_step_payloads(elements: float, ranks: int, stage: int, param_bytes: float = 2,
+                       grad_bytes: float = 2) -> dict:
+    """What one training step hands each collective on each rank, in bytes (``Communicator.traffic``).
+
+    Stage 0: one all-reduce of the gradients (g Ψ). Stages 2 and 3 (``ShardedDataParallel``, Ψ the padded
+    element count): a reduce-scatter of the gradients (g Ψ) and an all-gather of the shards (p Ψ/N).
+    Stage 1 (``ZeroRedundancyOptimizer``) shards whole parameters: its all-gather depends on the partition.
+    """
+    _check_zero("zero_step_payloads", stage, ranks)
+    if stage == 1:
+        raise ValueError("zero_step_payloads: stage 1 shards whole parameters, so its all-gather depends on the "
+                         "partition; count it with ZeroRedundancyOptimizer's communicator")
+    if stage == 0:
+        return {"allreduce": grad_bytes * elements}
+    return {"reduce_scatter": grad_bytes * elements, "allgather": param_bytes * elements / ranks}
+
+
+def zero_step_bytes(elements: float, ranks: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2) -> float:
+    """Bytes each rank sends per step on a ring: 2(N−1)/N·gΨ for stage 0; (N−1)/N·(g + p)Ψ for stages 2 and 3."""
+    return float(sum(ring_bytes(op, n, ranks)
+                     for op, n in zero_step_payloads(elements, ranks, stage, param_bytes, grad_bytes).items()))
+
+
+
+# ---------------------------------------------------------------- tensor and pipeline parallelism: bytes per step
+def tensor_parallel_step_payloads(tokens: int, width: int, blocks: int, itemsize: int = 4) -> dict:
+    """What one training step of a Megatron-split transformer hands the all-reduce, on each rank of the group.
+
+    Each block all-reduces its attention's and its MLP's output forward (g: 2 activations of
+    ``tokens × width``) and the gradients of their inputs backward (f: 2 more), so
+    4 · blocks · tokens · width · itemsize bytes, whatever the tensor-parallel size N; a ring
+    then sends 2(N−1)/N of that from each rank (:func:`ring_bytes`).
+    """
+    return {"allreduce": 4 * blocks * tokens * width * itemsize}
+
+
+def pipeline_step_payloads(stage: int, stages: int, batch: int, activation_elements: int, itemsize: int = 4) -> dict:
+    """Bytes stage ``stage`` sends and receives in one pipeline step (the micro-batches add up to the batch).
+
+    Every stage but the last sends each micro-batch's activations forward (``batch ×
+    activation_elements`` values in all) and every stage but the first sends their gradients
+    back, as many bytes; each receives what its neighbours send it. The micro-batch count
+    changes the number of messages, not their total.
+    """
+    one_way = batch * activation_elements * itemsize
+    sends = (one_way if stage < stages - 1 else 0) + (one_way if stage > 0 else 0)
+    return {"send": sends, "recv": sends}
+
+
+def pipeline_bubble(stages: int, micro_batches: int) -> float:
+    """The idle fraction of GPipe and 1F1B with equal stages and free messages: (p − 1)/(m + p − 1)."""
+    if stages < 1 or micro_batches < 1:
+        raise ValueError(f"pipeline_bubble: stages and micro_batches must be >= 1, got {stages}, {micro_batches}")
+    return (stages - 1) / (micro_batches + stages - 1)

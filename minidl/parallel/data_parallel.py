@@ -21,13 +21,19 @@ gradient buffer is ever written in place). Buckets turn hundreds of small
 messages, each paying the latency α, into a few large ones that run at the
 network's bandwidth.
 
-Overlap of communication with backward is not done. It needs a signal "this
-parameter's gradient is final" during the backward walk, and minidl's walk has
-no gradient hooks: a leaf receives one contribution per use and nothing marks
-the last one without a use count. On the CPU backend it would also buy
-little, since NumPy and MPI share one Python thread. So the buckets are
-all-reduced one after the other, after ``backward()``; the cost model in
-:mod:`minidl.parallel.cost_model` counts communication as not overlapped.
+With ``overlap=True`` the buckets travel during the backward pass instead
+(Li et al. 2020, "PyTorch Distributed", section 3.2.3). The forward pass
+counts, with a FunctionHook, how many recorded ops use each parameter; the
+backward walk then counts them down (the same hook, after each node's
+backward) and a parameter whose count reaches zero has its final gradient.
+As soon as every parameter of a bucket is final, the bucket is packed and a
+non-blocking all-reduce starts (``iallreduce_``: ``MPI_Iallreduce``, or NCCL
+on a stream of its own), while backward goes on with the layers below;
+``sync_gradients()`` starts whatever is left and waits. Buckets fill in the
+order gradients arrive, last layer first, so the plan is in reverse
+parameter order. The sums are the same numbers as without overlap. On the
+CPU the gain is small: MPI advances a non-blocking collective mostly when it
+is called, and NumPy and MPI share the process's one thread.
 
 Known limits of the equivalence: BatchNorm normalizes with each rank's own
 slice statistics (as in PyTorch's DDP without SyncBatchNorm); dropout draws
@@ -38,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import enable_grad, is_grad_enabled
+from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
 from minidl.nn.module import Module
 from minidl.optim.optimizer import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
@@ -61,13 +67,16 @@ class DataParallel(Module):
         bucket_bytes: the size of one all-reduce message.
         reduction: ``"mean"`` (the loss is a mean over samples: gradients are
             averaged, weighted by sample counts) or ``"sum"`` (they are summed).
+        overlap: all-reduce each bucket during the backward pass, as soon as its
+            gradients are final (see the module docstring); the same numbers.
 
     The forward pass counts the samples of each call (the first argument's
     length) while training, for the weights; ``sync_gradients(num_samples=n)``
     overrides the count. ``state_dict()`` has the wrapped model's keys, without a prefix.
     """
 
-    def __init__(self, module: Module, comm=None, bucket_bytes: int = BUCKET_BYTES, reduction: str = "mean"):
+    def __init__(self, module: Module, comm=None, bucket_bytes: int = BUCKET_BYTES, reduction: str = "mean",
+                 overlap: bool = False):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DataParallel: expected a minidl Module, got {type(module).__name__}")
@@ -80,6 +89,8 @@ class DataParallel(Module):
             comm = init()
         self.module = module
         self.comm, self.bucket_bytes, self.reduction = comm, bucket_bytes, reduction
+        self.overlap = bool(overlap)
+        self._overlap_step = None   # the buckets in flight of this step (overlap=True)
         self.samples_seen = 0       # samples since the last sync (this rank)
         self.last_sync = {}         # what the last sync_gradients did: buckets, bytes, weight
         self._plan_key, self._plan = None, []
@@ -93,7 +104,18 @@ class DataParallel(Module):
                 self.samples_seen += len(args[0])
             except TypeError:
                 pass  # an input without a length: weights fall back to 1/N
-        return self.module(*args, **kwargs)
+        if not (self.overlap and self.training and is_grad_enabled()):
+            return self.module(*args, **kwargs)
+        if self._overlap_step is not None:
+            self._overlap_step.close()  # a forward without its sync: start over
+        params = self._trainable()
+        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        with counter:
+            out = self.module(*args, **kwargs)
+        self._overlap_step = _OverlapStep(self, params, counter.uses)
+        if isinstance(out, Tensor) and out.requires_grad:
+            out = _BackwardStarts(self._overlap_step)(out)
+        return out
 
     def named_parameters(self, prefix: str = "", recurse: bool = True):
         return self.module.named_parameters(prefix, recurse)
@@ -129,6 +151,14 @@ class DataParallel(Module):
         without a gradient on every rank keeps ``grad = None`` (so the optimizer
         skips it, as one process would).
         """
+        if self._overlap_step is not None:
+            if num_samples is not None:
+                raise ValueError("DataParallel.sync_gradients: with overlap=True the gradients were weighted by the "
+                                 "forward pass's sample counts while backward ran; num_samples cannot change them")
+            step, self._overlap_step = self._overlap_step, None
+            self.samples_seen = 0
+            self.last_sync = step.finish()
+            return
         params = self._trainable()
         count = self.samples_seen if num_samples is None else int(num_samples)
         self.samples_seen = 0
@@ -156,16 +186,25 @@ class DataParallel(Module):
                     p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
         self.last_sync = {"buckets": len(plan), "bytes": sent, "weight": weight, "samples": int(total)}
 
+    def after_step(self) -> None:
+        """Called by :class:`DistributedOptimizer` after each update (nothing to do here; ZeRO-2 all-gathers)."""
+
+    def check_optimizer(self, optimizer) -> None:
+        """Called by :class:`DistributedOptimizer`: every optimizer works with plain data parallelism."""
+
     def _trainable(self):
         return [p for p in self.module.parameters() if p.requires_grad]
 
     def _bucket_plan(self, params):
-        """Buckets of (parameter index, offset), in parameter order, split by dtype/device and size."""
+        """Buckets of (parameter index, offset), in parameter order (reversed with overlap: the order
+        gradients arrive in), split by dtype/device and size."""
         key = tuple((p.dtype.str, p.device, p.numel()) for p in params)
         if key == self._plan_key:
             return self._plan
         plan, open_buckets = [], {}  # (dtype, device) -> (bucket list, bytes so far)
-        for index, p in enumerate(params):
+        order = range(len(params) - 1, -1, -1) if self.overlap else range(len(params))
+        for index in order:
+            p = params[index]
             kind = (p.dtype.str, p.device)
             bucket, used = open_buckets.get(kind, (None, 0))
             if bucket is None or (used and used + p.data.nbytes > self.bucket_bytes):
@@ -192,6 +231,125 @@ def _pack(params, bucket, weight: float):
         else:
             p.xp.multiply(p.grad.data.reshape(-1), weight, out=piece)
     return flat
+
+
+class _UseCounter(FunctionHook):
+    """During a forward: how many recorded ops take each parameter as an input."""
+
+    def __init__(self, positions: dict):
+        self.positions, self.uses = positions, [0] * len(positions)
+
+    def forward_postprocess(self, function, inputs, outputs):
+        if function.inputs:  # recorded: its backward will run
+            for x in inputs:
+                index = self.positions.get(id(x))
+                if index is not None:
+                    self.uses[index] += 1
+
+
+class _GradientReady(FunctionHook):
+    """During a backward: counts each parameter's uses down; at zero its gradient is final."""
+
+    def __init__(self, step: "_OverlapStep"):
+        self.step = step
+
+    def backward_preprocess(self, function, grad_outputs):
+        self.step.start_ready_buckets()  # the previous node's gradients are accumulated by now
+
+    def backward_postprocess(self, function, grad_outputs, grad_inputs):
+        if grad_inputs is None or not function.inputs:
+            return
+        for x, g in zip(function.inputs, grad_inputs):
+            index = self.step.positions.get(id(x))
+            if index is not None and g is not None:
+                self.step.used(index)
+
+
+class _BackwardStarts(Function):
+    """y = x;  dx = dy, and from here on the gradient hook watches the backward walk (overlap)."""
+
+    def __init__(self, step: "_OverlapStep"):
+        self.step = step
+
+    def forward(self, x):
+        return x.view()
+
+    def backward(self, gy):
+        self.step.open()
+        return (gy,)
+
+
+class _OverlapStep:
+    """One step's buckets with overlap: which parameters are final, which buckets are in flight."""
+
+    def __init__(self, dp: DataParallel, params, uses):
+        self.dp, self.params, self.uses = dp, params, list(uses)
+        self.positions = {id(p): i for i, p in enumerate(params)}
+        comm = dp.comm
+        counts = np.array([dp.samples_seen], np.float64)
+        comm.host_allreduce_(counts)  # the weights are needed as soon as the first bucket starts
+        if dp.reduction == "sum":
+            self.weight = 1.0
+        elif counts[0] > 0:
+            self.weight = float(dp.samples_seen) / float(counts[0])
+        else:
+            self.weight = 1.0 / comm.size
+        self.total = int(counts[0])
+        self.plan = dp._bucket_plan(params)
+        self.bucket_of = {index: b for b, bucket in enumerate(self.plan) for index, _ in bucket}
+        self.waiting = [len(bucket) for bucket in self.plan]   # parameters not yet final, per bucket
+        self.ready, self.flights, self.hook = [], {}, None
+        self.started_in_backward = 0
+        for index, count in enumerate(self.uses):
+            if count == 0:  # not used (or frozen path): final from the start
+                self.ready.append(index)
+
+    def open(self):
+        if self.hook is None:
+            self.hook = _GradientReady(self)
+            self.hook.__enter__()
+
+    def close(self):
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook.__exit__(None, None, None)
+
+    def used(self, index: int):
+        self.uses[index] -= 1
+        if self.uses[index] == 0:
+            self.ready.append(index)
+
+    def start_ready_buckets(self, in_backward: bool = True):
+        ready, self.ready = self.ready, []
+        for index in ready:
+            b = self.bucket_of[index]
+            self.waiting[b] -= 1
+            if self.waiting[b] == 0:
+                flat = _pack(self.params, self.plan[b], self.weight)
+                self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
+                self.started_in_backward += in_backward
+
+    def finish(self) -> dict:
+        """Start the buckets left, wait for every one, and hand each parameter its summed gradient."""
+        self.close()
+        self.start_ready_buckets(in_backward=False)
+        for b, bucket in enumerate(self.plan):
+            if b not in self.flights:  # a parameter counted uses that never ran backward
+                flat = _pack(self.params, bucket, self.weight)
+                self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
+        present = np.array([p.grad is not None for p in self.params], np.float64)
+        self.dp.comm.host_allreduce_(present)
+        sent = 0
+        for b, bucket in enumerate(self.plan):
+            flat, flight = self.flights[b]
+            flight.wait()
+            sent += flat.nbytes
+            for index, offset in bucket:
+                p = self.params[index]
+                if present[index] > 0:
+                    p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
+        return {"buckets": len(self.plan), "bytes": sent, "weight": self.weight, "samples": self.total,
+                "started_in_backward": self.started_in_backward}
 
 
 def _group_by_kind(tensors):
@@ -238,6 +396,7 @@ class DistributedOptimizer(WrapsOptimizer):
     def __init__(self, optimizer, model: DataParallel):
         if not isinstance(model, DataParallel):
             raise TypeError(f"DistributedOptimizer: model must be a DataParallel, got {type(model).__name__}")
+        model.check_optimizer(optimizer)
         self.optimizer, self.model = optimizer, model
         self._synchronized = False
 
@@ -261,6 +420,7 @@ class DistributedOptimizer(WrapsOptimizer):
             self._synchronized = False
         self.synchronize()
         self.optimizer.step()
+        self.model.after_step()
         self._synchronized = False
         return loss
 

@@ -25,7 +25,8 @@ def run(name, comm, device):
     if device != "cpu":
         model.to(device)
     facts = {}
-    dp = parallel.DataParallel(model, comm, bucket_bytes=256 if name.startswith("small_buckets") else 25 * 2**20)
+    dp = parallel.DataParallel(model, comm, bucket_bytes=256 if "small_buckets" in name else 25 * 2**20,
+                               overlap=name.startswith("overlap"))
     if loop == "zero":
         inner = parallel.ZeroRedundancyOptimizer(dp.parameters(), optim.Adam if kind == "adam" else optim.SGD,
                                                  comm, **({"lr": 0.01} if kind == "adam" else

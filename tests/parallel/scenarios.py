@@ -28,6 +28,10 @@ SCENARIOS = {
     "zero_sgd_f32": ("sgd", "float32", 12, "zero"),
     "trainer_adam_f64": ("adam", "float64", 12, "trainer"),
     "trainer_clip_sgd_f64": ("sgd", "float64", 12, "trainer_clip"),
+    # overlap=True: buckets all-reduced while backward runs (Iallreduce), the same numbers
+    "overlap_adam_f64": ("adam", "float64", 12, "manual"),
+    "overlap_small_buckets_uneven_adam_f64": ("adam", "float64", 11, "manual"),
+    "overlap_trainer_clip_sgd_f64": ("sgd", "float64", 12, "trainer_clip"),
 }
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 

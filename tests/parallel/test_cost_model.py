@@ -80,3 +80,31 @@ def test_break_even_batch():
     model = _model()
     assert model.break_even_batch(2) == pytest.approx((4e-5 + 1e-2 - 5e-3) / 1e-3)
     assert "efficiency" in format_table(model.strong_scaling(64))
+
+
+# ---------------------------------------------------------------- ZeRO
+def test_zero_memory_is_the_papers_figure_1():
+    """Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B parameters, N = 64, mixed-precision Adam (2 + 2 + 12 bytes):
+    120 GB per rank without ZeRO, 31.4 GB with stage 1, 16.6 GB with stage 2, 1.9 GB with stage 3."""
+    from minidl.parallel.cost_model import zero_bytes_per_rank
+    totals = [zero_bytes_per_rank(7.5e9, 64, stage)["total_bytes"] / 1e9 for stage in range(4)]
+    assert totals == pytest.approx([120.0, 31.40625, 16.640625, 1.875])
+    stage2 = zero_bytes_per_rank(7.5e9, 64, 2)
+    assert stage2["parameter_bytes"] == 2 * 7.5e9 and stage2["gradient_bytes"] == 2 * 7.5e9 / 64
+    with pytest.raises(ValueError, match="stage must be 0"):
+        zero_bytes_per_rank(10, 2, 4)
+
+
+def test_ring_bytes_and_the_zero_step_by_hand():
+    from minidl.parallel.cost_model import ring_bytes, zero_step_bytes, zero_step_payloads
+    assert ring_bytes("allreduce", 1000, 4) == pytest.approx(1500)     # 2·3/4
+    assert ring_bytes("reduce_scatter", 1000, 4) == pytest.approx(750)  # 3/4 of the whole vector
+    assert ring_bytes("allgather", 250, 4) == pytest.approx(750)        # the 3 other shards
+    assert ring_bytes("allreduce", 1000, 1) == 0.0
+    assert zero_step_payloads(1000, 4, 2, 2, 2) == {"reduce_scatter": 2000, "allgather": 500}
+    # stages 2 and 3 here send what an all-reduce of the gradients sends (the paper's stage 3 sends 1.5×)
+    assert zero_step_bytes(1000, 4, 3, 2, 2) == pytest.approx(zero_step_bytes(1000, 4, 0, 2, 2)) == 3000
+    with pytest.raises(ValueError, match="depends on the partition"):
+        zero_step_payloads(1000, 4, 1)
+    with pytest.raises(ValueError, match="unknown operation 'gather'"):
+        ring_bytes("gather", 1, 2)

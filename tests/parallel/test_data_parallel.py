@@ -95,6 +95,17 @@ def test_small_buckets_mean_several_all_reduces(job):
         assert facts["sgd_f32"]["sync"]["bytes"] == 4 * (16 * 6 + 16 + 3 * 16 + 3)
 
 
+def test_overlap_starts_buckets_during_backward(job):
+    """256-byte buckets filled last layer first; in float64 no two parameters fit in one (fc2.bias 24 B,
+    fc2.weight 384 B, fc1.bias 128 B, fc1.weight 768 B), so 4 buckets. fc2's two are final once fc2's backward
+    has run, and start while backward goes on through fc1; fc1's are final at the last node, and start at the sync."""
+    _, outputs = job
+    for _, facts in outputs:
+        sync = facts["overlap_small_buckets_uneven_adam_f64"]["sync"]
+        assert sync["buckets"] == 4 and sync["started_in_backward"] == 2
+        assert facts["overlap_adam_f64"]["sync"]["buckets"] == 1
+
+
 def test_zero_shards_the_optimizer_state(job):
     ranks, outputs = job
     _, reference_opt = _reference("zero_adam_f64")
@@ -124,6 +135,17 @@ def test_an_exception_on_one_rank_ends_the_job_naming_the_rank(tmp_path):
     assert "deliberate failure at step 3" in result.stderr
     assert "finished without an abort" not in result.stdout
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
+
+
+def test_an_exception_in_a_pipeline_stage_ends_the_job_while_the_other_waits_for_it(tmp_path):
+    start = time.perf_counter()
+    cmd = launch.mpiexec_command(2, [os.path.join(HERE, "fault_worker.py"), "pipeline"], use_mpi4py_runner=False)
+    env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode != 0
+    assert "rank 1 of 2 failed" in result.stderr and "deliberate failure at step 3" in result.stderr
+    assert "finished without an abort" not in result.stdout
+    assert time.perf_counter() - start < 30
 
 
 def test_mismatched_models_are_detected_at_start():

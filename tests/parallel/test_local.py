@@ -172,3 +172,33 @@ def test_mpiexec_command_has_the_flags_open_mpi_needs(monkeypatch):
     assert launch.mpiexec_flags(8, "/x/mpiexec") == []
     with pytest.raises(ValueError, match="positive int"):
         launch.mpiexec_command(0, [])
+
+
+# ---------------------------------------------------------------- overlap
+def test_overlap_in_a_world_of_one_gives_the_same_gradients_and_starts_buckets_in_backward():
+    from minidl import autograd
+    a, b = _model(), _model()
+    plain = parallel.DataParallel(a, parallel.LocalComm(), bucket_bytes=100)
+    overlapped = parallel.DataParallel(b, parallel.LocalComm(), bucket_bytes=100, overlap=True)
+    x, y = np.random.default_rng(2).normal(size=(5, 4)), np.array([0, 1, 2, 0, 1])
+    for dp in (plain, overlapped):
+        cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()
+        dp.sync_gradients()
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.grad.data, q.grad.data)
+    # buckets of 100 B in reverse order: [2.bias], [2.weight], [0.bias], [0.weight]; the last Linear's two
+    # are final after its backward, the first's only at the last node: they start at the sync
+    assert overlapped.last_sync["buckets"] == 4 and overlapped.last_sync["started_in_backward"] == 2
+    assert autograd._hooks == ()  # the gradient hook is gone after the sync
+
+
+def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without_sync():
+    from minidl import autograd
+    dp = parallel.DataParallel(_model(), parallel.LocalComm(), overlap=True)
+    x, y = np.ones((2, 4)), np.array([0, 1])
+    cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()
+    with pytest.raises(ValueError, match="num_samples cannot change them"):
+        dp.sync_gradients(num_samples=4)
+    cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()  # its hook opened during backward
+    dp(mdl.tensor(x))                                            # a new forward first closes it
+    assert autograd._hooks == ()

@@ -135,3 +135,97 @@ def test_start_up_reaches_libnccl(nccl, monkeypatch):
     with pytest.raises(nccl.NcclError) as info:
         comm.NCCLComm()
     assert info.value.status == NCCL_UNHANDLED_CUDA_ERROR, str(info.value)
+
+
+# ---------------------------------------------------------------- point to point and groups
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_send_and_recv_reach_libnccl(null_world, nccl, dtype):
+    _fails_inside_libnccl(nccl, lambda: null_world.send(_DeviceArray((2, 3), dtype), 1))
+    _fails_inside_libnccl(nccl, lambda: null_world.recv_(_DeviceArray((2, 3), dtype), 1))
+
+
+def test_a_wrong_send_fails_before_libnccl(null_world, nccl):
+    x = _DeviceArray((4,), "float32")
+    with pytest.raises(TypeError):  # the peer left out
+        null_world.comm.send(x.data.ptr, x.size, nccl.NCCL_FLOAT32, 0)
+    with pytest.raises(ValueError, match="cannot exchange with peer 0"):  # to itself: minidl's own error
+        null_world.send(x, 0)
+
+
+class _SubGroupMPI:
+    """What NCCLComm reads of an MPI communicator of a 3-rank group, seen from the group's rank ``rank``:
+    rank, size, and the broadcast that carries the unique id (recorded)."""
+
+    def __init__(self, mpi_comm, rank=1):
+        self.comm, self.rank, self.size, self.local_rank, self.local_size = self, rank, 3, 0, 1
+        self.bcasts, self.origin = [], mpi_comm
+
+    def bcast(self, obj, root):
+        self.bcasts.append((obj, root))
+        return obj if obj is not None else bytes(range(128))  # rank 0's id, as rank 1 receives it
+
+
+@pytest.mark.parametrize("group_rank", [0, 1])
+def test_split_makes_a_group_communicator_whose_id_goes_over_the_groups_mpi(nccl, null_world, monkeypatch,
+                                                                              group_rank):
+    """split: MPI_Comm_split, then NcclCommunicator(3, id, rank in the group) with the id broadcast by the
+    group's rank 0 over the group's MPI communicator; libnccl refuses only for lack of CUDA."""
+    splits, made = [], []
+    null_world.mpi = types.SimpleNamespace(comm=types.SimpleNamespace(
+        Split=lambda color, key: splits.append((color, key)) or "group's MPI communicator"))
+    null_world.rank, null_world.device_index = 2, 0
+
+    def group_mpi(mpi_comm):
+        made.append(_SubGroupMPI(mpi_comm, rank=group_rank))
+        return made[-1]
+
+    monkeypatch.setattr(backend, "cupy_module", _fake_cupy)
+    monkeypatch.setattr(backend, "nccl", lambda: nccl)
+    monkeypatch.setattr(comm, "MPIComm", group_mpi)
+    with pytest.raises(nccl.NcclError) as info:
+        null_world.split(5, key=group_rank)
+    assert info.value.status == NCCL_UNHANDLED_CUDA_ERROR, str(info.value)
+    assert splits == [(5, group_rank)]
+    (group,) = made
+    assert group.origin == "group's MPI communicator"
+    ((sent, root),) = group.bcasts
+    assert root == 0 and (isinstance(sent, bytes) and len(sent) == 128) == (group_rank == 0)
+    assert (sent is None) == (group_rank == 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter_reaches_libnccl(null_world, nccl, dtype):
+    _fails_inside_libnccl(nccl, lambda: null_world.reduce_scatter(_DeviceArray((6,), dtype)))
+
+
+def test_reduce_scatter_needs_a_length_that_divides(null_world):
+    with pytest.raises(ValueError, match=r"length divides by the 2 ranks; got shape \(5,\)"):
+        null_world.reduce_scatter(_DeviceArray((5,), "float32"))
+
+
+def test_sendrecv_reaches_libnccl_inside_a_group(null_world, nccl):
+    """ncclGroupStart, then the send, which libnccl refuses for the NULL communicator (ncclGroupEnd follows)."""
+    _fails_inside_libnccl(nccl, lambda: null_world.sendrecv_(_DeviceArray((3,), "float32"), 1,
+                                                             _DeviceArray((3,), "float32"), 1))
+
+
+def test_iallreduce_runs_on_a_side_stream_after_the_current_one(null_world, nccl):
+    """The all-reduce is queued on a stream of its own that first waits for the current stream's work
+    (an event), and its wait() makes the current stream wait for it; the call itself reaches libnccl."""
+    calls = []
+
+    class Event:
+        def record(self, stream=None):
+            calls.append(("record", stream.ptr))
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.ptr = 17  # a side stream's handle, as libnccl receives it
+
+        def wait_event(self, event):
+            calls.append(("side waits", type(event).__name__))
+
+    null_world.cp.cuda.Event, null_world.cp.cuda.Stream = Event, Stream
+    _fails_inside_libnccl(nccl, lambda: null_world.iallreduce_(_DeviceArray((4,), "float32")))
+    assert calls == [("record", 0), ("side waits", "Event")]  # recorded on the current stream (ptr 0)
+    assert null_world._side_stream.ptr == 17

@@ -1,0 +1,314 @@
+"""Pipeline parallelism: a Sequential cut into stages, one per rank, fed micro-batches.
+
+Rank s holds layers ``boundaries[s] .. boundaries[s+1]`` of the model: 1/p of
+the weights when the cut is even. A global batch is split into m
+micro-batches; the activations of each go forward from stage to stage (a send
+and a receive between neighbours) and its gradients come back the same way.
+The gradient of the mean loss is the mean of the micro-batches' mean-loss
+gradients (equal micro-batches), accumulated in each stage's parameters, so
+one optimizer step per global batch trains as one process does.
+
+Two schedules (the order of each stage's forward F_k and backward B_k):
+
+    GPipe (Huang et al. 2019):    F_0 F_1 … F_{m−1}  B_0 B_1 … B_{m−1}
+    1F1B (PipeDream-Flush, Narayanan et al. 2021):
+        w = min(p − 1 − s, m) forwards to fill the pipe, then one forward and
+        one backward in turn, then the w backwards left
+
+Both leave each stage idle while the pipe fills and drains. With a forward
+taking t_f and a backward t_b on every stage and free communication, a step
+takes (m + p − 1)(t_f + t_b) of which each stage computes m(t_f + t_b), so the
+idle fraction, the *bubble*, is
+
+    bubble = (p − 1) / (m + p − 1)
+
+for both schedules: more micro-batches shrink it. What 1F1B changes is memory:
+GPipe holds the activations of all m micro-batches at once on every stage,
+1F1B at most p − s (a stage starts a backward as soon as it can, releasing a
+micro-batch's activations), so m can grow without the memory growing.
+
+Messages: a stage posts a send together with the receive that follows it
+from the same neighbour (``Communicator.sendrecv_``): in 1F1B's steady state
+two neighbours each send and then receive from the other, which blocking
+sends alone would deadlock once a message is too large to buffer.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from minidl.autograd import backward as autograd_backward
+from minidl.nn.containers import Sequential
+from minidl.nn.module import Module
+from minidl.tensor import Tensor
+
+SCHEDULES = ("gpipe", "1f1b")
+_DTYPES = ("float64", "float32", "float16", "int64", "int32")  # what a stage may hand the next
+
+
+def schedule(kind: str, stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The ops of ``stage``, in order: ("F", k) a forward, ("B", k) a backward of micro-batch k."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"pipeline schedule: unknown {kind!r}; choose one of {', '.join(SCHEDULES)}")
+    m = micro_batches
+    if kind == "gpipe":
+        return [("F", k) for k in range(m)] + [("B", k) for k in range(m)]
+    warmup = min(stages - 1 - stage, m)
+    ops = [("F", k) for k in range(warmup)]
+    for k in range(m - warmup):
+        ops += [("F", warmup + k), ("B", k)]
+    return ops + [("B", k) for k in range(m - warmup, m)]
+
+
+def simulate(kind: str, stages: int, micro_batches: int, forward_time: float = 1.0,
+             backward_time: float = 2.0) -> list[list[tuple[str, int, float, float]]]:
+    """The ideal timeline of a schedule: every forward takes ``forward_time``, every backward
+    ``backward_time``, messages are free. Per stage: (kind, micro-batch, start, end)."""
+    ops = [schedule(kind, s, stages, micro_batches) for s in range(stages)]
+    done, position, free = {}, [0] * stages, [0.0] * stages
+    timelines = [[] for _ in range(stages)]
+    remaining = sum(len(o) for o in ops)
+    while remaining:
+        progressed = False
+        for s in range(stages):
+            if position[s] == len(ops[s]):
+                continue
+            op, k = ops[s][position[s]]
+            needs = (s - 1, "F", k) if op == "F" else (s + 1, "B", k)
+            ready = 0.0
+            if (op == "F" and s > 0) or (op == "B" and s < stages - 1):
+                if needs not in done:
+                    continue
+                ready = done[needs]
+            elif op == "B":  # the last stage: its own forward of k
+                ready = done[(s, "F", k)]
+            start = max(free[s], ready)
+            end = start + (forward_time if op == "F" else backward_time)
+            done[(s, op, k)] = free[s] = end
+            timelines[s].append((op, k, start, end))
+            position[s] += 1
+            remaining -= 1
+            progressed = True
+        if not progressed:  # pragma: no cover - every schedule above makes progress
+            raise RuntimeError(f"pipeline schedule {kind!r} cannot proceed")
+    return timelines
+
+
+def bubble_fraction(timelines) -> float:
+    """Idle time over total time, all stages together: 1 − Σ busy / (stages · makespan)."""
+    start = min(t[2] for line in timelines for t in line)
+    end = max(t[3] for line in timelines for t in line)
+    busy = sum(t[3] - t[2] for line in timelines for t in line)
+    return 1.0 - busy / (len(timelines) * (end - start))
+
+
+def draw_timeline(timelines, ax=None, title: str | None = None):
+    """The schedule as every course draws it: one row per stage, forwards light, backwards dark, idle blank."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 0.5 + 0.45 * len(timelines)))[1]
+    origin = min(t[2] for line in timelines for t in line)
+    for s, line in enumerate(timelines):
+        for op, k, start, end in line:
+            ax.barh(s, end - start, left=start - origin, color="#9ecae1" if op == "F" else "#3182bd",
+                    edgecolor="white")
+            ax.text((start + end) / 2 - origin, s, str(k), ha="center", va="center", fontsize=7,
+                    color="black" if op == "F" else "white")
+    ax.set_yticks(range(len(timelines)), [f"stage {s}" for s in range(len(timelines))])
+    ax.invert_yaxis()
+    ax.set_xlabel("time")
+    ax.set_title(title or f"bubble {bubble_fraction(timelines):.0%}")
+    return ax
+
+
+def message_plan(kind: str, stage: int, stages: int, micro_batches: int) -> list[tuple[str, int, str, str]]:
+    """The schedule of ``stage`` with its messages: (op, micro-batch, before, after).
+
+    before: None, "recv" (the activation from the previous stage for F, the gradient from the next
+    for B) or "sendrecv" (that receive together with the held result of the previous op, which goes
+    to the same neighbour); after: None, "send" (the output to the next stage for F, the input's
+    gradient to the previous for B) or "hold" (sent with the next op's receive, from the same peer).
+    """
+    ops = schedule(kind, stage, stages, micro_batches)
+    plan, held_for = [], None
+    for op, k in ops:
+        source = stage - 1 if op == "F" else stage + 1
+        before = None
+        if (op == "F" and stage > 0) or (op == "B" and stage < stages - 1):
+            before = "sendrecv" if held_for == source else "recv"
+        if held_for is not None and before != "sendrecv":  # a held result whose peer this op does not hear from
+            plan[-1] = plan[-1][:3] + ("send",)
+        held_for = None
+        dest = stage + 1 if op == "F" else stage - 1
+        after = None
+        if 0 <= dest < stages and not (op == "F" and stage == stages - 1):
+            after, held_for = "hold", dest
+        plan.append((op, k, before, after))
+    if held_for is not None:
+        plan[-1] = plan[-1][:3] + ("send",)
+    return plan
+
+
+def _as_tensor(x):
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+def equal_boundaries(layers: int, stages: int) -> list[int]:
+    """Stage s gets layers s·L/p .. (s+1)·L/p; the layer count must divide by the stages."""
+    if stages < 1 or layers % stages:
+        valid = ", ".join(str(d) for d in range(1, layers + 1) if layers % d == 0)
+        raise ValueError(f"Pipeline: {layers} layers do not divide into {stages} stages of equal length; choose a "
+                         f"number of stages among {valid}, or give boundaries=[0, ..., {layers}] yourself")
+    return [s * layers // stages for s in range(stages + 1)]
+
+
+class Pipeline(Module):
+    """``Pipeline(model, comm, micro_batches, schedule="1f1b", boundaries=None)``: this rank's stage of ``model``.
+
+    ``model`` is an ``nn.Sequential`` built the same way on every rank; rank s
+    keeps ``model[boundaries[s]:boundaries[s+1]]`` (``self.stage``) and
+    ``parameters()`` are that stage's. ``boundaries`` defaults to an equal
+    number of layers per stage. One training step on the global batch:
+
+        opt.zero_grad()
+        loss = pipe.train_step(x, y, F.cross_entropy)   # every rank passes the batch; returns the mean loss
+        opt.step()                                      # each rank updates its own stage
+
+    ``timeline`` holds the last step's (op, micro-batch, start, end) in
+    seconds (``gather_timeline()`` collects every stage's, for
+    :func:`draw_timeline` and :func:`bubble_fraction`); ``peak_in_flight``
+    the most micro-batches whose activations this stage held at once.
+    """
+
+    def __init__(self, model: Sequential, comm, micro_batches: int, schedule: str = "1f1b", boundaries=None):
+        super().__init__()
+        if not isinstance(model, Sequential):
+            raise TypeError(f"Pipeline: the model must be an nn.Sequential (its layers are cut into stages), "
+                            f"got {type(model).__name__}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"Pipeline: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError(f"Pipeline: micro_batches must be a positive int, got {micro_batches!r}")
+        layers = len(model)
+        if boundaries is None:
+            boundaries = equal_boundaries(layers, comm.size)
+        boundaries = [int(b) for b in boundaries]
+        if (len(boundaries) != comm.size + 1 or boundaries[0] != 0 or boundaries[-1] != layers
+                or any(a >= b for a, b in zip(boundaries, boundaries[1:]))):
+            raise ValueError(f"Pipeline: boundaries must be {comm.size + 1} increasing layer indices from 0 to "
+                             f"{layers} (one stage per rank, none empty), got {boundaries}")
+        self.comm, self.micro_batches, self.schedule_kind = comm, micro_batches, schedule
+        self.boundaries = boundaries
+        self.stage_index, self.stages = comm.rank, comm.size
+        self.stage = Sequential(*[model[i] for i in range(boundaries[comm.rank], boundaries[comm.rank + 1])])
+        self.timeline, self.peak_in_flight = [], 0
+        self._shapes = {}
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage_index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage_index == self.stages - 1
+
+    def forward(self, x):
+        return self.stage(x)
+
+    # ------------------------------------------------------------ one training step
+    def train_step(self, x, y, loss_fn) -> float:
+        """Forward and backward of the global batch (x, y) in micro-batches; gradients accumulate in the
+        stage's parameters. Returns the mean loss of the batch (the same number on every rank)."""
+        m = self.micro_batches
+        n = len(x)
+        if n % m:
+            valid = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+            raise ValueError(f"Pipeline.train_step: a batch of {n} does not split into {m} equal micro-batches; "
+                             f"choose micro_batches among {valid}")
+        size = n // m
+        xs = [x[k * size:(k + 1) * size] for k in range(m)]
+        ys = [y[k * size:(k + 1) * size] for k in range(m)]
+        (in_shape, in_dtype), (out_shape, out_dtype) = self._message_shapes(xs[0])
+        xp = self._xp()
+        inputs, outputs, losses = {}, {}, []
+        held = None  # the last result, when it goes out together with the next receive
+        self.timeline, self.peak_in_flight = [], 0
+        for op, k, before, after in message_plan(self.schedule_kind, self.stage_index, self.stages, m):
+            source = self.stage_index - 1 if op == "F" else self.stage_index + 1
+            received = None
+            if before is not None:
+                received = xp.empty(in_shape if op == "F" else out_shape, in_dtype if op == "F" else out_dtype)
+                if before == "sendrecv":
+                    self.comm.sendrecv_(held, source, received, source)
+                    held = None
+                else:
+                    self.comm.recv_(received, source)
+            start = time.perf_counter()
+            if op == "F":
+                inp = Tensor(received, requires_grad=True) if received is not None else _as_tensor(xs[k])
+                out = self.stage(inp)
+                if self.is_last:
+                    out = loss_fn(out, ys[k]) / m
+                    losses.append(out.data)  # read once, after the step: no host wait per micro-batch
+                inputs[k], outputs[k] = inp, out
+                self.peak_in_flight = max(self.peak_in_flight, len(outputs))
+                result = None if self.is_last else out.data
+            else:
+                out = outputs.pop(k)
+                autograd_backward([out], None if received is None else [Tensor(received)])
+                inp = inputs.pop(k)
+                result = None if self.is_first else inp.grad.data
+            self.timeline.append((op, k, start, time.perf_counter()))
+            if after == "send":
+                self.comm.send(xp.ascontiguousarray(result), self.stage_index + (1 if op == "F" else -1))
+            elif after == "hold":
+                held = xp.ascontiguousarray(result)
+        total = np.array([float(sum(losses)) if self.is_last else 0.0])
+        self.comm.host_allreduce_(total)
+        return float(total[0])
+
+    def gather_timeline(self) -> list:
+        """Every stage's timeline of the last step, times from the earliest start (a collective).
+
+        Times are ``time.perf_counter()``, one clock for every process of a machine; across
+        machines the clocks differ, and so would the picture."""
+        lines = self.comm.allgather_object(self.timeline)
+        origin = min(t[2] for line in lines for t in line)
+        return [[(op, k, start - origin, end - origin) for op, k, start, end in line] for line in lines]
+
+    def _xp(self):
+        params = list(self.stage.parameters())
+        return params[0].xp if params else np
+
+    def _message_shapes(self, first_micro_batch):
+        """(shape, dtype) of what this stage receives and what it sends, found once per input shape by
+        passing a header (ndim, shape, dtype) down the pipe, each stage running its layers on zeros."""
+        key = (tuple(np.shape(first_micro_batch)), str(getattr(first_micro_batch, "dtype", "")))
+        if key in self._shapes:
+            return self._shapes[key]
+        header = np.zeros(9, np.int64)
+        if self.is_first:
+            probe = first_micro_batch
+            in_shape = (tuple(np.shape(first_micro_batch)), np.dtype(first_micro_batch.dtype))
+        else:
+            self.comm.recv_(header, self.stage_index - 1)
+            in_shape = (tuple(int(d) for d in header[1:1 + header[0]]), np.dtype(_DTYPES[header[8]]))
+            probe = self._xp().zeros(in_shape[0], in_shape[1])
+        from minidl.autograd import no_grad
+        with no_grad():
+            out = self.stage(Tensor(probe) if not isinstance(probe, Tensor) else probe)
+        out_shape = (tuple(out.shape), np.dtype(out.dtype))
+        if not self.is_last:
+            if out.ndim > 7 or str(out.dtype) not in _DTYPES:
+                raise ValueError(f"Pipeline: stage {self.stage_index} hands the next an array of shape "
+                                 f"{tuple(out.shape)} and dtype {out.dtype}; up to 7 axes of {', '.join(_DTYPES)}")
+            header[:] = 0
+            header[0], header[1:1 + out.ndim], header[8] = out.ndim, out.shape, _DTYPES.index(str(out.dtype))
+            self.comm.send(header, self.stage_index + 1)
+        self._shapes[key] = (in_shape, out_shape)
+        return in_shape, out_shape
+
+    def extra_repr(self) -> str:
+        return (f"stage {self.stage_index} of {self.stages}: layers {self.boundaries[self.stage_index]}.."
+                f"{self.boundaries[self.stage_index + 1] - 1}, micro_batches={self.micro_batches}, "
+                f"schedule={self.schedule_kind}")

@@ -1,0 +1,323 @@
+"""ZeRO stages 2 and 3: gradients, and then the parameters too, sharded across the ranks.
+
+Plain data parallelism keeps on every rank Ψ parameters, Ψ gradients and the
+optimizer's state for Ψ parameters (K bytes each: 8 for Adam's m and v in
+float32). ZeRO (Rajbhandari et al., 2020) removes the copies, one kind at a
+time; with N ranks, the bytes per rank are
+
+    stage 0 (DataParallel):   (p + g + K) Ψ
+    stage 1 (optimizer):      (p + g) Ψ + K Ψ/N
+    stage 2 (+ gradients):    p Ψ + (g + K) Ψ/N
+    stage 3 (+ parameters):   (p + g + K) Ψ/N
+
+with p and g the bytes of one parameter and one gradient (the paper's mixed
+precision: p = g = 2, K = 12). Here every parameter of a *unit* is laid out in
+one flat vector of Ψ' = N·⌈Ψ/N⌉ entries (zeros pad the end), and rank r owns
+the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
+
+    stage 2:  backward as usual (every rank's full gradient, briefly);
+              g_r ← chunk r of Σ_s w_s·g_s       reduce-scatter: this rank's shard of the global gradient
+              shard ← optimizer(shard, g_r)       the optimizer holds state for Ψ'/N entries only
+              w ← all-gather of the shards        every rank has every updated weight again
+    stage 3:  between steps a rank keeps only its shard of the weights;
+              before a unit's forward:  its weights ← all-gather of its shards
+              after the unit's backward: its gradient reduce-scattered into the shard's gradient,
+                                         its full weights and gradients freed
+
+Units: stage 2 has one, the whole model; stage 3 shards an ``nn.Sequential``
+layer by layer (each layer with parameters is a unit), so only the layers
+whose forward has started and whose backward has not finished hold full weights.
+One departure from the paper's stage 3: a unit's weights stay gathered from
+its forward to its backward, where ZeRO frees them after the forward and
+gathers them again before the backward. minidl's ops keep the parameter
+Tensors they read in backward, version-checked, so releasing their storage in
+between would need a seam the engine does not have. The peak therefore holds
+all the weights during a training step; between steps, in evaluation (no
+backward: each unit is freed right after its forward) and in the optimizer,
+a rank holds 1/N. It also all-gathers the weights once per step instead of
+twice: 2(N−1)/N·Ψ bytes per step (as DataParallel), not the paper's 3.
+
+The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
+momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
+the whole model, so training equals one process. Optimizers that need a whole
+tensor's norm (LARS, LAMB, NovoGrad) or Hessian products (AdaHessian) would
+see a slice instead; they are refused (ZeRO stage 1, which shards by whole
+parameters, runs them).
+
+    model = parallel.ShardedDataParallel(model, comm, stage=3)
+    opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
+    loss.backward(); opt.step()                   # reduce-scatter (stage 2), step, all-gather (stage 2)
+
+Clipping by the global norm must add the squares of every rank's shard:
+``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()``. The Trainer's
+``max_grad_norm`` (``nn.utils.clip_grad_norm_`` over the parameters it is
+given) would measure this rank's shards only: with ShardedDataParallel, clip
+with :meth:`ShardedDataParallel.clip_grad_norm_` in your own loop instead.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minidl.autograd import Function, is_grad_enabled
+from minidl.nn.containers import Sequential
+from minidl.nn.module import Module, Parameter
+from minidl.parallel.data_parallel import DataParallel
+from minidl.tensor import Tensor, mark_changed
+
+_WHOLE_TENSOR_OPTIMIZERS = ("LARS", "LAMB", "NovoGrad", "AdaHessian")
+
+
+class FlatShard:
+    """The parameters of one unit laid out flat (padded to N·⌈Ψ/N⌉), and this rank's chunk as a Parameter."""
+
+    def __init__(self, params, comm, name: str, keep_full: bool):
+        kinds = {(p.dtype.str, p.device) for p in params}
+        if len(kinds) != 1:
+            raise ValueError(f"ShardedDataParallel: the parameters of {name} must share one dtype and device to "
+                             f"be laid out flat, got {sorted(kinds)}; convert the model with .to(dtype) first")
+        self.params, self.comm, self.name = params, comm, name
+        self.shapes = [tuple(p.shape) for p in params]
+        self.sizes = [math.prod(s) for s in self.shapes]
+        self.numel = sum(self.sizes)
+        self.chunk = -(-self.numel // comm.size)               # ⌈Ψ/N⌉
+        self.padded = self.chunk * comm.size                  # Ψ'
+        self.xp, self.dtype = params[0].xp, params[0].dtype
+        full = self.xp.zeros(self.padded, self.dtype)
+        self._pack(full, [p.data for p in params])
+        mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
+        if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
+            self.full = full
+            self._point_params_at(full)
+            self.shard = Parameter(full[mine])
+        else:          # stage 3: the shard is all this rank keeps
+            self.full = None
+            self.shard = Parameter(full[mine].copy())
+            self.release()
+
+    def _pack(self, out, arrays):
+        offset = 0
+        for array, size in zip(arrays, self.sizes):
+            if array is None:
+                out[offset:offset + size] = 0
+            else:
+                out[offset:offset + size] = array.reshape(-1)
+            offset += size
+        out[offset:] = 0
+        return out
+
+    def _point_params_at(self, full):
+        offset = 0
+        for p, shape, size in zip(self.params, self.shapes, self.sizes):
+            p.data = full[offset:offset + size].reshape(shape)
+            offset += size
+
+    def gather(self) -> None:
+        """Every rank's shard, all-gathered: the unit's parameters whole again."""
+        gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
+        if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
+            self.full[...] = gathered
+            mark_changed(*self.params)
+        else:
+            self._point_params_at(gathered)
+
+    def release(self) -> None:
+        """Free the whole parameters (stage 3): each keeps an empty array until the next gather."""
+        empty = self.xp.empty(0, self.dtype)
+        for p in self.params:
+            p.data = empty
+            p.grad = None
+
+    def reduce_gradients(self, weight: float):
+        """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
+        flat = self.xp.empty(self.padded, self.dtype)
+        self._pack(flat, [None if p.grad is None else p.grad.data for p in self.params])
+        if weight != 1.0:
+            flat *= weight
+        for p in self.params:
+            p.grad = None
+        return self.comm.reduce_scatter(flat)
+
+    def nbytes(self) -> int:
+        return self.padded * np.dtype(self.dtype).itemsize
+
+
+class _UnitBoundary(Function):
+    """y = x (the unit's input, passed on);  dx = dy,  d(shard) = this rank's chunk of the unit's gradient.
+
+    Placed at a stage-3 unit's input with the unit's shard as a second input:
+    its backward runs when the unit's backward is done, reduce-scatters the
+    unit's gradients into the shard's gradient and frees the whole weights.
+    """
+
+    def __init__(self, unit: FlatShard, owner: "ShardedDataParallel"):
+        self.unit, self.owner = unit, owner
+
+    def forward(self, x, shard):
+        return x.view()
+
+    def backward(self, gy):
+        shard_grad = Tensor(self.unit.reduce_gradients(self.owner.gradient_weight))
+        self.unit.release()
+        return (gy if self.inputs[0].requires_grad else None), shard_grad
+
+
+class ShardedDataParallel(DataParallel):
+    """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3)``.
+
+    ``parameters()`` are the shards (flat vectors, one per unit): give them to
+    an elementwise optimizer and wrap it in :class:`DistributedOptimizer`,
+    whose ``step()`` calls :meth:`sync_gradients` and :meth:`after_step`.
+    Starts like :class:`DataParallel` (rank 0's weights everywhere, the same
+    architecture checked on every rank). ``gather_parameters()`` puts the
+    whole weights back into the wrapped model (a collective), for saving or
+    comparing; ``memory_report()`` measures what this rank holds.
+    """
+
+    def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean"):
+        if stage not in (2, 3):
+            raise ValueError(f"ShardedDataParallel: stage must be 2 (gradients and optimizer state sharded) or 3 "
+                             f"(parameters too), got {stage!r}; for stage 1 use ZeroRedundancyOptimizer")
+        if stage == 3 and not isinstance(module, Sequential):
+            raise TypeError(f"ShardedDataParallel(stage=3) shards an nn.Sequential layer by layer, got "
+                            f"{type(module).__name__}; put the model's blocks in an nn.Sequential, or use stage=2")
+        super().__init__(module, comm, reduction=reduction)
+        self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
+        if stage == 2:
+            params = [p for p in module.parameters() if p.requires_grad]
+            self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True))]
+        else:
+            self.units = []
+            for index, layer in enumerate(module):
+                params = [p for p in layer.parameters() if p.requires_grad]
+                shard = FlatShard(params, self.comm, f"layer {index} ({type(layer).__name__})",
+                                  keep_full=False) if params else None
+                self.units.append((layer, shard))
+
+    # ------------------------------------------------------------ what the optimizer sees
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        for index, (_, unit) in enumerate(self.units):
+            if unit is not None:
+                yield f"{prefix}shard{index}", unit.shard
+
+    # ------------------------------------------------------------ forward
+    def forward(self, x, *args, **kwargs):
+        grad_step = self.training and is_grad_enabled()
+        if grad_step:
+            self._count_samples(x)
+        if self.stage == 2:
+            return self.module(x, *args, **kwargs)
+        for layer, unit in self.units:
+            if unit is None:
+                x = layer(x)
+                continue
+            unit.gather()
+            if grad_step:
+                if not isinstance(x, Tensor):
+                    x = Tensor(x)
+                x = _UnitBoundary(unit, self)(x, unit.shard)
+                x = layer(x)
+            else:
+                x = layer(x)
+                unit.release()  # no backward will come: free at once
+        return x
+
+    def _count_samples(self, x):
+        """The weight of this rank's gradient, n_r / Σ_s n_s (a small host all-reduce of the counts)."""
+        try:
+            count = len(x)
+        except TypeError:
+            self.gradient_weight = 1.0 / self.comm.size
+            return
+        if self.reduction == "sum":
+            self.gradient_weight = 1.0
+            return
+        counts = np.array([count], np.float64)
+        self.comm.host_allreduce_(counts)
+        self.gradient_weight = count / float(counts[0])
+
+    # ------------------------------------------------------------ the step
+    def sync_gradients(self, num_samples: int | None = None) -> None:
+        """Stage 2: reduce-scatter the gradients into the shard (stage 3 did it during backward)."""
+        if num_samples is not None:
+            counts = np.array([num_samples], np.float64)
+            self.comm.host_allreduce_(counts)
+            self.gradient_weight = num_samples / float(counts[0])
+        if self.stage == 2:
+            _, unit = self.units[0]
+            unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
+
+    def after_step(self) -> None:
+        """Stage 2: all-gather the updated shards (stage 3 gathers each unit before its next forward)."""
+        if self.stage == 2:
+            self.units[0][1].gather()
+
+    def gather_parameters(self) -> None:
+        """Whole weights in the wrapped model on every rank (a collective); stage 3 frees them at the next step."""
+        for _, unit in self.units:
+            if unit is not None:
+                unit.gather()
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
+
+        ‖g‖² = Σ_ranks Σ (this rank's shard of g)²; then every shard is scaled by
+        min(1, max_norm / (‖g‖ + 1e-6)), PyTorch's rule, as one process clipping the whole gradient.
+        Call it after ``DistributedOptimizer.synchronize()`` (``nn.utils.clip_grad_norm_`` over
+        ``parameters()`` would see this rank's shards only). Returns ‖g‖ before clipping.
+        """
+        max_norm = float(max_norm)
+        if not max_norm > 0:
+            raise ValueError(f"ShardedDataParallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
+        shards = [u.shard for _, u in self.units if u is not None and u.shard.grad is not None]
+        squares = np.array([sum(float((s.grad.data.astype(np.float64) ** 2).sum()) for s in shards)])
+        self.comm.host_allreduce_(squares)
+        total = float(np.sqrt(squares[0]))
+        scale = min(max_norm / (total + 1e-6), 1.0)
+        for s in shards:
+            s.grad = Tensor(s.grad.data * s.grad.dtype.type(scale))
+        return total
+
+    def check_optimizer(self, optimizer) -> None:
+        """Refuse optimizers that need whole tensors (norms, Hessians): a shard is a slice of several."""
+        for cls in type(optimizer).__mro__:
+            if cls.__name__ in _WHOLE_TENSOR_OPTIMIZERS:
+                raise ValueError(f"ShardedDataParallel: {type(optimizer).__name__} needs whole tensors (a layer's "
+                                 f"norm or Hessian), but stage {self.stage} gives it flat shards; use an "
+                                 "elementwise optimizer (SGD, Adam, AdamW, RMSprop...) or ZeroRedundancyOptimizer "
+                                 "(stage 1, whole parameters)")
+
+    # ------------------------------------------------------------ memory
+    def memory_report(self, optimizer=None) -> dict:
+        """Bytes this rank holds now: parameters (whole and shards, each buffer once), gradients, optimizer state."""
+        seen, params, grads = set(), 0, 0
+        tensors = [p for p in self.module.parameters()] + [u.shard for _, u in self.units if u is not None]
+        for t in tensors:
+            params += _new_bytes(t.data, seen)
+            if t.grad is not None:
+                grads += _new_bytes(t.grad.data, seen)
+        state = 0
+        if optimizer is not None:
+            inner = getattr(optimizer, "optimizer", optimizer)
+            arrays = [v.data if isinstance(v, Tensor) else v for s in inner.state.values() for v in s.values()]
+            state = sum(_new_bytes(a, seen) for a in arrays if getattr(a, "ndim", 0) > 0)  # not step counters
+        return {"stage": self.stage, "rank": self.comm.rank, "size": self.comm.size, "parameter_bytes": params,
+                "gradient_bytes": grads, "optimizer_bytes": state, "total_bytes": params + grads + state,
+                "elements": sum(u.numel for _, u in self.units if u is not None),
+                "padded_elements": sum(u.padded for _, u in self.units if u is not None)}
+
+    def extra_repr(self) -> str:
+        return f"stage={self.stage}, rank={self.comm.rank}, size={self.comm.size}, units={len(self.units)}"
+
+
+def _new_bytes(array, seen: set) -> int:
+    """``array``'s bytes the first time its memory is seen (views of a seen buffer count nothing)."""
+    base = array
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    key = id(base)
+    if key in seen:
+        return 0
+    seen.add(key)
+    return int(base.nbytes)

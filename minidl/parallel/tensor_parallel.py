@@ -1,0 +1,313 @@
+"""Tensor parallelism (Megatron-LM): one layer's weight split across the N ranks of a group.
+
+A Linear layer Y = X Wᵀ + b, W of shape (out, in), can be split two ways
+(Shoeybi et al. 2019, "Megatron-LM", section 3):
+
+    column-parallel:  W = [W_0; W_1; ...; W_{N−1}]  by output rows    Y_r = X W_rᵀ + b_r
+                      every rank needs all of X; it gets its own slice Y_r of the output features
+    row-parallel:     W = [W_0, W_1, ..., W_{N−1}]  by input columns  Y = Σ_r X_r W_rᵀ + b
+                      rank r needs only its slice X_r of the input features; the partial
+                      products are summed over the group (an all-reduce)
+
+A column-parallel layer followed by a row-parallel one needs no communication
+between them: the slice Y_r the first produces is the slice X_r the second
+takes, and an elementwise function between them (GELU) works on each slice
+alone. So an MLP costs one all-reduce forward (after the second layer) and one
+backward (of the input's gradient, before the first):
+
+    MLP(X)  = g( GELU( f(X) A_rᵀ ) B_rᵀ ) + b       A column-, B row-parallel
+
+with f and g the conjugate ops of :mod:`minidl.ops.distributed` (f: identity
+forward, all-reduce backward; g: all-reduce forward, identity backward).
+Attention splits the same way by heads: each rank computes the Q, K, V of
+its h/N heads (a column-parallel QKV product), attends with them alone, and
+the output projection is row-parallel.
+
+Each rank holds 1/N of the split weights. Per layer, forward and backward each
+all-reduce one activation of B·T × C values: the price is paid in every
+layer, on the critical path, which is why tensor groups stay within a machine.
+
+Parameters are made by the unsplit layer and then sliced, so a tensor-parallel
+model built after ``manual_seed(s)`` (or converted from a model built so)
+holds exactly the numbers of the plain model, and trains to the same numbers.
+"""
+from __future__ import annotations
+
+import minidl.functional as F
+from minidl import nn
+from minidl.nn.module import Module, Parameter
+from minidl.ops.distributed import copy_to_group, sum_over_group
+
+
+def _group(comm):
+    if comm is None:
+        from minidl.parallel import init
+        comm = init()
+    if not callable(getattr(comm, "allreduce_", None)) or not hasattr(comm, "size"):
+        raise TypeError(f"tensor parallelism needs a communicator of minidl.parallel (parallel.init() or "
+                        f"Mesh(...).group('tensor')), got {type(comm).__name__}")
+    return comm
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def check_divides(layer: str, what: str, size: int, ranks: int) -> None:
+    """Raise ValueError when ``size`` (``what`` of ``layer``) does not split evenly over ``ranks`` ranks."""
+    if size % ranks:
+        raise ValueError(f"{layer}: {what} ({size}) does not divide among the {ranks} ranks of the tensor "
+                         f"group; choose a tensor-parallel size among {_divisors(size)}, or change {what}")
+
+
+def _slice(total: int, ranks: int, rank: int) -> slice:
+    part = total // ranks
+    return slice(rank * part, (rank + 1) * part)
+
+
+def _column_rows(out_features: int, stacked: int, ranks: int, rank: int):
+    """The rows rank ``rank`` keeps of a weight that stacks ``stacked`` equal matrices (Q, K, V) by rows."""
+    block = out_features // stacked
+    rows = _slice(block, ranks, rank)
+    return [slice(j * block + rows.start, j * block + rows.stop) for j in range(stacked)]
+
+
+def _own_parameter(array) -> Parameter:
+    return Parameter(array.copy())  # a contiguous array of its own: the full weight can be freed
+
+
+class ColumnParallelLinear(Module):
+    """Y_r = f(X) W_rᵀ + b_r: this rank's rows of the weight, so its slice of the output features.
+
+    ``ColumnParallelLinear(in_features, out_features, comm)`` draws the whole
+    ``nn.Linear(in_features, out_features)`` (the same random numbers as the
+    unsplit layer) and keeps rows ``r·out/N .. (r+1)·out/N`` of its weight and
+    bias. ``stacked=s`` is for a weight that stacks s matrices by rows (GPT's
+    Q, K and V in one product): rank r keeps its rows of each.
+    ``from_linear(linear, comm)`` splits an existing layer.
+    """
+
+    def __init__(self, in_features: int, out_features: int, comm=None, bias: bool = True, stacked: int = 1,
+                 device=None, dtype=None):
+        super().__init__()
+        comm = _group(comm)
+        _check_column(in_features, out_features, stacked, comm.size)
+        self._take(nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype), comm, stacked)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, comm=None, stacked: int = 1) -> "ColumnParallelLinear":
+        comm = _group(comm)
+        _check_column(linear.in_features, linear.out_features, stacked, comm.size)
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer._take(linear, comm, stacked)
+        return layer
+
+    def _take(self, linear, comm, stacked):
+        self.comm, self.stacked = comm, stacked
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        rows = _column_rows(linear.out_features, stacked, comm.size, comm.rank)
+        xp = linear.weight.xp
+        self.weight = _own_parameter(xp.concatenate([linear.weight.data[r] for r in rows]))
+        if linear.bias is not None:
+            self.bias = _own_parameter(xp.concatenate([linear.bias.data[r] for r in rows]))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"ColumnParallelLinear({self.in_features}, {self.out_features}): input of shape "
+                             f"{tuple(x.shape)} has {x.shape[-1]} features, expected {self.in_features}")
+        return F.linear(copy_to_group(x, self.comm), self.weight, self.bias)
+
+    def full_parameters(self) -> dict:
+        """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
+        out = {}
+        for name in ("weight", "bias"):
+            p = getattr(self, name)
+            if p is None:
+                continue
+            parts = self.comm.allgather(p.xp.ascontiguousarray(p.data))  # (N, s·k/N, ...)
+            n, rest = parts.shape[0], parts.shape[2:]
+            per = parts.shape[1] // self.stacked
+            # (rank, stacked block, rows) → (stacked block, rank, rows): each block's slices in rank order
+            out[name] = parts.reshape((n, self.stacked, per) + rest).swapaxes(0, 1).reshape(
+                (self.out_features,) + rest)
+        return out
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features} "
+                f"(this rank: {self.weight.shape[0]}), rank={self.comm.rank} of {self.comm.size}"
+                + (f", stacked={self.stacked}" if self.stacked > 1 else ""))
+
+
+def _check_column(in_features, out_features, stacked, ranks):
+    layer = f"ColumnParallelLinear({in_features}, {out_features})"
+    if out_features % stacked:
+        raise ValueError(f"{layer}: out_features ({out_features}) must hold {stacked} stacked blocks")
+    check_divides(layer, "out_features" if stacked == 1 else f"out_features / {stacked}",
+                  out_features // stacked, ranks)
+
+
+class RowParallelLinear(Module):
+    """Y = g(X_r W_rᵀ) + b: this rank's columns of the weight, summed over the group.
+
+    The input is already split (``X_r``: this rank's ``in/N`` features, as a
+    column-parallel layer leaves them); the bias is whole and added once,
+    after the all-reduce. Built like :class:`ColumnParallelLinear`: the whole
+    ``nn.Linear`` drawn, then columns ``r·in/N .. (r+1)·in/N`` kept.
+    """
+
+    def __init__(self, in_features: int, out_features: int, comm=None, bias: bool = True, device=None,
+                 dtype=None):
+        super().__init__()
+        comm = _group(comm)
+        check_divides(f"RowParallelLinear({in_features}, {out_features})", "in_features", in_features, comm.size)
+        self._take(nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype), comm)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, comm=None) -> "RowParallelLinear":
+        comm = _group(comm)
+        check_divides(f"RowParallelLinear({linear.in_features}, {linear.out_features})", "in_features",
+                      linear.in_features, comm.size)
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer._take(linear, comm)
+        return layer
+
+    def _take(self, linear, comm):
+        self.comm = comm
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        columns = _slice(linear.in_features, comm.size, comm.rank)
+        self.weight = _own_parameter(linear.weight.data[:, columns])
+        if linear.bias is not None:
+            self.bias = _own_parameter(linear.bias.data)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        part = self.in_features // self.comm.size
+        if x.shape[-1] != part:
+            raise ValueError(f"RowParallelLinear({self.in_features}, {self.out_features}): input of shape "
+                             f"{tuple(x.shape)} has {x.shape[-1]} features; this rank takes its slice of "
+                             f"{part} (in_features / {self.comm.size} ranks)")
+        y = sum_over_group(F.linear(x, self.weight), self.comm)
+        return y if self.bias is None else y + self.bias
+
+    def full_parameters(self) -> dict:
+        """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
+        parts = self.comm.allgather(self.weight.xp.ascontiguousarray(self.weight.data))  # (N, out, in/N)
+        out = {"weight": parts.swapaxes(0, 1).reshape(self.out_features, self.in_features)}
+        if self.bias is not None:
+            out["bias"] = self.bias.data.copy()
+        return out
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features} (this rank: {self.weight.shape[1]}), "
+                f"out_features={self.out_features}, rank={self.comm.rank} of {self.comm.size}")
+
+
+class ParallelMLP(Module):
+    """y = B_r-row-parallel( activation( A_r-column-parallel(x) ) ): one all-reduce forward, one backward.
+
+    ``ParallelMLP(in_features, hidden_features, comm)`` draws ``fc =
+    nn.Linear(in, hidden)`` then ``proj = nn.Linear(hidden, in)``, in that order,
+    as an unsplit MLP built the same way; ``from_layers(fc, proj, comm)`` splits
+    existing ones. The activation must work elementwise (GELU, ReLU, tanh).
+    """
+
+    def __init__(self, in_features: int, hidden_features: int, comm=None, activation=F.gelu, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        comm = _group(comm)
+        check_divides(f"ParallelMLP({in_features}, {hidden_features})", "hidden_features", hidden_features,
+                      comm.size)
+        fc = nn.Linear(in_features, hidden_features, bias=bias, device=device, dtype=dtype)
+        proj = nn.Linear(hidden_features, in_features, bias=bias, device=device, dtype=dtype)
+        self.fc, self.proj = ColumnParallelLinear.from_linear(fc, comm), RowParallelLinear.from_linear(proj, comm)
+        self.activation = activation
+
+    @classmethod
+    def from_layers(cls, fc: nn.Linear, proj: nn.Linear, comm=None, activation=F.gelu) -> "ParallelMLP":
+        comm = _group(comm)
+        check_divides(f"ParallelMLP({fc.in_features}, {fc.out_features})", "hidden_features", fc.out_features,
+                      comm.size)
+        mlp = cls.__new__(cls)
+        Module.__init__(mlp)
+        mlp.fc, mlp.proj = ColumnParallelLinear.from_linear(fc, comm), RowParallelLinear.from_linear(proj, comm)
+        mlp.activation = activation
+        return mlp
+
+    def forward(self, x):
+        return self.proj(self.activation(self.fc(x)))
+
+
+class ParallelCausalSelfAttention(Module):
+    """Causal self-attention with its heads split over the group: h/N heads per rank.
+
+    ``forward(x, T)`` takes the residual stream as rows, x of shape (B·T, C)
+    with T positions per sequence (as minidl's GPT keeps it), and returns the
+    same shape. ``qkv`` is column-parallel with Q, K and V stacked (rank r
+    holds the Q, K, V rows of its heads), ``proj`` row-parallel (the columns of
+    its heads): one all-reduce forward, one backward.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, comm=None, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        comm = _group(comm)
+        _check_heads(embed_dim, num_heads, comm.size)
+        qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias, device=device, dtype=dtype)
+        proj = nn.Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        self._take(qkv, proj, num_heads, comm)
+
+    @classmethod
+    def from_layers(cls, qkv: nn.Linear, proj: nn.Linear, num_heads: int, comm=None):
+        comm = _group(comm)
+        _check_heads(proj.in_features, num_heads, comm.size)
+        if qkv.out_features != 3 * proj.in_features:
+            raise ValueError(f"ParallelCausalSelfAttention: qkv must have 3 × {proj.in_features} outputs "
+                             f"(Q, K, V stacked), got {qkv.out_features}")
+        attention = cls.__new__(cls)
+        Module.__init__(attention)
+        attention._take(qkv, proj, num_heads, comm)
+        return attention
+
+    def _take(self, qkv, proj, num_heads, comm):
+        self.comm, self.embed_dim, self.num_heads = comm, proj.in_features, num_heads
+        self.qkv = ColumnParallelLinear.from_linear(qkv, comm, stacked=3)
+        self.proj = RowParallelLinear.from_linear(proj, comm)
+
+    def forward(self, x, T):  # noqa: N803 - x holds B·T positions, T per sequence
+        rows = x.shape[0]
+        heads, width = self.num_heads // self.comm.size, self.embed_dim // self.num_heads
+        local = heads * width
+        q, k, v = self.qkv(x).split(local, dim=1)
+        q, k, v = (t.reshape(rows // T, T, heads, width).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(rows, local))
+
+
+def _check_heads(embed_dim, num_heads, ranks):
+    layer = f"ParallelCausalSelfAttention(embed_dim={embed_dim}, num_heads={num_heads})"
+    if embed_dim % num_heads:
+        raise ValueError(f"{layer}: embed_dim must be divisible by num_heads")
+    check_divides(layer, "num_heads", num_heads, ranks)
+
+
+def tensor_parallel_layers(model: Module):
+    """``(name, layer)`` of every column- and row-parallel layer of ``model``."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, (ColumnParallelLinear,
+                                                                               RowParallelLinear))]
+
+
+def consolidated_state_dict(model: Module) -> dict:
+    """The state dict of the unsplit model: every split weight gathered whole (a collective of each group).
+
+    Every rank of the tensor group must call it; each gets the full arrays,
+    keyed as the plain model's state dict.
+    """
+    state = dict(model.state_dict())
+    for name, layer in tensor_parallel_layers(model):
+        for key, array in layer.full_parameters().items():
+            state[f"{name}.{key}" if name else key] = array
+    return state
