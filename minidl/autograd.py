@@ -537,7 +537,7 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     pending = {}
     order = _topological_order({out.creator for out in outputs if out.creator is not None})
     now = _clock[0]  # a node stamped with this value saw no in-place change since it was recorded
-    with set_grad_enabled(create_graph), backend.using(outputs[0].device):  # seeds and sums on outputs' GPU
+    with set_grad_enabled(create_graph), backend.using_array(outputs[0]._data):  # seeds and sums on outputs' GPU
         for out, g in zip(outputs, grad_outputs):
             g = _as_grad(g, out)
             if out.creator is None:

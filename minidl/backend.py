@@ -144,6 +144,24 @@ class device(str):  # noqa: N801 - PyTorch's name: torch.device
         return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
 
 
+_devices: dict = {}  # name -> device object, so that Tensor.device builds each one once
+
+
+def device_object(name: str) -> device:
+    """The :class:`device` for a name that :func:`device_of` returned (cached)."""
+    made = _devices.get(name)
+    if made is None:
+        made = _devices[name] = device(name)
+    return made
+
+
+def using_array(array):
+    """:func:`using` for the device ``array`` lives on: a null context for a NumPy array (no parsing)."""
+    if _cupy is None or not isinstance(array, _cupy.ndarray):
+        return contextlib.nullcontext()
+    return _cupy.cuda.Device(array.device.id)
+
+
 def device_of(array) -> str:
     """'cpu' for NumPy arrays, 'cuda:N' for CuPy arrays."""
     if _cupy is not None and isinstance(array, _cupy.ndarray):

@@ -403,7 +403,7 @@ class Tensor:
     def device(self) -> "backend.device":
         """Where the data lives: a :class:`minidl.backend.device` (a str, ``'cpu'`` or ``'cuda:N'``,
         with PyTorch's ``.type`` and ``.index``)."""
-        return backend.device(backend.device_of(self._data))
+        return backend.device_object(backend.device_of(self._data))
 
     @property
     def xp(self):

@@ -328,8 +328,9 @@ def _pair(a, b):
         a = as_tensor(a, like=b if isinstance(b, Tensor) else None)
     if not isinstance(b, Tensor):
         b = as_tensor(b, like=a)
-    kind_a, kind_b = a._data.dtype.kind, b._data.dtype.kind
-    if kind_a != kind_b:
+    dtype_a, dtype_b = a._data.dtype, b._data.dtype
+    if dtype_a is not dtype_b and dtype_a.kind != dtype_b.kind:
+        kind_a, kind_b = dtype_a.kind, dtype_b.kind
         if kind_a == "f" and kind_b in "biu":
             b = Tensor(b._data.astype(a._data.dtype))
         elif kind_b == "f" and kind_a in "biu":
