@@ -272,6 +272,10 @@ def _flush_to_disk(path: str) -> None:
 def atomic_write(path, write_to):
     """Call ``write_to(temporary_path)``, then rename the result over ``path``.
 
+    A write that fails (an ``OSError``, such as a full disk's ENOSPC) leaves
+    ``path`` as it was, removes the temporary, and is raised with ``path`` as
+    its ``filename`` when the operating system named no file.
+
     The temporary is created in the target's folder with the permissions the
     umask gives a new file. After the rename, temporaries of the same target
     that an earlier, killed save left behind are removed (only names this
@@ -286,9 +290,12 @@ def atomic_write(path, write_to):
         write_to(tmp)
         _flush_to_disk(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            # a failed write (a full disk) names no file: name the one being written, for the user's message
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), path) from None
         raise
     finally:
         if fd is not None:
