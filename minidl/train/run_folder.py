@@ -79,14 +79,15 @@ class RunFolder:
         return f"RunFolder({self.path!r}, {'locked' if self._lock is not None else 'released'})"
 
 
-def default_name(base: str, parent: str = "runs", now=None) -> str:
+def default_name(base: str, parent: str = "runs", now=None, stamped: bool = True) -> str:
     """Create and return ``parent/<base>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``-3``... if that is taken.
 
-    Each name is taken with ``os.mkdir``, which fails when the folder exists,
-    so two runs started together never share one.
+    ``stamped=False`` leaves the time out (``runs/gpt``, then ``runs/gpt-2``...). Each name is
+    taken with ``os.mkdir``, which fails when the folder exists, so two runs started together
+    never share one.
     """
     stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    first = os.path.join(parent, f"{base}-{stamp}")
+    first = os.path.join(parent, f"{base}-{stamp}" if stamped else base)
     _make_parents(first)
     n = 1
     while True:
@@ -101,16 +102,17 @@ def default_name(base: str, parent: str = "runs", now=None) -> str:
 
 
 def claim(command: str, given: str | None, default: str | None = None, *, resume: bool = False,
-          overwrite: bool = False, run_files=()) -> RunFolder:
+          overwrite: bool = False, run_files=(), stamped: bool = True) -> RunFolder:
     """Take the folder ``given`` (or a new ``runs/<default>-<time>``) for one run of ``command``.
 
     ``run_files``: the names the command writes; a folder holding any of them
     holds a run, refused unless ``resume`` or ``overwrite`` (which removes
-    them first). Raises :class:`RunFolderError` with a one-line message.
+    them first). ``stamped=False``: the default folder is ``runs/<default>`` (then ``-2``...).
+    Raises :class:`RunFolderError` with a one-line message.
     """
     if resume and overwrite:
         raise RunFolderError("--overwrite starts the run again and --resume continues it: give one of them")
-    path = given if given is not None else default_name(default or command)
+    path = given if given is not None else default_name(default or command, stamped=stamped)
     if given is not None:
         _make_parents(os.path.join(path, LOCK_NAME))
     lock = _lock(path)
