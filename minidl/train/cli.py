@@ -202,10 +202,11 @@ def train_command(args) -> int:
     from minidl.train.trainer import seed_everything
 
     started = time.perf_counter()
-    saved, tensorboard = None, getattr(args, "tensorboard", False)
+    saved, checkpoint, tensorboard = None, None, getattr(args, "tensorboard", False)
     if args.resume:
         try:
-            extra = read_checkpoint(args.resume).get("extra")
+            checkpoint = read_checkpoint(args.resume)
+            extra = checkpoint.get("extra")
             saved = _saved_settings(extra)
             tensorboard = tensorboard or (isinstance(extra, dict) and extra.get("tensorboard") is True)
         except (OSError, ValueError) as exc:  # FileNotFoundError, CheckpointError and damaged settings
@@ -226,6 +227,11 @@ def train_command(args) -> int:
                                   shuffle=True, seed=s["seed"])
         if comm is not None:
             model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
+        if checkpoint is not None:  # a pruned run: its masks (<name>_mask) are in the checkpoint; keep them
+            from minidl.nn.prune import Pruning
+            pruning = Pruning.for_state_dict(model, checkpoint["model"])
+            if pruning is not None:
+                pruning.attach(optimizer)
         val_loader = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
         test_loader = DataLoader(TensorDataset(data.x_test, data.y_test), batch_size=512)
         steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
