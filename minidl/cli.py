@@ -17,6 +17,7 @@ Every command that writes files writes them into one folder, ``--out``
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
 
@@ -105,7 +106,17 @@ def gradcheck_command(args) -> int:
     from minidl.op_cases import cases
 
     rows, failed = [], 0
-    for name, fn, inputs in cases(args.seed):
+    every = cases(args.seed)
+    unknown = [name for name in args.only or () if name not in {c[0] for c in every}]
+    if unknown:
+        names = sorted({c[0] for c in every})
+        for name in unknown:
+            close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+            print(f"minidl gradcheck: error: no op case named {name!r}; "
+                  + (f"the closest: {', '.join(close)}" if close else f"the op cases: {', '.join(names)}"),
+                  file=sys.stderr)
+        return 2
+    for name, fn, inputs in every:
         if args.only and name not in args.only:
             continue
         shapes = " ".join("x".join(map(str, x.shape)) or "()" for x in inputs)
@@ -133,7 +144,8 @@ def _add_gradcheck(sub):
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest relative error that passes")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops (default: every op)")
+    p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops; an unknown name exits 2 with "
+                   "the closest names (default: every op)")
     p.set_defaults(run=gradcheck_command)
 
 

@@ -78,7 +78,7 @@ def load_run(folder) -> Run:
     folder = os.fspath(folder)
     files = {name: os.path.join(folder, name)
              for name in ("model.safetensors", "standardizer.safetensors", "last.safetensors")}
-    missing = [name for name, path in files.items() if not os.path.exists(path)]
+    missing = [name for name, path in files.items() if not os.path.lexists(path)]  # a broken link: load says why
     if missing:
         raise FileNotFoundError(f"predict: {folder} is not a finished minidl train run folder: it lacks "
                                 f"{', '.join(missing)}")
