@@ -143,8 +143,9 @@ class Pruning:
             norm scales, which are few and matter much.
 
     ``masks`` maps each name to its boolean mask (True = kept) on the weight's device: the
-    array of the buffer ``<name>_mask`` that the constructor registers on the weight's layer
-    (all True), or finds there already (a model pruned before, or a loaded state).
+    array of the buffer ``<name>_mask`` that the constructor registers on the weight's layer,
+    all True (replacing the mask of an earlier Pruning of the same weight, which then no
+    longer acts on the model). Loading a state dict fills them (a resumed run's masks).
     """
 
     MASK_SUFFIX = "_mask"
@@ -167,8 +168,7 @@ class Pruning:
         for n, p in self.params.items():
             owner, _, leaf = n.rpartition(".")
             module, key = modules[owner], leaf + self.MASK_SUFFIX
-            if module._buffers.get(key) is None:
-                module.register_buffer(key, Tensor(p.xp.ones(p.shape, dtype=bool)))
+            module.register_buffer(key, Tensor(p.xp.ones(p.shape, dtype=bool)))  # afresh: nothing pruned yet
             self._buffers[n] = module._buffers[key]
         self._handles = []
 
