@@ -122,3 +122,29 @@ def test_a_damaged_run_file_is_reported_in_one_line_naming_the_file_and_the_key(
     code, printed, err = _run(capsys, "gpt", "sample", "--run", str(path))
     assert code == 1 and printed == "" and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"minidl gpt sample: error: {path} is damaged: ") and words in err
+
+
+def test_a_full_disk_during_gpt_training_is_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from minidl import serialization
+    real, calls = serialization.atomic_write, []
+
+    def atomic_write(path, write_to):   # the second last.safetensors meets a full disk, part-way through
+        if os.path.basename(path) == "last.safetensors":
+            calls.append(path)
+            if len(calls) == 2:
+                def full(tmp):
+                    with open(tmp, "wb") as f:
+                        f.write(b"\0" * 64)
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                return real(path, full)
+        return real(path, write_to)
+
+    monkeypatch.setattr(serialization, "atomic_write", atomic_write)
+    out = tmp_path / "run"
+    code, printed, err = _run(capsys, "gpt", "train", "--steps", "6", "--eval-every", "2", *TINY, "--out", str(out))
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith(f"minidl gpt train: error: cannot write {out / 'last.safetensors'}: No space left on "
+                          "device (errno 28, ENOSPC)")
+    assert mdl.load(out / "last.safetensors")["trainer"]["step"] == 2      # the last good checkpoint, whole
