@@ -136,7 +136,7 @@ def write_failure(command: str, exc: OSError) -> str:
     """The one line a command prints when a write of its run fails (a full disk, a folder made read-only)."""
     where = exc.filename if exc.filename is not None else "a file of the run"
     return (f"minidl {command}: error: cannot write {where}: {_reason(exc)}; the files written before it "
-            "(the last checkpoint among them) are kept")
+            "are kept, whole (a checkpoint is written to a temporary file, then renamed)")
 
 
 # ---------------------------------------------------------------- helpers

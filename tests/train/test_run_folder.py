@@ -186,7 +186,8 @@ def test_a_full_disk_during_the_run_exits_2_in_one_line_keeping_the_last_checkpo
     code, printed, err = _run(capsys, *SPIRALS, "--epochs", "3", "--out", str(out))
     assert code == 2 and "Traceback" not in err and err.count("\n") == 1
     assert err == f"minidl train: error: cannot write {out / 'last.safetensors'}: No space left on device " \
-                  "(errno 28, ENOSPC); the files written before it (the last checkpoint among them) are kept\n"
+                  "(errno 28, ENOSPC); the files written before it are kept, whole (a checkpoint is written to " \
+                  "a temporary file, then renamed)\n"
     state = mdl.load(out / "last.safetensors")          # epoch 1's checkpoint, whole
     assert state["trainer"]["epoch"] == 1
     assert not [n for n in os.listdir(out) if n.startswith(".tmp-")]   # no temporary left behind
