@@ -18,9 +18,8 @@ Every command that writes files writes them into one folder, ``--out``
 from __future__ import annotations
 
 import argparse
-import datetime
+import difflib
 import math
-import os
 import sys
 
 
@@ -51,22 +50,32 @@ def add_command(subparsers, name: str, help: str, description: str | None = None
 
 
 def default_out(command: str, now=None) -> str:
-    """``runs/<command>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3``... when that folder exists already."""
-    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    base = os.path.join("runs", f"{command}-{stamp}")
-    folder, n = base, 1
-    while os.path.exists(folder):
-        n += 1
-        folder = f"{base}-{n}"
+    """Create ``runs/<command>-<YYYYmmdd-HHMMSS>`` (``-2``, ``-3``... when taken) and return its name.
+
+    The name is taken with an atomic ``mkdir``: see :mod:`minidl.train.run_folder`.
+    """
+    from minidl.train.run_folder import default_name
+    return default_name(command, now=now)
+
+
+def out_folder(command: str, given: str | None, overwrite: bool = False, run_files=()):
+    """The folder a command writes into (``given``, or a new ``runs/<command>-<time>``), claimed; printed once.
+
+    Returns a :class:`~minidl.train.run_folder.RunFolder` (its ``path``; locked until released, use it in a
+    ``with`` block). A folder that holds one of ``run_files`` is refused unless ``overwrite``; a folder in
+    use by another run, or one that cannot be written, raises RunFolderError (``main`` prints it in one line).
+    """
+    from minidl.train.run_folder import claim
+    folder = claim(command, given, overwrite=overwrite, run_files=run_files)
+    print(f"writing to {folder.path}/", flush=True)
     return folder
 
 
-def out_folder(command: str, given: str | None) -> str:
-    """The folder a command writes into (``given``, or :func:`default_out`), created; printed once."""
-    folder = given or default_out(command)
-    os.makedirs(folder, exist_ok=True)
-    print(f"writing to {folder}/", flush=True)
-    return folder
+def add_overwrite(parser) -> None:
+    """The ``--overwrite`` flag of every command that writes a run folder."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an --out folder that holds an earlier run's files, removing them first "
+                             "(default: such a folder is refused)")
 
 
 # ---------------------------------------------------------------- argument types shared by every command
@@ -98,7 +107,17 @@ def gradcheck_command(args) -> int:
     from minidl.op_cases import cases
 
     rows, failed = [], 0
-    for name, fn, inputs in cases(args.seed):
+    every = cases(args.seed)
+    unknown = [name for name in args.only or () if name not in {c[0] for c in every}]
+    if unknown:
+        names = sorted({c[0] for c in every})
+        for name in unknown:
+            close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+            print(f"minidl gradcheck: error: no op case named {name!r}; "
+                  + (f"the closest: {', '.join(close)}" if close else f"the op cases: {', '.join(names)}"),
+                  file=sys.stderr)
+        return 2
+    for name, fn, inputs in every:
         if args.only and name not in args.only:
             continue
         shapes = " ".join("x".join(map(str, x.shape)) or "()" for x in inputs)
@@ -126,7 +145,8 @@ def _add_gradcheck(sub):
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest relative error that passes")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops (default: every op)")
+    p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops; an unknown name exits 2 with "
+                   "the closest names (default: every op)")
     p.set_defaults(run=gradcheck_command)
 
 
@@ -161,7 +181,13 @@ def main(argv=None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    return args.run(args)
+    from minidl.train.run_folder import RunFolderError
+    try:
+        return args.run(args)
+    except RunFolderError as exc:  # a folder in use, holding a run, or not writable: one line, before any work
+        name = " ".join(filter(None, ("minidl", args.command, getattr(args, "gpt_command", None))))
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

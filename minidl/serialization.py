@@ -11,8 +11,8 @@ safetensors file that other tools read too.
 Arrays keep their dtype, bit for bit. bfloat16, which NumPy lacks, comes from
 the optional ml_dtypes package (``pip install 'minidl[bf16]'``): it is stored
 as safetensors' ``BF16`` and loads back as ``ml_dtypes.bfloat16``; without
-ml_dtypes, loading a file that holds one raises an ImportError naming the
-file, the array and the package to install.
+ml_dtypes, loading a file that holds one raises a :class:`LoadError` naming
+the file, the array and the package to install.
 
 JSON has string keys and one kind of list, so three one-key objects mark what
 it lacks, and ``load`` gives back exactly what ``save`` was given:
@@ -36,13 +36,15 @@ Loading opens regular files only (a named pipe or a device is refused before
 it is opened, so nothing blocks) and bounds what a header may cost: at most
 ``MAX_HEADER_BYTES`` of header, ``MAX_TENSORS`` arrays, ``MAX_JSON_VALUES``
 JSON values and ``MAX_DEPTH`` levels of nesting. ``save`` refuses what
-``load`` would refuse. A missing file raises ``FileNotFoundError``; anything
-else wrong with a file (truncated, damaged, foreign, over a limit) raises a
-``ValueError`` saying what, and nothing from the file is ever executed.
+``load`` would refuse. Anything wrong with a file (missing, unopenable,
+truncated, damaged, foreign, over a limit, needing ml_dtypes) raises a
+:class:`LoadError`, both an ``OSError`` and a ``ValueError``, whose ``path``
+is the file and whose message says what; nothing from the file is ever executed.
 """
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
 import json
 import os
 import re
@@ -272,6 +274,10 @@ def _flush_to_disk(path: str) -> None:
 def atomic_write(path, write_to):
     """Call ``write_to(temporary_path)``, then rename the result over ``path``.
 
+    A write that fails (an ``OSError``, such as a full disk's ENOSPC) leaves
+    ``path`` as it was, removes the temporary, and is raised with ``path`` as
+    its ``filename`` when the operating system named no file.
+
     The temporary is created in the target's folder with the permissions the
     umask gives a new file. After the rename, temporaries of the same target
     that an earlier, killed save left behind are removed (only names this
@@ -286,9 +292,12 @@ def atomic_write(path, write_to):
         write_to(tmp)
         _flush_to_disk(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            # a failed write (a full disk) names no file: name the one being written, for the user's message
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), path) from None
         raise
     finally:
         if fd is not None:
@@ -452,6 +461,22 @@ def _read_bfloat16(file, entry: dict, data_start: int, dtype):
     return np.frombuffer(raw, dtype=dtype).reshape(entry["shape"])  # the file's little-endian words
 
 
+class LoadError(OSError, ValueError):
+    """A file :func:`load` cannot read: missing, unreadable, damaged, over a limit, or needing a package.
+
+    Both an ``OSError`` and a ``ValueError``, so either ``except`` catches it; ``path`` is the
+    file, and the message (one line) names it and says what is wrong.
+    """
+
+    def __init__(self, message: str, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+class MissingFileError(LoadError, FileNotFoundError):
+    """No file at the path given to :func:`load` (a ``FileNotFoundError`` too)."""
+
+
 def load(path, device="cpu", *, map_location=None, weights_only=True):
     """Read what :func:`save` wrote (or any safetensors file) with arrays on ``device``.
 
@@ -459,14 +484,15 @@ def load(path, device="cpu", *, map_location=None, weights_only=True):
     ``device``; ``weights_only=True`` is what minidl always does, and ``weights_only=False``
     is refused: minidl's files hold arrays and plain values, never pickled objects.
 
-    Raises FileNotFoundError when there is no file at ``path``, and ValueError
-    for anything that is not a complete, undamaged safetensors file within the
-    limits (see the module docstring). A bfloat16 (BF16) array needs the
-    ml_dtypes package (else an ImportError says how to install it) and the CPU
-    (CuPy has no bfloat16: a TypeError). The file is only read, never executed.
+    Every failure to read the file is a :class:`LoadError` (an ``OSError`` and a
+    ``ValueError``) carrying ``path``: no file (:class:`MissingFileError`, a
+    ``FileNotFoundError`` too), a path the system cannot open (a symlink loop,
+    no permission), anything that is not a complete, undamaged safetensors
+    file within the limits (see the module docstring), and a bfloat16 (BF16)
+    array without the ml_dtypes package (the message says how to install it).
+    Loading a BF16 array onto a GPU raises TypeError (CuPy has no bfloat16).
+    The file is only read, never executed.
     """
-    from safetensors import SafetensorError, safe_open
-
     if not weights_only:
         raise ValueError("load: weights_only=False asks to unpickle objects, which minidl never does (a pickle "
                          "can run code); its files hold arrays and plain values: drop the argument")
@@ -476,6 +502,26 @@ def load(path, device="cpu", *, map_location=None, weights_only=True):
                             f"got {type(map_location).__name__}, a mapping minidl does not support")
         device = map_location
     path = os.fspath(path)
+    try:
+        return _load(path, device)
+    except LoadError:
+        raise
+    except FileNotFoundError as exc:
+        raise MissingFileError(str(exc) if str(exc).startswith("load:") else f"load: no file at {path}",
+                               path) from None
+    except ImportError as exc:  # a BF16 array without ml_dtypes
+        raise LoadError(str(exc), path) from None
+    except ValueError as exc:
+        raise LoadError(str(exc), path) from None
+    except OSError as exc:  # a symlink loop, no permission, a name too long, a folder on the way that is a file
+        code = errno_codes.errorcode.get(exc.errno, "") if exc.errno else ""
+        raise LoadError(f"load: cannot open {path}: {exc.strerror or exc}"
+                        + (f" (errno {exc.errno}, {code})" if code else ""), path) from None
+
+
+def _load(path: str, device):
+    from safetensors import SafetensorError, safe_open
+
     metadata, header, data_start = _read_header(path)
     structure = metadata.get(_STRUCTURE_KEY)
     if structure is not None and _count_json_values(structure) > MAX_JSON_VALUES:

@@ -24,3 +24,17 @@ def test_gradcheck_command_reports_a_failure(capsys):
 def test_version_through_python_m():
     out = subprocess.run([sys.executable, "-m", "minidl", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"minidl {minidl.__version__}"
+
+
+def test_gradcheck_only_with_an_unknown_name_lists_the_closest_op_names(capsys):
+    import difflib
+
+    from minidl.op_cases import cases
+    names = sorted({c[0] for c in cases(0)})
+    assert main(["gradcheck", "--only", "relu", "relux"]) == 2
+    captured = capsys.readouterr()
+    close = difflib.get_close_matches("relux", names, n=5, cutoff=0.6)
+    assert "relu" in close and captured.out == ""
+    assert captured.err == f"minidl gradcheck: error: no op case named 'relux'; the closest: {', '.join(close)}\n"
+    assert main(["gradcheck", "--only", "qqqqqqqq"]) == 2
+    assert "the op cases: " + ", ".join(names) in capsys.readouterr().err

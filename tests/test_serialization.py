@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minidl as mdl
-from minidl.serialization import atomic_write
+from minidl.serialization import LoadError, atomic_write
 
 
 def test_round_trip_of_nested_state(tmp_path):
@@ -188,8 +188,9 @@ def test_loading_bfloat16_without_ml_dtypes_says_what_to_install(tmp_path, monke
     path = tmp_path / "w.safetensors"
     mdl.save({"fine": np.ones(2, np.float32), "layer.weight": _bfloat16_bits((2,)).view(ml_dtypes.bfloat16)}, path)
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` now raises ImportError
-    with pytest.raises(ImportError) as error:
+    with pytest.raises(LoadError) as error:   # a ValueError and an OSError, as every damaged file's error
         mdl.load(path)
+    assert isinstance(error.value, ValueError) and error.value.path == str(path)
     message = str(error.value)
     assert str(path) in message and "'layer.weight'" in message
     assert "pip install 'minidl[bf16]'" in message and "pip install ml_dtypes" in message
@@ -537,3 +538,23 @@ def test_damaged_files_raise_only_documented_errors_in_bounded_time_and_memory(d
             tracemalloc.stop()
         assert time.perf_counter() - started < 30      # a hang or a blow-up, not a speed test
         assert peak < 64 * 2**20
+
+
+def test_every_load_error_is_a_value_error_and_an_os_error_carrying_the_path(tmp_path):
+    loop = tmp_path / "loop.safetensors"
+    os.symlink(tmp_path / "other.safetensors", loop)
+    os.symlink(loop, tmp_path / "other.safetensors")          # loop -> other -> loop
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "short.safetensors").write_bytes(b"\x01\x02")
+    cases = {str(loop): "Too many levels of symbolic links (errno 40, ELOOP)",
+             str(tmp_path / "file" / "w.safetensors"): "Not a directory (errno 20, ENOTDIR)",
+             str(tmp_path / "short.safetensors"): "is not a complete safetensors file",
+             str(tmp_path / "none.safetensors"): "no file at"}
+    for path, words in cases.items():
+        with pytest.raises(LoadError) as error:
+            mdl.load(path)
+        assert isinstance(error.value, ValueError) and isinstance(error.value, OSError)
+        assert error.value.path == path and str(error.value).startswith("load: ") and path in str(error.value)
+        assert words in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(FileNotFoundError):                     # a missing file is still a FileNotFoundError
+        mdl.load(tmp_path / "none.safetensors")

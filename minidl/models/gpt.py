@@ -174,6 +174,9 @@ class GPT(nn.Module):
         The next token is drawn from softmax(logits / temperature) over the last
         position's logits, restricted to the ``top_k`` most likely when given.
         Lower temperature: surer, more repetitive text; higher: more surprising.
+        A temperature so small that logits / temperature overflows float64 (such
+        as 1e-310) takes softmax's limit as the temperature goes to 0: the
+        likeliest token, always (greedy decoding).
         """
         if not temperature > 0:
             raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
@@ -185,12 +188,17 @@ class GPT(nn.Module):
             with no_grad():
                 for _ in range(max_new_tokens):
                     context = idx[:, -self.config.block_size:]                 # the model sees at most block_size
-                    logits = self(context).numpy()[:, -1, :].astype(np.float64) / temperature
-                    if top_k is not None and top_k < logits.shape[-1]:
-                        kth = np.sort(logits, axis=-1)[:, -top_k][:, None]
-                        logits = np.where(logits < kth, -np.inf, logits)
-                    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-                    probs /= probs.sum(axis=-1, keepdims=True)
+                    raw = self(context).numpy()[:, -1, :].astype(np.float64)
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        logits = raw / temperature
+                        if top_k is not None and top_k < logits.shape[-1]:
+                            kth = np.sort(logits, axis=-1)[:, -top_k][:, None]
+                            logits = np.where(logits < kth, -np.inf, logits)
+                        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+                        probs /= probs.sum(axis=-1, keepdims=True)
+                    overflowed = ~np.isfinite(probs).all(axis=-1)
+                    if overflowed.any():  # logits / temperature beyond float64: the T → 0 limit, greedy
+                        probs[overflowed] = np.eye(probs.shape[-1])[raw[overflowed].argmax(axis=-1)]
                     nxt = [rng.choice(probs.shape[-1], p=p) for p in probs]
                     idx = np.concatenate([idx, np.array(nxt, dtype=np.int64)[:, None]], axis=1)
         finally:

@@ -10,12 +10,17 @@ The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.g
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
-from minidl.cli import add_command, positive_float, positive_int
+from minidl.cli import add_command, add_overwrite, positive_float, positive_int
 
-DEFAULT_OUT = os.path.join("runs", "gpt")
+DEFAULT_OUT = os.path.join("runs", "gpt")   # taken by the first run; then runs/gpt-2, runs/gpt-3...
+RUN_FILES = ("gpt.safetensors", "last.safetensors", "loss.png", "metrics.jsonl")
+# gpt sample --tokens: one forward pass a character; at the default size measured 0.2 s a character on a busy
+# 2-core machine, so the bound is about half an hour there (100,000,000 would run for months).
+MAX_TOKENS = 10_000
 
 # command-line option → settings key (and argparse type); None means "keep the default"
 _OPTIONS = [
@@ -73,30 +78,53 @@ def train_command(args) -> int:
         s["checkpoint_blocks"] = True
     if args.amp is not None:
         s["amp"] = args.amp
-    out = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else DEFAULT_OUT)
+    from minidl.models.gpt_train import longest_block
+    if s["block_size"] > longest_block():
+        print(f"minidl gpt train: error: --block-size {s['block_size']} is longer than the validation text allows "
+              f"(at most {longest_block()} characters of context)", file=sys.stderr)
+        return 2
     comm = None
     if args.data_parallel:
         from minidl import parallel
         comm = parallel.init(device=args.device)
     root = comm is None or comm.rank == 0
+    from minidl.train.run_folder import RunFolderError, claim, write_failure
+    folder = None
     if root:
-        print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
-              f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
-              f"tokens; AdamW lr {s['lr']:g} (warmup {s['warmup']}, cosine to {s['min_lr']:g}), clip "
-              f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
-              + (f", mixed precision {s['amp']}" if s["amp"] else "")
-              + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
-              + (f", on {args.device}" if args.device != "cpu" else "") + f"\nwriting to {out}")
+        given = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else None)
+        try:
+            folder = claim("gpt train", given, default="gpt", resume=bool(args.resume), overwrite=args.overwrite,
+                           run_files=RUN_FILES, stamped=False)
+        except RunFolderError as exc:  # in use, holding a run, or not writable
+            print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
+            if comm is not None and comm.size > 1:
+                comm.abort(2)  # the other ranks would wait for this one in a collective
+            return 2
+    out = folder.path if root else args.out
     try:
+        if root:
+            print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
+                  f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
+                  f"tokens; AdamW lr {s['lr']:g} (warmup {s['warmup']}, cosine to {s['min_lr']:g}), clip "
+                  f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
+                  + (f", mixed precision {s['amp']}" if s["amp"] else "")
+                  + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
+                  + (f", on {args.device}" if args.device != "cpu" else "") + f"\nwriting to {out}")
         result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm, device=args.device)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a write of the run failed (a full disk): one line, the written files are kept
+        print(write_failure("gpt train", exc), file=sys.stderr)
+        return 2
+    finally:
+        if folder is not None:
+            folder.release()
     if root:
+        written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
         print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
               f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
-        print(f"wrote {out}/: gpt.safetensors, last.safetensors, loss.png, metrics.jsonl; "
-              f"try: minidl gpt sample --run {out}")
+        print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
     return 0
 
 
@@ -112,14 +140,27 @@ def sample_command(args) -> int:
         return 1
     if len(prompt) == 0:
         prompt = tok.encode("\n")
-    rng = np.random.default_rng(args.seed)
-    for i in range(args.num_samples):
-        ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
-                             generator=rng)
-        if i:
-            print("-" * 40)
-        print(tok.decode(ids[0]))
+    rng, i = np.random.default_rng(args.seed), 0
+    try:
+        for i in range(args.num_samples):
+            ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
+                                 generator=rng)
+            if i:
+                print("-" * 40)
+            print(tok.decode(ids[0]), flush=True)
+    except KeyboardInterrupt:
+        print(f"minidl gpt sample: stopped (Ctrl-C) after {i} of {args.num_samples} samples", file=sys.stderr)
+        return 130
     return 0
+
+
+def _tokens(text):
+    """argparse type of ``--tokens``: 1 to MAX_TOKENS."""
+    value = positive_int(text)
+    if value > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TOKENS:,} characters per sample (one forward pass each: "
+                                         f"{value:,} would run for days), got {value:,}")
+    return value
 
 
 def add_commands(subparsers) -> None:
@@ -138,10 +179,12 @@ def add_commands(subparsers) -> None:
     p.add_argument("--amp", choices=("bf16", "fp16"), default=None,
                    help="mixed precision: matrix products in bfloat16 (needs ml_dtypes) or float16 with loss "
                         "scaling; LayerNorm, softmax, attention and the loss stay float32 (default: off, float32)")
-    p.add_argument("--out", help=f"run folder (default {DEFAULT_OUT})")
+    p.add_argument("--out", help=f"run folder (default: {DEFAULT_OUT}, or {DEFAULT_OUT}-2, -3... when taken; "
+                   "a resumed run: the checkpoint's folder)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu, or cuda (needs CuPy and a GPU)")
     p.add_argument("--resume",
                    help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
+    add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on its slice of every batch")
@@ -151,10 +194,12 @@ def add_commands(subparsers) -> None:
     p.add_argument("--run", dest="run_dir", default=DEFAULT_OUT,
                    help=f"run folder or gpt.safetensors (default {DEFAULT_OUT})")
     p.add_argument("--prompt", default="\n", help="text to continue (\\n for a newline)")
-    p.add_argument("--temperature", type=positive_float, default=0.8, help="below 1: surer; above 1: wilder")
+    p.add_argument("--temperature", type=positive_float, default=0.8,
+                   help="below 1: surer; above 1: wilder; so small that logits/temperature overflows "
+                        "(1e-310): the likeliest character every time (greedy)")
     p.add_argument("--top-k", dest="top_k", type=positive_int,
                    help="draw only from the k likeliest characters (default: all)")
-    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
+    p.add_argument("--tokens", type=_tokens, default=500, help=f"characters to generate, at most {MAX_TOKENS:,}")
     p.add_argument("--num-samples", dest="num_samples", type=positive_int, default=1, help="texts to generate")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     p.set_defaults(run=sample_command)

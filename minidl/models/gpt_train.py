@@ -33,7 +33,8 @@ from minidl.data.text import CharTokenizer, next_token_windows, shakespeare, spl
 from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
 
-__all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_run", "lr_schedule", "train"]
+__all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_run", "longest_block", "lr_schedule",
+           "train"]
 
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
@@ -152,7 +153,9 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
 
     The folder gets ``gpt.safetensors`` (weights, config and tokenizer: what
     ``sample`` needs), ``last.safetensors`` (the resumable checkpoint),
-    ``metrics.jsonl`` and ``loss.png``.
+    ``metrics.jsonl`` and ``loss.png``. A run that ends between two
+    validations validates once more at its last step, so ``last.safetensors``
+    and ``metrics.jsonl`` always hold where it ended.
     """
     from minidl.train import JSONLLogger, Trainer, plot_curves
     from minidl.train.trainer import seed_everything
@@ -177,7 +180,9 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
     seconds = time.perf_counter() - started
     if trainer.history and trainer.history[-1]["step"] == trainer.step:
         val_loss = trainer.history[-1]["val_loss"]
-    else:  # the last step was not a validation step
+    elif stop_after is None:  # the run ended between validations: validate, log and checkpoint where it ended
+        val_loss = trainer.validate()["val_loss"]
+    else:  # stopped as if killed: nothing more is written
         val_loss = trainer.evaluate(val_loader)["loss"]
     net = getattr(model, "module", model)
     summary = {"steps": trainer.step, "val_loss": val_loss, "seconds": seconds,
@@ -198,14 +203,65 @@ def save_run(out: str, model: GPT, tok: CharTokenizer) -> str:
     return path
 
 
+def longest_block() -> int:
+    """The longest context ``block_size`` the bundled text allows: one window of the validation text."""
+    text = shakespeare()
+    _, val_ids = split_ids(CharTokenizer.from_text(text).encode(text), val_fraction=0.1)
+    return len(val_ids) - 1
+
+
 def load_run(folder: str):
-    """(model, tokenizer) from a run folder (or a ``gpt.safetensors`` file) written by :func:`train`."""
+    """(model, tokenizer) from a run folder (or a ``gpt.safetensors`` file) written by :func:`train`.
+
+    A damaged file (a missing or unknown config key, a value of the wrong type, a tokenizer whose
+    characters do not cover the model's vocabulary) raises a one-line ValueError naming the file and the key.
+    """
     import minidl as mdl
     path = folder if folder.endswith(".safetensors") else os.path.join(folder, "gpt.safetensors")
     saved = mdl.load(path)
     if not isinstance(saved, dict) or not {"model", "config", "tokenizer"} <= set(saved):
         raise ValueError(f"{path} is not a saved GPT run (expected the keys model, config, tokenizer)")
-    model = GPT(GPTConfig(**saved["config"]))
-    model.load_state_dict(saved["model"])
+    config = _checked_config(path, saved["config"])
+    try:
+        tok = CharTokenizer.from_state_dict(saved["tokenizer"])
+    except ValueError as exc:
+        raise ValueError(f"{path} is damaged: its tokenizer: {exc}") from None
+    if tok.vocab_size != config.vocab_size:
+        raise ValueError(f"{path} is damaged: its tokenizer has {tok.vocab_size} characters and its config key "
+                         f"vocab_size says {config.vocab_size}")
+    try:
+        model = GPT(config)
+    except ValueError as exc:
+        raise ValueError(f"{path} is damaged: its config does not make a GPT ({exc})") from None
+    try:
+        model.load_state_dict(saved["model"])
+    except (ValueError, TypeError) as exc:
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ValueError(f"{path} is damaged: its model weights do not fit its config ({text})") from None
     model.eval()
-    return model, CharTokenizer.from_state_dict(saved["tokenizer"])
+    return model, tok
+
+
+def _checked_config(path: str, config) -> GPTConfig:
+    """The GPTConfig of a run file's ``config`` entry, each key's type and range checked."""
+    from dataclasses import fields
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is damaged: its config is a {type(config).__name__}, not a dict")
+    known = {f.name for f in fields(GPTConfig)}
+    for key, value in config.items():
+        if key not in known:
+            raise ValueError(f"{path} is damaged: unknown config key {key!r} "
+                             f"(a GPT config has {', '.join(sorted(known))})")
+        if key == "dropout":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1
+        elif key == "bias":
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if not ok:
+            raise ValueError(f"{path} is damaged: config key {key!r} holds {value!r:.60}, not "
+                             + ("a number in [0, 1)" if key == "dropout" else "true or false" if key == "bias"
+                                else "a positive integer"))
+    if "vocab_size" not in config:
+        raise ValueError(f"{path} is damaged: its config lacks the key 'vocab_size'")
+    return GPTConfig(**config)

@@ -28,6 +28,17 @@ instead of being fed. The mask is not applied in the forward pass (PyTorch's
 ``torch.nn.utils.prune`` reparametrizes ``weight = weight_orig * mask``); the
 stored weight *is* zero, so the state dict, ``model(x)`` and any exported
 copy are sparse as they are, with no renamed parameters.
+
+The masks travel with the model. Each is a boolean buffer of the layer that
+owns the weight, named after it with ``_mask`` (PyTorch's spelling): pruning
+``fc.weight`` registers ``fc.weight_mask`` (True = kept). So
+``model.state_dict()``, every Trainer checkpoint and ``model.safetensors``
+hold them, and a resumed run keeps its sparsity: build the model, call
+``Pruning(model)`` (or :meth:`Pruning.for_state_dict`, which finds the pruned
+names in a saved state) and attach it again, then load; the loaded masks are
+the ones it applies. A state dict with masks loads into a model only where
+they are registered (``load_state_dict`` is strict), as in PyTorch. The weight
+keeps its own name (``fc.weight``; PyTorch renames it ``fc.weight_orig``).
 """
 from __future__ import annotations
 
@@ -131,8 +142,13 @@ class Pruning:
             parameter with two or more dimensions (Linear weights, conv kernels), not biases or
             norm scales, which are few and matter much.
 
-    ``masks`` maps each name to a boolean array (True = kept) on the weight's device.
+    ``masks`` maps each name to its boolean mask (True = kept) on the weight's device: the
+    array of the buffer ``<name>_mask`` that the constructor registers on the weight's layer,
+    all True (replacing the mask of an earlier Pruning of the same weight, which then no
+    longer acts on the model). Loading a state dict fills them (a resumed run's masks).
     """
+
+    MASK_SUFFIX = "_mask"
 
     def __init__(self, model, names=None):
         params = dict(model.named_parameters())
@@ -147,8 +163,31 @@ class Pruning:
                              "pass names=[...])")
         self.model = model
         self.params = {n: params[n] for n in names}
-        self.masks = {n: p.xp.ones(p.shape, dtype=bool) for n, p in self.params.items()}
+        modules = dict(model.named_modules())
+        self._buffers = {}
+        for n, p in self.params.items():
+            owner, _, leaf = n.rpartition(".")
+            module, key = modules[owner], leaf + self.MASK_SUFFIX
+            module.register_buffer(key, Tensor(p.xp.ones(p.shape, dtype=bool)))  # afresh: nothing pruned yet
+            self._buffers[n] = module._buffers[key]
         self._handles = []
+
+    @classmethod
+    def for_state_dict(cls, model, state) -> "Pruning | None":
+        """A Pruning over the weights of ``model`` that ``state`` holds masks for (``<name>_mask``), or None.
+
+        Call it before ``model.load_state_dict(state)``: it registers the mask buffers
+        that the load fills. Names of ``state`` that are not parameters of ``model`` are ignored.
+        """
+        params = dict(model.named_parameters())
+        names = [k[:-len(cls.MASK_SUFFIX)] for k in state if isinstance(k, str) and k.endswith(cls.MASK_SUFFIX)
+                 and k[:-len(cls.MASK_SUFFIX)] in params]
+        return cls(model, names) if names else None
+
+    @property
+    def masks(self) -> dict:
+        """Name → the boolean mask array (True = kept), read from the model's ``<name>_mask`` buffers."""
+        return {n: b.data for n, b in self._buffers.items()}
 
     # ------------------------------------------------------------ pruning
     def prune(self, sparsity: float, scope: str = "global") -> "Pruning":
@@ -164,7 +203,7 @@ class Pruning:
         current = [self.masks[n] for n in names]
         fn = global_magnitude_masks if scope == "global" else layerwise_magnitude_masks
         for n, mask in zip(names, fn(weights, sparsity, masks=current)):
-            self.masks[n] = mask
+            self._buffers[n].data[...] = mask
         self.apply_()
         return self
 

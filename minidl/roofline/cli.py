@@ -10,7 +10,10 @@ The machine's name in the file names is $MINIDL_MACHINE, or the host name.
 """
 from __future__ import annotations
 
-from minidl.cli import add_command, out_folder
+import sys
+
+from minidl.cli import add_command, add_overwrite, out_folder
+from minidl.train.run_folder import write_failure
 
 
 def bench_command(args) -> int:
@@ -21,9 +24,14 @@ def bench_command(args) -> int:
               "run with --device cpu")
         return 2
     frameworks = tuple(f for f in suite.FRAMEWORKS if f not in (args.skip or ()))
-    out = out_folder("bench", args.out)
-    suite.run(args.device, quick=args.quick, out_dir=out, machine=args.machine, frameworks=frameworks,
-              only=set(args.only) if args.only else None)
+    results = suite.results_name(args.device, args.quick, args.machine) + ".json"
+    with out_folder("bench", args.out, overwrite=args.overwrite, run_files=(results,)) as out:
+        try:
+            suite.run(args.device, quick=args.quick, out_dir=out.path, machine=args.machine, frameworks=frameworks,
+                      only=set(args.only) if args.only else None)
+        except OSError as exc:  # a full disk: one line
+            print(write_failure("bench", exc), file=sys.stderr)
+            return 2
     return 0
 
 
@@ -36,6 +44,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu, or cuda (needs CuPy and a GPU)")
     p.add_argument("--quick", action="store_true", help="small sizes: seconds instead of minutes")
     p.add_argument("--out", help="folder for the JSON and PNGs (default: runs/bench-<time>)")
+    add_overwrite(p)
     p.add_argument("--machine", default=None, help="name for the results files (default: $MINIDL_MACHINE or host)")
     p.add_argument("--skip", nargs="*", choices=("numpy", "torch"),
                    help="frameworks to leave out (default: none; torch is left out when not installed)")

@@ -355,8 +355,13 @@ class JSONLLogger(Callback):
         self.write(logs)
 
     def write(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+        except OSError as exc:
+            if exc.errno is None or exc.filename is not None:
+                raise
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), self.path) from None  # name the file
 
 
 class CSVLogger(Callback):

@@ -173,7 +173,7 @@ def read_checkpoint(path, device="cpu") -> dict:
     fits the objects it is meant for is checked by :func:`load_checkpoint`.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):  # a broken link is read, so that the error says why it cannot be
         raise FileNotFoundError(f"load_checkpoint: no checkpoint at {path}")
     try:
         state = load(path, device=device)

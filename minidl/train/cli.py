@@ -15,14 +15,13 @@ and the resumable checkpoints ``last.safetensors`` and ``best.safetensors``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import inspect
 import math
 import os
 import sys
 import time
 
-from minidl.cli import add_command, positive_float, positive_int
+from minidl.cli import add_command, add_overwrite, positive_float, positive_int
 from minidl.train import data_sources
 from minidl.train.metrics import interval_note
 
@@ -175,19 +174,13 @@ def _one_line(text: str) -> str:
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
-def _run_folder(args, settings) -> str:
-    if args.out:
-        return args.out
-    if args.resume:
-        return os.path.dirname(os.path.abspath(args.resume))
-    data = settings["data"].split(":")[0]
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = os.path.join("runs", f"train-{data}-{settings['model']}-{stamp}")
-    folder, n = base, 1
-    while os.path.exists(folder):
-        n += 1
-        folder = f"{base}-{n}"
-    return folder
+def _claim_folder(args, settings):
+    """This run's folder, claimed (see :mod:`minidl.train.run_folder`): ``--out``, a resumed run's own
+    folder, or a new ``runs/train-<data>-<model>-<time>``."""
+    from minidl.train.run_folder import claim
+    given = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else None)
+    return claim("train", given, default=f"train-{settings['data'].split(':')[0]}-{settings['model']}",
+                 resume=bool(args.resume), overwrite=args.overwrite, run_files=RUN_FILES)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -204,19 +197,17 @@ def _end(comm, code: int) -> int:
 
 
 def train_command(args) -> int:
-    import minidl as mdl
     from minidl.data import DataLoader, TensorDataset
-    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, Trainer, plot_curves
-    from minidl.train.callbacks import EarlyStopping
     from minidl.train.checkpoint import read_checkpoint
     from minidl.train.models import build_model
     from minidl.train.trainer import seed_everything
 
     started = time.perf_counter()
-    saved, tensorboard = None, getattr(args, "tensorboard", False)
+    saved, checkpoint, tensorboard = None, None, getattr(args, "tensorboard", False)
     if args.resume:
         try:
-            extra = read_checkpoint(args.resume).get("extra")
+            checkpoint = read_checkpoint(args.resume)
+            extra = checkpoint.get("extra")
             saved = _saved_settings(extra)
             tensorboard = tensorboard or (isinstance(extra, dict) and extra.get("tensorboard") is True)
         except (OSError, ValueError) as exc:  # FileNotFoundError, CheckpointError and damaged settings
@@ -237,6 +228,11 @@ def train_command(args) -> int:
                                   shuffle=True, seed=s["seed"])
         if comm is not None:
             model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
+        if checkpoint is not None:  # a pruned run: its masks (<name>_mask) are in the checkpoint; keep them
+            from minidl.nn.prune import Pruning
+            pruning = Pruning.for_state_dict(model, checkpoint["model"])
+            if pruning is not None:
+                pruning.attach(optimizer)
         val_loader = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
         test_loader = DataLoader(TensorDataset(data.x_test, data.y_test), batch_size=512)
         steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
@@ -248,10 +244,31 @@ def train_command(args) -> int:
         return _end(comm, _fail(message))
 
     root = comm is None or comm.rank == 0  # only rank 0 logs, draws progress bars and writes files
-    out = _run_folder(args, s) if root else None
+    from minidl.train.run_folder import RunFolderError, write_failure
+    try:
+        folder = _claim_folder(args, s) if root else None
+    except RunFolderError as exc:
+        return _end(comm, _fail(str(exc)))
+    try:
+        return _train(args, s, comm, root, folder.path if root else None, data, model, optimizer, lr,
+                      train_loader, val_loader, test_loader, schedule, tensorboard, started)
+    except OSError as exc:  # a write of the run failed (a full disk): one line, the written files are kept
+        print(write_failure("train", exc), file=sys.stderr)
+        return _end(comm, 2)
+    finally:
+        if root:
+            folder.release()
+
+
+def _train(args, s, comm, root, out, data, model, optimizer, lr, train_loader, val_loader, test_loader,
+           schedule, tensorboard, started) -> int:
+    """Train in the claimed folder ``out`` (None on ranks other than 0) and write the run's files."""
+    import minidl as mdl
+    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, Trainer, plot_curves
+    from minidl.train.callbacks import EarlyStopping
+
     callbacks = []
     if root:
-        os.makedirs(out, exist_ok=True)
         callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
         if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
             from minidl.train.tensorboard import TensorBoardLogger
@@ -345,6 +362,7 @@ def _add_train(sub):
                    "a resumed run: the checkpoint's folder)")
     p.add_argument("--resume", help="continue from a checkpoint, the last.safetensors of an earlier run "
                    "(default: a fresh run)")
+    add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar (the bar shows the mean training loss "
                    "of the epoch so far; metrics.jsonl records it at the end of each epoch)")
     p.add_argument("--tensorboard", action="store_true",

@@ -34,9 +34,9 @@ SAMPLE_SHAPES = {"digits": (1, 8, 8), "spirals": (2,), "mnist": (1, 28, 28)}
 class Run:
     """A trained model with its standardizer and settings; :meth:`predict` takes raw inputs."""
 
-    def __init__(self, folder, model, standardizer, settings: dict, sample_shape: tuple):
+    def __init__(self, folder, model, standardizer, settings: dict, sample_shape: tuple, num_classes: int):
         self.folder, self.model, self.standardizer = folder, model, standardizer
-        self.settings, self.sample_shape = settings, tuple(sample_shape)
+        self.settings, self.sample_shape, self.num_classes = settings, tuple(sample_shape), int(num_classes)
 
     def _samples(self, x) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
@@ -80,7 +80,7 @@ def load_run(folder) -> Run:
     folder = os.fspath(folder)
     files = {name: os.path.join(folder, name)
              for name in ("model.safetensors", "standardizer.safetensors", "last.safetensors")}
-    missing = [name for name, path in files.items() if not os.path.exists(path)]
+    missing = [name for name, path in files.items() if not os.path.lexists(path)]  # a broken link: load says why
     if missing:
         raise FileNotFoundError(f"predict: {folder} is not a finished minidl train run folder: it lacks "
                                 f"{', '.join(missing)}")
@@ -92,12 +92,43 @@ def load_run(folder) -> Run:
     if data not in SAMPLE_SHAPES:
         raise ValueError(f"predict: the run trained on unknown data {settings['data']!r}")
     weights = mdl.load(files["model.safetensors"])
-    last_bias = [k for k in weights if k.endswith(".bias")][-1]
-    model = build_model(settings["model"], SAMPLE_SHAPES[data], int(weights[last_bias].shape[0]),
-                        dropout=settings.get("dropout", 0.0))
+    biases = [k for k in weights if k.endswith(".bias")]
+    if not biases:
+        raise ValueError(f"predict: {files['model.safetensors']} holds no layer of a minidl train model")
+    num_classes = int(weights[biases[-1]].shape[0])
+    model = build_model(settings["model"], SAMPLE_SHAPES[data], num_classes, dropout=settings.get("dropout", 0.0))
+    from minidl.nn.prune import Pruning
+    Pruning.for_state_dict(model, weights)  # a pruned run's masks (``<name>_mask``) have their buffers again
     model.load_state_dict(weights)
     standardizer = Standardizer().load_state_dict(mdl.load(files["standardizer.safetensors"]))
-    return Run(folder, model, standardizer, settings, SAMPLE_SHAPES[data])
+    return Run(folder, model, standardizer, settings, SAMPLE_SHAPES[data], num_classes)
+
+
+def check_inputs(x: np.ndarray, source: str) -> None:
+    """Refuse inputs with NaN or infinite values, naming the first such rows (counted from 1)."""
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"predict: {source} holds {x.dtype} values, not numbers")
+    rows = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1)) if x.ndim and len(x) else []
+    if len(rows):
+        first = ", ".join(str(r + 1) for r in rows[:5])
+        raise ValueError(f"predict: {source} has NaN or infinite values in {len(rows)} of its {len(x)} rows "
+                         f"(rows {first}{', ...' if len(rows) > 5 else ''}, counting from 1); a model cannot "
+                         "classify a missing value: fill or drop those rows")
+
+
+def check_labels(y: np.ndarray, num_classes: int, source: str) -> np.ndarray:
+    """The labels as int64 when every one is an integer class in [0, num_classes); else a ValueError."""
+    y = np.asarray(y).reshape(-1)
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"predict: {source} holds {y.dtype} values, not class numbers")
+    bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0) | (y >= num_classes) if y.dtype.kind == "f" \
+        else (y < 0) | (y >= num_classes)
+    rows = np.flatnonzero(bad)
+    if len(rows):
+        first = ", ".join(f"row {r + 1}: {y[r]:g}" for r in rows[:3])
+        raise ValueError(f"predict: {source} has {len(rows)} labels that are not classes of the run (integers "
+                         f"0 to {num_classes - 1}): {first}{', ...' if len(rows) > 3 else ''} (rows counted from 1)")
+    return y.astype(np.int64)
 
 
 def _read_array(path: str) -> np.ndarray:
@@ -110,27 +141,34 @@ def _read_array(path: str) -> np.ndarray:
 
 def predict_command(args) -> int:
     from minidl.cli import out_folder
+    from minidl.serialization import atomic_write
+    from minidl.train.run_folder import write_failure
     try:
         run = load_run(args.folder)
         if args.inputs:
             x = _read_array(args.inputs)
-            y = _read_array(args.labels).reshape(-1).astype(np.int64) if args.labels else None
+            check_inputs(x, args.inputs)
+            y = check_labels(_read_array(args.labels), run.num_classes, args.labels) if args.labels else None
             source = args.inputs
         else:
             from minidl.train import data_sources
             data = data_sources.load(run.settings["data"], seed=int(run.settings.get("seed", 0)))
             x, y = data.standardizer.inverse_transform(data.x_test), data.y_test  # raw, as a new file would be
             source = f"the test split of {data.name} (seed {run.settings.get('seed', 0)})"
+        if y is not None and len(y) != len(x):
+            raise ValueError(f"predict: {len(x)} inputs but {len(y)} labels")
         predictions = run.predict(x)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # minidl.load's LoadError is both
         print(f"minidl predict: error: {exc}", file=sys.stderr)
         return 2
-    if y is not None and len(y) != len(predictions):
-        print(f"minidl predict: error: {len(predictions)} inputs but {len(y)} labels", file=sys.stderr)
-        return 2
-    out = out_folder("predict", args.out)
-    path = os.path.join(out, "predictions.csv")
-    np.savetxt(path, predictions, fmt="%d", header="predicted class", comments="")
+    with out_folder("predict", args.out, overwrite=args.overwrite, run_files=("predictions.csv",)) as folder:
+        path = os.path.join(folder.path, "predictions.csv")
+        try:
+            atomic_write(path, lambda tmp: np.savetxt(tmp, predictions, fmt="%d", header="predicted class",
+                                                      comments=""))
+        except OSError as exc:
+            print(write_failure("predict", exc), file=sys.stderr)
+            return 2
     shown = " ".join(map(str, predictions[:args.show]))
     print(f"{run.settings['model']} of {run.folder} on {len(predictions)} samples of {source}")
     print(f"predicted classes: {shown}{' ...' if len(predictions) > args.show else ''}")
@@ -158,4 +196,6 @@ def add_commands(subparsers) -> None:
                                     "(default: none)")
     p.add_argument("--show", type=int, default=20, help="how many predictions to print")
     p.add_argument("--out", help="folder for predictions.csv (default: runs/predict-<time>)")
+    from minidl.cli import add_overwrite
+    add_overwrite(p)
     p.set_defaults(run=predict_command)

@@ -364,6 +364,20 @@ class Trainer:
         raise non_finite_error(what, value, self.step + 1, self.epoch, self.lr, best)
 
     # ------------------------------------------------------------ records and validation
+    def validate(self) -> dict:
+        """Validate now, as an ``eval_every`` step does: append a history record, call ``on_evaluate``.
+
+        For a run that stops between validations (``fit(max_steps=...)``) and must still log and
+        checkpoint where it ended. Returns the record.
+        """
+        if self._clock is not None:  # inside fit (a callback asking for a validation)
+            return self._record()
+        self._clock = time.perf_counter() - self._elapsed  # the record's time counts the fits so far
+        try:
+            return self._record()
+        finally:
+            self._clock = None
+
     def _record(self, epoch: float | None = None) -> dict:
         """Close the running training averages, validate, append a history record, call on_evaluate."""
         self._read_back()

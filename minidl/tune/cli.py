@@ -16,10 +16,11 @@ import os
 import sys
 import time
 
-from minidl.cli import add_command, out_folder, positive_int
+from minidl.cli import add_command, add_overwrite, out_folder, positive_int
 from minidl.train.cli import SCHEDULES
 
 STRATEGIES = ("grid", "random", "halving", "hyperband", "tpe", "lr-sweep")
+RUN_FILES = ("trials.csv", "trials.jsonl", "scores.png")
 
 
 def _param(text):
@@ -51,12 +52,15 @@ def _train_command(settings: dict, config: dict, epochs: int) -> str:
 
 
 def tune_command(args) -> int:
+    from minidl.train.run_folder import write_failure
     from minidl.tune import presets, search
-    from minidl.tune.objective import TrainerObjective
+    from minidl.tune.objective import TrainerObjective, check_space
+    from minidl.tune.results import SearchResult
 
     started = time.perf_counter()
     space = _space(args)
     try:
+        check_space(space)  # every range inside its setting's domain, before the first trial
         objective = TrainerObjective(args.data, args.model, metric=args.metric, device=args.device,
                                      horizon=args.epochs, optimizer=args.optimizer, batch_size=args.batch_size,
                                      schedule=args.schedule, seed=args.seed)
@@ -73,31 +77,44 @@ def tune_command(args) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"minidl tune: error: {exc}", file=sys.stderr)
         return 2
-    out = out_folder("tune", args.out)
-    common = {"seed": args.seed, "mode": objective.mode}
-    try:
-        if args.strategy == "lr-sweep":
-            fixed = {k: v for k, v in space.items() if k != "lr" and not hasattr(v, "sample")}
-            sweep = presets.learning_rate_sweep(objective, args.epochs, config=fixed)
-            result, space = sweep.result, {"lr": presets.Choice(presets.LEARNING_RATES)}
-        elif args.strategy == "grid":
-            result = search.grid_search(objective, space, args.epochs, points=args.points, mode=objective.mode)
-        elif args.strategy == "random":
-            result = search.random_search(objective, space, args.trials, args.epochs, **common)
-        elif args.strategy == "tpe":
-            result = search.tpe_search(objective, space, args.trials, args.epochs, **common)
-        elif args.strategy == "halving":
-            result = search.successive_halving(objective, space, args.trials, args.epochs, args.min_epochs,
-                                               args.eta, **common)
-        else:
-            result = search.hyperband(objective, space, args.epochs, args.min_epochs, args.eta, **common)
-    except ValueError as exc:
-        print(f"minidl tune: error: {exc}", file=sys.stderr)
-        return 2
-    result.to_csv(os.path.join(out, "trials.csv"))
-    result.to_jsonl(os.path.join(out, "trials.jsonl"))
-    result.plot(os.path.join(out, "scores.png"), space,
-                title=f"{args.strategy} on {args.data}: {len(result.trials)} trials, {result.epochs_trained} epochs")
+    with out_folder("tune", args.out, overwrite=args.overwrite, run_files=RUN_FILES) as folder:
+        out = folder.path
+
+        def write_trials(trial, trials):  # as each trial finishes: a later failure keeps the finished ones
+            finished = SearchResult(args.strategy, trials, objective.mode, args.metric)
+            finished.to_csv(os.path.join(out, "trials.csv"))
+            finished.to_jsonl(os.path.join(out, "trials.jsonl"))
+
+        common = {"seed": args.seed, "mode": objective.mode, "on_trial": write_trials}
+        try:
+            if args.strategy == "lr-sweep":
+                fixed = {k: v for k, v in space.items() if k != "lr" and not hasattr(v, "sample")}
+                sweep = presets.learning_rate_sweep(objective, args.epochs, config=fixed, on_trial=write_trials)
+                result, space = sweep.result, {"lr": presets.Choice(presets.LEARNING_RATES)}
+            elif args.strategy == "grid":
+                result = search.grid_search(objective, space, args.epochs, points=args.points, mode=objective.mode,
+                                            on_trial=write_trials)
+            elif args.strategy == "random":
+                result = search.random_search(objective, space, args.trials, args.epochs, **common)
+            elif args.strategy == "tpe":
+                result = search.tpe_search(objective, space, args.trials, args.epochs, **common)
+            elif args.strategy == "halving":
+                result = search.successive_halving(objective, space, args.trials, args.epochs, args.min_epochs,
+                                                   args.eta, **common)
+            else:
+                result = search.hyperband(objective, space, args.epochs, args.min_epochs, args.eta, **common)
+            result.to_csv(os.path.join(out, "trials.csv"))
+            result.to_jsonl(os.path.join(out, "trials.jsonl"))
+            result.plot(os.path.join(out, "scores.png"), space, title=f"{args.strategy} on {args.data}: "
+                        f"{len(result.trials)} trials, {result.epochs_trained} epochs")
+        except OSError as exc:  # a write failed (a full disk): one line; the files written before are kept
+            print(write_failure("tune", exc), file=sys.stderr)
+            return 2
+        except ValueError as exc:
+            kept = os.path.exists(os.path.join(out, "trials.csv"))
+            print(f"minidl tune: error: {exc}" + ("; the finished trials are in " + os.path.join(out, "trials.csv")
+                                                  if kept else ""), file=sys.stderr)
+            return 2
     print(result.table(limit=args.show))
     best = result.best
     diverged = sum(t.status != "ok" for t in result.trials)
@@ -111,7 +128,8 @@ def tune_command(args) -> int:
     print(f"best: {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in best.config.items())}"
           f" -> {args.metric} {best.score:.4g} after {best.epochs} epochs")
     print(f"train it: {_train_command(objective.settings, best.config, best.epochs)}")
-    print(f"wrote {out}/: trials.csv, trials.jsonl, scores.png")
+    written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
+    print(f"wrote {out}/: {', '.join(written)}")
     return 0
 
 
@@ -155,6 +173,7 @@ def _add_tune(sub):
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--show", type=positive_int, default=20, help="rows of the printed table, best first")
     p.add_argument("--out", help="folder for the results (default: runs/tune-<time>)")
+    add_overwrite(p)
     p.set_defaults(run=tune_command)
 
 

@@ -33,10 +33,72 @@ import numpy as np
 from minidl.train import data_sources
 from minidl.train.cli import DEFAULTS, make_optimizer, make_schedule
 
-__all__ = ["TUNABLE", "TrainerObjective"]
+__all__ = ["DOMAINS", "TUNABLE", "TrainerObjective", "check_space"]
 
 TUNABLE = ("lr", "weight_decay", "batch_size", "dropout", "label_smoothing", "optimizer", "schedule",
            "clip_norm", "accumulate")
+
+# Each tunable setting's valid values, as minidl train accepts them: (kind, the domain in words);
+# kind "float": a finite number, "int": a whole number, "name": a name. _in_domain holds the bounds.
+DOMAINS = {
+    "lr": ("float", "a number > 0"),
+    "weight_decay": ("float", "a number >= 0"),
+    "batch_size": ("int", "a whole number >= 1"),
+    "dropout": ("float", "a number in [0, 1)"),
+    "label_smoothing": ("float", "a number in [0, 1]"),
+    "clip_norm": ("float", "a number > 0"),
+    "accumulate": ("int", "a whole number >= 1"),
+    "optimizer": ("name", "a minidl.optim optimizer's name"),
+    "schedule": ("name", "one of the schedules of minidl train"),
+}
+
+
+def _in_domain(name: str, value) -> bool:
+    """Is ``value`` a valid value of the tunable setting ``name``?"""
+    from minidl.train.cli import SCHEDULES, optimizer_classes
+    kind = DOMAINS[name][0]
+    if kind == "name":
+        if not isinstance(value, str):
+            return False
+        if name == "schedule":
+            return value in SCHEDULES
+        return value.lower().replace("-", "").replace("_", "") in optimizer_classes()
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    if not math.isfinite(value) or (kind == "int" and value != int(value)):
+        return False
+    return {"lr": value > 0, "weight_decay": value >= 0, "batch_size": value >= 1, "dropout": 0 <= value < 1,
+            "label_smoothing": 0 <= value <= 1, "clip_norm": value > 0, "accumulate": value >= 1}[name]
+
+
+def check_space(space: dict) -> None:
+    """Check every range of ``space`` against its setting's valid values before any trial runs.
+
+    A range is checked at both ends (a Choice: every option; a constant: itself);
+    an integer setting needs an integer range (``int:LOW:HIGH``) or whole numbers.
+    Raises a ValueError naming the setting, the range, the value out of bounds and the domain.
+    """
+    from minidl.tune.space import Choice, Dimension, Integer
+    for name, dim in space.items():
+        if name not in DOMAINS:
+            raise ValueError(f"cannot tune {name!r}; tunable settings: {', '.join(TUNABLE)}; nothing was trained")
+        kind, domain = DOMAINS[name]
+        if isinstance(dim, Choice):
+            values = dim.options
+        elif isinstance(dim, Dimension):
+            if kind == "int" and not isinstance(dim, Integer):
+                raise ValueError(f"--param {name}: {dim!r} draws fractions; {name} is {domain}: use int:LOW:HIGH "
+                                 "or logint:LOW:HIGH; nothing was trained")
+            if kind == "name":
+                raise ValueError(f"--param {name}: {dim!r} draws numbers; {name} is {domain}: use choice:A,B; "
+                                 "nothing was trained")
+            values = [dim.low, dim.high]
+        else:
+            values = [dim]
+        bad = [v for v in values if not _in_domain(name, v)]
+        if bad:
+            raise ValueError(f"--param {name}: the range {dim!r} reaches {bad[0]!r}, and {name} must be {domain}; "
+                             "nothing was trained")
 
 
 class TrainerObjective:

@@ -50,7 +50,8 @@ class LearningRateSweep:
 
 
 def learning_rate_sweep(objective, epochs: int, rates=LEARNING_RATES, config: dict | None = None,
-                        mode: str | None = None, stop_at_divergence: bool = True) -> LearningRateSweep:
+                        mode: str | None = None, stop_at_divergence: bool = True,
+                        on_trial=None) -> LearningRateSweep:
     """Train with each rate in ``rates`` (smallest first) for ``epochs`` epochs; choose the largest stable one.
 
     ``config`` holds the other hyperparameters (fixed). With ``stop_at_divergence``
@@ -59,7 +60,7 @@ def learning_rate_sweep(objective, epochs: int, rates=LEARNING_RATES, config: di
     rates = sorted(float(r) for r in rates)
     if not rates:
         raise ValueError("learning_rate_sweep: needs at least one rate")
-    runner = TrialRunner(objective, mode or getattr(objective, "mode", "max"))
+    runner = TrialRunner(objective, mode or getattr(objective, "mode", "max"), on_trial)
     for i, lr in enumerate(rates):
         trial = runner.run({**(config or {}), "lr": lr}, epochs, key=("lr", i))
         runner.release(("lr", i))

@@ -13,6 +13,8 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
+from minidl.serialization import atomic_write
+
 __all__ = ["SearchResult", "Trial"]
 
 
@@ -98,19 +100,28 @@ class SearchResult:
         return out
 
     def to_csv(self, path) -> None:
+        """Write one row per trial; the file is replaced whole (a temporary file, then a rename)."""
         rows = self.rows()
+
+        def write(tmp):
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["number"])
+                writer.writeheader()
+                writer.writerows(rows)
+
         _parent(path)
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["number"])
-            writer.writeheader()
-            writer.writerows(rows)
+        atomic_write(path, write)
 
     def to_jsonl(self, path) -> None:
+        """Write one JSON line per trial; the file is replaced whole, as :meth:`to_csv`."""
+        def write(tmp):
+            with open(tmp, "w") as f:
+                for t, row in zip(self.trials, self.rows()):
+                    f.write(json.dumps({**row, "config": {k: _plain(v) for k, v in t.config.items()},
+                                        "info": {k: _plain(v) for k, v in t.info.items()}}) + "\n")
+
         _parent(path)
-        with open(path, "w") as f:
-            for t, row in zip(self.trials, self.rows()):
-                f.write(json.dumps({**row, "config": {k: _plain(v) for k, v in t.config.items()},
-                                    "info": {k: _plain(v) for k, v in t.info.items()}}) + "\n")
+        atomic_write(path, write)
 
     def table(self, limit: int | None = None) -> str:
         """The trials as aligned text, best first (diverged last); ``limit`` rows at most."""

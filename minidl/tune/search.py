@@ -22,6 +22,10 @@ successive halving per bracket ``s = s_max, ..., 0``, each bracket starting
 ``n = ceil(B/R · eta^s / (s + 1))`` configurations at ``R · eta^-s`` epochs.
 :func:`halving_rungs` and :func:`hyperband_brackets` give these plans as plain
 numbers before anything is trained.
+
+Every strategy takes ``on_trial(trial, trials)``, called as each trial
+finishes with the trials so far: ``minidl tune`` rewrites ``trials.csv``
+there, so a search that fails or is stopped later keeps the finished trials.
 """
 from __future__ import annotations
 
@@ -92,12 +96,12 @@ def hyperband_brackets(max_epochs: int, min_epochs: int = 1, eta: int = 3) -> li
 class TrialRunner:
     """Calls the objective, times it, turns what it returns into a Trial."""
 
-    def __init__(self, objective, mode: str):
+    def __init__(self, objective, mode: str, on_trial=None):
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         if not callable(objective):
             raise TypeError(f"the objective must be callable, got {type(objective).__name__}")
-        self.objective, self.mode, self.trials = objective, mode, []
+        self.objective, self.mode, self.trials, self.on_trial = objective, mode, [], on_trial
 
     def run(self, config: dict, epochs: int, key=None, rung: int = 0, bracket: int = 0) -> Trial:
         start = time.perf_counter()
@@ -113,6 +117,8 @@ class TrialRunner:
         trial = Trial(len(self.trials), dict(config), int(epochs), float("nan") if diverged else score,
                       "diverged" if diverged else "ok", trained, rung, bracket, time.perf_counter() - start, info)
         self.trials.append(trial)
+        if self.on_trial is not None:  # as each trial finishes: a later failure keeps the finished ones
+            self.on_trial(trial, list(self.trials))
         return trial
 
     def release(self, key) -> None:
@@ -137,10 +143,10 @@ def metric_name(objective, metric) -> str:
 
 # ---------------------------------------------------------------- strategies
 def grid_search(objective, space: dict, epochs: int, points: int = 3, mode: str = "max",
-                metric: str | None = None) -> SearchResult:
+                metric: str | None = None, on_trial=None) -> SearchResult:
     """Every combination of :func:`~minidl.tune.space.grid` (``points`` values per range), ``epochs`` each."""
     epochs = _positive_int(epochs, "epochs")
-    runner = TrialRunner(objective, mode)
+    runner = TrialRunner(objective, mode, on_trial)
     for i, config in enumerate(grid(space, points)):
         runner.run(config, epochs, key=("grid", i))
         runner.release(("grid", i))
@@ -148,11 +154,11 @@ def grid_search(objective, space: dict, epochs: int, points: int = 3, mode: str 
 
 
 def random_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0, mode: str = "max",
-                  metric: str | None = None) -> SearchResult:
+                  metric: str | None = None, on_trial=None) -> SearchResult:
     """``n_trials`` configurations drawn from ``space`` with ``np.random.default_rng(seed)``, ``epochs`` each."""
     n_trials, epochs = _positive_int(n_trials, "n_trials"), _positive_int(epochs, "epochs")
     rng = np.random.default_rng(seed)
-    runner = TrialRunner(objective, mode)
+    runner = TrialRunner(objective, mode, on_trial)
     for i in range(n_trials):
         runner.run(sample(space, rng), epochs, key=("random", i))
         runner.release(("random", i))
@@ -178,22 +184,23 @@ def _halving(runner, configs: list, rungs: list, bracket: int) -> None:
 
 
 def successive_halving(objective, space: dict, n_configs: int, max_epochs: int, min_epochs: int = 1,
-                       eta: int = 3, seed: int = 0, mode: str = "max", metric: str | None = None) -> SearchResult:
+                       eta: int = 3, seed: int = 0, mode: str = "max", metric: str | None = None,
+                       on_trial=None) -> SearchResult:
     """Successive halving along :func:`halving_rungs` over ``n_configs`` random configurations."""
     rungs = halving_rungs(n_configs, min_epochs, max_epochs, eta)
     rng = np.random.default_rng(seed)
-    runner = TrialRunner(objective, mode)
+    runner = TrialRunner(objective, mode, on_trial)
     _halving(runner, [sample(space, rng) for _ in range(rungs[0][0])], rungs, bracket=0)
     return runner.result("halving", metric_name(objective, metric))
 
 
 def hyperband(objective, space: dict, max_epochs: int, min_epochs: int = 1, eta: int = 3, seed: int = 0,
-              mode: str = "max", metric: str | None = None) -> SearchResult:
+              mode: str = "max", metric: str | None = None, on_trial=None) -> SearchResult:
     """Hyperband: one successive halving per bracket of :func:`hyperband_brackets`, fresh random configurations
     for each (``Trial.bracket`` is the bracket's ``s``)."""
     brackets = hyperband_brackets(max_epochs, min_epochs, eta)
     rng = np.random.default_rng(seed)
-    runner = TrialRunner(objective, mode)
+    runner = TrialRunner(objective, mode, on_trial)
     for rungs in brackets:
         s = len(rungs) - 1
         _halving(runner, [sample(space, rng) for _ in range(rungs[0][0])], rungs, bracket=s)
@@ -206,7 +213,7 @@ def _diverged_constraint(frozen_trial) -> tuple:
 
 
 def tpe_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0, mode: str = "max",
-               metric: str | None = None, n_startup_trials: int = 5) -> SearchResult:
+               metric: str | None = None, n_startup_trials: int = 5, on_trial=None) -> SearchResult:
     """Bayesian optimization with Optuna's Tree-structured Parzen Estimator, ``epochs`` per trial.
 
     The first ``n_startup_trials`` configurations are random; after that TPE models
@@ -221,7 +228,7 @@ def tpe_search(objective, space: dict, n_trials: int, epochs: int, seed: int = 0
     except ImportError:
         raise ImportError("tpe_search needs Optuna: pip install 'minidl[tune]' (or pip install optuna)") from None
     n_trials, epochs = _positive_int(n_trials, "n_trials"), _positive_int(epochs, "epochs")
-    runner = TrialRunner(objective, mode)
+    runner = TrialRunner(objective, mode, on_trial)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Optuna 5 takes constraints from each trial (set_constraint); older versions from a function.
     per_trial = hasattr(optuna.trial.Trial, "set_constraint")

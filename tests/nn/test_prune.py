@@ -233,3 +233,78 @@ def test_pruning_on_device(device):
     for n, p in pruning.params.items():
         assert (backend.to_numpy(p.data)[~cpu_masks[n]] == 0).all()
     assert pruning.sparsity() == 0.5
+
+
+def _blobs_trainer(model, opt):
+    x, y = gaussian_blobs(n=120, centers=3, seed=0)
+    loader = DataLoader((x.astype(np.float64), y), batch_size=32, shuffle=True, seed=0)
+    return Trainer(model, opt, loader, progress=False, seed=0)
+
+
+def test_the_masks_are_in_the_state_dict_with_pytorchs_spelling():
+    model = _model()
+    pruning = Pruning(model).prune(0.5)
+    state = model.state_dict()
+    masks = {k: v for k, v in state.items() if k.endswith("_mask")}
+    assert sorted(masks) == sorted(f"{n}_mask" for n in pruning.params)   # "0.weight" -> "0.weight_mask"
+    for n, p in pruning.params.items():
+        assert masks[f"{n}_mask"].dtype == np.bool_
+        np.testing.assert_array_equal(masks[f"{n}_mask"], p.numpy() != 0)
+    fresh = _model()
+    with pytest.raises(ValueError, match="unexpected keys"):   # strict, as PyTorch: the masks need their buffers
+        fresh.load_state_dict(state)
+    again = Pruning.for_state_dict(fresh, state)
+    fresh.load_state_dict(state)
+    assert sorted(again.params) == sorted(pruning.params)
+    for n in pruning.params:
+        np.testing.assert_array_equal(again.masks[n], pruning.masks[n])
+
+
+def test_a_resumed_pruned_run_keeps_its_sparsity(tmp_path):
+    model = _model()
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    trainer = _blobs_trainer(model, opt)
+    trainer.fit(epochs=1)
+    pruning = Pruning(model).prune(0.5)
+    pruning.attach(opt)
+    trainer.fit(epochs=2)
+    trainer.save_checkpoint(tmp_path / "last.safetensors")
+    assert pruning.sparsity() == pytest.approx(0.5)
+
+    resumed_model = _model()
+    resumed_opt = optim.Adam(resumed_model.parameters(), lr=0.01)
+    resumed = Pruning(resumed_model)          # as the script that resumes builds it: masks all True
+    resumed.attach(resumed_opt)
+    trainer = _blobs_trainer(resumed_model, resumed_opt)
+    trainer.load_checkpoint(tmp_path / "last.safetensors")
+    assert resumed.sparsity() == pytest.approx(0.5)
+    trainer.fit(epochs=3)                     # one epoch after the resume
+    assert resumed.sparsity() == pytest.approx(0.5)
+    for n in pruning.params:
+        np.testing.assert_array_equal(resumed.masks[n], pruning.masks[n])
+        assert (resumed.params[n].numpy()[~pruning.masks[n]] == 0).all()
+
+
+def test_minidl_train_resume_keeps_a_pruned_checkpoints_sparsity(tmp_path, capsys):
+    from minidl.cli import main
+    from minidl.train.models import build_model
+    assert main(["train", "--data", "spirals", "--epochs", "1", "--quiet", "--out", str(tmp_path / "dense")]) == 0
+    state = mdl.load(tmp_path / "dense" / "last.safetensors")
+    model = build_model("mlp", (2,), 2)
+    model.load_state_dict(state["model"])
+    pruning = Pruning(model).prune(0.5)       # prune the trained weights, then fine-tune with --resume
+    state["model"] = model.state_dict()
+    (tmp_path / "pruned").mkdir()
+    mdl.save(state, tmp_path / "pruned" / "last.safetensors")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "pruned" / "last.safetensors"), "--epochs", "2",
+                 "--quiet"]) == 0
+    weights = mdl.load(tmp_path / "pruned" / "model.safetensors")
+    zeros = sum(int((weights[n] == 0).sum()) for n in pruning.params)
+    size = sum(weights[n].size for n in pruning.params)
+    assert zeros / size == pytest.approx(0.5, abs=0.5 / size)
+    for n in pruning.params:
+        np.testing.assert_array_equal(weights[f"{n}_mask"], pruning.masks[n])
+        assert (weights[n][~pruning.masks[n]] == 0).all()
+    assert main(["predict", str(tmp_path / "pruned"), "--out", str(tmp_path / "p")]) == 0   # loads the masks
+    assert "accuracy" in capsys.readouterr().out

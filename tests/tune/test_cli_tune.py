@@ -59,3 +59,56 @@ def test_bad_options_are_refused(argv, capsys):
 def test_bad_settings_fail_before_writing(tmp_path, capsys, argv, message):
     code, out = _run(tmp_path, *argv)
     assert code == 2 and not out.exists() and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("param, message", [
+    ("dropout=uniform:0:1.5", "--param dropout: the range Uniform(0, 1.5) reaches 1.5, and dropout must be a number "
+                              "in [0, 1)"),
+    ("lr=uniform:-0.1:0.5", "reaches -0.1, and lr must be a number > 0"),
+    ("batch_size=uniform:16:64", "--param batch_size: Uniform(16, 64) draws fractions"),
+    ("batch_size=int:0:64", "reaches 0, and batch_size must be a whole number >= 1"),
+    ("optimizer=choice:adam,adamm", "reaches 'adamm', and optimizer must be a minidl.optim optimizer's name"),
+    ("schedule=choice:cosine,linear", "reaches 'linear'"),
+    ("label_smoothing=2", "reaches 2, and label_smoothing must be a number in [0, 1]"),
+    ("accumulate=choice:1,2.5", "reaches 2.5"),
+])
+def test_every_range_is_checked_against_its_domain_before_the_first_trial(tmp_path, capsys, monkeypatch, param,
+                                                                          message):
+    from minidl.tune.objective import TrainerObjective
+    calls = []
+    monkeypatch.setattr(TrainerObjective, "__call__", lambda self, *a, **k: calls.append(a))
+    code, out = _run(tmp_path, "--strategy", "random", "--trials", "3", "--epochs", "1", "--param", param)
+    err = capsys.readouterr().err
+    assert code == 2 and calls == [] and not out.exists()
+    assert err.count("\n") == 1 and message in err and "nothing was trained" in err
+
+
+def test_trials_csv_is_written_as_trials_finish_and_kept_when_a_later_one_fails(tmp_path, capsys, monkeypatch):
+    from minidl.tune.objective import TrainerObjective
+    real, seen = TrainerObjective.__call__, []
+
+    def third_fails(self, config, epochs, key=None):
+        seen.append(config)
+        if len(seen) == 3:
+            rows = list(csv.DictReader(open(tmp_path / "run" / "trials.csv")))
+            assert [float(r["lr"]) for r in rows] == [c["lr"] for c in seen[:2]]   # on disk before trial 3 ends
+            raise ValueError("the third trial could not run")
+        return real(self, config, epochs, key=key)
+
+    monkeypatch.setattr(TrainerObjective, "__call__", third_fails)
+    code, out = _run(tmp_path, "--strategy", "random", "--trials", "4", "--epochs", "1", "--param", "lr=log:1e-3:0.1")
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"minidl tune: error: the third trial could not run; the finished trials are in " \
+                                f"{out / 'trials.csv'}\n"
+    rows = list(csv.DictReader(open(out / "trials.csv")))
+    assert [float(r["lr"]) for r in rows] == [c["lr"] for c in seen[:2]]
+    assert len(open(out / "trials.jsonl").readlines()) == 2
+
+
+def test_a_second_search_into_the_same_folder_is_refused(tmp_path, capsys):
+    args = ("--strategy", "grid", "--points", "1", "--epochs", "1", "--param", "lr=0.05")
+    assert _run(tmp_path, *args)[0] == 0
+    assert "wrote" in capsys.readouterr().out
+    code, out = _run(tmp_path, *args)
+    assert code == 2 and "already holds a run (trials.csv, trials.jsonl, scores.png)" in capsys.readouterr().err
+    assert _run(tmp_path, *args, "--overwrite")[0] == 0
