@@ -64,5 +64,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_cuda = callspec is not None and str(callspec.params.get("device", "")).startswith("cuda")
-        if on_cuda or "standin_or_gpu" in item.fixturenames or item.get_closest_marker("gpu"):
+        # a notebook (nbmake's item) has no fixtures: getattr, not .fixturenames
+        if on_cuda or "standin_or_gpu" in getattr(item, "fixturenames", ()) or item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.cuda)
