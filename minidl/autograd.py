@@ -563,10 +563,12 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             for x, gx in zip(fn.inputs, gxs):
                 if gx is None or not x.requires_grad:
                     continue
-                if x.creator is None:
-                    to_leaf(x, gx)
-                else:
+                if x.creator is not None:
                     _add_pending(pending, x, gx)
+                elif x._hooks is None:  # a leaf: its gradient is final for this use
+                    deliver(x, gx)
+                else:
+                    to_leaf(x, gx)
             if not retain_graph:
                 fn.release()
         for x, g in leaf_totals.values():
