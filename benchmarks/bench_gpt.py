@@ -218,7 +218,7 @@ def on_gpu(s, repeat: int, device: str, gemm_n: int = 4096) -> dict:
     """Parts 1 and 2 on the GPU: step times (CUDA events, alternating rounds) and device-pool peaks."""
     from minidl.roofline import timing
     from minidl.roofline.ceilings import measure_gemm
-    from minidl.selftest.speed import gpt_minidl, gpt_torch
+    from minidl.selftest.speed import gpt_minidl, gpt_torch, torch_peak_bytes
     cfg, model, ours = gpt_minidl(s, device)
     fns = {"minidl": ours}
     try:
@@ -238,13 +238,7 @@ def on_gpu(s, repeat: int, device: str, gemm_n: int = 4096) -> dict:
             step()
         out[f"minidl_{label}_pool_peak_bytes"] = m.pool_peak_bytes - m.pool_start_bytes
     if "torch" in fns:
-        import torch
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start = torch.cuda.memory_allocated()
-        fns["torch"]()
-        torch.cuda.synchronize()
-        out["torch_peak_bytes"] = torch.cuda.max_memory_allocated() - start
+        out["torch_peak_bytes"] = torch_peak_bytes(fns["torch"])
     return out
 
 

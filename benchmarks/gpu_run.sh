@@ -97,7 +97,7 @@ stage environment "$ENVIRONMENT_S" "$OUT/environment.tmp" bash -c environment
 cat "$OUT/environment.tmp" >> "$REPORT" && rm -f "$OUT/environment.tmp"
 
 # shellcheck disable=SC2086  # the commands are word-split on purpose
-stage selftest "$SELFTEST_S" "$OUT/selftest.log" $SELFTEST --out "$OUT"
+stage selftest "$SELFTEST_S" "$OUT/selftest.log" $SELFTEST --out "$OUT" --overwrite  # a rerun replaces its results
 # shellcheck disable=SC2086
 stage pytest "$PYTEST_S" "$OUT/pytest.txt" "$PYTHON" -m pytest $PYTEST_ARGS
 

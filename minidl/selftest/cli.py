@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import sys
 
-from minidl.cli import add_command, out_folder
+from minidl.cli import add_command, add_overwrite, out_folder
 
 
 def selftest_command(args) -> int:
     from minidl import selftest
+    from minidl.selftest import report
     try:
         selftest.check_device(args.device)
     except selftest.Unavailable as exc:
         print(exc, file=sys.stderr)
         return 2
-    out = out_folder("selftest", args.out)
     limits = dict(args.limit or ())
-    results = selftest.run(args.device, out=out, quick=args.quick, only=set(args.only) if args.only else None,
-                           limits=limits)
+    with out_folder("selftest", args.out, overwrite=args.overwrite, run_files=report.RESULT_FILES) as out:
+        results = selftest.run(args.device, out=out.path, quick=args.quick,
+                               only=set(args.only) if args.only else None, limits=limits)
     return 0 if results["passed"] else 1
 
 
@@ -58,6 +59,7 @@ def add_commands(subparsers) -> None:
                                   "there is no usable GPU.")
     p.add_argument("--device", default="cuda", help="the GPU to check: cuda or cuda:N")
     p.add_argument("--out", help="folder for the results (default: runs/selftest-<time>)")
+    add_overwrite(p)
     p.add_argument("--quick", action="store_true", help="small sizes: tests the command, not the GPU's speed")
     p.add_argument("--only", nargs="*", choices=names, metavar="STAGE",
                    help=f"run only these stages ({', '.join(names)}; default: all)")

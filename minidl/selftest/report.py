@@ -18,6 +18,7 @@ import numpy as np
 MAX_FILES = 8
 MAX_BYTES = 16 << 20
 JSON_NAME, SUMMARY_NAME = "selftest.json", "summary.txt"
+RESULT_FILES = (JSON_NAME, SUMMARY_NAME, "roofline.png", "step_profile.png")  # what a run writes into --out
 
 
 def _plain(value):

@@ -261,14 +261,19 @@ def gpt(stage, sides) -> dict:
         out[label] = (tracker.pool_peak_bytes - tracker.pool_start_bytes
                       if tracker.pool_peak_bytes is not None else tracker.peak_bytes)
     if sides.torch_ok:
-        import torch
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start = torch.cuda.memory_allocated()
-        fns["torch"]()
-        torch.cuda.synchronize()
-        out["torch_peak_bytes"] = torch.cuda.max_memory_allocated() - start
+        out["torch_peak_bytes"] = torch_peak_bytes(fns["torch"])
     return out
+
+
+def torch_peak_bytes(step) -> int:
+    """The device memory PyTorch's caching allocator holds at most during one ``step()``, beyond before."""
+    import torch
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - start
 
 
 # ---------------------------------------------------------------- one optimizer update, tiny ops

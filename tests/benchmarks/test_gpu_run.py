@@ -42,8 +42,8 @@ def test_every_stage_runs_and_out_holds_the_results(tmp_path):
     stages = _report(out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert all("passed" in stages[s] for s in ("environment", "selftest", "pytest")), stages
-    entries = sorted(os.listdir(out))
-    assert entries == ["gpu_run.txt", "pytest.txt", "selftest.json", "selftest.log", "summary.txt"]
+    entries = sorted(os.listdir(out))  # .lock: the selftest's claim on its run folder (empty, left in place)
+    assert entries == [".lock", "gpu_run.txt", "pytest.txt", "selftest.json", "selftest.log", "summary.txt"]
     assert all(os.path.isfile(out / e) and os.path.getsize(out / e) < 16 << 20 for e in entries)
     # -m cuda picked the test_backend tests whose device is "cuda", and only those
     tail = (out / "pytest.txt").read_text().strip().splitlines()[-1]

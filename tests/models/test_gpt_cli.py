@@ -7,15 +7,10 @@ import pytest
 
 import minidl as mdl
 from minidl.cli import main
+from tests.cli_helpers import run_cli as _run
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
         "--warmup", "1", "--quiet"]
-
-
-def _run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
 """``minidl train`` and ``minidl diagnose`` end to end: files, accuracy, resume, bad input."""
-import json
 import os
 import struct
 import subprocess
@@ -10,17 +9,8 @@ import pytest
 
 import minidl as mdl
 from minidl.cli import main
-
-
-def _run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def _records(folder):
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+from tests.cli_helpers import metrics_records as _records
+from tests.cli_helpers import run_cli as _run
 
 
 def test_default_run_reaches_95_percent_and_writes_its_files(tmp_path, capsys, monkeypatch):

@@ -1,7 +1,6 @@
 """A run folder belongs to one run: the lock, --resume / --overwrite, atomic default names, write checks."""
 import datetime
 import errno
-import json
 import os
 import subprocess
 import sys
@@ -11,21 +10,12 @@ import pytest
 
 import minidl as mdl
 from minidl import serialization
-from minidl.cli import default_out, main
+from minidl.cli import default_out
 from minidl.train.run_folder import RunFolderError, claim, default_name
+from tests.cli_helpers import metrics_records as _records
+from tests.cli_helpers import run_cli as _run
 
 SPIRALS = ["train", "--data", "spirals", "--lr", "0.01", "--quiet", "--batch-size", "128"]
-
-
-def _run(capsys, *argv):
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def _records(folder):
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def test_a_second_run_into_a_locked_folder_exits_2_naming_the_folder_and_the_process(tmp_path, capsys):
