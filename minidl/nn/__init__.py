@@ -56,7 +56,17 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from minidl.nn.norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchRenorm1d,
+    BatchRenorm2d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    LayerNorm,
+    RMSNorm,
+)
 from minidl.nn.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -84,5 +94,5 @@ __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
-    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
+    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune", "BatchRenorm1d", "BatchRenorm2d",
 ]
