@@ -34,6 +34,14 @@ from minidl.train.diagnostics import (
 )
 from minidl.train.distill import DistillationLoss, distillation_loss
 from minidl.train.ensemble import Ensemble, average_probabilities
+from minidl.train.landscape import (
+    Landscape,
+    filter_normalized_direction,
+    interpolate,
+    loss_landscape,
+    rescale_relu_layers,
+    sharpness,
+)
 from minidl.train.metrics import (
     accuracy,
     classification_report,
@@ -61,4 +69,5 @@ __all__ = [
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
     "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss",
+    "Landscape", "filter_normalized_direction", "interpolate", "loss_landscape", "rescale_relu_layers", "sharpness",
 ]
