@@ -20,6 +20,7 @@ from minidl.train.batch_scaling import (
 )
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
 from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from minidl.train.clipping import PercentileClipping, clip_loss
 from minidl.train.curves import make_figure, plot_curves
 from minidl.train.diagnostics import (
     CheckResult,
@@ -69,5 +70,6 @@ __all__ = [
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
     "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss",
+    "PercentileClipping", "clip_loss",
     "Landscape", "filter_normalized_direction", "interpolate", "loss_landscape", "rescale_relu_layers", "sharpness",
 ]
