@@ -36,6 +36,7 @@ from minidl.train.diagnostics import (
 )
 from minidl.train.distill import DistillationLoss, distillation_loss
 from minidl.train.ensemble import Ensemble, average_probabilities
+from minidl.train.inspection import plot_mispredictions, show_batch, worst_predictions
 from minidl.train.landscape import (
     Landscape,
     filter_normalized_direction,
@@ -72,6 +73,6 @@ __all__ = [
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
     "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss",
-    "PercentileClipping", "clip_loss",
+    "PercentileClipping", "clip_loss", "plot_mispredictions", "show_batch", "worst_predictions",
     "Landscape", "filter_normalized_direction", "interpolate", "loss_landscape", "rescale_relu_layers", "sharpness",
 ]
