@@ -16,6 +16,7 @@ OPTIMIZERS = {
     "AdamW": dict(lr=0.01, weight_decay=0.1), "AMSGrad": dict(lr=0.01), "NAdam": dict(lr=0.01),
     "RAdam": dict(lr=0.01), "LAMB": dict(lr=0.01), "LARS": dict(lr=0.1), "NovoGrad": dict(lr=0.01),
     "Ranger": dict(lr=0.01), "RangerLARS": dict(lr=0.01), "AdaHessian": dict(lr=0.1),
+    "SwitchOptimizer": dict(lr=0.01, switch_at=2),
 }
 
 

@@ -15,13 +15,15 @@ gradient g whose projection on Adam's step p equals p,
 and after the switch the SGD-with-momentum step with β = β₁ (the paper's
 v ← β₁v + g, w ← w − (1 − β₁)Λv, which is the book's SGDM m ← β₁m + (1 − β₁)g,
 w ← w − Λm). The estimate is kept per parameter group (the paper's Algorithm 1
-treats the whole parameter vector as one group, the default here).
+treats the whole parameter vector as one group, the default here). On a GPU the
+Adam phase reads the two dot products back once per step (a synchronization);
+the SGD phase does not.
 """
 from __future__ import annotations
 
 import numbers
 
-from minidl.backend import xp_of
+from minidl.backend import fetch, xp_of
 from minidl.optim.adam import adam_direction
 from minidl.optim.kernels import run_update
 from minidl.optim.optimizer import Optimizer, check_nonnegative, l2_gradient
@@ -97,7 +99,7 @@ class SwitchOptimizer(Optimizer):
         sw = self.switch[index]
         sw["t"] += 1
         t = sw["t"]
-        p_dot_p = p_dot_g = 0.0
+        products = []                                        # pᵀp and pᵀg of each tensor, on its device
         for position, p in live:
             state = self.state.setdefault(position, {})
             if "m" not in state:
@@ -106,9 +108,10 @@ class SwitchOptimizer(Optimizer):
             g = l2_gradient(p.grad.data, p.data, group["weight_decay"])
             r = adam_direction(g, state["m"], state["v"], t=t, beta1=beta1, beta2=beta2, eps=group["eps"])
             step = r * -group["lr"]                          # p, Adam's step
-            p_dot_p += float((step * step).sum())
-            p_dot_g += float((step * g).sum())
+            products += [(step * step).sum(), (step * g).sum()]
             p.data += step
+        values = fetch(*products)                            # one device-to-host copy per step
+        p_dot_p, p_dot_g = float(sum(values[0::2])), float(sum(values[1::2]))
         gamma, sw["lam"], sw["estimate"] = swats_learning_rate(p_dot_p, p_dot_g, sw["lam"], t, beta2)
         settled = gamma is not None and t > 1 and abs(sw["estimate"] - gamma) < self.tol
         if (self.switch_at is None and settled) or (self.switch_at is not None and t >= self.switch_at):
