@@ -132,3 +132,20 @@ def test_remove_normalization_replaces_every_norm_layer_and_keeps_the_rest():
     assert same is model and isinstance(model[1], nn.Identity)
     with pytest.raises(TypeError, match="expected a Module"):
         nn.utils.remove_normalization([1, 2])
+
+
+def test_batch_renorm_on_the_device_matches_the_cpu(device):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(4, 3, 2, 2)).astype(np.float32) * 2 + 1
+    g = rng.normal(size=x.shape).astype(np.float32)
+    results = []
+    for where in ("cpu", device):
+        m = nn.BatchRenorm2d(3, momentum=0.2, r_max=1.5, d_max=0.5).to(where)
+        m.running_var.data[...] = 2.0
+        xt = mdl.tensor(x, requires_grad=True, device=where)
+        y = m(xt)
+        y.backward(mdl.tensor(g, device=where))
+        assert y.device.startswith(where)
+        results.append((y.numpy(), xt.grad.numpy(), m.running_mean.numpy(), m.eval()(xt).numpy()))
+    for ours, cpu in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, cpu, rtol=1e-5, atol=1e-6)
