@@ -149,7 +149,7 @@ def loss_landscape(model, loss_fn, batch, directions: int = 1, span=(-1.0, 1.0),
         for index in np.ndindex(losses.shape):
             coefficients = [alphas[index[0]]] + ([betas[index[1]]] if directions == 2 else [])
             for k, (p, origin) in enumerate(zip(params, kept.params)):
-                moved = origin.astype(np.float64) + sum(c * backend.to_numpy(d[k]).astype(np.float64)
+                moved = backend.to_numpy(origin).astype(np.float64) + sum(c * backend.to_numpy(d[k]).astype(np.float64)
                                                         for c, d in zip(coefficients, direction_vectors))
                 p.data[...] = backend.to_device(moved.astype(p.dtype), p.device)
             losses[index] = _loss_of(model, loss_fn, batch)

@@ -123,3 +123,15 @@ def test_rescaling_keeps_the_function_and_scales_the_hessian_blocks():
         rescale_relu_layers(model, "0", "2", alpha=-1.0)
     with pytest.raises(ValueError, match="'1' is not a layer with a weight"):
         rescale_relu_layers(model, "1", "2", alpha=2.0)
+
+
+def test_slices_interpolation_and_sharpness_on_the_device_match_the_cpu(device):
+    results = []
+    for where in ("cpu", device):
+        a, b = linear_model(0).to(where), linear_model(1).to(where)
+        one = loss_landscape(a, F.mse_loss, (X, T), directions=1, steps=3)
+        line = interpolate(a, b, [0.0, 0.5], F.mse_loss, (X, T))
+        row = sharpness(a, F.mse_loss, (X, T), samples=2, iters=5)[0]
+        assert a.weight.device.startswith(where)
+        results.append(np.concatenate([one.losses, line, [row["trace"], row["top_eigenvalue"]]]))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-9)
