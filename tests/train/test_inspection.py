@@ -53,3 +53,14 @@ def test_worst_predictions_by_numpy_and_the_gallery():
     np.testing.assert_array_equal(np.asarray(figure.axes[0].get_images()[0].get_array()), x[first].reshape(4, 4))
     assert figure.axes[0].get_title().startswith(f"{y[first]}→{logits.argmax(1)[first]}")
     plt.close(figure)
+
+
+def test_worst_predictions_on_the_device_match_the_cpu(device):
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(12, 16)).astype(np.float32), rng.integers(0, 3, 12)
+    mdl.manual_seed(0)
+    model = nn.Linear(16, 3)
+    cpu = worst_predictions(model, x, y, k=4)
+    moved = worst_predictions(model.to(device), x, y, k=4)
+    np.testing.assert_array_equal(moved["index"], cpu["index"])
+    np.testing.assert_allclose(moved["loss"], cpu["loss"], rtol=1e-5)
