@@ -119,3 +119,24 @@ def test_pipeline_timeline():
     fig = Figure(figsize=(8, 2.2), layout="tight")
     draw_timeline(simulate("1f1b", 4, 6), ax=fig.add_subplot())
     assert_nothing_clipped(fig, "the pipeline timeline")
+
+
+def test_landscape_and_inspection_figures():
+    import matplotlib.pyplot as plt
+
+    import minidl as mdl
+    import minidl.functional as F
+    from minidl import nn
+    from minidl.train import loss_landscape, plot_mispredictions, show_batch
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 16)).astype(np.float32), rng.integers(0, 3, 40)
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+    for directions in (1, 2):
+        fig = plt.figure(figsize=(4.5, 3.5), layout="constrained")
+        ax = loss_landscape(model, F.cross_entropy, (x, y), directions=directions, steps=5).plot(fig.subplots())
+        assert_nothing_clipped(ax.figure, f"{directions}-D loss landscape")
+        plt.close(ax.figure)
+    for fig in (show_batch([(x, y)], n=10), plot_mispredictions(model, x, y, k=10)):
+        assert_nothing_clipped(fig, "image grid")
+        plt.close(fig)

@@ -57,7 +57,17 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from minidl.nn.norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchRenorm1d,
+    BatchRenorm2d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    LayerNorm,
+    RMSNorm,
+)
 from minidl.nn.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -87,4 +97,5 @@ __all__ = [
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
     "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
     "LoRALinear", "lora", "structured_prune",
+    "BatchRenorm1d", "BatchRenorm2d",
 ]

@@ -1,4 +1,4 @@
-"""Normalization layers: BatchNorm1d/2d, LayerNorm, GroupNorm, InstanceNorm1d/2d, RMSNorm.
+"""Normalization layers: BatchNorm1d/2d, BatchRenorm1d/2d, LayerNorm, GroupNorm, InstanceNorm1d/2d, RMSNorm.
 
 Each normalizes with a mean μ and variance σ² taken over some axes, then
 scales and shifts per channel (or per feature):
@@ -13,6 +13,11 @@ over groups of channels of each example, InstanceNorm over each channel of
 each example: they behave the same in training and evaluation (InstanceNorm
 unless asked to track running statistics). RMSNorm only rescales:
 y = x / √(⟨x²⟩ + eps) · γ over the last axes.
+
+BatchRenorm (Ioffe 2017) is batch norm for small or non-i.i.d. batches: while
+training it corrects the batch's statistics towards the running ones by
+r = σ_B/σ and d = (μ_B − μ)/σ (clipped, and held constant in backward), so
+that training sees the same normalization evaluation will use.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import numpy as np
 
 import minidl.functional as F
 from minidl import backend
+from minidl.autograd import no_grad
 from minidl.nn import init
 from minidl.nn.layers import check_dtype, empty_parameter
 from minidl.nn.module import Module
@@ -123,6 +129,101 @@ class BatchNorm2d(_BatchNorm):
     Training uses the batch's statistics and updates the running averages
     (see BatchNorm1d); evaluation uses the running averages.
     Defaults: weight γ = 1, bias β = 0, running_mean 0, running_var 1, eps 1e-5, momentum 0.1.
+    """
+
+    input_ndims = (4,)
+    layouts = "(N, C, H, W)"
+
+
+class _BatchRenorm(_BatchNorm):
+    """Shared by BatchRenorm1d and BatchRenorm2d: Ioffe (2017), "Batch Renormalization".
+
+    Training, per channel, with μ_B, σ_B² the batch's mean and (biased) variance,
+    σ_B = √(σ_B² + eps), and μ, σ = √(running_var + eps) the running values::
+
+        r = clip(σ_B / σ, 1/r_max, r_max)          held constant in backward (no gradient)
+        d = clip((μ_B − μ) / σ, −d_max, d_max)      held constant in backward
+        x̂ = (x − μ_B) / σ_B · r + d
+        y = γ·x̂ + β
+        μ ← μ + momentum·(μ_B − μ);  running_var likewise with the unbiased batch variance
+
+    Where neither clip is active, x̂ = (x − μ)/σ: the output is what evaluation
+    (which normalizes with μ, σ, as BatchNorm does) will give, while the gradient
+    still flows through μ_B and σ_B scaled by r. r_max = 1, d_max = 0 is exactly
+    BatchNorm. The paper starts at those values and relaxes them to 3 and 5;
+    ``r_max`` and ``d_max`` are plain attributes, so a schedule may change them.
+    It uses a smaller momentum than BatchNorm's so that μ, σ average over many batches.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.01, affine: bool = True,
+                 r_max: float = 3.0, d_max: float = 5.0, device=None, dtype=None):
+        if not (isinstance(momentum, (int, float)) and 0 < momentum <= 1):
+            raise ValueError(f"{type(self).__name__}: momentum must be in (0, 1], got {momentum!r}")
+        if not (r_max >= 1 and d_max >= 0):
+            raise ValueError(f"{type(self).__name__}: needs r_max >= 1 and d_max >= 0 (r_max=1, d_max=0 is "
+                             f"BatchNorm), got r_max={r_max}, d_max={d_max}")
+        super().__init__(num_features, eps, momentum, affine, True, device, dtype)
+        self.r_max, self.d_max = float(r_max), float(d_max)
+
+    def corrections(self, x):
+        """(r, d) for the batch ``x`` as arrays shaped to broadcast over it (see the class docstring)."""
+        xp = x.xp
+        axes = (0,) + tuple(range(2, x.ndim))
+        shape = (1, self.num_features) + (1,) * (x.ndim - 2)
+        data = x.data
+        mu_b, sigma_b = data.mean(axis=axes), xp.sqrt(data.var(axis=axes) + self.eps)
+        sigma = xp.sqrt(self.running_var.data + self.eps)
+        r = xp.clip(sigma_b / sigma, 1 / self.r_max, self.r_max)
+        d = xp.clip((mu_b - self.running_mean.data) / sigma, -self.d_max, self.d_max)
+        return r.astype(data.dtype).reshape(shape), d.astype(data.dtype).reshape(shape)
+
+    def forward(self, x):
+        if x.ndim not in self.input_ndims or x.shape[1] != self.num_features:
+            raise ValueError(f"{type(self).__name__}({self.num_features}): expected input {self.layouts} with "
+                             f"C={self.num_features}, got shape {x.shape}")
+        if not self.training:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        n = x.data.size // self.num_features
+        if n < 2:
+            raise ValueError(f"{type(self).__name__}: training needs more than one value per channel to take a "
+                             f"variance, got input shape {x.shape}")
+        axes = (0,) + tuple(range(2, x.ndim))
+        r, d = self.corrections(x)
+        mu_b = x.mean(dim=axes, keepdim=True)
+        centred = x - mu_b
+        var_b = (centred * centred).mean(dim=axes, keepdim=True)
+        y = centred / (var_b + self.eps).sqrt() * Tensor(r) + Tensor(d)
+        shape = (1, self.num_features) + (1,) * (x.ndim - 2)
+        if self.weight is not None:
+            y = y * self.weight.reshape(shape)
+        if self.bias is not None:
+            y = y + self.bias.reshape(shape)
+        with no_grad():
+            m = self.momentum
+            self.running_mean.data[...] += m * (mu_b.data.reshape(-1) - self.running_mean.data)
+            self.running_var.data[...] += m * (var_b.data.reshape(-1) * (n / (n - 1)) - self.running_var.data)
+            self.num_batches_tracked.data += 1
+        return y
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"r_max={self.r_max}, d_max={self.d_max}")
+
+
+class BatchRenorm1d(_BatchRenorm):
+    """Batch renormalization of (N, C) or (N, C, L) inputs, per channel C (see ``_BatchRenorm``).
+
+    ``BatchRenorm1d(num_features, eps=1e-5, momentum=0.01, affine=True, r_max=3.0, d_max=5.0)``.
+    """
+
+    input_ndims = (2, 3)
+    layouts = "(N, C) or (N, C, L)"
+
+
+class BatchRenorm2d(_BatchRenorm):
+    """Batch renormalization of (N, C, H, W) inputs, per channel C (see ``_BatchRenorm``).
+
+    ``BatchRenorm2d(num_features, eps=1e-5, momentum=0.01, affine=True, r_max=3.0, d_max=5.0)``.
     """
 
     input_ndims = (4,)

@@ -23,6 +23,10 @@ it (a parameter whose ``requires_grad`` is False is never updated, even when
 it sits in a parameter group). Freezing does not switch a module to eval mode:
 a frozen BatchNorm still updates its running statistics in ``train()`` mode;
 call ``.eval()`` on it as well to freeze those.
+
+Debugging (the book's step "remove normalization layers temporarily")::
+
+    plain = nn.utils.remove_normalization(model)   # a copy: every norm layer replaced by Identity
 """
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ import numpy as np
 
 from minidl.tensor import Tensor
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "count_parameters", "freeze", "replace_module", "unfreeze"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "count_parameters", "freeze", "remove_normalization",
+           "replace_module",
+           "unfreeze"]
 
 
 def _with_grads(params):
@@ -152,3 +158,30 @@ def _child(parent, part: str, full: str):
         raise KeyError(f"replace_module: {type(parent).__name__} has no submodule {part!r} (looking for {full!r}); "
                        f"it has {sorted(children)}")
     return children[part]
+
+
+def remove_normalization(model, inplace: bool = False):
+    """``model`` with every normalization layer replaced by ``nn.Identity``: a deep copy unless ``inplace``.
+
+    The normalization layers are BatchNorm, BatchRenorm, LayerNorm, GroupNorm,
+    InstanceNorm and RMSNorm; each maps its input to an output of its shape, so
+    Identity can take its place in any network. The book's debugging step: if a
+    model trains without its normalization layers and not with them, the bug is
+    in how they are used (a batch of one, the wrong axis, train/eval mode).
+    """
+    import copy
+
+    from minidl.nn.containers import Identity
+    from minidl.nn.module import Module
+    from minidl.nn.norm import GroupNorm, LayerNorm, RMSNorm, _BatchNorm, _InstanceNorm
+    if not isinstance(model, Module):
+        raise TypeError(f"remove_normalization: expected a Module, got {type(model).__name__}")
+    norms = (_BatchNorm, _InstanceNorm, LayerNorm, GroupNorm, RMSNorm)
+    if isinstance(model, norms):
+        raise ValueError(f"remove_normalization: the model itself is a {type(model).__name__}; "
+                         "use nn.Identity() in its place")
+    target = model if inplace else copy.deepcopy(model)
+    names = [name for name, m in target.named_modules() if name and isinstance(m, norms)]
+    for name in sorted(names, key=lambda n: -n.count(".")):  # the deepest first: a parent's path stays valid
+        replace_module(target, name, Identity())
+    return target

@@ -10,7 +10,8 @@ papers) plus a small class that keeps its state:
 Family by family: ``sgd`` (SGD, NAG, SGDM), ``adaptive`` (AdaGrad, RMSProp,
 AdaDelta), ``adam`` (Adam, AdamW, AMSGrad, NAdam, RAdam), ``layerwise``
 (LARS, LAMB, NovoGrad), ``adahessian``, ``averaging`` (Lookahead, SWA,
-Ranger, RangerLARS). ``schedules`` holds the learning-rate schedules,
+Ranger, RangerLARS), ``switch`` (SwitchOptimizer: Adam, then SGD with
+momentum, SWATS). ``schedules`` holds the learning-rate schedules,
 ``lr_finder`` the learning-rate range test, ``curvature`` Hessian tools and
 the gradient noise scale.
 """
@@ -25,12 +26,14 @@ from minidl.optim.lr_finder import lr_range_test
 from minidl.optim.optimizer import Optimizer, clip_grad_norm_, clip_grad_value_, l1_penalty, weight_decay_groups
 from minidl.optim.schedules import LRScheduler
 from minidl.optim.sgd import NAG, SGD, SGDM
+from minidl.optim.switch import SwitchOptimizer
 
 __all__ = [
     "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adadelta", "Adagrad", "RMSprop", "Adam", "AdamW", "LAMB",
     "LARS", "LRScheduler",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
-    "SGD", "SGDM", "SWA", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale", "hessian_trace",
+    "SGD", "SGDM", "SWA", "SwitchOptimizer", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale",
+    "hessian_trace",
     "hessian_vector_product", "l1_penalty", "lr_range_test", "lr_scheduler", "schedules", "top_hessian_eigenvalue",
     "update_bn", "weight_decay_groups",
 ]

@@ -30,8 +30,10 @@ OPTIMIZERS = {
     "AdamW": dict(lr=0.01, weight_decay=0.1), "AMSGrad": dict(lr=0.01), "NAdam": dict(lr=0.01),
     "RAdam": dict(lr=0.01), "LAMB": dict(lr=0.01), "LARS": dict(lr=0.1), "NovoGrad": dict(lr=0.01),
     "Ranger": dict(lr=0.01), "RangerLARS": dict(lr=0.01), "AdaHessian": dict(lr=0.1),
+    "SwitchOptimizer": dict(lr=0.01, switch_at=2),
 }
-UNFUSED = ("LAMB", "LARS", "RangerLARS", "NovoGrad")  # their trust ratio takes a norm: plain CuPy calls
+# Their trust ratio takes a norm, or (SwitchOptimizer's Adam phase) SWATS's dot products: plain CuPy calls.
+UNFUSED = ("LAMB", "LARS", "RangerLARS", "NovoGrad", "SwitchOptimizer")
 
 
 # ---------------------------------------------------------------- op cases

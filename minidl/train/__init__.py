@@ -20,11 +20,13 @@ from minidl.train.batch_scaling import (
 )
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
 from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from minidl.train.clipping import PercentileClipping, clip_loss
 from minidl.train.curves import make_figure, plot_curves
 from minidl.train.diagnostics import (
     CheckResult,
     check_dropout_batchnorm,
     check_initial_loss,
+    compare_with_random_inputs,
     compare_with_zeroed_inputs,
     diagnose,
     format_report,
@@ -34,6 +36,15 @@ from minidl.train.diagnostics import (
 )
 from minidl.train.distill import DistillationLoss, distillation_loss, ensemble_soft_targets
 from minidl.train.ensemble import Ensemble, average_probabilities
+from minidl.train.inspection import plot_mispredictions, show_batch, worst_predictions
+from minidl.train.landscape import (
+    Landscape,
+    filter_normalized_direction,
+    interpolate,
+    loss_landscape,
+    rescale_relu_layers,
+    sharpness,
+)
 from minidl.train.metrics import (
     ValidationSizeWarning,
     accuracy,
@@ -62,10 +73,13 @@ __all__ = [
     "plot_batch_scaling", "scaling_efficiency", "steps_to_target",
     "Trainer", "ValidationSizeWarning", "accuracy", "accuracy_interval", "bootstrap_interval", "build_model",
     "check_validation_size", "smallest_difference", "wilson_interval", "check_dropout_batchnorm",
-    "check_initial_loss", "classification_report", "compare_with_zeroed_inputs", "confusion_matrix",
+    "check_initial_loss", "classification_report", "compare_with_random_inputs", "compare_with_zeroed_inputs",
+    "confusion_matrix",
     "diagnose", "fit", "format_report", "format_statistics", "layer_statistics", "load_checkpoint", "load_run",
     "macro_f1", "macro_precision", "macro_recall", "make_figure", "overfit_small_batch",
     "per_class_precision_recall_f1", "plot_curves", "precision_recall_f1", "read_checkpoint",
     "save_checkpoint", "seed_everything",
     "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss", "ensemble_soft_targets",
+    "PercentileClipping", "clip_loss", "plot_mispredictions", "show_batch", "worst_predictions",
+    "Landscape", "filter_normalized_direction", "interpolate", "loss_landscape", "rescale_relu_layers", "sharpness",
 ]

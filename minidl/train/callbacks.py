@@ -10,6 +10,8 @@ The hooks, in the order a run calls them::
 
     on_train_begin(trainer)
       on_epoch_begin(trainer, epoch)
+        on_before_optimizer_step(trainer, params)   the gradients are final (accumulated,
+                                               unscaled), before clipping and the step
         on_step_end(trainer, step, logs)       after every optimizer step
         on_evaluate(trainer, logs)             after every validation (a history record)
       on_epoch_end(trainer, epoch, logs)
@@ -44,6 +46,9 @@ class Callback:
 
     def on_epoch_begin(self, trainer, epoch: int):
         pass
+
+    def on_before_optimizer_step(self, trainer, params: list):
+        """``params``: the parameters that have a gradient; a callback may change their ``.grad``."""
 
     def on_step_end(self, trainer, step: int, logs: dict):
         pass

@@ -14,7 +14,9 @@ Before a long run, check that the model and the pipeline can learn at all:
 3. Real data beats zeroed inputs: train once on the real inputs and once on
    all-zero inputs. If both reach the same validation loss, the model ignores
    its input (a pipeline bug: inputs and labels shuffled apart, the wrong
-   tensor fed in) and learns only the class frequencies.
+   tensor fed in) and learns only the class frequencies. The same against
+   random inputs (noise with the data's per-feature mean and spread), which
+   separates "the input is ignored" from "zeros are a bad input for this model".
 4. Per-layer statistics: the mean and standard deviation of each layer's
    output, the fraction of ReLU units that are zero for every sample ("dead"),
    and ``||g|| / ||w||`` for each weight. Activations that shrink or grow
@@ -196,7 +198,54 @@ def _distinct_class_indices(y, n):
     return np.array(chosen + rest[:n - len(chosen)])
 
 
-# ---------------------------------------------------------------- 3. real versus zeroed inputs
+# ---------------------------------------------------------------- 3. real versus zeroed or random inputs
+def _baseline_inputs(kind, x, rng):
+    """The inputs of the baseline run: all zeros, or noise with each feature's mean and std (no information)."""
+    if kind == "zeroed":
+        return lambda batch: batch * 0.0
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    return lambda batch: (mean + std * rng.standard_normal(batch.shape)).astype(batch.dtype)
+
+
+def _compare_with_baseline(kind, model, x, y, x_val, y_val, steps, batch_size, lr, loss_fn, seed, margin):
+    loss_fn = loss_fn or _cross_entropy
+    x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
+    x_val, y_val = np.asarray(backend.to_numpy(x_val)), np.asarray(backend.to_numpy(y_val))
+    order_rng = np.random.default_rng(seed)
+    batches = [order_rng.integers(0, len(x), size=min(batch_size, len(x))) for _ in range(steps)]
+    baseline = _baseline_inputs(kind, x, np.random.default_rng(seed + 1))
+    val_losses = {}
+    with _Preserved(model) as kept:
+        for run in ("real", kind):
+            model.load_state_dict(kept.state)
+            model.train()
+            optimizer = _adam(model, lr)
+            change = baseline if run == kind else (lambda batch: batch)
+            for index in batches:
+                xt, yt = _inputs(model, change(x[index]), y[index])
+                optimizer.zero_grad()
+                loss_fn(model(xt), yt).backward()
+                optimizer.step()
+            model.eval()
+            with no_grad():
+                xv, yv = _inputs(model, change(x_val), y_val)
+                val_losses[run] = float(loss_fn(model(xv), yv).item())
+    real, other = val_losses["real"], val_losses[kind]
+    inputs = "all-zero" if kind == "zeroed" else "random"
+    ok = math.isfinite(real) and real < other * (1.0 - margin)
+    message = (f"validation loss {real:.3g} on real inputs against {other:.3g} on {kind} inputs" if ok else
+               f"validation loss {real:.3g} on real inputs is no better than {other:.3g} on {kind} inputs: the "
+               "model ignores its input (check that inputs and labels stay paired, and that the right tensor "
+               "is fed to the model)")
+    result = CheckResult(f"real data beats {kind} inputs", ok, real,
+                         f"below {other * (1 - margin):.4g}, {margin:.0%} under the {other:.4g} reached on "
+                         f"{inputs} inputs", message,
+                         measured=f"validation loss after {steps} steps on the real inputs")
+    result.real = real
+    setattr(result, kind, other)
+    return result
+
+
 def compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps: int = 150, batch_size: int = 64,
                                lr: float = 1e-3, loss_fn=None, seed: int = 0, margin: float = 0.05) -> CheckResult:
     """Train from the same initial weights on real and on all-zero inputs; real must reach a lower validation loss.
@@ -205,39 +254,21 @@ def compare_with_zeroed_inputs(model, x, y, x_val, y_val, steps: int = 150, batc
     Pass when the real-data validation loss is below the zeroed one by more
     than ``margin`` (relative). ``result.real`` and ``result.zeroed`` hold both losses.
     """
-    loss_fn = loss_fn or _cross_entropy
-    x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
-    x_val, y_val = np.asarray(backend.to_numpy(x_val)), np.asarray(backend.to_numpy(y_val))
-    order_rng = np.random.default_rng(seed)
-    batches = [order_rng.integers(0, len(x), size=min(batch_size, len(x))) for _ in range(steps)]
-    val_losses = {}
-    with _Preserved(model) as kept:
-        for kind in ("real", "zeroed"):
-            model.load_state_dict(kept.state)
-            model.train()
-            optimizer = _adam(model, lr)
-            scale = 0.0 if kind == "zeroed" else 1.0
-            for index in batches:
-                xt, yt = _inputs(model, x[index] * scale, y[index])
-                optimizer.zero_grad()
-                loss_fn(model(xt), yt).backward()
-                optimizer.step()
-            model.eval()
-            with no_grad():
-                xv, yv = _inputs(model, x_val * scale, y_val)
-                val_losses[kind] = float(loss_fn(model(xv), yv).item())
-    real, zeroed = val_losses["real"], val_losses["zeroed"]
-    ok = math.isfinite(real) and real < zeroed * (1.0 - margin)
-    message = (f"validation loss {real:.3g} on real inputs against {zeroed:.3g} on zeroed inputs" if ok else
-               f"validation loss {real:.3g} on real inputs is no better than {zeroed:.3g} on zeroed inputs: the "
-               "model ignores its input (check that inputs and labels stay paired, and that the right tensor "
-               "is fed to the model)")
-    result = CheckResult("real data beats zeroed inputs", ok, real,
-                         f"below {zeroed * (1 - margin):.4g}, {margin:.0%} under the {zeroed:.4g} reached on "
-                         "all-zero inputs", message,
-                         measured=f"validation loss after {steps} steps on the real inputs")
-    result.real, result.zeroed = real, zeroed
-    return result
+    return _compare_with_baseline("zeroed", model, x, y, x_val, y_val, steps, batch_size, lr, loss_fn, seed, margin)
+
+
+def compare_with_random_inputs(model, x, y, x_val, y_val, steps: int = 150, batch_size: int = 64,
+                               lr: float = 1e-3, loss_fn=None, seed: int = 0, margin: float = 0.05) -> CheckResult:
+    """As :func:`compare_with_zeroed_inputs`, with random inputs in place of zeros.
+
+    The baseline inputs are Gaussian noise with each input feature's mean and
+    standard deviation over ``x``: they have the data's scale, so a model whose
+    layers only work at that scale still trains, but they carry no information
+    about the labels. The zeroed baseline cannot tell "the model ignores its input"
+    from "zero is an input the model handles badly"; this one can.
+    ``result.real`` and ``result.random`` hold both losses.
+    """
+    return _compare_with_baseline("random", model, x, y, x_val, y_val, steps, batch_size, lr, loss_fn, seed, margin)
 
 
 # ---------------------------------------------------------------- 4. per-layer statistics
@@ -379,11 +410,11 @@ def diagnose(model, x, y, x_val=None, y_val=None, num_classes: int | None = None
              trained: bool = False) -> dict:
     """Run every check; returns ``{"checks": [CheckResult...], "statistics": rows, "warnings": [...]}``.
 
-    ``x_val, y_val`` enable the zeroed-input comparison. The model is left unchanged.
+    ``x_val, y_val`` enable the comparisons with zeroed and with random inputs. The model is left unchanged.
 
     ``trained=True`` says ``model`` holds trained weights: the checks meant for a
     freshly initialized model (initial loss, overfitting two samples, real versus
-    zeroed inputs) then run on ``fresh_model`` (a new model of the same
+    zeroed and random inputs) then run on ``fresh_model`` (a new model of the same
     architecture) when one is given, and are skipped otherwise; the trained model
     gets the checks that apply to it (better than chance on validation data,
     dropout with batch norm, per-layer statistics).
@@ -393,7 +424,7 @@ def diagnose(model, x, y, x_val=None, y_val=None, num_classes: int | None = None
     init_model = fresh_model if trained else model
     init_names = ["initial loss ≈ ln K", "overfit 2 samples"]
     if x_val is not None and y_val is not None:
-        init_names.append("real data beats zeroed inputs")
+        init_names += ["real data beats zeroed inputs", "real data beats random inputs"]
     if init_model is None:
         checks += [skipped(n, "this check is for a freshly initialized model; the loaded weights are trained")
                    for n in init_names]
@@ -402,8 +433,8 @@ def diagnose(model, x, y, x_val=None, y_val=None, num_classes: int | None = None
         init_checks = [check_initial_loss(init_model, x[:stats_batch * 4], y[:stats_batch * 4], num_classes),
                        overfit_small_batch(init_model, x, y, steps=overfit_steps)]
         if x_val is not None and y_val is not None:
-            init_checks.append(compare_with_zeroed_inputs(init_model, x, y, x_val, y_val, steps=baseline_steps,
-                                                          seed=seed))
+            init_checks += [compare(init_model, x, y, x_val, y_val, steps=baseline_steps, seed=seed)
+                            for compare in (compare_with_zeroed_inputs, compare_with_random_inputs)]
         for c in init_checks:
             c.name += suffix
         checks += init_checks

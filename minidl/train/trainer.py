@@ -285,6 +285,7 @@ class Trainer:
             for p in params:
                 p.grad = Tensor(p.grad.data * scale)
         self.scaler.unscale_(self.optimizer)  # the true gradients, for clipping (nothing without a scaler)
+        self._call("on_before_optimizer_step", params)
         if self.max_grad_value is not None:
             from minidl.optim import clip_grad_value_
             clip_grad_value_(params, self.max_grad_value)

@@ -125,8 +125,8 @@ def test_unknown_optimizer_and_bad_resume(tmp_path, capsys):
 def test_diagnose_command(capsys):
     code, out, _ = _run(capsys, "diagnose", "--steps", "100")
     assert code == 0
-    assert "initial loss" in out and "overfit 2 samples" in out and "zeroed inputs" in out
-    assert "dead ReLU" in out and "4 of 4 checks passed" in out
+    assert "initial loss" in out and "overfit 2 samples" in out and "zeroed inputs" in out and "random inputs" in out
+    assert "dead ReLU" in out and "5 of 5 checks passed" in out
 
 
 @pytest.fixture(scope="module")

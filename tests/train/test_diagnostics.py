@@ -73,6 +73,22 @@ def test_real_data_beats_zeroed_inputs_unless_the_input_is_lost():
     assert "ignores its input" in bad.message
 
 
+def test_real_data_beats_random_inputs_with_the_datas_scale():
+    x, y = _blobs()
+    xv, yv = _blobs(seed=1)
+    good = D.compare_with_random_inputs(_healthy(), x, y, xv, yv, steps=80, lr=1e-2)
+    assert good.passed and good.real < 0.5 * good.random and good.name == "real data beats random inputs"
+    mdl.manual_seed(0)
+    broken = nn.Sequential(_Zero(), nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 4))
+    bad = D.compare_with_random_inputs(broken, x, y, xv, yv, steps=80, lr=1e-2)
+    assert bad.passed is False and bad.real == pytest.approx(bad.random, rel=1e-6)
+    scaled = x * np.array([10.0, 0.1], np.float32) + np.array([5.0, -1.0], np.float32)
+    noise = D._baseline_inputs("random", scaled, np.random.default_rng(0))(np.repeat(scaled, 50, axis=0))
+    np.testing.assert_allclose(noise.mean(axis=0), scaled.mean(axis=0), atol=0.05 * scaled.std(axis=0).max())
+    np.testing.assert_allclose(noise.std(axis=0), scaled.std(axis=0), rtol=0.05)
+    assert noise.dtype == np.float32
+
+
 def test_layer_statistics_match_numpy():
     x, y = _blobs(n=64)
     model = _healthy()
@@ -110,6 +126,6 @@ def test_diagnose_report_runs_every_check():
     x, y = _blobs()
     xv, yv = _blobs(seed=1)
     report = D.diagnose(_healthy(), x, y, xv, yv, overfit_steps=100, baseline_steps=60)
-    assert [c.passed for c in report["checks"]] == [True, True, True, True]
+    assert [c.passed for c in report["checks"]] == [True] * 5
     text = D.format_report(report)
-    assert text.count("[PASS]") == 4 and "per-layer statistics" in text
+    assert text.count("[PASS]") == 5 and "random inputs" in text and "per-layer statistics" in text
