@@ -20,6 +20,7 @@ from minidl.ops import (
     rearrange,
     reduction,
     scan,
+    scatter_reduce,
     shape,
 )
 from minidl.ops.elementwise import abs, add, div, floor_divide, mul, neg, pow, sub, where
@@ -35,7 +36,7 @@ def _reflected(op):
 
 # Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
 FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction, scan,
-            shape)
+            scatter_reduce, shape)
 
 
 def _attach_tensor_methods():
