@@ -19,6 +19,7 @@ from minidl.ops import (
     math,
     rearrange,
     reduction,
+    sampling,
     scan,
     scatter_reduce,
     shape,
@@ -35,8 +36,8 @@ def _reflected(op):
 
 
 # Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
-FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction, scan,
-            scatter_reduce, shape)
+FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction,
+            sampling, scan, scatter_reduce, shape)
 
 
 def _attach_tensor_methods():
