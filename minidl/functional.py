@@ -157,6 +157,7 @@ from minidl.ops.shape import (
     unflatten,
     unsqueeze,
 )
+from minidl.ops.volume import avg_pool3d, conv3d, conv_transpose3d, max_pool3d
 
 __all__ = [
     "abs", "add", "broadcast_to", "clip", "concatenate", "div", "elu", "exp", "flatten", "gelu", "getitem",
@@ -179,4 +180,5 @@ __all__ = [
     "argsort", "cumprod", "cumsum", "gather", "index_select", "logcumsumexp", "masked_fill", "masked_select",
     "nonzero", "prod", "einsum", "norm", "scatter", "scatter_add", "sort", "std", "topk",
     "scatter_reduce", "cummax", "cummin", "std_mean", "var_mean", "diag",
+    "conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d",
 ]

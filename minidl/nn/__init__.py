@@ -27,7 +27,7 @@ from minidl.nn.activation import (
     Softsign,
 )
 from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from minidl.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from minidl.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
@@ -56,7 +56,17 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
-from minidl.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from minidl.nn.norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    RMSNorm,
+)
 from minidl.nn.pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -64,8 +74,10 @@ from minidl.nn.pooling import (
     AdaptiveMaxPool2d,
     AvgPool1d,
     AvgPool2d,
+    AvgPool3d,
     MaxPool1d,
     MaxPool2d,
+    MaxPool3d,
     MaxUnpool1d,
     MaxUnpool2d,
 )
@@ -85,4 +97,5 @@ __all__ = [
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
     "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
+    "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
 ]

@@ -23,6 +23,7 @@ from minidl.ops import (
     scan,
     scatter_reduce,
     shape,
+    volume,
 )
 from minidl.ops.elementwise import abs, add, div, floor_divide, mul, neg, pow, sub, where
 from minidl.ops.linalg import matmul
@@ -37,7 +38,7 @@ def _reflected(op):
 
 # Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
 FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction,
-            sampling, scan, scatter_reduce, shape)
+            sampling, scan, scatter_reduce, shape, volume)
 
 
 def _attach_tensor_methods():
