@@ -441,6 +441,8 @@ def _conv_and_pool_cases(rng, t):
         ("interpolate_bilinear_align_corners",
          lambda x: F.interpolate(x, size=(5, 3), mode="bilinear", align_corners=True), [t(1, 2, 3, 4)]),
         ("interpolate_linear", lambda x: F.interpolate(x, size=8, mode="linear"), [t(2, 2, 5)]),
+        ("interpolate_trilinear", lambda x: F.interpolate(x, size=(3, 5, 2), mode="trilinear"), [t(1, 2, 2, 3, 4)]),
+        ("interpolate_nearest_5d", lambda x: F.interpolate(x, scale_factor=(1.5, 2, 0.7)), [t(1, 2, 2, 3, 4)]),
         ("interpolate_area", lambda x: F.interpolate(x, size=(2, 4), mode="area"), [t(1, 2, 5, 6)]),
         ("conv3d", lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 1), padding=1, groups=2),
          [t(1, 2, 3, 3, 4), t(4, 1, 2, 2, 3), t(4)]),
