@@ -83,7 +83,14 @@ from minidl.nn.pooling import (
 )
 from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
-from minidl.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from minidl.nn.transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
@@ -98,4 +105,5 @@ __all__ = [
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
     "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
     "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
+    "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
 ]
