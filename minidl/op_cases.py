@@ -263,8 +263,8 @@ def _reduction_and_indexing_cases(rng, t):
           Tensor(np.array([[0.0, 1.1], [-0.8, 1.4], [0.0, 0.6]]), requires_grad=True)]),
         ("scatter_reduce_prod_exclude_self",
          lambda x, i, src: F.scatter_reduce(x, 1, i, src, "prod", include_self=False), [t(3, 4), row_index, t(3, 5)]),
-        ("scatter_reduce_amax", lambda x, i, src: F.scatter_reduce(x, 0, i, src, "amax"),
-         [_distinct(rng, 3, 4), column_index, _distinct(rng, 2, 4)]),
+        ("scatter_reduce_amax", lambda x, i, src: F.scatter_reduce(x, 0, i, src, "amax"),  # src off x's grid: no ties
+         [_distinct(rng, 3, 4), column_index, Tensor(_distinct(rng, 2, 4).data + 0.15, requires_grad=True)]),
         ("scatter_reduce_amin_exclude_self",
          lambda x, i, src: F.scatter_reduce(x, 1, i, src, "amin", include_self=False),
          [_distinct(rng, 3, 4), row_index, _distinct(rng, 3, 5)]),
