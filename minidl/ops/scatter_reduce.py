@@ -149,6 +149,9 @@ def scatter_reduce(x: Tensor, dim: int, index, src, reduce: str, *, include_self
     ``reduce`` is ``"sum"``, ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"``; with
     ``include_self=False`` the values of x at the places src reaches are left out of the
     reduction (places src does not reach keep x). See :class:`ScatterReduce` for the gradients.
+    A deliberate difference: with ``include_self=False`` and ``"amax"``/``"amin"``, an x_p
+    equal to the result takes no share of the gradient (it is not a member); PyTorch counts it
+    as one more tie, so its src gradient there is smaller and sums to less than dy.
     """
     if reduce not in _REDUCTIONS:
         raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduce!r}")

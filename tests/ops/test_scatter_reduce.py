@@ -67,6 +67,18 @@ def test_scatter_reduce_amax_shares_the_gradient_among_ties_as_pytorch(torch):
     np.testing.assert_allclose(gsrc[0, :2], [g[0, 1] / 3] * 2)
 
 
+def test_scatter_reduce_without_self_gives_x_no_share_of_a_tie():
+    """x_p is not a member with include_self=False, even when it equals the max: the members' gradients
+    sum to dy. (PyTorch counts x_p as a tie there and gives src half: a deliberate difference.)"""
+    x, src = mdl.tensor([[3.0, 1.0]], dtype="float64", requires_grad=True), \
+        mdl.tensor([[3.0, 2.0]], dtype="float64", requires_grad=True)
+    y = F.scatter_reduce(x, 1, np.array([[0, 0]]), src, "amax", include_self=False)
+    y.sum().backward()
+    np.testing.assert_array_equal(y.numpy(), [[3, 1]])
+    np.testing.assert_array_equal(src.grad.numpy(), [[1, 0]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1]])
+
+
 def test_scatter_reduce_with_a_larger_src_reads_only_the_index_window():
     x, src = mdl.tensor(-np.ones((2, 3))), mdl.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
     y = F.scatter_reduce(x, 0, np.array([[1, 0, 1]]), src, "amax")
