@@ -28,9 +28,14 @@ from minidl.functional import (  # the functional ops PyTorch also offers at tor
     celu,
     conv1d,
     conv2d,
+    conv3d,
     conv_transpose1d,
     conv_transpose2d,
+    conv_transpose3d,
     cosine_similarity,
+    cummax,
+    cummin,
+    diag,
     diagonal,
     dropout,
     group_norm,
@@ -41,6 +46,7 @@ from minidl.functional import (  # the functional ops PyTorch also offers at tor
     masked_select,
     max_pool1d,
     max_pool2d,
+    max_pool3d,
     movedim,
     narrow,
     pairwise_distance,
@@ -52,12 +58,15 @@ from minidl.functional import (  # the functional ops PyTorch also offers at tor
     rms_norm,
     scatter,
     scatter_add,
+    scatter_reduce,
     selu,
     sigmoid,
     softmax,
+    std_mean,
     tanh,
     transpose,
     unflatten,
+    var_mean,
 )
 from minidl.functional import all as all  # noqa: A004 - torch.all (not in __all__: builtins stay builtins)
 from minidl.functional import any as any  # noqa: A004
@@ -132,6 +141,7 @@ from minidl.ops.math import (
 )
 from minidl.ops.rearrange import flip, roll, tril, triu
 from minidl.ops.reduction import argmax, argmin, mean, prod, std, var
+from minidl.ops.sampling import multinomial, randperm
 from minidl.ops.scan import cumprod, cumsum
 from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
 from minidl.serialization import load, save
@@ -208,6 +218,8 @@ __all__ = [
     "log_softmax", "logcumsumexp", "logsumexp", "masked_select", "max_pool1d", "max_pool2d", "movedim", "narrow",
     "pairwise_distance", "pixel_shuffle", "pixel_unshuffle", "prelu", "relu", "repeat_interleave", "rms_norm",
     "scatter", "scatter_add", "selu", "sigmoid", "softmax", "tanh", "transpose", "unflatten",
+    "conv3d", "conv_transpose3d", "cummax", "cummin", "diag", "max_pool3d", "scatter_reduce", "std_mean", "var_mean",
+    "multinomial", "randperm",
     "device", "inference_mode", "set_num_threads", "get_num_threads",
 ]
 

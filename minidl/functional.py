@@ -59,7 +59,6 @@ from minidl.ops.indexing import (
     masked_fill,
     masked_select,
     nonzero,
-    scatter,
     scatter_add,
     sort,
     topk,
@@ -133,11 +132,12 @@ from minidl.ops.pool import (
     max_unpool2d,
 )
 from minidl.ops.quantize import fake_quantize
-from minidl.ops.rearrange import diagonal, flip, repeat, repeat_interleave, roll, tril, triu
-from minidl.ops.reduction import all, any, argmax, argmin, max, mean, min, prod, std, sum, var
+from minidl.ops.rearrange import diag, diagonal, flip, repeat, repeat_interleave, roll, tril, triu
+from minidl.ops.reduction import all, any, argmax, argmin, max, mean, min, prod, std, std_mean, sum, var, var_mean
 from minidl.ops.regularization import dropout, dropout1d, dropout2d, embedding
 from minidl.ops.resample import interpolate, pixel_shuffle, pixel_unshuffle
-from minidl.ops.scan import cumprod, cumsum, logcumsumexp
+from minidl.ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp
+from minidl.ops.scatter_reduce import scatter, scatter_reduce
 from minidl.ops.shape import (
     broadcast_to,
     cat,
@@ -158,6 +158,7 @@ from minidl.ops.shape import (
     unflatten,
     unsqueeze,
 )
+from minidl.ops.volume import avg_pool3d, conv3d, conv_transpose3d, max_pool3d
 
 __all__ = [
     "abs", "add", "broadcast_to", "clip", "concatenate", "div", "elu", "exp", "flatten", "gelu", "getitem",
@@ -179,4 +180,6 @@ __all__ = [
     "pixel_unshuffle", "dropout1d", "dropout2d", "instance_norm", "rms_norm", "all", "any", "argmax", "argmin",
     "argsort", "cumprod", "cumsum", "gather", "index_select", "logcumsumexp", "masked_fill", "masked_select",
     "nonzero", "prod", "einsum", "norm", "scatter", "scatter_add", "sort", "std", "topk", "fake_quantize",
+    "scatter_reduce", "cummax", "cummin", "std_mean", "var_mean", "diag",
+    "conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d",
 ]

@@ -31,8 +31,9 @@ from mathnodes import block_nodes, piece_nodes, warn_untypeset
 from sphinx import addnodes
 
 # The order a reader meets them in; a module not listed here is appended, so none is ever left out.
-FAMILY_ORDER = ["elementwise", "math", "reduction", "scan", "shape", "rearrange", "indexing", "linalg", "einsum",
-                "activation", "loss", "distance", "attention", "norm", "regularization", "conv", "pool", "resample"]
+FAMILY_ORDER = ["elementwise", "math", "reduction", "scan", "shape", "rearrange", "indexing", "scatter_reduce",
+                "linalg", "einsum", "activation", "loss", "distance", "attention", "norm", "regularization", "conv",
+                "pool", "resample"]
 # The ops of modules whose docstring is about something else.
 OWN_WORDS = {"minidl.autograd": (
     "Moves between devices and dtypes",

@@ -27,7 +27,7 @@ from minidl.nn.activation import (
     Softsign,
 )
 from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from minidl.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from minidl.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
@@ -60,11 +60,13 @@ from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
 from minidl.nn.norm import (
     BatchNorm1d,
     BatchNorm2d,
+    BatchNorm3d,
     BatchRenorm1d,
     BatchRenorm2d,
     GroupNorm,
     InstanceNorm1d,
     InstanceNorm2d,
+    InstanceNorm3d,
     LayerNorm,
     RMSNorm,
 )
@@ -75,14 +77,23 @@ from minidl.nn.pooling import (
     AdaptiveMaxPool2d,
     AvgPool1d,
     AvgPool2d,
+    AvgPool3d,
     MaxPool1d,
     MaxPool2d,
+    MaxPool3d,
     MaxUnpool1d,
     MaxUnpool2d,
 )
 from minidl.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from minidl.nn.resample import PixelShuffle, PixelUnshuffle, Upsample
-from minidl.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from minidl.nn.transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "Dropout", "ELU", "Embedding", "Flatten", "GELU",
@@ -98,4 +109,6 @@ __all__ = [
     "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
     "LoRALinear", "lora", "structured_prune",
     "BatchRenorm1d", "BatchRenorm2d",
+    "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
+    "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
 ]

@@ -1,6 +1,6 @@
-"""Convolution layers: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d.
+"""Convolution layers: Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d.
 
-Layouts are PyTorch's: inputs (N, C, L) or (N, C, H, W); a Conv2d weight is
+Layouts are PyTorch's: inputs (N, C, L), (N, C, H, W) or (N, C, D, H, W); a Conv2d weight is
 (out_channels, in_channels / groups, kH, kW), a ConvTranspose2d weight
 (in_channels, out_channels / groups, kH, kW). The arithmetic lives in
 :func:`minidl.functional.conv2d` / ``conv_transpose2d`` (and the 1-D forms).
@@ -82,7 +82,7 @@ class _ConvNd(Module):
 
     def _check_input(self, x):
         if x.ndim != self.dims + 2 or x.shape[1] != self.in_channels:
-            layout = "(N, C, L)" if self.dims == 1 else "(N, C, H, W)"
+            layout = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}[self.dims]
             raise ValueError(f"{type(self).__name__}: expected input {layout} with C={self.in_channels}, "
                              f"got shape {x.shape}")
 
@@ -143,6 +143,18 @@ class Conv2d(_Conv):
     conv = staticmethod(F.conv2d)
 
 
+class Conv3d(_Conv):
+    """3-D convolution over (N, C_in, D, H, W) → (N, C_out, D_out, H_out, W_out); weight
+    (C_out, C_in/groups, kD, kH, kW).
+
+    D_out = ⌊(D + 2·padding − dilation·(kD − 1) − 1) / stride⌋ + 1 (H, W likewise); padding,
+    groups and the default initialization as Conv2d (fan_in = C_in/groups · kD · kH · kW).
+    """
+
+    dims = 3
+    conv = staticmethod(F.conv3d)
+
+
 class _ConvTranspose(_ConvNd):
     transposed = True
     conv = None  # F.conv_transpose1d or F.conv_transpose2d
@@ -199,3 +211,16 @@ class ConvTranspose2d(_ConvTranspose):
 
     dims = 2
     conv = staticmethod(F.conv_transpose2d)
+
+
+class ConvTranspose3d(_ConvTranspose):
+    """Transposed 3-D convolution (N, C_in, D, H, W) → (N, C_out, D_out, H_out, W_out); weight
+    (C_in, C_out/groups, kD, kH, kW).
+
+    D_out = (D − 1)·stride − 2·padding + dilation·(kD − 1) + output_padding + 1 (H, W likewise);
+    the adjoint of a Conv3d with the same arguments; ``output_size`` and initialization as
+    ConvTranspose2d.
+    """
+
+    dims = 3
+    conv = staticmethod(F.conv_transpose3d)

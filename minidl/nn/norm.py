@@ -69,7 +69,7 @@ def _per_channel_state(module, num_features, eps, momentum, affine, track_runnin
 
 
 class _BatchNorm(Module):
-    """Shared by BatchNorm1d and BatchNorm2d (they differ only in the input shapes they accept)."""
+    """Shared by BatchNorm1d, 2d and 3d (they differ only in the input shapes they accept)."""
 
     input_ndims: tuple = ()
     layouts = ""
@@ -230,6 +230,15 @@ class BatchRenorm2d(_BatchRenorm):
     layouts = "(N, C, H, W)"
 
 
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of (N, C, D, H, W) inputs (volumes, videos), per channel C (statistics
+    over N, D, H, W); training and evaluation as BatchNorm1d, with its defaults.
+    """
+
+    input_ndims = (5,)
+    layouts = "(N, C, D, H, W)"
+
+
 class LayerNorm(Module):
     """Normalization over each example's last axes (``normalized_shape``), the same in training and evaluation.
 
@@ -293,7 +302,7 @@ class GroupNorm(Module):
 
 
 class _InstanceNorm(Module):
-    """Shared by InstanceNorm1d and InstanceNorm2d (they differ only in the input shapes they accept)."""
+    """Shared by InstanceNorm1d, 2d and 3d (they differ only in the input shapes they accept)."""
 
     batched_ndim = 0
     layouts = ""
@@ -354,6 +363,15 @@ class InstanceNorm2d(_InstanceNorm):
 
     batched_ndim = 4
     layouts = "(N, C, H, W) or unbatched (C, H, W)"
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization of (N, C, D, H, W) or unbatched (C, D, H, W) inputs: each channel of
+    each example standardized over its D·H·W positions. Defaults and running statistics as InstanceNorm1d.
+    """
+
+    batched_ndim = 5
+    layouts = "(N, C, D, H, W) or unbatched (C, D, H, W)"
 
 
 class RMSNorm(Module):

@@ -1,8 +1,8 @@
-"""Pooling layers: max, average, unpooling and adaptive pooling, in 1-D and 2-D.
+"""Pooling layers: max, average, unpooling and adaptive pooling, in 1-D and 2-D (max and average in 3-D).
 
 None has parameters; each stores PyTorch's constructor arguments and calls
 the function of the same name in :mod:`minidl.functional` (see
-:mod:`minidl.ops.pool` for the math). Inputs are (N, C, L) or (N, C, H, W).
+:mod:`minidl.ops.pool` for the math). Inputs are (N, C, L), (N, C, H, W) or (N, C, D, H, W).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class _Pool(Module):
 
     def _check_input(self, x):
         if x.ndim != self.dims + 2:
-            layout = "(N, C, L)" if self.dims == 1 else "(N, C, H, W)"
+            layout = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}[self.dims]
             raise ValueError(f"{type(self).__name__}: expected input {layout}, got shape {x.shape}")
 
     def extra_repr(self):
@@ -34,7 +34,7 @@ class _MaxPool(_Pool):
 
     def forward(self, x):
         self._check_input(x)
-        pool = F.max_pool1d if self.dims == 1 else F.max_pool2d
+        pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[self.dims]
         return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices)
 
 
@@ -59,6 +59,15 @@ class MaxPool2d(_MaxPool):
     dims = 2
 
 
+class MaxPool3d(_MaxPool):
+    """y = the maximum over each kernel_size window of a volume (N, C, D, H, W), moved by ``stride``
+    (default: kernel_size); padding, dilation and ceil_mode as MaxPool2d (``return_indices`` is
+    not supported in 3-D).
+    """
+
+    dims = 3
+
+
 class _AvgPool(_Pool):
     _shown = ("kernel_size", "stride", "padding")
 
@@ -75,8 +84,9 @@ class _AvgPool(_Pool):
         if self.dims == 1:
             return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                                 self.count_include_pad)
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
-                            self.divisor_override)
+        pool = F.avg_pool2d if self.dims == 2 else F.avg_pool3d
+        return pool(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                    self.divisor_override)
 
 
 class AvgPool1d(_AvgPool):
@@ -97,6 +107,14 @@ class AvgPool2d(_AvgPool):
     """
 
     dims = 2
+
+
+class AvgPool3d(_AvgPool):
+    """y = the mean over each kernel_size window of a volume (N, C, D, H, W); padding, ceil_mode,
+    count_include_pad and divisor_override as AvgPool2d. No parameters.
+    """
+
+    dims = 3
 
 
 class _MaxUnpool(_Pool):

@@ -246,6 +246,11 @@ class _RNNBase(Module):
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
+    def flatten_parameters(self):
+        """PyTorch's call to pack the weights into one cuDNN buffer: nothing to do in minidl, which
+        keeps each weight its own array and runs no cuDNN kernel (kept so ported code runs)."""
+        return None
+
     def _step_fn(self):
         return self.cell.step
 

@@ -10,10 +10,10 @@ from minidl.nn.module import Module
 
 
 class Upsample(Module):
-    """Resize (N, C, L) or (N, C, H, W) to ``size`` or by ``scale_factor``: F.interpolate with these arguments.
+    """Resize (N, C, L), (N, C, H, W) or (N, C, D, H, W) to ``size`` or by ``scale_factor``: F.interpolate.
 
-    Modes 'nearest' (default), 'nearest-exact', 'linear', 'bilinear' (``align_corners`` for
-    the last two) and 'area'.
+    Modes 'nearest' (default), 'nearest-exact', 'linear', 'bilinear', 'trilinear' (``align_corners`` for
+    the last three) and 'area'.
     """
 
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,

@@ -1,4 +1,4 @@
-"""Transformer layers: MultiheadAttention, TransformerEncoderLayer, TransformerEncoder.
+"""Transformer layers: MultiheadAttention, the encoder and decoder layers and stacks, Transformer.
 
 PyTorch's constructor signatures, forward arguments, parameter names and
 initializations, so a state dict moves between the two libraries unchanged:
@@ -7,6 +7,8 @@ initializations, so a state dict moves between the two libraries unchanged:
     out, weights = attn(x, x, x, key_padding_mask=pad, need_weights=True)
     layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=256, norm_first=True)
     encoder = nn.TransformerEncoder(layer, num_layers=6)
+    model = nn.Transformer(d_model=64, nhead=4, batch_first=True)    # encoder + decoder
+    out = model(src, tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.shape[1]))
 
 Multi-head attention projects the queries, keys and values H times into
 E/H-dimensional subspaces, attends in each (softmax(Q Kᵀ/√(E/H)) V, one
@@ -36,7 +38,8 @@ from minidl.nn.module import Module
 from minidl.nn.norm import LayerNorm
 from minidl.tensor import Tensor
 
-__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer"]
 
 
 class MultiheadAttention(Module):
@@ -294,15 +297,7 @@ class TransformerEncoderLayer(Module):
         self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        if isinstance(activation, str):
-            functions = {"relu": F.relu, "gelu": F.gelu}
-            if activation not in functions:
-                raise ValueError(f"TransformerEncoderLayer: activation should be relu/gelu, not {activation}")
-            activation = functions[activation]
-        elif not callable(activation):
-            raise TypeError(f"TransformerEncoderLayer: activation must be 'relu', 'gelu' or a callable, "
-                            f"got {activation!r}")
-        self.activation = activation
+        self.activation = _activation("TransformerEncoderLayer", activation)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
         x = _as_tensor(src)
@@ -352,6 +347,179 @@ class TransformerEncoder(Module):
         for layer in self.layers:
             out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
         return out if self.norm is None else self.norm(out)
+
+
+class TransformerDecoderLayer(Module):
+    """``TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+    layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True)``: PyTorch's layer.
+
+    Self-attention over the target, attention from the target to the encoder's output
+    (``memory``: the queries are the target's, the keys and values memory's), then the
+    feed-forward block; each with a residual connection and a LayerNorm, after the sum
+    or (``norm_first=True``) before the block::
+
+        post-norm:  x = norm1(x + SA(x));   x = norm2(x + MHA(x, m));   x = norm3(x + FF(x))
+        pre-norm:   x = x + SA(norm1(x));   x = x + MHA(norm2(x), m);   x = x + FF(norm3(x))
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False)``, masks as
+    in :class:`MultiheadAttention`. Parameters named as PyTorch's (``self_attn``,
+    ``multihead_attn``, ``linear1``, ``linear2``, ``norm1``..``norm3``).
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        attention = dict(dropout=dropout, bias=bias, batch_first=batch_first, device=device, dtype=dtype)
+        self.self_attn = MultiheadAttention(d_model, nhead, **attention)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, **attention)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
+        self.activation = _activation("TransformerDecoderLayer", activation)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False):
+        x, memory = _as_tensor(tgt), _as_tensor(memory)
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                           is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, memory, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                need_weights=False, is_causal=is_causal)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        rows = x.reshape(-1, x.shape[-1])
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(rows))))).reshape(x.shape)
+
+
+class TransformerDecoder(Module):
+    """``TransformerDecoder(decoder_layer, num_layers, norm=None)``: ``num_layers`` copies of the layer
+    (``layers.0``, ``layers.1``…, each its own parameters), then ``norm`` if given.
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False)`` passes
+    the same memory and masks to every layer.
+    """
+
+    def __init__(self, decoder_layer: Module, num_layers: int, norm: Module | None = None):
+        super().__init__()
+        if not isinstance(decoder_layer, Module):
+            raise TypeError(f"TransformerDecoder: decoder_layer must be a Module, got {type(decoder_layer).__name__}")
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"TransformerDecoder: num_layers must be a positive int, got {num_layers!r}")
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        out = _as_tensor(tgt)
+        for layer in self.layers:
+            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                        tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return out if self.norm is None else self.norm(out)
+
+
+class Transformer(Module):
+    """``Transformer(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=2048,
+    dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
+    batch_first=False, norm_first=False, bias=True)``: PyTorch's encoder–decoder model.
+
+    ``encoder`` is a TransformerEncoder of ``num_encoder_layers`` layers with a final
+    LayerNorm (``encoder.norm``), ``decoder`` a TransformerDecoder likewise: the same
+    parameter names as PyTorch's, so its state dict loads unchanged. Every parameter
+    of two or more dims is initialized Xavier-uniform (PyTorch's ``_reset_parameters``).
+
+    ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    src_is_causal=None, tgt_is_causal=None, memory_is_causal=False)``: the encoder reads
+    src (S, N, E) (or (N, S, E) with ``batch_first``), the decoder reads tgt (T, N, E) and
+    the encoder's output; returns (T, N, E). The masks are MultiheadAttention's; a causal
+    target mask is :meth:`generate_square_subsequent_mask`.
+    """
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", custom_encoder: Module | None = None, custom_decoder: Module | None = None,
+                 layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
+                 bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        layer = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                     layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
+                     device=device, dtype=dtype)
+        norm = dict(eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(TransformerEncoderLayer(d_model, nhead, **layer), num_encoder_layers,
+                                              LayerNorm(d_model, **norm))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(TransformerDecoderLayer(d_model, nhead, **layer), num_decoder_layers,
+                                              LayerNorm(d_model, **norm))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal: bool | None = None,
+                tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        src, tgt = _as_tensor(src), _as_tensor(tgt)
+        batch = 0 if self.batch_first else 1
+        if src.ndim != tgt.ndim or (src.ndim == 3 and src.shape[batch] != tgt.shape[batch]):
+            raise ValueError(f"Transformer: src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have the same "
+                             f"batch size (dim {batch}{', batch_first' if self.batch_first else ''})")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"Transformer: the feature number of src and tgt must equal d_model={self.d_model}, "
+                             f"got {src.shape[-1]} and {tgt.shape[-1]}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
+        """The (sz, sz) causal mask, float: 0 on and below the diagonal, −inf above (position i sees j ≤ i)."""
+        xp = backend.xp_for(device or "cpu")
+        mask = xp.triu(xp.full((sz, sz), -xp.inf, dtype=np.dtype(dtype or np.float32)), k=1)
+        return Tensor(mask)
+
+
+def _activation(layer, activation):
+    """"relu", "gelu" or a callable, as the function the feed-forward block applies."""
+    if isinstance(activation, str):
+        functions = {"relu": F.relu, "gelu": F.gelu}
+        if activation not in functions:
+            raise ValueError(f"{layer}: activation should be relu/gelu, not {activation}")
+        return functions[activation]
+    if not callable(activation):
+        raise TypeError(f"{layer}: activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+    return activation
 
 
 def _linear(x, weight, bias):

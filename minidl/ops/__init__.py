@@ -19,8 +19,11 @@ from minidl.ops import (
     math,
     rearrange,
     reduction,
+    sampling,
     scan,
+    scatter_reduce,
     shape,
+    volume,
 )
 from minidl.ops.elementwise import abs, add, div, floor_divide, mul, neg, pow, sub, where
 from minidl.ops.linalg import matmul
@@ -34,8 +37,8 @@ def _reflected(op):
 
 
 # Every family module; each lists in TENSOR_METHODS the ops that are also Tensor methods.
-FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction, scan,
-            shape)
+FAMILIES = (activation, attention, distance, einsum, elementwise, indexing, linalg, math, rearrange, reduction,
+            sampling, scan, scatter_reduce, shape, volume)
 
 
 def _attach_tensor_methods():

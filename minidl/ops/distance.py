@@ -14,6 +14,7 @@ import numpy as np
 
 from minidl.amp import autocast_to
 from minidl.ops.elementwise import maximum
+from minidl.ops.linalg import norm
 from minidl.ops.reduction import _normalize_axis
 from minidl.ops.reduction import max as reduce_max
 from minidl.ops.reduction import sum as reduce_sum
@@ -49,7 +50,16 @@ def _p_norm(x: Tensor, p, dim, keepdim, floor=None) -> Tensor:
 
 @autocast_to("float32")
 def normalize(input, p=2.0, dim=1, eps=1e-12) -> Tensor:  # noqa: A002 - PyTorch's name
-    """y = x / max(‖x‖_p, eps) along ``dim`` (default 1, as PyTorch): unit vectors, zero stays zero."""
+    """y = x / max(‖x‖_p, eps) along ``dim`` (default 1, as PyTorch): unit vectors, zero stays zero.
+
+    p ≤ 0 is PyTorch's too, with :func:`~minidl.ops.linalg.norm`'s meaning of ‖x‖_p: the
+    count of nonzeros for p = 0 (no gradient), min |x| for p = −inf, (Σ|x|ᵖ)^(1/p) otherwise
+    (0 when x holds a zero); the max with eps is then taken after the norm.
+    """
+    if isinstance(p, (int, float)) and not isinstance(p, bool) and p <= 0:
+        x = as_tensor(input)
+        _normalize_axis(dim, x.ndim, "normalize", x.shape)
+        return x / maximum(norm(x, p, dim, keepdim=True), eps)
     _check_p("normalize", p)
     x = as_tensor(input)
     _normalize_axis(dim, x.ndim, "normalize", x.shape)

@@ -27,8 +27,8 @@ from minidl.ops.elementwise import where
 from minidl.ops.shape import broadcast_to, getitem
 from minidl.tensor import Tensor, as_tensor
 
-# The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("gather", "scatter", "scatter_add", "index_select", "masked_fill", "masked_select",
+# The ops of this family that minidl.ops also attaches to Tensor as methods (scatter: see scatter_reduce.py).
+TENSOR_METHODS = ("gather", "scatter_add", "index_select", "masked_fill", "masked_select",
                   "sort", "argsort", "topk", "nonzero")
 
 ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])
@@ -322,3 +322,4 @@ def nonzero(x: Tensor, as_tuple: bool = False):
     if x.ndim == 0:
         return Tensor(xp.zeros((len(where_nonzero[0]), 0), np.int64))
     return Tensor(xp.stack(where_nonzero, axis=1).astype(np.int64, copy=False))
+

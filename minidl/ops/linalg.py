@@ -170,7 +170,8 @@ class VectorNorm(Reduction):
         xp = xp_of(x)
         if self.p == 2:
             return xp.sqrt((x * x).sum(axis=self.axes, keepdims=self.keepdims))
-        return (xp.abs(x) ** self.p).sum(axis=self.axes, keepdims=self.keepdims) ** (1 / self.p)
+        with np.errstate(divide="ignore"):  # p < 0: |0|ᵖ = inf, and the norm is 0
+            return (xp.abs(x) ** self.p).sum(axis=self.axes, keepdims=self.keepdims) ** (1 / self.p)
 
     def backward(self, gy):
         x = self.inputs[0]
@@ -178,7 +179,7 @@ class VectorNorm(Reduction):
         y_safe = where(y.data == 0, 1, y)
         if self.p == 2:
             return self.expand(gy) * x / y_safe
-        zero = x.data == 0
+        zero = (x.data == 0) | (y.data == 0)  # y = 0 with x ≠ 0 where p < 0 and another entry is 0
         ratio = where(zero, 1, elementwise_abs(x)) / y_safe
         return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
 

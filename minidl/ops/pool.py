@@ -178,13 +178,17 @@ def _padded(x, sides, last, value):
 
 # ---------------------------------------------------------------- arguments
 def _windows_along(op, size, k, s, p, d, ceil_mode):
-    """(number of windows, (pad before, pad after)) along one axis; ceil_mode pads further after."""
+    """(number of windows, (pad before, pad after)) along one axis; ceil_mode pads further after.
+
+    With ``ceil_mode`` a kernel wider than the padded axis by less than a stride still
+    gives one window (PyTorch's rule), running past the end into the padding.
+    """
     span = size + 2 * p - d * (k - 1) - 1
-    if span < 0:
-        return None
     count = (-(-span // s) if ceil_mode else span // s) + 1
     if ceil_mode and (count - 1) * s >= size + p:  # a last window starting in the right padding is dropped
         count -= 1
+    if count < 1:
+        return None
     return count, (p, max(p, (count - 1) * s + d * (k - 1) + 1 - size - p))
 
 

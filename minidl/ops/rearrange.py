@@ -1,4 +1,4 @@
-"""Rearranging ops: flip, roll, repeat, repeat_interleave, tril/triu, diagonal, unfold.
+"""Rearranging ops: flip, roll, repeat, repeat_interleave, tril/triu, diagonal, diag, unfold.
 
 Each output element is a copy of one input element (or a zero, for tril and
 triu), so each backward sends dy back to where the copies came from: undo a
@@ -19,7 +19,7 @@ from minidl.ops.shape import GetItemGrad, _varargs, dim_index, flatten, movedim,
 from minidl.tensor import Tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("flip", "roll", "repeat", "repeat_interleave", "tril", "triu", "diagonal", "unfold")
+TENSOR_METHODS = ("flip", "roll", "repeat", "repeat_interleave", "tril", "triu", "diagonal", "diag", "unfold")
 
 
 def _dims(op, x, dims):
@@ -251,6 +251,26 @@ def diagonal(x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor
         raise ValueError(f"diagonal: dim1 {dim1} and dim2 {dim2} must be two different dims of the tensor "
                          f"(shape {x.shape})")
     return Diagonal(operator.index(offset), d1, d2)(x)
+
+
+def diag(x: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002 - PyTorch's name
+    """PyTorch's ``diag``: a vector v put on a diagonal of a square matrix, or a matrix's diagonal as a vector.
+
+    - 1-D v of n values: the (n + |k|) × (n + |k|) matrix Y, zero but for Y[i, i + k] = v_i
+      (k = ``diagonal``; above the main diagonal for k > 0, below for k < 0);
+      dv_i = dY[i, i + k]. Y is dv's placement into zeros: indexing's gradient op
+      (:class:`GetItemGrad`), whose backward is the indexing again.
+    - 2-D x: its k-th diagonal, :func:`diagonal` ``(x, k)``.
+    """
+    k = operator.index(diagonal)
+    if x.ndim == 2:
+        return Diagonal(k, 0, 1)(x)
+    if x.ndim != 1:
+        raise ValueError(f"diag: expects a vector (1-D: makes a matrix) or a matrix (2-D: takes its diagonal), "
+                         f"got shape {x.shape}; for batches use diagonal(x, offset, dim1, dim2) or diag_embed")
+    n = x.shape[0]
+    rows, columns = x.xp.arange(n) + max(-k, 0), x.xp.arange(n) + max(k, 0)
+    return GetItemGrad((rows, columns), (n + abs(k), n + abs(k)))(x)
 
 
 # ---------------------------------------------------------------- unfold

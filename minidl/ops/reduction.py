@@ -1,4 +1,4 @@
-"""Reductions over dims: sum, mean, max, min, var, std, prod, argmax, argmin, any, all.
+"""Reductions over dims: sum, mean, max, min, var, std (and var_mean, std_mean), prod, argmax, argmin, any, all.
 
 Each backward first puts back the reduced axes as size 1 (so the gradient
 broadcasts against the input), then applies the derivative:
@@ -313,6 +313,23 @@ def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None
         dim, unbiased = None, dim
     ddof = _correction("std", unbiased, correction, ddof)
     return Std(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x)
+
+
+def _dim_of(dim):
+    """The dim of a call that may have put ``unbiased`` in dim's place (PyTorch's ``var(x, False)``)."""
+    return None if isinstance(dim, (bool, np.bool_)) else dim
+
+
+def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """PyTorch's ``var_mean``: the tuple ``(var(x), mean(x))`` over the same dims (arguments of :func:`var`)."""
+    return (var(x, dim, unbiased, keepdim, correction=correction, ddof=ddof, axis=axis, keepdims=keepdims),
+            mean(x, _dim_of(dim), keepdim, axis=axis, keepdims=keepdims))
+
+
+def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """PyTorch's ``std_mean``: the tuple ``(std(x), mean(x))`` over the same dims (arguments of :func:`std`)."""
+    return (std(x, dim, unbiased, keepdim, correction=correction, ddof=ddof, axis=axis, keepdims=keepdims),
+            mean(x, _dim_of(dim), keepdim, axis=axis, keepdims=keepdims))
 
 
 @autocast_to("float32")

@@ -1,4 +1,4 @@
-"""Resampling: interpolate (nearest, linear, bilinear, area) and pixel_shuffle.
+"""Resampling: interpolate (nearest, linear, bilinear, trilinear, area) and pixel_shuffle.
 
 Every mode here is separable: resizing an image is resizing its rows, then
 its columns, and along one axis each output position reads one or two
@@ -29,7 +29,8 @@ from minidl.tensor import Tensor, as_tensor
 # The ops of this family that minidl.ops also attaches to Tensor as methods (PyTorch has none).
 TENSOR_METHODS = ()
 
-_SPATIAL = {"nearest": (1, 2), "nearest-exact": (1, 2), "linear": (1,), "bilinear": (2,), "area": (1, 2)}
+_SPATIAL = {"nearest": (1, 2, 3), "nearest-exact": (1, 2, 3), "linear": (1,), "bilinear": (2,), "trilinear": (3,),
+            "area": (1, 2)}
 
 
 def _output_sizes(op, x, size, scale_factor, recompute_scale_factor, spatial):
@@ -122,7 +123,7 @@ def _lerp(x, axis, i0, i1, lam):
 
 def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False) -> Tensor:
-    """Resize x (N, C, L) or (N, C, H, W) to ``size`` or by ``scale_factor``, as PyTorch's interpolate.
+    """Resize x (N, C, L), (N, C, H, W) or (N, C, D, H, W) to ``size`` or by ``scale_factor``, as PyTorch's.
 
     Output size: ``size``, or ⌊in · scale_factor⌋ per axis. Along each axis, with
     s = 1/scale_factor when given (unless ``recompute_scale_factor``) or in/out:
@@ -131,16 +132,16 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
     linear, bilinear: y[i] = (1 − λ)·x[i₀] + λ·x[i₁], the source position
         src = (i + ½)·s − ½ (clamped at 0), or i·(in − 1)/(out − 1) with ``align_corners``;
         i₀ = ⌊src⌋, i₁ = i₀ + 1 (both clamped to the input), λ = src − i₀;
-        bilinear does this along H, then along W.
-    area:          adaptive_avg_pool to the output size.
+        bilinear does this along H, then along W; trilinear along D, H, then W.
+    area:          adaptive_avg_pool to the output size (1-D and 2-D).
     dx: dy scattered back to the positions each output read, times the same weights.
-    Modes 'bicubic' and 'trilinear' and ``antialias`` are not implemented (they raise).
+    Mode 'bicubic' and ``antialias`` are not implemented (they raise).
     """
     x = as_tensor(x)
     op = "interpolate"
     if mode not in _SPATIAL:
         known = "', '".join(_SPATIAL)
-        if mode in ("bicubic", "trilinear"):
+        if mode == "bicubic":
             raise NotImplementedError(f"{op}: mode {mode!r} is not implemented in minidl (only '{known}')")
         raise ValueError(f"{op}: mode must be one of '{known}', got {mode!r}")
     if antialias:
@@ -149,10 +150,10 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
     if spatial not in _SPATIAL[mode]:
         need = " or ".join(f"{s + 2}-D" for s in _SPATIAL[mode])
         raise ValueError(f"{op}: mode {mode!r} needs a {need} input (N, C, ...), got shape {x.shape}")
-    linear = mode in ("linear", "bilinear")
+    linear = mode in ("linear", "bilinear", "trilinear")
     if align_corners is not None and not linear:
-        raise ValueError(f"{op}: align_corners can only be set with the interpolating modes 'linear' and "
-                         f"'bilinear', got mode {mode!r}")
+        raise ValueError(f"{op}: align_corners can only be set with the interpolating modes 'linear', "
+                         f"'bilinear' and 'trilinear', got mode {mode!r}")
     sizes, scales = _output_sizes(op, x, size, scale_factor, recompute_scale_factor, spatial)
     if mode == "area":
         return adaptive_avg_pool1d(x, sizes) if spatial == 1 else adaptive_avg_pool2d(x, sizes)

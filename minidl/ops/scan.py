@@ -8,6 +8,10 @@ functions scan forward, as PyTorch's do.
     cumsum:        y_i = Σ_{j≤i} x_j,             dx_j = Σ_{i≥j} dy_i
     cumprod:       y_i = Π_{j≤i} x_j,             dx_k = (Π_{j<k} x_j) · Σ_{i≥k} dy_i Π_{k<j≤i} x_j
     logcumsumexp:  y_i = ln Σ_{j≤i} e^(x_j),      dx_j = Σ_{i≥j} dy_i e^(x_j − y_i)
+    cummax:        y_i = max_{j≤i} x_j = x_{k(i)},  dx_j = Σ_{i: k(i) = j} dy_i   (cummin alike)
+
+cummax and cummin find k(i) on the raw array (no gradient: indices are
+integers) and take their values with gather, so their gradient is gather's.
 """
 from __future__ import annotations
 
@@ -16,12 +20,12 @@ import numpy as np
 from minidl.amp import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
-from minidl.ops.indexing import _dim
+from minidl.ops.indexing import Gather, ValuesIndices, _dim
 from minidl.ops.shape import concatenate
 from minidl.tensor import Tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("cumsum", "cumprod", "logcumsumexp")
+TENSOR_METHODS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin")
 
 
 def _scan(xp, a, dim, reverse, scan):
@@ -220,3 +224,50 @@ def logcumsumexp(x, dim=None, *, axis=None):
     """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
     d = _scan_dim("logcumsumexp", x, dim, axis)
     return x if d is None else Logcumsumexp(d)(x)
+
+
+
+def _running(xp, a, dim, combine):
+    """``combine`` (max or min, NaN propagating) of each prefix along ``dim``, on arrays.
+
+    Hillis and Steele's doubling, as :func:`_linear_scan`: after the step of size s each
+    place holds the combination of the 2s places up to it; log2(n) steps, on either device.
+    """
+    n, step = a.shape[dim], 1
+    lead = (slice(None),) * dim
+    while step < n:
+        here, back = lead + (slice(step, n),), lead + (slice(0, n - step),)
+        combined = a.copy()
+        combined[here] = combine(a[here], a[back])
+        a, step = combined, 2 * step
+    return a
+
+
+def _running_extreme(op, x, dim, axis):
+    """cummax and cummin: ``(values, indices)``, the index of the latest extreme (as PyTorch's ``>=``)."""
+    d = _scan_dim(op, x, dim, axis)
+    xp = x.xp
+    if d is None:  # a 0-d x: itself, at index 0
+        return ValuesIndices(x.reshape(()), Tensor(xp.zeros((), np.int64)))
+    data = x.data
+    extreme = _running(xp, data, d, xp.maximum if op == "cummax" else xp.minimum)
+    # x_i is a new extreme (ties included) where it equals the running one; NaN is always one
+    new = (data == extreme) | (data != data)
+    positions = xp.arange(data.shape[d]).reshape((-1,) + (1,) * (data.ndim - d - 1))
+    index = _running(xp, xp.where(new, positions, 0), d, xp.maximum).astype(np.int64, copy=False)
+    indices = Tensor(index)
+    return ValuesIndices(Gather(d, indices)(x), indices)
+
+
+def cummax(x, dim=None, *, axis=None):
+    """``(values, indices)``: y_i = max(x_1, ..., x_i) along ``dim`` and the index it was found at.
+
+    On ties the later index, as PyTorch; NaN propagates (and its index stays). The gradient goes to
+    the index found (a gather's), as in PyTorch.
+    """
+    return _running_extreme("cummax", x, dim, axis)
+
+
+def cummin(x, dim=None, *, axis=None):
+    """``(values, indices)``: y_i = min(x_1, ..., x_i) along ``dim``; see :func:`cummax`."""
+    return _running_extreme("cummin", x, dim, axis)

@@ -538,7 +538,8 @@ class Pad(Function):
     """y = x with borders, a constant or copies of x's own values;
     dx = the interior of dy (constant mode), or dy added back onto the sources.
 
-    ``widths`` holds one (before, after) pair of non-negative widths per axis.
+    ``widths`` holds one (before, after) pair of widths per axis, non-negative but in reflect and
+    replicate modes, where a negative width crops (p then starts or ends inside x).
     Mode ``constant`` fills the borders with ``value``. The copying modes take
     y = x[s], with ``key`` holding the source index s(p) of every place p of a
     padded axis of size n (p from −before to n + after − 1):
@@ -610,7 +611,9 @@ def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> T
     edge: widths below the dim's size), ``replicate`` (repeat the edge) and
     ``circular`` (wrap around: widths at most the size); as in PyTorch, the
     copying modes pad the last 1, 2 or 3 dims of an input with one or two dims
-    more. A negative width crops that side first.
+    more. A negative width crops that side, as in PyTorch: first for ``constant``
+    and ``circular`` (which wraps what is left), while ``reflect`` and ``replicate``
+    still mirror (repeat) about x's own edge on the other side.
     """
     if mode not in PAD_MODES:
         raise ValueError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
@@ -618,7 +621,9 @@ def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> T
         raise ValueError(f"pad: mode '{mode}' copies x's own values and takes no value, got value={value}")
     pairs = _pad_pairs(x, pad, mode)
     pairs = [(0, 0)] * (x.ndim - len(pairs)) + pairs
-    if any(b < 0 or a < 0 for b, a in pairs):  # crop first: the rest pads what is left
+    if mode in ("reflect", "replicate"):
+        return _pad_copying_edges(x, pairs, mode, pad)
+    if any(b < 0 or a < 0 for b, a in pairs):  # crop first: the rest pads (or wraps) what is left
         key = tuple(slice(max(-b, 0), n - max(-a, 0)) for n, (b, a) in zip(x.shape, pairs))
         if any(k.stop < k.start for k in key):
             raise ValueError(f"pad: pad {tuple(pad)} crops more than a tensor of shape {x.shape} holds")
@@ -629,13 +634,37 @@ def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> T
     if mode == "constant":
         return Pad(tuple(pairs), mode, 0 if value is None else value)(x)
     padded = [i for i, (b, a) in enumerate(pairs) if b or a]
-    limit = {"reflect": "less than", "circular": "at most", "replicate": None}[mode]
     for i in padded:
         n, (b, a) = x.shape[i], pairs[i]
-        if n == 0 or (mode == "reflect" and max(b, a) >= n) or (mode == "circular" and max(b, a) > n):
-            need = f"widths {limit} the size" if limit else "a non-empty dim"
-            raise ValueError(f"pad: mode '{mode}' needs {need}, but dim {i} of the (cropped) input of shape "
+        if n == 0 or max(b, a) > n:
+            raise ValueError(f"pad: mode 'circular' needs widths at most the size, but dim {i} of the (cropped) "
+                             f"input of shape {x.shape} has size {n} and widths {(b, a)}")
+    return _pad_by_index(x, pairs, padded, mode)
+
+
+def _pad_copying_edges(x, pairs, mode, pad):
+    """reflect and replicate: a place p copies x[s(p)], p counted in x's own coordinates.
+
+    A negative width starts (or ends) the padded axis inside x, so it crops that side, and the
+    other side still reflects about x's own edge, as PyTorch's reflection and replication pads do.
+    """
+    padded = [i for i, (b, a) in enumerate(pairs) if b or a]
+    if not padded:
+        return x
+    for i in padded:
+        n, (b, a) = x.shape[i], pairs[i]
+        if n + b + a < 0:
+            raise ValueError(f"pad: pad {tuple(pad)} crops away all of dim {i} of the input of shape {x.shape} "
+                             f"(size {n}, widths {(b, a)})")
+        if n == 0 or (mode == "reflect" and max(b, a) >= n):
+            need = "widths less than the size" if mode == "reflect" else "a non-empty dim"
+            raise ValueError(f"pad: mode '{mode}' needs {need}, but dim {i} of the input of shape "
                              f"{x.shape} has size {n} and widths {(b, a)}")
+    return _pad_by_index(x, pairs, padded, mode)
+
+
+def _pad_by_index(x, pairs, padded, mode):
+    """Pad by indexing: y = x[key], key holding the source of every place of each padded axis."""
     axes = range(padded[0], padded[-1] + 1)  # index every axis between, so the index arrays stay adjacent
     xp = x.xp
     index = [xp.asarray(_source_index(x.shape[i], *pairs[i], mode)) for i in axes]

@@ -320,3 +320,10 @@ def test_cell_shapes_init_gradcheck_and_errors(kind):
     if kind == "RNNCell":
         with pytest.raises(ValueError, match="nonlinearity must be 'tanh' or 'relu'"):
             nn.RNNCell(2, 2, nonlinearity="sigmoid")
+
+
+def test_rnn_flatten_parameters_is_accepted_and_changes_nothing():
+    for layer in (nn.RNN(3, 4), nn.LSTM(3, 4, num_layers=2), nn.GRU(3, 4, bidirectional=True)):
+        before = {k: v.copy() for k, v in layer.state_dict().items()}
+        assert layer.flatten_parameters() is None
+        assert all(np.array_equal(before[k], v) for k, v in layer.state_dict().items())

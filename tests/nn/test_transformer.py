@@ -1,4 +1,4 @@
-"""nn.MultiheadAttention, TransformerEncoderLayer and TransformerEncoder against PyTorch's modules.
+"""nn.MultiheadAttention, the encoder and decoder layers and stacks and nn.Transformer against PyTorch's modules.
 
 Each test builds the torch module, copies its state dict into minidl's (the
 names and shapes must match for that to work), runs both on the same float64
@@ -257,3 +257,74 @@ def test_dropout_is_used_in_training_and_not_in_evaluation():
     assert not np.allclose(a, b)
     layer.eval()
     np.testing.assert_array_equal(layer(x).numpy(), layer(x).numpy())
+
+
+# ---------------------------------------------------------------- decoder and the whole Transformer
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_torch_with_every_mask(torch, norm_first):
+    kwargs = dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, norm_first=norm_first, batch_first=True)
+    torch.manual_seed(3)
+    theirs = torch.nn.TransformerDecoderLayer(**kwargs).double()
+    ours = copy_from_torch(nn.TransformerDecoderLayer(**kwargs), theirs)
+    rng = np.random.default_rng(9)
+    tgt, memory = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 6, 8))
+    causal = ~np.tril(np.ones((4, 4), dtype=bool))
+    tgt_pad = np.array([[False] * 4, [False, False, False, True]])
+    memory_pad = np.array([[False] * 5 + [True], [False] * 6])
+    memory_bias = rng.standard_normal((4, 6))  # a float mask, added to the scores
+
+    def call(m, t, mem):
+        as_mask = (lambda a: torch.tensor(a)) if m is theirs else (lambda a: a)
+        return m(t, mem, tgt_mask=as_mask(causal), memory_mask=as_mask(memory_bias),
+                 tgt_key_padding_mask=as_mask(tgt_pad), memory_key_padding_mask=as_mask(memory_pad)), None
+
+    run_both(torch, ours, theirs, [tgt, memory], call)
+
+
+@pytest.mark.parametrize("batch_first, norm_first", [(False, False), (True, True), (True, False)])
+def test_transformer_loads_torchs_state_dict_and_matches_outputs_and_gradients(torch, batch_first, norm_first):
+    kwargs = dict(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=16, dropout=0.0,
+                  batch_first=batch_first, norm_first=norm_first)
+    torch.manual_seed(4)
+    theirs = torch.nn.Transformer(**kwargs).double()
+    ours = nn.Transformer(**kwargs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())  # PyTorch's key names, in PyTorch's order
+    copy_from_torch(ours, theirs)
+    rng = np.random.default_rng(10)
+    src = rng.standard_normal((3, 5, 8) if batch_first else (5, 3, 8))
+    tgt = rng.standard_normal((3, 4, 8) if batch_first else (4, 3, 8))
+    src_pad = np.zeros((3, 5), dtype=bool)
+    src_pad[1, 3:] = True
+
+    def call(m, s, t):
+        if m is theirs:
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
+            pad = torch.tensor(src_pad)
+        else:
+            mask, pad = nn.Transformer.generate_square_subsequent_mask(4, dtype="float64"), src_pad
+        return m(s, t, tgt_mask=mask, src_key_padding_mask=pad, memory_key_padding_mask=pad), None
+
+    out = run_both(torch, ours, theirs, [src, tgt], call)
+    assert out.shape == tgt.shape
+
+
+def test_transformer_defaults_and_initialization_are_torchs(torch):
+    ours, theirs = nn.Transformer(d_model=16, nhead=4, num_encoder_layers=1, num_decoder_layers=1), \
+        torch.nn.Transformer(d_model=16, nhead=4, num_encoder_layers=1, num_decoder_layers=1)
+    assert ours.encoder.layers[0].linear1.out_features == 2048 and ours.encoder.layers[0].dropout.p == 0.1
+    shapes = {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == shapes
+    w = ours.decoder.layers[0].linear1.weight.numpy()  # Xavier-uniform: U(±√(6 / (fan_in + fan_out)))
+    bound = math.sqrt(6 / (16 + 2048))
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
+    np.testing.assert_array_equal(nn.Transformer.generate_square_subsequent_mask(3).numpy(),
+                                  torch.nn.Transformer.generate_square_subsequent_mask(3).numpy())
+
+
+def test_transformer_refuses_mismatched_inputs():
+    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=8)
+    with pytest.raises(ValueError, match=r"Transformer: src \(5, 3, 8\) and tgt \(4, 2, 8\) must have the same batch"):
+        model(mdl.zeros(5, 3, 8), mdl.zeros(4, 2, 8))
+    with pytest.raises(ValueError, match=r"Transformer: the feature number of src and tgt must equal d_model=8"):
+        model(mdl.zeros(5, 3, 6), mdl.zeros(4, 3, 6))
+

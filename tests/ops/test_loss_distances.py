@@ -47,6 +47,23 @@ def test_normalize_of_a_zero_vector_is_zero_with_pytorch_gradient(torch):
     check_against_torch(torch, F.normalize, torch.nn.functional.normalize, [x])  # 1/eps on the zero row
 
 
+@pytest.mark.parametrize("p", [0, -1, -2.5, -math.inf])
+def test_normalize_with_p_at_most_zero_computes_as_pytorch(torch, p):
+    """‖x‖_p is torch.norm's: the count of nonzeros (p = 0), min |x| (−inf), (Σ|x|ᵖ)^(1/p) (0 with a zero entry)."""
+    x = np.random.default_rng(2).standard_normal((4, 5))
+    x[1, 2] = 0.0  # a zero entry: the norm of that row is 0 for p < 0, so eps takes over
+    x[3] = 0.0  # a zero row
+    if p == 0:
+        norms = (x != 0).sum(axis=1, keepdims=True)
+    elif p == -math.inf:
+        norms = np.abs(x).min(axis=1, keepdims=True)
+    else:
+        with np.errstate(divide="ignore"):
+            norms = (np.abs(x) ** p).sum(axis=1, keepdims=True) ** (1 / p)
+    np.testing.assert_allclose(F.normalize(mdl.tensor(x), p).numpy(), x / np.maximum(norms, 1e-12), rtol=1e-12)
+    check_against_torch(torch, lambda a: F.normalize(a, p=p), lambda a: torch.nn.functional.normalize(a, p=p), [x])
+
+
 @pytest.mark.parametrize("shapes, dim", [(((4, 5), (4, 5)), 1), (((3, 1, 5), (1, 4, 5)), -1), (((2, 3), (3,)), 1),
                                          (((3, 6, 2), (3, 6, 2)), 0)])
 def test_cosine_similarity_matches_formula_and_torch(torch, shapes, dim):
@@ -95,8 +112,8 @@ def test_float32_and_errors():
     for out in (F.normalize(x), F.cosine_similarity(x, x), F.pairwise_distance(x, x)):
         assert out.dtype == np.float32
     np.testing.assert_allclose(F.cosine_similarity(x, x).numpy(), 1.0, rtol=1e-6)
-    with pytest.raises(ValueError, match=r"normalize: p must be a positive number or math.inf, got 0"):
-        F.normalize(x, p=0)
+    with pytest.raises(ValueError, match=r"normalize: p must be a positive number or math.inf, got 'fro'"):
+        F.normalize(x, p="fro")
     with pytest.raises(ValueError, match=r"normalize"):
         F.normalize(mdl.randn(3))  # dim=1 does not exist in a vector (as in PyTorch)
     with pytest.raises(ValueError, match=r"cosine_similarity: shapes \(3, 4\) and \(3,\) do not broadcast"):

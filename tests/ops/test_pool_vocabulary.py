@@ -346,3 +346,32 @@ def test_every_window_size_rule_agrees_with_torch():
         if d == 1:
             assert F.avg_pool2d(mdl.tensor(x), (k, 1), (s, 1), (p, 0), ceil).shape == tuple(
                 torch.nn.functional.avg_pool2d(torch.tensor(x), (k, 1), (s, 1), (p, 0), ceil).shape)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [(4, 2, 0, 1), (5, 3, 0, 1), (3, 3, 0, 2), (5, 3, 2, 2),
+                                                               ((4, 6), (3, 5), (1, 0), 1)])
+def test_ceil_mode_with_a_kernel_wider_than_the_input_gives_pytorchs_window(kernel, stride, padding, dilation):
+    """ceil_mode rounds the window count up: a kernel wider than the (padded) input by less than a
+    stride still has one window, the max (or mean) of what it covers."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(7).standard_normal((1, 2, 3, 4))
+    xt, tx = mdl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y = F.max_pool2d(xt, kernel, stride, padding, dilation, ceil_mode=True)
+    ty = torch.nn.functional.max_pool2d(tx, kernel, stride, padding, dilation, ceil_mode=True)
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    g = np.random.default_rng(8).standard_normal(y.shape)
+    y.backward(mdl.tensor(g))
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+    if dilation == 1:
+        a = F.avg_pool2d(mdl.tensor(x), kernel, stride, padding, ceil_mode=True)
+        ta = torch.nn.functional.avg_pool2d(torch.tensor(x), kernel, stride, padding, ceil_mode=True)
+        np.testing.assert_allclose(a.numpy(), ta.numpy(), rtol=1e-13)
+
+
+def test_ceil_mode_window_over_the_whole_input_is_its_max():
+    x = np.random.default_rng(9).standard_normal((1, 1, 3, 4))
+    y = F.max_pool2d(mdl.tensor(x), 5, 3, ceil_mode=True)
+    assert y.shape == (1, 1, 1, 1) and y.item() == x.max()
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        F.max_pool2d(mdl.tensor(x), 5, 3)  # without ceil_mode there is no window, in PyTorch too

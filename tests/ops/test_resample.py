@@ -207,3 +207,30 @@ def test_resampling_on_device(device):
     np.testing.assert_allclose(y.numpy(), naive_bilinear(x.astype(np.float64), (4, 7), 1.5), rtol=1e-5, atol=1e-6)
     (y.sum() + z.sum()).backward()
     assert xt.grad.dtype == np.float32
+
+
+@pytest.mark.parametrize("mode, kwargs", [
+    ("trilinear", {"size": (5, 7, 3)}), ("trilinear", {"scale_factor": (2, 0.5, 1.3)}),
+    ("trilinear", {"size": (6, 3, 9), "align_corners": True}), ("trilinear", {"scale_factor": 1.7}),
+    ("nearest", {"size": (5, 7, 3)}), ("nearest", {"scale_factor": 0.34}), ("nearest-exact", {"scale_factor": 1.7}),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_volumes_resample_as_pytorch(mode, kwargs, dtype):
+    """(N, C, D, H, W): trilinear is linear along D, then H, then W; nearest reads one voxel."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 4, 5)).astype(dtype)
+    a, t = mdl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y, ty = F.interpolate(a, mode=mode, **kwargs), torch.nn.functional.interpolate(t, mode=mode, **kwargs)
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=tol, atol=tol)
+    g = np.random.default_rng(1).standard_normal(y.shape).astype(dtype)
+    y.backward(grad=g)
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_trilinear_of_one_voxel_between_two_is_their_average():
+    x = np.zeros((1, 1, 2, 1, 1))
+    x[0, 0, 1] = 1.0
+    y = F.interpolate(mdl.tensor(x), size=(3, 1, 1), mode="trilinear", align_corners=True)
+    np.testing.assert_allclose(y.numpy().ravel(), [0.0, 0.5, 1.0])

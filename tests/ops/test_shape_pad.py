@@ -155,3 +155,35 @@ def test_pad_on_device(device, mode):
 def test_bad_pad_arguments(shape, pad, kwargs, error, words):
     with pytest.raises(error, match=words):
         F.pad(mdl.zeros(*shape), pad, **kwargs)
+
+
+CROPS = [(3, -2), (-2, 3), (-4, 3), (3, -4), (-5, 1), (1, -5), (2, -1, -3, 1), (-1, 1, 3, -2)]
+
+
+@pytest.mark.parametrize("mode, pad", [("reflect", pad) for pad in CROPS] +  # reflect: widths below 4 and 5
+                         [("replicate", pad) for pad in CROPS + [(-4, 4), (4, -4), (6, -5)]])
+def test_a_negative_width_with_reflect_or_replicate_crops_and_pads_as_pytorch(mode, pad):
+    """PyTorch counts the places of a padded axis in x's own coordinates, p from −before to n + after − 1,
+    so the side that is not cropped still mirrors (repeats) about x's own edge, reading the cropped values."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(5).standard_normal((2, 4, 5))
+    if len(pad) == 4:
+        x = x.reshape(1, 2, 4, 5)
+    t = leaf(x)
+    y = F.pad(t, pad, mode=mode)
+    tt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.functional.pad(tt, pad, mode=mode)
+    np.testing.assert_array_equal(y.numpy(), yt.detach().numpy())
+    w = np.random.default_rng(6).standard_normal(y.shape)
+    (y * mdl.tensor(w)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_reflect_with_a_crop_reads_the_cropped_values():
+    x = mdl.tensor(np.arange(5.0).reshape(1, 5))
+    np.testing.assert_array_equal(F.pad(x, (3, -2), mode="reflect").numpy(), [[3, 2, 1, 0, 1, 2]])
+    np.testing.assert_array_equal(F.pad(x, (-4, 2), mode="reflect").numpy(), [[4, 3, 2]])
+    np.testing.assert_array_equal(F.pad(x, (-5, 2), mode="replicate").numpy(), [[4, 4]])
+    with pytest.raises(ValueError, match=r"pad: pad \(-5, -1\) crops away all of dim 1"):
+        F.pad(x, (-5, -1), mode="replicate")
