@@ -73,6 +73,7 @@ def optimizer_classes():
     import minidl.optim as optim
     classes = [getattr(optim, name) for name in optim.__all__
                if inspect.isclass(getattr(optim, name)) and name not in ("Optimizer", "LRScheduler")]
+    classes = list(dict.fromkeys(classes))  # an alias (AdaGrad for Adagrad) is the same class: one section
     modules = sorted({cls.__module__ for cls in classes},
                      key=lambda m: (FAMILY_ORDER + [m.rsplit(".", 1)[-1]]).index(m.rsplit(".", 1)[-1]))
     return [(importlib.import_module(module),
