@@ -172,6 +172,7 @@ def _cases():
     x, w, b = _inputs(rng, (4, 8), (6, 8), (6,))
     img, k = _inputs(rng, (2, 3, 6, 6), (4, 3, 3, 3))
     seq, k1 = _inputs(rng, (2, 3, 7), (4, 3, 3))
+    vol, k3 = _inputs(rng, (1, 2, 4, 4, 4), (3, 2, 2, 2, 2))
     t = mdl.tensor(np.array([0, 2, 5, 1]))
     return {
         "linear": lambda lo: F.linear(x, w, b),
@@ -180,6 +181,8 @@ def _cases():
         "conv1d": lambda lo: F.conv1d(seq, k1),
         "conv_transpose2d": lambda lo: F.conv_transpose2d(img[:, :, :4, :4], k.transpose(1, 0, 2, 3)),
         "conv_transpose1d": lambda lo: F.conv_transpose1d(seq, k1.transpose(1, 0, 2)),
+        "conv3d": lambda lo: F.conv3d(vol, k3),
+        "conv_transpose3d": lambda lo: F.conv_transpose3d(vol, k3.transpose(1, 0, 2, 3, 4)),
         "prod": lambda lo: (x * 0.1 + 1).astype(lo).prod(),
         "cumsum": lambda lo: F.cumsum(x.astype(lo), dim=1),
         "cumprod": lambda lo: F.cumprod(x.astype(lo), dim=1),
@@ -257,6 +260,8 @@ def test_autocast_dtypes_agree_with_torch_where_torch_cpu_lists_the_op():
         "conv1d": lambda: tf.conv1d(torch.randn(2, 3, 7), torch.randn(4, 3, 3)),
         "conv_transpose2d": lambda: tf.conv_transpose2d(torch.randn(2, 3, 4, 4), torch.randn(3, 4, 3, 3)),
         "conv_transpose1d": lambda: tf.conv_transpose1d(torch.randn(2, 3, 7), torch.randn(3, 4, 3)),
+        "conv3d": lambda: tf.conv3d(torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)),
+        "conv_transpose3d": lambda: tf.conv_transpose3d(torch.randn(1, 2, 4, 4, 4), torch.randn(2, 3, 2, 2, 2)),
         "prod": lambda: xb.prod(),
         "cross_entropy": lambda: tf.cross_entropy(xb[:, :6], t), "nll_loss": lambda: tf.nll_loss(xb[:, :6], t),
         "mse_loss": lambda: tf.mse_loss(xb, xb), "l1_loss": lambda: tf.l1_loss(xb, xb),
