@@ -8,7 +8,9 @@ The notebooks in ``notebooks/`` are copied into ``docs/notebooks/`` when the
 build starts and executed by MyST-NB, so every figure on the site comes from
 the current code. Execution results are cached under ``docs/_build`` keyed
 by each notebook's content; set ``MINIDL_DOCS_EXECUTE=force`` to run them all
-again (after changing minidl itself, for example). The kernel that runs them
+again (after changing minidl itself, for example). A cell may run 600 s
+(``MINIDL_DOCS_CELL_TIMEOUT`` raises it on a slow machine,
+``docs/_ext/celltimeout.py``). The kernel that runs them
 is the standard one with its start-up TCP warning silenced
 (``docs/_ext/quietkernel.py``).
 
@@ -55,7 +57,9 @@ def copy_notebooks(source: Path = ROOT / "notebooks", target: Path = DOCS / "not
 
 copy_notebooks()
 
-# The notebooks' kernel logs no TCP warning at start (docs/_ext/quietkernel.py).
+# The notebooks' kernel logs no TCP warning at start (docs/_ext/quietkernel.py); a cell's time
+# limit is docs/_ext/celltimeout.py's.
+from celltimeout import cell_timeout  # noqa: E402
 from quietkernel import use_quiet_kernel  # noqa: E402
 
 use_quiet_kernel(DOCS / "_build" / "jupyter")
@@ -94,7 +98,7 @@ myst_heading_anchors = 3
 # ---------------------------------------------------------------- notebooks (MyST-NB)
 nb_execution_mode = os.environ.get("MINIDL_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
-nb_execution_timeout = 120           # seconds per cell; a stuck cell fails the build
+nb_execution_timeout = cell_timeout()  # seconds per cell, 600 or MINIDL_DOCS_CELL_TIMEOUT; a stuck cell fails
 nb_execution_raise_on_error = True   # a failing notebook fails the build
 nb_execution_show_tb = True          # and the log shows the traceback
 nb_merge_streams = True

@@ -105,3 +105,34 @@ def test_namespace_package_trap_is_what_the_readme_says(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "None"
     assert "module 'minidl' has no attribute 'manual_seed'" in run.stderr
+
+
+def test_for_a_script_the_trap_is_the_scripts_folder(tmp_path):
+    """`cd clone && python ../script.py` still fails: Python looks first in the script's folder, not the current one."""
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    try:
+        (tmp_path / "minidl").symlink_to(root, target_is_directory=True)
+    except OSError:
+        pytest.skip("cannot make a symbolic link here")
+    (tmp_path / "script.py").write_text("import minidl\nprint(minidl.__file__)\nminidl.nn\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # Run from inside the clone (the path given in full: the clone here is a link, so ".." is the link's parent's)
+    run = subprocess.run([sys.executable, str(tmp_path / "script.py")], cwd=tmp_path / "minidl", env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "None"
+    assert "module 'minidl' has no attribute 'nn'" in run.stderr
+    section = _section("### Troubleshooting")
+    assert "python ../script.py" in section and "the folder that holds the script" in section
+
+
+def test_the_package_itself_gives_its_subpackages_without_an_import():
+    # So the Troubleshooting section's AttributeError never means a missing `import minidl.nn`.
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", "import minidl; print(minidl.nn.Linear.__module__, minidl.optim.SGD)"],
+                         cwd=root, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("minidl.nn.")

@@ -45,9 +45,37 @@ def machine_name() -> str:
     return os.environ.get("MINIDL_MACHINE") or socket.gethostname() or "machine"
 
 
-def machine_info(device: str) -> dict:
+def machine_load() -> dict:
+    """How busy the machine is as a run starts: the 1-minute load average, the cores, the BLAS's threads.
+
+    ``load`` is None where the system has no load average (Windows). Measured before the run's own
+    work, which would raise it.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    return {"load": load, "cpus": os.cpu_count(), "blas_threads": backend.get_num_threads()}
+
+
+def busy_warning(load: dict) -> str | None:
+    """One line when the machine is busy (a load average above its number of cores), else None.
+
+    Other work then shares the cores with every timing and with the BLAS's threads, which can
+    spin against each other: the figures come out low (the peak, and small matrix products most).
+    """
+    if load.get("load") is None or not load.get("cpus") or load["load"] <= load["cpus"]:
+        return None
+    return (f"warning: this machine is busy (load {load['load']:.1f} on {load['cpus']} cores, BLAS with "
+            f"{load['blas_threads']} threads): these figures will be low; measure on an idle machine "
+            "(or fewer threads: minidl.set_num_threads(1))")
+
+
+def machine_info(device: str, load: dict | None = None) -> dict:
+    """The machine, its software and, for a CPU run, ``load`` (:func:`machine_load`, measured now if not given)."""
     info = {"machine": machine_name(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
+            "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            **(load or machine_load())}
     if "torch" in sys.modules:  # compared in this run
         info["torch"] = sys.modules["torch"].__version__
     if backend.parse_device(device)[0] == "cuda":
@@ -277,6 +305,10 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
     """
     kind = backend.parse_device(device)[0]
     started = perf_counter()
+    load = machine_load()  # before the run's own work raises it
+    warning = busy_warning(load)
+    if log and warning:
+        log(warning)
     measured = ceilings is None
     if measured:
         if log:
@@ -298,7 +330,7 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
         log("profiling one training step...")
     step = profile_training_step(kind, quick, steps=repeat or 5)
     name = results_name(kind, quick, machine)
-    results = {"name": name, "device": kind, "quick": bool(quick), "info": machine_info(kind),
+    results = {"name": name, "device": kind, "quick": bool(quick), "info": machine_info(kind, load),
                "ceilings": ceilings.as_dict(), "rows": rows, "training_step": step,
                "seconds": perf_counter() - started}
     if out_dir:
@@ -365,6 +397,9 @@ def summary_table(results: dict) -> str:
         lines.append(f"* above 100%: faster than even the measured ceiling ({', '.join(above[:6])}"
                      f"{', ...' if len(above) > 6 else ''}); the ceilings were measured at a busier moment, or "
                      "the in-cache copy (one core) understates the cache")
+    warning = busy_warning(results.get("info", {}))
+    if warning:
+        lines.append(warning)
     step = results.get("training_step")
     if step:
         lines.append(f"training step {step['model']} batch {step['batch']}: {step['wall_s'] * 1e3:.1f} ms, "
