@@ -60,6 +60,22 @@ def test_curves():
     assert fig.axes[2].get_ylabel() == "learning rate"
 
 
+def test_curves_of_a_run_without_a_metric_have_no_empty_panel():
+    """A language model's run (the GPT's loss.png): validation loss, no accuracy: two panels, all labelled."""
+    from minidl.train.curves import make_figure
+    history = [{"step": 4 * i, "epoch": 0.1 * i, "train_loss": 3 / i, "val_loss": 3.2 / i, "lr": 1e-3}
+               for i in range(1, 4)]
+    steps = {"step": list(range(1, 13)), "loss": list(np.linspace(4, 1, 12)), "lr": list(np.linspace(1e-3, 1e-4, 12))}
+    fig = make_figure(history, steps, title="GPT")
+    assert_nothing_clipped(fig, "loss.png")
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "learning rate"]
+    assert all(ax.get_xlabel() == "step" and ax.get_ylabel() for ax in fig.axes)
+    loss = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert set(loss) == {"train (each step)", "train loss (mean since the previous point)", "validation loss"}
+    assert list(loss["validation loss"].get_xdata()) == [4, 8, 12]
+    assert not fig.axes[0].texts and not fig.axes[1].texts  # no "no metric" placeholder
+
+
 def test_optimizers_grid(tmp_path):
     from matplotlib.figure import Figure
 

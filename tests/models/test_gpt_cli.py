@@ -143,3 +143,18 @@ def test_a_full_disk_during_gpt_training_is_one_line_and_keeps_the_last_checkpoi
     assert err.startswith(f"minidl gpt train: error: cannot write {out / 'last.safetensors'}: No space left on "
                           "device (errno 28, ENOSPC)")
     assert mdl.load(out / "last.safetensors")["trainer"]["step"] == 2      # the last good checkpoint, whole
+
+
+def test_a_run_shorter_than_its_warmup_ends_at_min_lr_and_never_below():
+    """8 steps with the default warmup of 60: the ramp takes half the run, the cosine the rest, down to min_lr."""
+    import math
+
+    from minidl.models.gpt_train import DEFAULTS, train
+    s = dict(DEFAULTS, n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, steps=8, eval_every=4)
+    lr, low = s["lr"], s["min_lr"]
+    got = train(s, None, show=False)["trainer"].steps["lr"]
+    # by hand: W = min(60, 8 // 2) = 4 ramp steps from lr/20, then a cosine over the last 4 steps (t = 4 … 7)
+    ramp = [lr * (1 / 20 + 19 / 20 * t / 4) for t in range(4)]
+    cosine = [low + (lr - low) * (1 + math.cos(math.pi * (t - 4) / 3)) / 2 for t in range(4, 8)]
+    np.testing.assert_allclose(got, ramp + cosine, rtol=1e-12)
+    assert got[-1] == pytest.approx(low, rel=1e-12) and min(got[4:]) >= low * (1 - 1e-12)
