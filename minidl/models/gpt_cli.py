@@ -141,11 +141,14 @@ def sample_command(args) -> int:
         return 1
     if len(prompt) == 0:
         prompt = tok.encode("\n")
+    from tqdm.auto import tqdm
     rng, i = np.random.default_rng(args.seed), 0
     try:
         for i in range(args.num_samples):
-            ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
-                                 generator=rng)
+            with tqdm(total=args.tokens, desc=f"sample {i + 1}/{args.num_samples}", unit="token", file=sys.stderr,
+                      leave=False, dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:  # a terminal only
+                ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
+                                     generator=rng, on_token=lambda n: bar.update(n - bar.n))
             if i:
                 print("-" * 40)
             print(tok.decode(ids[0]), flush=True)

@@ -158,3 +158,29 @@ def test_a_run_shorter_than_its_warmup_ends_at_min_lr_and_never_below():
     cosine = [low + (lr - low) * (1 + math.cos(math.pi * (t - 4) / 3)) / 2 for t in range(4, 8)]
     np.testing.assert_allclose(got, ramp + cosine, rtol=1e-12)
     assert got[-1] == pytest.approx(low, rel=1e-12) and min(got[4:]) >= low * (1 - 1e-12)
+
+
+def test_sampling_on_a_terminal_shows_a_bar_over_the_tokens_and_prints_the_same_text(capsys, short_run,
+                                                                                      monkeypatch):
+    import io
+    import sys
+
+    from minidl.models.gpt_train import load_run
+    model, tok = load_run(str(short_run))
+    counts = []
+    with_hook = model.generate(tok.encode("ROMEO:")[None], 7, generator=np.random.default_rng(3),
+                               on_token=counts.append)
+    np.testing.assert_array_equal(with_hook, model.generate(tok.encode("ROMEO:")[None], 7,
+                                                            generator=np.random.default_rng(3)))
+    assert counts == [1, 2, 3, 4, 5, 6, 7]  # called once per drawn token
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code, printed, _ = _run(capsys, "gpt", "sample", "--run", str(short_run), "--prompt", "ROMEO:",
+                            "--tokens", "20", "--temperature", "1e-310")
+    assert code == 0 and printed == _greedy(short_run, "ROMEO:", 20) + "\n"  # the bar is on stderr only
+    assert "sample 1/1" in terminal.getvalue() and "/20" in terminal.getvalue()
