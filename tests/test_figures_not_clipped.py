@@ -49,6 +49,7 @@ def test_curves():
     steps = {"step": list(range(1, 51)), "loss": list(np.linspace(2, 0.1, 50)), "lr": list(np.linspace(0.1, 0, 50))}
     fig = make_figure(_history(), steps, title="mlp on digits", test={"accuracy": 0.95, "f1": 0.94, "loss": 0.2})
     assert_nothing_clipped(fig, "curves.png")
+    assert "train loss (epoch mean)" in [line.get_label() for line in fig.axes[0].get_lines()]  # whole epochs
     middle = fig.axes[1]
     assert middle.get_title() == middle.get_ylabel() == "accuracy / F1"
     lines = {line.get_label(): line for line in middle.get_lines()}
@@ -71,7 +72,7 @@ def test_curves_of_a_run_without_a_metric_have_no_empty_panel():
     assert [ax.get_title() for ax in fig.axes] == ["loss", "learning rate"]
     assert all(ax.get_xlabel() == "step" and ax.get_ylabel() for ax in fig.axes)
     loss = {line.get_label(): line for line in fig.axes[0].get_lines()}
-    assert set(loss) == {"train (each step)", "train loss (mean since the previous point)", "validation loss"}
+    assert set(loss) == {"train (each step)", "train loss (mean over 4 steps)", "validation loss"}
     assert list(loss["validation loss"].get_xdata()) == [4, 8, 12]
     assert not fig.axes[0].texts and not fig.axes[1].texts  # no "no metric" placeholder
 

@@ -5,8 +5,9 @@
 Three panels, the ones to look at after every run:
 
 - loss: the training loss of every step (faint) and its mean since the
-  previous point (an epoch, or ``eval_every`` steps), with the validation loss. A validation loss that turns up while
-  the training loss goes on down is overfitting; both flat and high is
+  previous point (an epoch, or ``eval_every`` steps: the legend says which),
+  with the validation loss. A validation loss that turns up while the
+  training loss goes on down is overfitting; both flat and high is
   underfitting (or a learning rate that is too small);
 - accuracy and F1: training accuracy, validation accuracy and the other
   validation metrics (F1 dashed, so it never hides accuracy), and the test
@@ -84,6 +85,17 @@ def _metric_label(keys) -> str:
     return " / ".join(words.get(n, n) for n in names) or "metric"
 
 
+def _train_loss_label(history, x) -> str:
+    """What a train_loss point averages: an epoch, a fixed number of steps (``eval_every``), or the steps since the
+    previous point."""
+    if all(float(r.get("epoch", 0.5)).is_integer() for r in history if "train_loss" in r):
+        return "train loss (epoch mean)"
+    gaps = {b - a for a, b in zip([0] + x[:-2], x[:-1])}  # the last point may close a shorter stretch
+    if len(gaps) == 1:
+        return f"train loss (mean over {gaps.pop()} steps)"
+    return "train loss (mean since the previous point)"
+
+
 def make_figure(history: list[dict], steps: dict | None = None, title: str | None = None,
                 test: dict | None = None):
     """A matplotlib Figure with the loss, metric and learning-rate panels (not shown, not saved).
@@ -110,7 +122,7 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
                        ("val_loss", dict(color="tab:orange", marker="o", markersize=3))):
         x, y = _series(history, key)
         if x:
-            label = "train loss (mean since the previous point)" if key == "train_loss" else "validation loss"
+            label = _train_loss_label(history, x) if key == "train_loss" else "validation loss"
             ax_loss.plot(x, y, label=label, **style)
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")
     if any(v > 0 for v in (steps or {}).get("loss", [])) or any("train_loss" in r for r in history):
