@@ -197,7 +197,8 @@ class SearchResult:
             ax.set_ylabel(self.metric)
             ax.grid(alpha=0.3)
         if len(epochs) > 1 or any(t not in done for t in self.trials):
-            axes[-1].legend(fontsize=7)
+            # beside the points, never on them
+            axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
         fig.suptitle(title or f"{self.strategy}: {len(self.trials)} trials, {self.epochs_trained} epochs",
                      fontsize=10)
         if path is not None:

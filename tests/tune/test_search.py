@@ -190,6 +190,8 @@ def test_results_table_files_and_plot(tmp_path):
     assert [ax.get_xscale() for ax in fig.axes] == ["log", "linear"]
     from tests.test_figures_not_clipped import assert_nothing_clipped
     assert_nothing_clipped(fig, "tune scores")
+    renderer = fig.canvas.get_renderer()  # the legend (epochs, diverged) beside the last panel, not on its points
+    assert fig.axes[-1].get_legend().get_window_extent(renderer).x0 >= fig.axes[-1].get_window_extent(renderer).x1
 
 
 def test_best_compares_only_the_longest_trained():
