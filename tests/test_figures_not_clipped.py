@@ -75,6 +75,9 @@ def test_curves_of_a_run_without_a_metric_have_no_empty_panel():
     assert set(loss) == {"train (each step)", "train loss (mean over 4 steps)", "validation loss"}
     assert list(loss["validation loss"].get_xdata()) == [4, 8, 12]
     assert not fig.axes[0].texts and not fig.axes[1].texts  # no "no metric" placeholder
+    # losses from 4 down to 1, within one decade: a linear axis with several labelled ticks, not one lone "3"
+    assert fig.axes[0].get_yscale() == "linear"
+    assert len([t for t in fig.axes[0].get_yticklabels() if t.get_text()]) >= 4
 
 
 def test_optimizers_grid(tmp_path):

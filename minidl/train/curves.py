@@ -8,7 +8,8 @@ Three panels, the ones to look at after every run:
   previous point (an epoch, or ``eval_every`` steps: the legend says which),
   with the validation loss. A validation loss that turns up while the
   training loss goes on down is overfitting; both flat and high is
-  underfitting (or a learning rate that is too small);
+  underfitting (or a learning rate that is too small). The axis is
+  logarithmic where the losses span a decade or more, else linear;
 - accuracy and F1: training accuracy, validation accuracy and the other
   validation metrics (F1 dashed, so it never hides accuracy), and the test
   accuracy of the final weights as a star when ``test`` is given;
@@ -125,7 +126,10 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
             label = _train_loss_label(history, x) if key == "train_loss" else "validation loss"
             ax_loss.plot(x, y, label=label, **style)
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")
-    if any(v > 0 for v in (steps or {}).get("loss", [])) or any("train_loss" in r for r in history):
+    losses = [v for v in list((steps or {}).get("loss", [])) + [r.get(k) for r in history
+                                                             for k in ("train_loss", "val_loss")]
+              if v is not None and math.isfinite(v) and v > 0]
+    if losses and max(losses) >= 10 * min(losses):  # a log scale over a decade or more; within one, linear
         from matplotlib.ticker import FuncFormatter
         ax_loss.set_yscale("log")
         ax_loss.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.3, 2: not 3×10⁻¹, 2×10⁰
