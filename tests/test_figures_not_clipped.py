@@ -49,6 +49,7 @@ def test_curves():
     steps = {"step": list(range(1, 51)), "loss": list(np.linspace(2, 0.1, 50)), "lr": list(np.linspace(0.1, 0, 50))}
     fig = make_figure(_history(), steps, title="mlp on digits", test={"accuracy": 0.95, "f1": 0.94, "loss": 0.2})
     assert_nothing_clipped(fig, "curves.png")
+    assert "train loss (epoch mean)" in [line.get_label() for line in fig.axes[0].get_lines()]  # whole epochs
     middle = fig.axes[1]
     assert middle.get_title() == middle.get_ylabel() == "accuracy / F1"
     lines = {line.get_label(): line for line in middle.get_lines()}
@@ -58,6 +59,25 @@ def test_curves():
     (test,) = [line for label, line in lines.items() if label.startswith("test accuracy 0.950")]
     assert list(test.get_xdata()) == [50] and list(test.get_ydata()) == [0.95]
     assert fig.axes[2].get_ylabel() == "learning rate"
+
+
+def test_curves_of_a_run_without_a_metric_have_no_empty_panel():
+    """A language model's run (the GPT's loss.png): validation loss, no accuracy: two panels, all labelled."""
+    from minidl.train.curves import make_figure
+    history = [{"step": 4 * i, "epoch": 0.1 * i, "train_loss": 3 / i, "val_loss": 3.2 / i, "lr": 1e-3}
+               for i in range(1, 4)]
+    steps = {"step": list(range(1, 13)), "loss": list(np.linspace(4, 1, 12)), "lr": list(np.linspace(1e-3, 1e-4, 12))}
+    fig = make_figure(history, steps, title="GPT")
+    assert_nothing_clipped(fig, "loss.png")
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "learning rate"]
+    assert all(ax.get_xlabel() == "step" and ax.get_ylabel() for ax in fig.axes)
+    loss = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert set(loss) == {"train (each step)", "train loss (mean over 4 steps)", "validation loss"}
+    assert list(loss["validation loss"].get_xdata()) == [4, 8, 12]
+    assert not fig.axes[0].texts and not fig.axes[1].texts  # no "no metric" placeholder
+    # losses from 4 down to 1, within one decade: a linear axis with several labelled ticks, not one lone "3"
+    assert fig.axes[0].get_yscale() == "linear"
+    assert len([t for t in fig.axes[0].get_yticklabels() if t.get_text()]) >= 4
 
 
 def test_optimizers_grid(tmp_path):

@@ -42,7 +42,10 @@ def test_readme_example_runs_learns_and_prints_loss_and_accuracy(capsys):
     x, y = scope["images"] / 16, scope["labels"]
     with mdl.no_grad():
         predictions = model(mdl.tensor(x)).numpy().argmax(axis=1)
-    assert (predictions == y).mean() > 0.95  # five epochs on the digits: well above chance (0.1)
+    # The README's comment gives the measured figure (seed 0): 95.2%. Seeds 0-9 give 95.2% to 96.7% (measured),
+    # so a spread of 1.5 points; another BLAS's rounding changes the trajectory no more than another seed does.
+    claimed = float(re.search(r"# (\d+\.\d)%: training data", TEXT).group(1)) / 100
+    assert abs((predictions == y).mean() - claimed) <= 0.015, ((predictions == y).mean(), claimed)
     assert np.isfinite(scope["loss"].item())
     printed = scope["printed"].splitlines()
     assert [line.split(":")[0] for line in printed[:5]] == [f"epoch {e}" for e in range(1, 6)]

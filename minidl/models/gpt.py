@@ -168,8 +168,11 @@ class GPT(nn.Module):
         return logits.reshape(B, T, self.config.vocab_size)
 
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: np.random.Generator | None = None) -> np.ndarray:
+                 generator: np.random.Generator | None = None, on_token=None) -> np.ndarray:
         """Extend each row of ``idx`` (B, T) by ``max_new_tokens`` tokens drawn one at a time.
+
+        ``on_token(n)``, when given, is called after each drawn token with the number drawn so far
+        (a progress bar's hook).
 
         The next token is drawn from softmax(logits / temperature) over the last
         position's logits, restricted to the ``top_k`` most likely when given.
@@ -186,7 +189,7 @@ class GPT(nn.Module):
         self.eval()
         try:
             with no_grad():
-                for _ in range(max_new_tokens):
+                for drawn in range(1, max_new_tokens + 1):
                     context = idx[:, -self.config.block_size:]                 # the model sees at most block_size
                     raw = self(context).numpy()[:, -1, :].astype(np.float64)
                     with np.errstate(over="ignore", invalid="ignore"):
@@ -201,6 +204,8 @@ class GPT(nn.Module):
                         probs[overflowed] = np.eye(probs.shape[-1])[raw[overflowed].argmax(axis=-1)]
                     nxt = [rng.choice(probs.shape[-1], p=p) for p in probs]
                     idx = np.concatenate([idx, np.array(nxt, dtype=np.int64)[:, None]], axis=1)
+                    if on_token is not None:
+                        on_token(drawn)
         finally:
             self.train(was_training)
         return idx

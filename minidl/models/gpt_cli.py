@@ -55,7 +55,7 @@ def _gpu_usable() -> bool:
 
 
 def train_command(args) -> int:
-    from minidl.models.gpt_train import DEFAULTS, train
+    from minidl.models.gpt_train import DEFAULTS, train, warmup_steps
     from minidl.train.checkpoint import read_checkpoint
 
     s = dict(DEFAULTS)
@@ -105,7 +105,8 @@ def train_command(args) -> int:
         if root:
             print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
                   f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
-                  f"tokens; AdamW lr {s['lr']:g} (warmup {s['warmup']}, cosine to {s['min_lr']:g}), clip "
+                  f"tokens; AdamW lr {s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to "
+                  f"{s['min_lr']:g}), clip "
                   f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
                   + (f", mixed precision {s['amp']}" if s["amp"] else "")
                   + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
@@ -140,11 +141,14 @@ def sample_command(args) -> int:
         return 1
     if len(prompt) == 0:
         prompt = tok.encode("\n")
+    from tqdm.auto import tqdm
     rng, i = np.random.default_rng(args.seed), 0
     try:
         for i in range(args.num_samples):
-            ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
-                                 generator=rng)
+            with tqdm(total=args.tokens, desc=f"sample {i + 1}/{args.num_samples}", unit="token", file=sys.stderr,
+                      leave=False, dynamic_ncols=True, disable=not sys.stderr.isatty()) as bar:  # a terminal only
+                ids = model.generate(prompt[None], args.tokens, temperature=args.temperature, top_k=args.top_k,
+                                     generator=rng, on_token=lambda n: bar.update(n - bar.n))
             if i:
                 print("-" * 40)
             print(tok.decode(ids[0]), flush=True)

@@ -34,7 +34,7 @@ from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
 
 __all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_run", "longest_block", "lr_schedule",
-           "train"]
+           "train", "warmup_steps"]
 
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
@@ -60,10 +60,24 @@ def decay_groups(model, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0}]
 
 
+def warmup_steps(warmup: int, steps: int) -> int:
+    """The warmup a run of ``steps`` steps gets: ``warmup``, at most half the run (the cosine needs the rest)."""
+    return max(1, min(warmup, steps // 2))
+
+
 def lr_schedule(lr: float, min_lr: float, warmup: int, steps: int):
-    """f(t): a cosine from lr down to min_lr over ``steps``, times a linear ramp from 1/20 to 1 over ``warmup``."""
+    """f(t) for the steps t = 0 … steps − 1: a linear ramp from lr/20 towards lr over the W = ``warmup_steps``
+    first steps, then a cosine from lr down to min_lr, reached at the last step:
+
+        f(t) = lr·(1/20 + (19/20)·t/W)                                  t < W
+        f(t) = min_lr + (lr − min_lr)·(1 + cos(π·(t − W)/(steps − 1 − W)))/2    W ≤ t ≤ steps − 1
+
+    So a short run (fewer steps than ``warmup``) still ends at min_lr, never below it.
+    """
     from minidl.optim import schedules
-    return schedules.warmup(schedules.cosine_restarts(lr, T0=steps, eta_min=min_lr), steps=max(warmup, 1))
+    w = warmup_steps(warmup, steps)
+    return schedules.sequential([schedules.warmup(schedules.constant(lr), steps=w),
+                                 schedules.cosine(lr, T_max=max(steps - 1 - w, 1), eta_min=min_lr)], [w])
 
 
 def build(s: dict, comm=None):

@@ -4,14 +4,19 @@
 
 Three panels, the ones to look at after every run:
 
-- loss: the training loss of every step (faint) and its average between
-  validations, with the validation loss. A validation loss that turns up while
-  the training loss goes on down is overfitting; both flat and high is
-  underfitting (or a learning rate that is too small);
+- loss: the training loss of every step (faint) and its mean since the
+  previous point (an epoch, or ``eval_every`` steps: the legend says which),
+  with the validation loss. A validation loss that turns up while the
+  training loss goes on down is overfitting; both flat and high is
+  underfitting (or a learning rate that is too small). The axis is
+  logarithmic where the losses span a decade or more, else linear;
 - accuracy and F1: training accuracy, validation accuracy and the other
   validation metrics (F1 dashed, so it never hides accuracy), and the test
   accuracy of the final weights as a star when ``test`` is given;
 - learning rate: what the schedule did.
+
+A run with no metric (a language model, a regression) gets the loss and
+learning-rate panels only.
 
 Drawn with matplotlib's Agg backend (no display needed) and written
 atomically, so a half-written PNG never replaces a good one.
@@ -81,6 +86,17 @@ def _metric_label(keys) -> str:
     return " / ".join(words.get(n, n) for n in names) or "metric"
 
 
+def _train_loss_label(history, x) -> str:
+    """What a train_loss point averages: an epoch, a fixed number of steps (``eval_every``), or the steps since the
+    previous point."""
+    if all(float(r.get("epoch", 0.5)).is_integer() for r in history if "train_loss" in r):
+        return "train loss (epoch mean)"
+    gaps = {b - a for a, b in zip([0] + x[:-2], x[:-1])}  # the last point may close a shorter stretch
+    if len(gaps) == 1:
+        return f"train loss (mean over {gaps.pop()} steps)"
+    return "train loss (mean since the previous point)"
+
+
 def make_figure(history: list[dict], steps: dict | None = None, title: str | None = None,
                 test: dict | None = None):
     """A matplotlib Figure with the loss, metric and learning-rate panels (not shown, not saved).
@@ -88,8 +104,17 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
     ``test``: the test-set result (``{"accuracy": ..., "f1": ...}``) of the weights at
     the last step, drawn as stars at that step.
     """
-    fig = _new_figure(figsize=(13, 3.8), layout="constrained")
-    ax_loss, ax_metric, ax_lr = fig.subplots(1, 3)
+    metric_keys = []
+    if history:
+        val_metrics = [k for k in history[-1] if k.startswith("val_") and k != "val_loss"]
+        metric_keys = (["train_accuracy"] if any("train_accuracy" in r for r in history) else []) + val_metrics
+    has_metric = bool(metric_keys) or bool(test and test.get("accuracy") is not None)
+    if has_metric:
+        fig = _new_figure(figsize=(13, 3.8), layout="constrained")
+        ax_loss, ax_metric, ax_lr = fig.subplots(1, 3)
+    else:  # a language model or a regression: no metric panel, rather than an empty one
+        fig = _new_figure(figsize=(9, 3.8), layout="constrained")
+        (ax_loss, ax_lr), ax_metric = fig.subplots(1, 2), None
 
     if steps and steps.get("step"):
         ax_loss.plot(steps["step"], steps["loss"], color="tab:blue", alpha=0.25, linewidth=0.8,
@@ -98,19 +123,18 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
                        ("val_loss", dict(color="tab:orange", marker="o", markersize=3))):
         x, y = _series(history, key)
         if x:
-            label = "train loss (epoch mean)" if key == "train_loss" else "val loss"
+            label = _train_loss_label(history, x) if key == "train_loss" else "validation loss"
             ax_loss.plot(x, y, label=label, **style)
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")
-    if any(v > 0 for v in (steps or {}).get("loss", [])) or any("train_loss" in r for r in history):
+    losses = [v for v in list((steps or {}).get("loss", [])) + [r.get(k) for r in history
+                                                             for k in ("train_loss", "val_loss")]
+              if v is not None and math.isfinite(v) and v > 0]
+    if losses and max(losses) >= 10 * min(losses):  # a log scale over a decade or more; within one, linear
         from matplotlib.ticker import FuncFormatter
         ax_loss.set_yscale("log")
         ax_loss.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.3, 2: not 3×10⁻¹, 2×10⁰
         ax_loss.yaxis.set_minor_formatter(FuncFormatter(_two_three_five))
 
-    metric_keys = []
-    if history:
-        val_metrics = [k for k in history[-1] if k.startswith("val_") and k != "val_loss"]
-        metric_keys = (["train_accuracy"] if any("train_accuracy" in r for r in history) else []) + val_metrics
     for i, key in enumerate(metric_keys):
         x, y = _series(history, key)
         if x:
@@ -122,11 +146,9 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
                        markeredgecolor="black", markeredgewidth=0.5, zorder=5,
                        label=f"test accuracy {test['accuracy']:.3f} (final weights)")
         metric_keys.append("test_accuracy")
-    label = _metric_label(metric_keys)
-    ax_metric.set(xlabel="step", ylabel=label, title=label)
-    if not metric_keys:
-        ax_metric.text(0.5, 0.5, "no metric\n(regression or no validation data)", ha="center", va="center",
-                       transform=ax_metric.transAxes, color="gray")
+    if ax_metric is not None:
+        label = _metric_label(metric_keys)
+        ax_metric.set(xlabel="step", ylabel=label, title=label)
 
     if steps and steps.get("step"):
         ax_lr.plot(steps["step"], steps["lr"], color="tab:green")
@@ -137,7 +159,7 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
     ax_lr.set_ylim(bottom=0)  # the absolute scale: a constant rate is a flat line, not magnified noise
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
 
-    for ax in (ax_loss, ax_metric):
+    for ax in (ax for ax in (ax_loss, ax_metric) if ax is not None):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")
         ax.grid(alpha=0.3)

@@ -92,7 +92,8 @@ class Trainer:
         eval_every: validate every this many optimizer steps (and at every epoch end).
         callbacks: ``Callback`` objects (early stopping, checkpoints, loggers).
         seed: seeds every random source now (see :func:`seed_everything`).
-        progress: show a tqdm progress bar with ``mean train_loss``, the last validation metric and lr.
+        progress: show a tqdm progress bar with ``mean train_loss``, the last validation metric (with the
+            epoch it was measured after) and lr.
             The bar's loss is the running mean over the samples seen since the last record (the epoch
             so far, unless ``eval_every`` records more often); when the epoch ends it equals the
             ``train_loss`` of the record that ``history`` and ``metrics.jsonl`` get. The loss of each
@@ -611,8 +612,8 @@ class Trainer:
         if self.history:
             last = self.history[-1]
             metric = next((k for k in last if k.startswith("val_") and k != "val_loss"), "val_loss")
-            if metric in last:
-                parts.append(f"{metric}={last[metric]:.4f}")
+            if metric in last:  # from the last validation: say when it was (the bar is an epoch further on)
+                parts.append(f"{metric} after epoch {last['epoch']:g}={last[metric]:.4f}")
         parts.append(f"lr={self._last_lr():.3g}")
         if self.scaler.is_enabled():
             parts.append(f"scale={self.scaler.get_scale():g}, skipped={self.scaler.skipped_steps}")

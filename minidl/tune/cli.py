@@ -77,6 +77,10 @@ def tune_command(args) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"minidl tune: error: {exc}", file=sys.stderr)
         return 2
+    from tqdm.auto import tqdm
+    bar = tqdm(total=args.trials if args.strategy in ("random", "tpe") else None, desc=f"tune ({args.strategy})",
+               unit="trial", file=sys.stderr, leave=False, dynamic_ncols=True,
+               disable=args.quiet or not sys.stderr.isatty())  # a log file gets the table, not the bar's redraws
     with out_folder("tune", args.out, overwrite=args.overwrite, run_files=RUN_FILES) as folder:
         out = folder.path
 
@@ -84,6 +88,9 @@ def tune_command(args) -> int:
             finished = SearchResult(args.strategy, trials, objective.mode, args.metric)
             finished.to_csv(os.path.join(out, "trials.csv"))
             finished.to_jsonl(os.path.join(out, "trials.jsonl"))
+            best = finished.best
+            bar.update(1)  # then redraw (a trial takes seconds: every one is shown)
+            bar.set_postfix_str(f"best {args.metric} {best.score:.4g}" if best else "no finished trial")
 
         common = {"seed": args.seed, "mode": objective.mode, "on_trial": write_trials}
         try:
@@ -103,14 +110,17 @@ def tune_command(args) -> int:
                                                    args.eta, **common)
             else:
                 result = search.hyperband(objective, space, args.epochs, args.min_epochs, args.eta, **common)
+            bar.close()
             result.to_csv(os.path.join(out, "trials.csv"))
             result.to_jsonl(os.path.join(out, "trials.jsonl"))
             result.plot(os.path.join(out, "scores.png"), space, title=f"{args.strategy} on {args.data}: "
                         f"{len(result.trials)} trials, {result.epochs_trained} epochs")
         except OSError as exc:  # a write failed (a full disk): one line; the files written before are kept
+            bar.close()
             print(write_failure("tune", exc), file=sys.stderr)
             return 2
         except ValueError as exc:
+            bar.close()
             kept = os.path.exists(os.path.join(out, "trials.csv"))
             print(f"minidl tune: error: {exc}" + ("; the finished trials are in " + os.path.join(out, "trials.csv")
                                                   if kept else ""), file=sys.stderr)
@@ -173,6 +183,7 @@ def _add_tune(sub):
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--show", type=positive_int, default=20, help="rows of the printed table, best first")
     p.add_argument("--out", help="folder for the results (default: runs/tune-<time>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar over the trials")
     add_overwrite(p)
     p.set_defaults(run=tune_command)
 

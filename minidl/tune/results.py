@@ -69,18 +69,25 @@ class SearchResult:
     def finished(self) -> list:
         return [t for t in self.trials if t.status == "ok" and math.isfinite(t.score)]
 
+    def ranked(self) -> list:
+        """Every trial, best first: the one order that :meth:`table` prints and :attr:`best` takes the head of.
+
+        Finished trials first, those trained the longest before the others (scores after
+        fewer epochs are not comparable with scores after more: in successive halving a
+        configuration's early score is no rival to a survivor's final one), then by score,
+        then by trial number; diverged trials last.
+        """
+        def order(t):
+            ok = t.status == "ok" and math.isfinite(t.score)
+            return (not ok, -t.epochs if ok else 0, -self._key(t) if ok else 0, t.number)
+        return sorted(self.trials, key=order)
+
     @property
     def best(self):
-        """The best finished trial among those trained the longest (None if all diverged).
-
-        Scores after fewer epochs are not comparable with scores after more: in
-        successive halving a configuration's early score is no rival to a survivor's final one.
-        """
-        done = self.finished
-        if not done:
-            return None
-        longest = max(t.epochs for t in done)
-        return max((t for t in done if t.epochs == longest), key=self._key)
+        """The first trial of :meth:`ranked`: the best finished one among those trained the longest (None if all
+        diverged)."""
+        head = self.ranked()[:1]
+        return head[0] if head and head[0].status == "ok" and math.isfinite(head[0].score) else None
 
     @property
     def epochs_trained(self) -> int:
@@ -124,9 +131,8 @@ class SearchResult:
         atomic_write(path, write)
 
     def table(self, limit: int | None = None) -> str:
-        """The trials as aligned text, best first (diverged last); ``limit`` rows at most."""
-        ordered = sorted(self.trials, key=lambda t: (t.status != "ok" or not math.isfinite(t.score),
-                                                     -self._key(t) if math.isfinite(t.score) else 0, t.number))
+        """The trials as aligned text in :meth:`ranked`'s order, best first (diverged last); ``limit`` rows at most."""
+        ordered = self.ranked()
         rows = self.rows()
         by_number = {r["number"]: r for r in rows}
         shown = [by_number[t.number] for t in ordered][:limit]
@@ -191,7 +197,8 @@ class SearchResult:
             ax.set_ylabel(self.metric)
             ax.grid(alpha=0.3)
         if len(epochs) > 1 or any(t not in done for t in self.trials):
-            axes[-1].legend(fontsize=7)
+            # beside the points, never on them
+            axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
         fig.suptitle(title or f"{self.strategy}: {len(self.trials)} trials, {self.epochs_trained} epochs",
                      fontsize=10)
         if path is not None:

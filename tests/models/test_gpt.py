@@ -168,9 +168,10 @@ def test_weight_decay_only_on_linear_weights():
 def test_schedule_warms_up_then_follows_a_cosine():
     f = lr_schedule(1e-3, 1e-4, warmup=10, steps=100)
     assert f(0) == pytest.approx(1e-3 / 20)
-    assert f(10) == pytest.approx(1e-4 + 0.9e-3 * (1 + math.cos(math.pi * 0.1)) / 2)
-    assert f(50) == pytest.approx(1e-4 + 0.9e-3 / 2)
-    assert f(99) == pytest.approx(1e-4, rel=0.01)
+    assert f(5) == pytest.approx(1e-3 * (1 / 20 + 19 / 20 * 5 / 10))  # the ramp
+    assert f(10) == pytest.approx(1e-3)                                # the peak, where the cosine starts
+    assert f(50) == pytest.approx(1e-4 + 0.9e-3 * (1 + math.cos(math.pi * 40 / 89)) / 2)
+    assert f(99) == pytest.approx(1e-4, rel=1e-12)                     # min_lr exactly at the last step
 
 
 def test_training_lowers_the_loss_and_writes_a_run(tmp_path):

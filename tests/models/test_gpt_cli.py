@@ -143,3 +143,44 @@ def test_a_full_disk_during_gpt_training_is_one_line_and_keeps_the_last_checkpoi
     assert err.startswith(f"minidl gpt train: error: cannot write {out / 'last.safetensors'}: No space left on "
                           "device (errno 28, ENOSPC)")
     assert mdl.load(out / "last.safetensors")["trainer"]["step"] == 2      # the last good checkpoint, whole
+
+
+def test_a_run_shorter_than_its_warmup_ends_at_min_lr_and_never_below():
+    """8 steps with the default warmup of 60: the ramp takes half the run, the cosine the rest, down to min_lr."""
+    import math
+
+    from minidl.models.gpt_train import DEFAULTS, train
+    s = dict(DEFAULTS, n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, steps=8, eval_every=4)
+    lr, low = s["lr"], s["min_lr"]
+    got = train(s, None, show=False)["trainer"].steps["lr"]
+    # by hand: W = min(60, 8 // 2) = 4 ramp steps from lr/20, then a cosine over the last 4 steps (t = 4 … 7)
+    ramp = [lr * (1 / 20 + 19 / 20 * t / 4) for t in range(4)]
+    cosine = [low + (lr - low) * (1 + math.cos(math.pi * (t - 4) / 3)) / 2 for t in range(4, 8)]
+    np.testing.assert_allclose(got, ramp + cosine, rtol=1e-12)
+    assert got[-1] == pytest.approx(low, rel=1e-12) and min(got[4:]) >= low * (1 - 1e-12)
+
+
+def test_sampling_on_a_terminal_shows_a_bar_over_the_tokens_and_prints_the_same_text(capsys, short_run,
+                                                                                      monkeypatch):
+    import io
+    import sys
+
+    from minidl.models.gpt_train import load_run
+    model, tok = load_run(str(short_run))
+    counts = []
+    with_hook = model.generate(tok.encode("ROMEO:")[None], 7, generator=np.random.default_rng(3),
+                               on_token=counts.append)
+    np.testing.assert_array_equal(with_hook, model.generate(tok.encode("ROMEO:")[None], 7,
+                                                            generator=np.random.default_rng(3)))
+    assert counts == [1, 2, 3, 4, 5, 6, 7]  # called once per drawn token
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code, printed, _ = _run(capsys, "gpt", "sample", "--run", str(short_run), "--prompt", "ROMEO:",
+                            "--tokens", "20", "--temperature", "1e-310")
+    assert code == 0 and printed == _greedy(short_run, "ROMEO:", 20) + "\n"  # the bar is on stderr only
+    assert "sample 1/1" in terminal.getvalue() and "/20" in terminal.getvalue()

@@ -113,3 +113,22 @@ def test_progress_bar_loss_is_the_logged_epoch_mean(monkeypatch):
         assert f"mean train_loss={record['train_loss']:.4f}" in text
     # and it is the mean over the epoch's samples, not the last step's loss
     assert trainer.history[0]["train_loss"] != pytest.approx(trainer.steps["loss"][9], rel=1e-3)
+
+
+def test_the_bar_says_which_epoch_its_validation_accuracy_comes_from():
+    """Epoch 2's bar shows the accuracy measured after epoch 1, and says so; mid-epoch validations say 1.5."""
+    from minidl import nn, optim
+    from minidl.data import DataLoader, TensorDataset
+    from minidl.train import Trainer
+    images, labels = digits(flatten=True)
+    mdl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    loader = DataLoader(TensorDataset(images[:320] / 16, labels[:320]), batch_size=32)  # 10 batches an epoch
+    val = DataLoader(TensorDataset(images[320:420] / 16, labels[320:420]), batch_size=50)
+    trainer = Trainer(model, optim.Adam(model.parameters(), lr=1e-2), loader, val, progress=False)
+    trainer.fit(1)
+    assert f"val_accuracy after epoch 1={trainer.history[-1]['val_accuracy']:.4f}" in trainer._postfix()
+    trainer = Trainer(model, optim.Adam(model.parameters(), lr=1e-2), loader, val, progress=False, eval_every=15)
+    trainer.fit(2)
+    assert [r["epoch"] for r in trainer.history] == [1.0, 1.5, 2.0]  # epoch ends and step 15
+    assert "val_accuracy after epoch 2=" in trainer._postfix()

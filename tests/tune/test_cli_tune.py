@@ -1,6 +1,8 @@
 """``minidl tune``: each strategy writes its table and plot and prints the best configuration."""
 import csv
+import io
 import json
+import sys
 
 import pytest
 
@@ -112,3 +114,27 @@ def test_a_second_search_into_the_same_folder_is_refused(tmp_path, capsys):
     code, out = _run(tmp_path, *args)
     assert code == 2 and "already holds a run (trials.csv, trials.jsonl, scores.png)" in capsys.readouterr().err
     assert _run(tmp_path, *args, "--overwrite")[0] == 0
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_best_line_is_the_first_row_and_a_bar_counts_the_trials(tmp_path, capsys, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)  # the bar shows on a terminal only
+    code, out = _run(tmp_path, "--strategy", "random", "--trials", "3", "--epochs", "1", "--param",
+                     "lr=log:1e-3:0.3")
+    captured = capsys.readouterr()
+    assert code == 0
+    lines = captured.out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["number"])
+    header, first = lines[at].split(), lines[at + 1].split()
+    best = next(line for line in lines if line.startswith("best: "))
+    assert float(best.split("lr=")[1].split()[0]) == pytest.approx(float(first[header.index("lr")]), rel=1e-3)
+    assert f"val_accuracy {float(first[header.index('val_accuracy')]):.4g}" in best
+    assert "3/3" in terminal.getvalue() and "trial" in terminal.getvalue()  # the bar, on stderr
+    terminal.seek(0), terminal.truncate()
+    code, _ = _run(tmp_path / "quiet", "--strategy", "random", "--trials", "2", "--epochs", "1", "--quiet")
+    assert code == 0 and terminal.getvalue() == ""

@@ -190,6 +190,8 @@ def test_results_table_files_and_plot(tmp_path):
     assert [ax.get_xscale() for ax in fig.axes] == ["log", "linear"]
     from tests.test_figures_not_clipped import assert_nothing_clipped
     assert_nothing_clipped(fig, "tune scores")
+    renderer = fig.canvas.get_renderer()  # the legend (epochs, diverged) beside the last panel, not on its points
+    assert fig.axes[-1].get_legend().get_window_extent(renderer).x0 >= fig.axes[-1].get_window_extent(renderer).x1
 
 
 def test_best_compares_only_the_longest_trained():
@@ -197,6 +199,18 @@ def test_best_compares_only_the_longest_trained():
               Trial(3, {"x": 4}, 9, float("nan"), "diverged")]
     assert SearchResult("halving", trials).best.number == 2
     assert SearchResult("halving", trials, mode="min").best.number == 1
+
+
+def test_the_table_lists_best_first_in_the_order_best_is_taken_from():
+    """0.99 after 1 epoch is no rival to 0.95 after 9: the table's first row is the ``best:`` line's trial."""
+    trials = [Trial(0, {"x": 1}, 1, 0.99), Trial(1, {"x": 2}, 9, 0.90), Trial(2, {"x": 3}, 9, 0.95),
+              Trial(3, {"x": 4}, 9, float("nan"), "diverged"), Trial(4, {"x": 5}, 9, 0.95)]
+    for mode, order in (("max", [2, 4, 1, 0, 3]), ("min", [1, 2, 4, 0, 3])):
+        result = SearchResult("halving", trials, mode=mode)
+        rows = result.table().splitlines()[1:]
+        numbers = [int(row.split()[0]) for row in rows if row.strip() and row.split()[0].isdigit()]
+        assert numbers == order == [t.number for t in result.ranked()]
+        assert result.best.number == numbers[0]
 
 
 def test_bad_arguments():
