@@ -189,3 +189,31 @@ def test_only_backend_imports_cupy():
                       for line, module in _cupy_imports(tree)]
     assert not offenders, ("only minidl/backend.py may import cupy or cupyx (ask backend for xp, "
                            "scatter_add, erf or nccl instead):\n" + "\n".join(offenders))
+
+
+def test_blas_threads_limits_inside_the_block_and_restores_after():
+    from minidl import backend
+    before = backend.get_num_threads()
+    try:
+        backend.set_num_threads(2)  # so that the limit is seen on a one-core machine too
+        with backend.blas_threads(1):
+            assert backend.get_num_threads() == 1
+        assert backend.get_num_threads() == 2
+    finally:
+        backend.set_num_threads(before)
+
+
+def test_sampling_runs_with_one_blas_thread():
+    """GPT.generate's one-token steps run on one BLAS thread, and the threads come back after."""
+    from minidl import backend
+    from minidl.models import GPT, GPTConfig
+    seen = []
+    model = GPT(GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.0))
+    before = backend.get_num_threads()
+    try:
+        backend.set_num_threads(2)
+        model.generate(np.zeros((1, 1), np.int64), 3, generator=np.random.default_rng(0),
+                       on_token=lambda n: seen.append(backend.get_num_threads()))
+        assert seen == [1, 1, 1] and backend.get_num_threads() == 2
+    finally:
+        backend.set_num_threads(before)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import minidl.functional as F
-from minidl import nn
+from minidl import backend, nn
 from minidl.autograd import no_grad
 from minidl.checkpoint import checkpoint
 from minidl.tensor import Tensor
@@ -179,7 +179,9 @@ class GPT(nn.Module):
         Lower temperature: surer, more repetitive text; higher: more surprising.
         A temperature so small that logits / temperature overflows float64 (such
         as 1e-310) takes softmax's limit as the temperature goes to 0: the
-        likeliest token, always (greedy decoding).
+        likeliest token, always (greedy decoding). The CPU's BLAS runs on one thread
+        meanwhile (``backend.blas_threads``): a one-token step's products are too small to
+        share out, and spare threads only spin.
         """
         if not temperature > 0:
             raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
@@ -188,7 +190,7 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            with no_grad():
+            with no_grad(), backend.blas_threads(1):  # one token at a time: products too small to share out
                 for drawn in range(1, max_new_tokens + 1):
                     context = idx[:, -self.config.block_size:]                 # the model sees at most block_size
                     raw = self(context).numpy()[:, -1, :].astype(np.float64)

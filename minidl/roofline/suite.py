@@ -200,9 +200,8 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
     on_cpu = backend.parse_device(device)[0] == "cpu"
     pause = (0.02 if quick else 0.15) if on_cpu and "torch" in frameworks else 0.0  # see time_side_by_side
     rows = []
-    for case in all_cases(quick, device):
-        if only and case.op not in only:
-            continue
+    cases = [case for case in all_cases(quick, device) if not only or case.op in only]
+    for number, case in enumerate(cases, 1):
         fns, syncs = {}, {}
         for framework in frameworks:
             try:
@@ -218,8 +217,8 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
         for (framework, phase), seconds in times.items():
             rows.append({"op": case.op, "size": case.size, "framework": framework, "phase": phase,
                          "params": case.params, **analyse(seconds, case.costs[phase], ceilings)})
-        if log:
-            log(_case_line(case, rows))
+        if log:  # numbered, so a long run shows how far it has got
+            log(f"[{number:>{len(str(len(cases)))}}/{len(cases)}]" + _case_line(case, rows))
     return rows
 
 

@@ -44,3 +44,15 @@ def test_bench_records_the_load_and_prints_the_warning(tmp_path, monkeypatch):
     assert info["blas_threads"] == minidl.get_num_threads()
     assert logged[0] == suite.busy_warning(info)  # said first, before the minutes of measuring
     assert suite.busy_warning(info) in suite.summary_table(results)  # and again under the table
+
+
+def test_bench_numbers_each_case_line_so_a_long_run_shows_its_progress():
+    from minidl.roofline import ceilings as ceilings_module
+    from minidl.roofline.suite import all_cases, run_cases
+    only = ["add", "exp"]
+    expected = len([c for c in all_cases(True, "cpu") if c.op in only])
+    lines = []
+    ceilings = ceilings_module.Ceilings("cpu", peak_flops=1e10, copy_bandwidth=1e10, triad_bandwidth=1e10,
+                                        cache_bandwidth=1e11, gemm_size=256, stream_bytes=1 << 20, threads=1)
+    run_cases("cpu", True, ceilings, ("minidl",), only, repeat=1, min_time=0.0, log=lines.append)
+    assert [line.split("]")[0] for line in lines] == [f"[{i}/{expected}" for i in range(1, expected + 1)]
