@@ -319,6 +319,15 @@ class TransformerEncoderLayer(Module):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(rows))))).reshape(x.shape)
 
 
+def _stack(owner: str, name: str, layer: Module, num_layers: int) -> ModuleList:
+    """``num_layers`` independent copies of ``layer`` (PyTorch's deep copies), the arguments checked first."""
+    if not isinstance(layer, Module):
+        raise TypeError(f"{owner}: {name} must be a Module, got {type(layer).__name__}")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"{owner}: num_layers must be a positive int, got {num_layers!r}")
+    return ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
+
+
 class TransformerEncoder(Module):
     """``TransformerEncoder(encoder_layer, num_layers, norm=None)``: ``num_layers`` copies of the layer.
 
@@ -333,11 +342,7 @@ class TransformerEncoder(Module):
     def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
         super().__init__()
-        if not isinstance(encoder_layer, Module):
-            raise TypeError(f"TransformerEncoder: encoder_layer must be a Module, got {type(encoder_layer).__name__}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"TransformerEncoder: num_layers must be a positive int, got {num_layers!r}")
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.layers = _stack("TransformerEncoder", "encoder_layer", encoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
@@ -423,11 +428,7 @@ class TransformerDecoder(Module):
 
     def __init__(self, decoder_layer: Module, num_layers: int, norm: Module | None = None):
         super().__init__()
-        if not isinstance(decoder_layer, Module):
-            raise TypeError(f"TransformerDecoder: decoder_layer must be a Module, got {type(decoder_layer).__name__}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"TransformerDecoder: num_layers must be a positive int, got {num_layers!r}")
-        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.layers = _stack("TransformerDecoder", "decoder_layer", decoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
 

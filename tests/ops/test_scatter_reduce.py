@@ -6,6 +6,7 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
+from tests.ops.torch_compare import values_and_gradients
 
 
 @pytest.fixture
@@ -14,17 +15,8 @@ def torch():
 
 
 def _both(torch, fn_mdl, fn_torch, *arrays, seed=1):
-    """Values and gradients (under one random upstream gradient) of one function in minidl and PyTorch."""
-    ours = [mdl.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, ty = fn_mdl(*ours), fn_torch(*theirs)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-13, atol=1e-15)
-    g = np.random.default_rng(seed).standard_normal(y.shape)
-    y.backward(grad=g)
-    ty.backward(torch.tensor(g))
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-14)
-    return y.numpy(), [a.grad.numpy() for a in ours]
+    return values_and_gradients(torch, fn_mdl, fn_torch, *arrays, seed=seed, rtol=1e-13, atol=1e-15,
+                                grad_rtol=1e-12, grad_atol=1e-14)
 
 
 REDUCE = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "amax": np.max, "amin": np.min}

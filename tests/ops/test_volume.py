@@ -4,6 +4,7 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
+from tests.ops.torch_compare import values_and_gradients
 
 
 @pytest.fixture
@@ -12,17 +13,7 @@ def torch():
 
 
 def _both(torch, fn_mdl, fn_torch, *arrays, rtol=1e-12):
-    ours = [mdl.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, ty = fn_mdl(*ours), fn_torch(*theirs)
-    assert y.shape == tuple(ty.shape)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=rtol, atol=1e-12)
-    g = np.random.default_rng(1).standard_normal(y.shape)
-    y.backward(grad=g)
-    ty.backward(torch.tensor(g))
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=rtol, atol=1e-12)
-    return y.numpy()
+    return values_and_gradients(torch, fn_mdl, fn_torch, *arrays, rtol=rtol, atol=1e-12)[0]
 
 
 def _x(*shape, seed=0):
