@@ -29,6 +29,7 @@ import platform
 import socket
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from time import perf_counter
 
 import numpy as np
@@ -185,12 +186,40 @@ def analyse(seconds: float, cost, ceilings) -> dict:
             "roofline_fraction": fraction, "ceiling": "cache" if in_cache else "memory"}
 
 
+# A case whose every phase does less arithmetic than this runs on one thread in every framework.
+# Its products are too small to share out: a second BLAS thread only waits for the first, and on
+# a busy machine for the cores too. Measured on a 2-core VM (medians, ms, 1 thread against 2):
+# idle, a 64³ product 0.016 vs 0.015 and a 1×512·512×512 one 0.031 vs 0.027 (a wash); with
+# other work on the cores the second thread loses (see the CHANGELOG's figures).
+SMALL_WORK_FLOPS = 1.1e6
+
+
+@contextmanager
+def one_thread(frameworks=FRAMEWORKS):
+    """NumPy's BLAS and, where it is in use, PyTorch's thread pool limited to one thread, restored after."""
+    torch = sys.modules.get("torch") if "torch" in frameworks else None
+    before = torch.get_num_threads() if torch is not None else None
+    try:
+        with backend.blas_threads(1):
+            if torch is not None:
+                torch.set_num_threads(1)
+            yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)
+
+
 def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, frameworks=FRAMEWORKS,
-              only=None, repeat: int | None = None, min_time: float | None = None, log=print) -> list[dict]:
+              only=None, repeat: int | None = None, min_time: float | None = None, log=print,
+              progress: bool | None = None) -> list[dict]:
     """Time every case in every framework; one row per (op, size, framework, phase).
 
     ``ceilings`` (measured quickly when None) judge each timing; ``only``: op names to run.
+    A case with less than ``SMALL_WORK_FLOPS`` of work in each phase runs on one CPU thread
+    (its rows say ``threads: 1``). ``progress``: a bar over the cases on stderr (None: when
+    stderr is a terminal); the case lines go to ``log`` either way.
     """
+    from tqdm.auto import tqdm
     if ceilings is None:
         ceilings = ceilings_module.measure(device, quick=True)
     repeat = repeat or (3 if quick else 5)
@@ -199,9 +228,13 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
     torch_sync = _torch_sync(device) if "torch" in frameworks else None
     on_cpu = backend.parse_device(device)[0] == "cpu"
     pause = (0.02 if quick else 0.15) if on_cpu and "torch" in frameworks else 0.0  # see time_side_by_side
+    threads = backend.get_num_threads() if on_cpu else None
     rows = []
     cases = [case for case in all_cases(quick, device) if not only or case.op in only]
-    for number, case in enumerate(cases, 1):
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = tqdm(cases, desc="bench", unit="case", file=sys.stderr, leave=False, dynamic_ncols=True, disable=not show)
+    for case in bar:
+        bar.set_postfix_str(f"{case.op} {case.size}")
         fns, syncs = {}, {}
         for framework in frameworks:
             try:
@@ -212,13 +245,21 @@ def run_cases(device: str = "cpu", quick: bool = False, ceilings=None, framework
                 fns[framework, phase] = fn
                 syncs[framework, phase] = torch_sync if framework == "torch" else sync
         pools = {key: ("torch" if key[0] == "torch" else "numpy") for key in fns}
-        times = time_side_by_side(fns, syncs, repeat, min_time, pools, pause)
+        small = on_cpu and max(cost.flops for cost in case.costs.values()) < SMALL_WORK_FLOPS
+        with one_thread(frameworks) if small else nullcontext():
+            times = time_side_by_side(fns, syncs, repeat, min_time, pools, pause)
         del fns
         for (framework, phase), seconds in times.items():
             rows.append({"op": case.op, "size": case.size, "framework": framework, "phase": phase,
-                         "params": case.params, **analyse(seconds, case.costs[phase], ceilings)})
-        if log:  # numbered, so a long run shows how far it has got
-            log(f"[{number:>{len(str(len(cases)))}}/{len(cases)}]" + _case_line(case, rows))
+                         "params": case.params, "threads": 1 if small else threads,
+                         **analyse(seconds, case.costs[phase], ceilings)})
+        if log:
+            line = _case_line(case, rows) + ("  (one thread)" if small else "")
+            if log is print:  # printed above the bar, which stays at the bottom
+                bar.write(line, file=sys.stdout)
+            else:
+                log(line)
+    bar.close()
     return rows
 
 
@@ -297,10 +338,12 @@ def results_name(device: str = "cpu", quick: bool = False, machine: str | None =
 
 def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchmarks/results",
         machine: str | None = None, frameworks=FRAMEWORKS, ceilings=None, figures: bool = True,
-        only=None, repeat: int | None = None, min_time: float | None = None, log=print) -> dict:
+        only=None, repeat: int | None = None, min_time: float | None = None, log=print,
+        progress: bool | None = None) -> dict:
     """Measure the ceilings, time every case, profile a training step; write JSON and PNGs to ``out_dir``.
 
-    ``only``: op names to run (all by default); ``repeat`` and ``min_time`` as in :func:`time_call`.
+    ``only``: op names to run (all by default); ``repeat`` and ``min_time`` as in :func:`time_call`;
+    ``progress`` as in :func:`run_cases`.
     """
     kind = backend.parse_device(device)[0]
     started = perf_counter()
@@ -316,7 +359,7 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
     if log:
         log(ceilings.summary())
         log("timing ops (milliseconds per call):")
-    rows = run_cases(kind, quick, ceilings, frameworks, only, repeat, min_time, log=log)
+    rows = run_cases(kind, quick, ceilings, frameworks, only, repeat, min_time, log=log, progress=progress)
     if measured:  # measured again after the ops, the better of the two kept: a busy moment only lowers them
         ceilings = ceilings.best(ceilings_module.measure(kind, quick=quick))
         # an empirical roofline: a matrix product of the suite that ran faster than the 2048³ GEMM raises the peak

@@ -46,13 +46,43 @@ def test_bench_records_the_load_and_prints_the_warning(tmp_path, monkeypatch):
     assert suite.busy_warning(info) in suite.summary_table(results)  # and again under the table
 
 
-def test_bench_numbers_each_case_line_so_a_long_run_shows_its_progress():
+def _ceilings():
     from minidl.roofline import ceilings as ceilings_module
+    return ceilings_module.Ceilings("cpu", peak_flops=1e10, copy_bandwidth=1e10, triad_bandwidth=1e10,
+                                    cache_bandwidth=1e11, gemm_size=256, stream_bytes=1 << 20, threads=1)
+
+
+def test_bench_shows_a_bar_over_its_cases_and_one_line_per_case(capsys):
     from minidl.roofline.suite import all_cases, run_cases
     only = ["add", "exp"]
-    expected = len([c for c in all_cases(True, "cpu") if c.op in only])
+    expected = [c for c in all_cases(True, "cpu") if c.op in only]
     lines = []
-    ceilings = ceilings_module.Ceilings("cpu", peak_flops=1e10, copy_bandwidth=1e10, triad_bandwidth=1e10,
-                                        cache_bandwidth=1e11, gemm_size=256, stream_bytes=1 << 20, threads=1)
-    run_cases("cpu", True, ceilings, ("minidl",), only, repeat=1, min_time=0.0, log=lines.append)
-    assert [line.split("]")[0] for line in lines] == [f"[{i}/{expected}" for i in range(1, expected + 1)]
+    run_cases("cpu", True, _ceilings(), ("minidl",), only, repeat=1, min_time=0.0, log=lines.append, progress=True)
+    assert [line.split()[:2] for line in lines] == [[c.op, c.size.split()[0]] for c in expected]
+    bar = capsys.readouterr().err
+    assert f"bench:   0%|          | 0/{len(expected)}" in bar  # a bar over the cases, on stderr
+    assert all(f"{c.op} {c.size}" in bar for c in expected)  # naming the case being timed
+
+
+def test_bench_times_the_smallest_cases_on_one_thread(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    from minidl import backend
+    from minidl.roofline.suite import SMALL_WORK_FLOPS, all_cases, run_cases
+    seen = []
+    timed = suite.time_side_by_side
+
+    def time_and_count_threads(fns, *args, **kwargs):
+        seen.append(backend.get_num_threads())
+        return timed(fns, *args, **kwargs)
+
+    monkeypatch.setattr(suite, "time_side_by_side", time_and_count_threads)
+    cases = {c.size: c for c in all_cases(True, "cpu") if c.op == "linear"}
+    assert max(cases["batch 1"].costs["backward"].flops, cases["batch 1"].costs["forward"].flops) < SMALL_WORK_FLOPS
+    assert cases["batch 256"].costs["forward"].flops > SMALL_WORK_FLOPS
+    with threadpool_limits(2, "blas"):
+        rows = run_cases("cpu", True, _ceilings(), ("numpy",), ["linear"], repeat=1, min_time=0.0, log=None)
+        threads = {row["size"]: row["threads"] for row in rows}
+        assert threads["batch 1"] == 1 and threads["batch 256"] == backend.get_num_threads() == 2
+        assert backend.get_num_threads() == 2  # the limit was lifted after the small case
+    assert len(seen) == len(cases) and sorted(seen) == [1, 2, 2]  # the small case really ran on one thread

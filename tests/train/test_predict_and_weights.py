@@ -132,3 +132,19 @@ def test_the_bar_says_which_epoch_its_validation_accuracy_comes_from():
     trainer.fit(2)
     assert [r["epoch"] for r in trainer.history] == [1.0, 1.5, 2.0]  # epoch ends and step 15
     assert "val_accuracy after epoch 2=" in trainer._postfix()
+
+
+def test_a_few_samples_are_scored_on_one_blas_thread(run_folder):
+    """Batch-1 inference does not wake BLAS threads it cannot use; a large batch keeps them all."""
+    from threadpoolctl import threadpool_limits
+
+    from minidl import backend
+    from minidl.train.predict import ONE_THREAD_BATCH
+    images, _ = digits()
+    run = load_run(run_folder)
+    seen = []
+    run.model.register_forward_hook(lambda module, inputs, output: seen.append(backend.get_num_threads()))
+    with threadpool_limits(2, "blas"):
+        few, many = run.scores(images[:1]), run.scores(images[:ONE_THREAD_BATCH + 1])
+        assert seen == [1, 2] and backend.get_num_threads() == 2  # and the limit is lifted after
+    np.testing.assert_allclose(few, many[:1], rtol=1e-5, atol=1e-6)  # the same scores either way
