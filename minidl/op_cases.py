@@ -488,7 +488,7 @@ def _conv_and_pool_cases(rng, t):
 
 def _loss_and_attention_cases(rng, t):
     """The losses of the PyTorch vocabulary and scaled dot-product attention."""
-    from minidl.ops.attention import AttentionGrad, _probabilities
+    from minidl.ops.attention import AttentionGrad, TiledAttention, TiledAttentionGrad, _probabilities
 
     targets = np.array([1, -100, 3, 0, 2])  # one sample ignored
     probabilities = rng.dirichlet(np.ones(4), size=5)
@@ -505,6 +505,11 @@ def _loss_and_attention_cases(rng, t):
     def attention_grad(gy, q, k, v, b, mask=keys_mask[:3], scale=0.7):
         probs, dead = _probabilities(q.data, k.data, b.data, scale, mask)
         return AttentionGrad(scale, mask, dead, probs, None)(gy, q, k, v, b)
+
+    def tiled_attention_grad(gy, q, k, v, mask=keys_mask[:3], scale=0.7):
+        forward = TiledAttention(scale, mask, block=2)
+        forward.forward(q.data, k.data, v.data)
+        return TiledAttentionGrad(scale, mask, False, 2, forward.out, forward.lse)(gy, q, k, v)
 
     return [
         ("cross_entropy_ignore_index_weight",
@@ -548,6 +553,14 @@ def _loss_and_attention_cases(rng, t):
          lambda q, k, v, b: F.scaled_dot_product_attention(q, k, v, attn_mask=b, enable_gqa=True),
          [t(1, 4, 2, 3), t(1, 2, 3, 3), t(1, 2, 3, 2), t(4, 2, 3)]),
         ("scaled_dot_product_attention_dropout", attention_with_fixed_dropout, [t(2, 3, 4), t(2, 5, 4), t(2, 5, 2)]),
+        ("scaled_dot_product_attention_tiled",
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, tiled=True),
+         [t(2, 4, 3), t(2, 4, 3), t(1, 4, 2)]),
+        ("tiled_attention_blocks", lambda q, k, v: TiledAttention(0.6, keys_mask, block=2)(q, k, v),
+         [t(1, 4, 3), t(2, 5, 3), t(2, 5, 2)]),  # three blocks of keys; the last query sees none
+        ("tiled_attention_causal_blocks", lambda q, k, v: TiledAttention(0.6, causal=True, block=2)(q, k, v),
+         [t(2, 5, 3), t(2, 5, 3), t(2, 5, 2)]),
+        ("tiled_attention_grad", tiled_attention_grad, [t(2, 3, 2), t(2, 3, 4), t(2, 5, 4), t(2, 5, 2)]),
         ("attention_grad", attention_grad,
          [t(2, 3, 2), t(2, 3, 4), t(2, 5, 4), t(2, 5, 2), Tensor(bias.copy(), requires_grad=True)]),
     ]

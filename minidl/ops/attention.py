@@ -38,6 +38,8 @@ from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
 TENSOR_METHODS = ()
+# scaled_dot_product_attention takes the tiled path by itself where the probabilities would fill this
+TILED_ABOVE_BYTES = 1 << 28
 
 
 class ScaledDotProductAttention(Function):
@@ -133,6 +135,141 @@ class AttentionGrad(Function):
         return grads if bias is None else grads + (sum_to(z_bar, bias.shape),)
 
 
+
+class TiledAttention(Function):
+    """FlashAttention's tiling (Dao et al., 2022): O = softmax(s·Q Kᵀ) V computed over blocks of keys
+    with an online softmax, keeping per query row only the running maximum m, the running sum ℓ and
+    the output; for each block j of keys:
+
+        Z_j = s·Q K_jᵀ (masked: −∞),  m' = max(m, rowmax Z_j),  α = e^{m − m'},  P̃_j = e^{Z_j − m'}
+        ℓ ← α ℓ + rowsum P̃_j,  A ← α A + P̃_j V_j,  m ← m';   finally O = A / ℓ,  λ = m + log ℓ
+
+    What backward keeps is O and the log-sum-exp λ per row: O(L·Ev + L) numbers, not the L × S
+    probabilities. The gradient (TiledAttentionGrad) recomputes each block's P_j = e^{Z_j − λ}
+    from them: with Δ = rowsum(dO ⊙ O),
+
+        dV_j = P_jᵀ dO,   dZ_j = P_j ⊙ (dO V_jᵀ − Δ),   dQ = s·Σ_j dZ_j K_j,   dK_j = s·dZ_jᵀ Q
+
+    the same gradient as ScaledDotProductAttention's (Δ_i = Σ_j dP_ij P_ij, since O = P V).
+    Inputs (Q, K, V); a boolean mask is a constant of the op, as there; ``causal`` lets query i see
+    keys j ≤ i, each block's part of that mask made as the block is (the n × n mask is never held);
+    no float mask and no dropout (the plain op has them). ``block``: keys per block.
+    """
+
+    def __init__(self, scale, mask=None, causal=False, block=128, mask_tensor=None):
+        self.scale, self.mask, self.causal, self.block = scale, mask, bool(causal), int(block)
+        self.saved_indices = () if mask_tensor is None else (mask_tensor,)
+
+    def forward(self, q, k, v):
+        xp = xp_of(q)
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        rows = lead + (q.shape[-2], 1)
+        m = xp.full(rows, -np.inf, dtype=q.dtype)
+        total = xp.zeros(rows, dtype=q.dtype)
+        acc = xp.zeros(lead + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
+        for start, z in _score_blocks(q, k, self.scale, self.mask, self.causal, self.block):
+            m_new = xp.maximum(m, z.max(axis=-1, keepdims=True))
+            shift = xp.where(m_new == -np.inf, 0, m_new)  # a row masked so far: e^{−∞ − 0} = 0, no NaN
+            alpha = xp.exp(m - shift)
+            z -= shift
+            p = xp.exp(z, out=z)
+            total *= alpha
+            total += p.sum(axis=-1, keepdims=True)
+            acc *= alpha
+            acc += p @ v[..., start:start + self.block, :]
+            m = m_new
+        dead = total == 0  # every key of the row masked: output 0, as the plain op
+        self.out = acc / xp.where(dead, 1, total)
+        self.lse = xp.where(dead, np.inf, m + xp.log(xp.where(dead, 1, total)))  # e^{Z − ∞} = 0 in backward
+        return self.out
+
+    def backward(self, gy):
+        q, k, v = self.inputs
+        grads = TiledAttentionGrad(self.scale, self.mask, self.causal, self.block, self.out, self.lse)(gy, q, k, v)
+        return tuple(g if x.requires_grad else None for g, x in zip(grads, self.inputs))
+
+    def jvp(self, dq, dk, dv):
+        """The plain op's tangent (the same function), through a plain node: forward mode here
+        holds the L × S probabilities, as the plain op does."""
+        plain = ScaledDotProductAttention(self.scale, _full_mask(self.mask, self.causal, *self.inputs[:2]))
+        return _plain_node(plain, self).jvp(dq, dk, dv)
+
+
+class TiledAttentionGrad(Function):
+    """(dQ, dK, dV) of TiledAttention as an op of (dO, Q, K, V), over the same blocks of keys;
+    O and λ saved by the forward:  P_j = e^{Z_j − λ},  Δ = rowsum(dO ⊙ O),
+    dV_j = P_jᵀ dO,  dZ_j = P_j ⊙ (dO V_jᵀ − Δ),  dQ = s·Σ_j dZ_j K_j,  dK_j = s·dZ_jᵀ Q.
+
+    It computes the same function as AttentionGrad (no bias, no dropout), so its own backward and
+    tangent are AttentionGrad's, taken through a plain node (second order holds L × S again).
+    """
+
+    def __init__(self, scale, mask, causal, block, out, lse):
+        self.scale, self.mask, self.causal, self.block, self.out, self.lse = scale, mask, causal, block, out, lse
+
+    def forward(self, gy, q, k, v):
+        xp = xp_of(gy)
+        delta = (gy * self.out).sum(axis=-1, keepdims=True)
+        gq = xp.zeros(np.broadcast_shapes(gy.shape[:-1] + q.shape[-1:], q.shape), dtype=q.dtype)
+        gk_blocks, gv_blocks = [], []
+        for start, z in _score_blocks(q, k, self.scale, self.mask, self.causal, self.block):
+            z -= self.lse
+            p = xp.exp(z, out=z)
+            v_j, k_j = v[..., start:start + self.block, :], k[..., start:start + self.block, :]
+            gv_blocks.append(xp.swapaxes(p, -1, -2) @ gy)
+            gz = gy @ xp.swapaxes(v_j, -1, -2)
+            gz -= delta
+            gz *= p
+            gq += gz @ k_j
+            gk_blocks.append(xp.swapaxes(gz, -1, -2) @ q)
+        gq *= self.scale
+        gk = xp.concatenate(gk_blocks, axis=-2)
+        gk *= self.scale
+        return _sum_to(gq, q.shape), _sum_to(gk, k.shape), _sum_to(xp.concatenate(gv_blocks, axis=-2), v.shape)
+
+    def _plain(self):
+        q, k = self.inputs[1:3]
+        mask = _full_mask(self.mask, self.causal, q, k)
+        probs, dead = _probabilities(q.data, k.data, None, self.scale, mask)
+        return _plain_node(AttentionGrad(self.scale, mask, dead, probs, None), self)
+
+    def backward(self, gq_bar, gk_bar, gv_bar):
+        return self._plain().backward(gq_bar, gk_bar, gv_bar)
+
+    def jvp(self, dgy, dq, dk, dv):
+        return self._plain().jvp(dgy, dq, dk, dv)
+
+
+def _full_mask(mask, causal, q, k):
+    """The whole boolean mask a plain op needs for what a tiled one makes block by block."""
+    if not causal:
+        return mask
+    return q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
+
+
+def _plain_node(plain, tiled):
+    """``plain``, an untiled op of the same function as the recorded node ``tiled``, made to stand
+    for it: its forward run on the same inputs (for what it saves), its inputs and outputs those of
+    ``tiled``, so that its backward or tangent rule can be used for the tiled op's."""
+    plain.forward(*[x.data for x in tiled.inputs])
+    plain.inputs, plain.outputs, plain._stamp = tiled.inputs, tiled.outputs, tiled._stamp
+    return plain
+
+
+def _score_blocks(q, k, scale, mask, causal, block):
+    """(start, Z_j) for each block of keys: Z_j = s·Q K_jᵀ, −∞ where the mask leaves a key out."""
+    xp = xp_of(q)
+    for start in range(0, k.shape[-2], block):
+        z = q @ xp.swapaxes(k[..., start:start + block, :], -1, -2)
+        z *= scale
+        if mask is not None:
+            keys = mask if mask.shape[-1] == 1 else mask[..., start:start + block]  # a mask may broadcast over keys
+            xp.copyto(z, z.dtype.type(-np.inf), where=~keys)
+        if causal:  # query i sees key j ≤ i: this block's columns of tril(ones(L, S))
+            later = xp.arange(start, start + z.shape[-1])[None, :] > xp.arange(z.shape[-2])[:, None]
+            xp.copyto(z, z.dtype.type(-np.inf), where=later)
+        yield start, z
+
 def _sum_to(a, shape):
     """The array ``a`` summed down to ``shape`` over the axes broadcasting added or stretched."""
     if a.shape == tuple(shape):
@@ -187,7 +324,7 @@ def _as_input(op, name, value):
 
 @autocast_to("float32")  # minidl's fused attention computes on float32 arrays (PyTorch: lower)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                 scale=None, enable_gqa=False) -> Tensor:
+                                 scale=None, enable_gqa=False, tiled=None) -> Tensor:
     """softmax(Q Kᵀ · scale + mask) V for Q (…, L, E), K (…, S, E), V (…, S, Ev): output (…, L, Ev).
 
     ``attn_mask`` broadcasts to (…, L, S): boolean (True: the key takes part) or
@@ -199,11 +336,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     broadcast. A query whose keys are all masked gets 0 output, as in PyTorch.
     ``enable_gqa`` (grouped-query attention): Hq query heads (axis −3) share Hk
     key and value heads, query head h using head h // (Hq/Hk), as PyTorch.
+
+    ``tiled`` (minidl's keyword; PyTorch chooses its kernels itself): True computes the
+    attention in blocks of keys (:class:`TiledAttention`, FlashAttention's online softmax),
+    holding O(L·E) for backward instead of the L × S probabilities; it takes boolean and causal
+    masks, not a float mask or dropout. None (the default) takes the tiled path where the
+    probabilities would fill ``TILED_ABOVE_BYTES`` and nothing rules it out; False never does.
     """
     op = "scaled_dot_product_attention"
     q, k, v = (_as_input(op, n, x) for n, x in (("query", query), ("key", key), ("value", value)))
     if enable_gqa:
-        return _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
+        return _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, tiled)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"{op}: query, key and value must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -219,14 +362,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     mask = bias = None
-    if is_causal:
-        if attn_mask is not None:
-            raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch); "
-                             "for a causal mask with more, combine them into one attn_mask")
-        mask = q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
-    elif attn_mask is not None:
+    if is_causal and attn_mask is not None:
+        raise ValueError(f"{op}: pass either attn_mask or is_causal=True, not both (as PyTorch); "
+                         "for a causal mask with more, combine them into one attn_mask")
+    if attn_mask is not None:
         mask, bias = _mask(op, attn_mask, q, scores)
     mask_tensor = attn_mask if isinstance(attn_mask, Tensor) and mask is not None else None
+    if tiled or tiled is None and bias is None and not dropout_p and \
+            math.prod(scores) * q.dtype.itemsize >= TILED_ABOVE_BYTES:
+        if bias is not None or dropout_p:
+            raise ValueError(f"{op}: tiled=True takes a boolean or causal mask and no dropout; got "
+                             f"{'a float attn_mask' if bias is not None else f'dropout_p={dropout_p}'}: "
+                             "pass tiled=False (or leave it None) for the plain op")
+        return TiledAttention(scale, mask, causal=is_causal, mask_tensor=mask_tensor)(q, k, v)
+    if is_causal:
+        mask = q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
     attention = ScaledDotProductAttention(scale, mask, float(dropout_p), mask_tensor)
     return attention(q, k, v) if bias is None else attention(q, k, v, bias)
 
@@ -253,7 +403,7 @@ def _mask(op, attn_mask, q, scores):
     return None, Tensor(backend.to_device(array, q.device).astype(q.dtype))
 
 
-def _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
+def _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, tiled):
     """Hq query heads on Hk key/value heads: the heads axis split into (Hk, Hq/Hk), the keys
     broadcast over the groups, the same op on that shape (no copy of K or V), heads merged back."""
     op = "scaled_dot_product_attention"
@@ -277,5 +427,5 @@ def _grouped_query_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
                              f"expected 1 or the query's {heads}")
         mask = reshape(mask, mask.shape[:-3] + split + mask.shape[-2:])
         attn_mask = mask  # a float mask keeps its gradient, a boolean one its version (a view)
-    out = scaled_dot_product_attention(q5, k5, v5, attn_mask, dropout_p, is_causal, scale)
+    out = scaled_dot_product_attention(q5, k5, v5, attn_mask, dropout_p, is_causal, scale, tiled=tiled)
     return reshape(out, out.shape[:-4] + (heads,) + out.shape[-2:])
