@@ -139,7 +139,7 @@ def col2im_array(cols, in_shape, kernel, stride, padding, dilation=(1, 1)):
 
 class Im2Col(Function):
     """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with zero borders);
-    dx = col2im(dy): every window's gradient added back where it was read.
+    dx = col2im(dy): every window's gradient added back where it was read;  ẏ = im2col(ẋ) (linear).
     """
     saved_inputs = ()
 
@@ -154,10 +154,14 @@ class Im2Col(Function):
     def backward(self, gy):
         return Col2Im(self.in_shape, self.kernel, self.stride, self.padding, self.dilation)(gy)
 
+    def jvp(self, dx):
+        return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(dx)
+
 
 class Col2Im(Function):
     """y = col2im(x): windows (N, OH, OW, KH, KW, C) summed back into an image (N, C, H, W);
-    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient).
+    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient);
+    ẏ = col2im(ẋ) (linear).
     """
     saved_inputs = ()
 
@@ -172,10 +176,14 @@ class Col2Im(Function):
     def backward(self, gy):
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
+    def jvp(self, dx):
+        return Col2Im(self.image_shape, self.kernel, self.stride, self.padding, self.dilation)(dx)
+
 
 class ChannelsLast(Function):
     """y = x (N, C, H, W) as a contiguous (N, H, W, C) array: x's own memory when it is laid out so
-    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W).
+    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W);
+    ẏ = ẋ laid out alike.
     """
     saved_inputs = ()
 
@@ -186,10 +194,14 @@ class ChannelsLast(Function):
     def backward(self, gy):
         return transpose(gy, (0, 3, 1, 2))
 
+    def jvp(self, dx):
+        return ChannelsLast()(dx)
+
 
 class Conv2dStride1(Function):
     """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
-    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy.
+    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy;
+    tangent (y is linear in x, in W and in b): ẏ = conv(ẋ, W) + conv(x, Ẇ) + ḃ.
 
     V is W flipped in both spatial axes with its two channel axes swapped,
     V[c, o, p, q] = W[o, c, KH − 1 − p, KW − 1 − q], and dy is padded by d·(k − 1) minus the
@@ -231,6 +243,19 @@ class Conv2dStride1(Function):
         if len(self.inputs) == 3 and self.inputs[2].requires_grad:
             gb = reduce_sum(g_rows, axis=0)
         return gx, gw, gb
+
+    def jvp(self, dx, dweight, dbias=None):
+        x, weight = self.inputs[0], self.inputs[1]
+        (n, _, h, w), (o, _, kh, kw) = x.shape, weight.shape
+        (pt, pb), (pl, pr), (dh, dw) = *self.padding, self.dilation
+        dy = Tensor(x.xp.zeros((n, o, h + pt + pb - dh * (kh - 1), w + pl + pr - dw * (kw - 1)), x.dtype))
+        if dx is not None:
+            dy = dy + Conv2dStride1(self.padding, self.dilation)(dx, weight)
+        if dweight is not None:
+            dy = dy + Conv2dStride1(self.padding, self.dilation)(x, dweight)
+        if dbias is not None:
+            dy = dy + reshape(dbias, 1, o, 1, 1)
+        return dy
 
 
 def _stride1_fits(stride, padding, dilation, kernel, groups) -> bool:

@@ -8,7 +8,8 @@ gradient back to where the value came from. The pair at the heart of it:
 
 are each other's backward: a gathered value's gradient is added back at the
 place it was read from (scatter_add into zeros), and the gradient of an
-added-in ``src`` is read at the place it was added (gather). Sorting and
+added-in ``src`` is read at the place it was added (gather). Each is linear in
+its inputs, so its tangent rule is the op applied to the tangents. Sorting and
 top-k find their indices on the raw array (no gradient: indices are
 integers) and take their values with gather, so their gradient is gather's.
 Shown for dim = 1 of a 2-D tensor; every dim of every rank works alike.
@@ -24,7 +25,7 @@ from minidl.autograd import Function
 from minidl.backend import scatter_add as _scatter_add_arrays
 from minidl.backend import xp_of
 from minidl.ops.elementwise import where
-from minidl.ops.shape import broadcast_to, getitem
+from minidl.ops.shape import broadcast_to, filled_tangents, getitem
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods (scatter: see scatter_reduce.py).
@@ -81,7 +82,8 @@ def _positions(index, dim):
 
 
 class Gather(Function):
-    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add).
+    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add);
+    ẏ[i][j] = ẋ[i][index[i][j]].
 
     ``index`` has x's number of dims and is no larger than x outside ``dim``
     (PyTorch's rule): y takes index's shape.
@@ -101,11 +103,14 @@ class Gather(Function):
         zeros = Tensor(gy.xp.zeros(self.in_shape, gy.dtype))
         return ScatterAdd(self.dim, self.index)(zeros, gy)
 
+    def jvp(self, dx):
+        return Gather(self.dim, self.index)(dx)
+
 
 class ScatterAdd(Function):
     """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
 
-    s is ``src``; its gradient ds is a gather of dy.
+    s is ``src``; its gradient ds is a gather of dy. Tangent: ẏ = ẋ;  ẏ[i][index[i][j]] += ṡ[i][j].
     """
     saved_inputs = ()
 
@@ -122,13 +127,19 @@ class ScatterAdd(Function):
         return (gy if x.requires_grad else None,
                 Gather(self.dim, self.index)(gy) if src.requires_grad else None)
 
+    def jvp(self, dx, dsrc):
+        if dsrc is None:
+            return dx
+        return ScatterAdd(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
+
 
 class Scatter(Function):
     """y = x, then y[i][index[i][j]] = s[i][j] (dim = 1);  dx = dy with 0 where written,  ds[i][j] = dy[i][index[i][j]].
 
     s is ``src``, or the number ``value`` (then there is no ds). dx is a
     scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
-    dsrc then reads the same dy for each of the repeats.
+    dsrc then reads the same dy for each of the repeats. Tangent: ẏ = ẋ, then ẏ[i][index[i][j]] = ṡ[i][j]
+    (0 for a number), the same places written.
     """
     saved_inputs = ()
 
@@ -145,6 +156,11 @@ class Scatter(Function):
         if len(self.inputs) == 1:
             return gx
         return gx, Gather(self.dim, self.index)(gy) if self.inputs[1].requires_grad else None
+
+    def jvp(self, dx, dsrc=None):
+        if dsrc is None:
+            return None if dx is None else Scatter(self.dim, self.index, 0)(dx)
+        return Scatter(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
 
 
 def _checked_index(op, x, dim, index, src=None):

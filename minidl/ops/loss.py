@@ -54,7 +54,8 @@ _BCE_EPSILON = 1e-12
 
 class CrossEntropy(Function):
     """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
-    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets).
+    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets);
+    ℓ̇_n = Σ_c ẋ_nc (softmax(x_n)_c · Σ_c' A_nc' − A_nc)   (the same row, dotted with the tangent).
 
     ``target`` is the Tensor A was made from (class indices or probabilities): backward
     does not read it, but PyTorch's does, so a change to it in place is refused alike.
@@ -78,12 +79,18 @@ class CrossEntropy(Function):
     def backward(self, gy):
         return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
 
+    def jvp(self, dx):
+        coefficients = Tensor(self.coefficients)
+        probs = softmax(self.inputs[0], axis=1)  # an op of x, so this rule can be differentiated again
+        return reduce_sum(dx * (probs * reduce_sum(coefficients, axis=1, keepdims=True) - coefficients), axis=1)
+
 
 class CrossEntropyGrad(Function):
     """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
     and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
     d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
-    (the softmax Jacobian applied to dz: a SoftmaxGrad).
+    (the softmax Jacobian applied to dz: a SoftmaxGrad);
+    ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)   (ṗ: the softmax Jacobian on ẋ).
     """
 
     def __init__(self, probs, coefficients):
@@ -101,10 +108,21 @@ class CrossEntropyGrad(Function):
         ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
         return gx, ggy
 
+    def jvp(self, dx, dgy):
+        x, gy = self.inputs
+        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        probs = softmax(x, axis=1)
+        dz = None if dgy is None else reshape(dgy, -1, 1) * (probs * totals - coefficients)
+        if dx is not None:
+            along_x = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, dx)
+            dz = along_x if dz is None else dz + along_x
+        return dz
+
 
 class BinaryCrossEntropy(Function):
     """ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100));
-    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12).
+    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12);
+    ℓ̇ = ẋ · (x − t) / max(x(1 − x), ε) + ṫ · (ln(1 − x) − ln x)   (the same derivatives).
 
     The clamp at −100 and the floor ε are PyTorch's: a probability of exactly 0
     or 1 gives a loss of at most 100 and a large but finite gradient. dx is the
@@ -124,6 +142,14 @@ class BinaryCrossEntropy(Function):
         gx = gy * (x - t) / maximum(x * (1 - x), _BCE_EPSILON) if x.requires_grad else None
         gt = gy * (log(1 - x) - log(x)) if t.requires_grad else None
         return gx, gt
+
+    def jvp(self, dx, dt):
+        x, t = self.inputs
+        dl = None if dx is None else dx * (x - t) / maximum(x * (1 - x), _BCE_EPSILON)
+        if dt is not None:
+            along_t = dt * (log(1 - x) - log(x))
+            dl = along_t if dl is None else dl + along_t
+        return dl
 
 
 # ---------------------------------------------------------------- argument checks

@@ -26,10 +26,12 @@ from minidl.tensor import Tensor, as_tensor
 
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
-    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
+    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad);
+    ẏ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩)  (the same map: the Jacobian is symmetric).
 
     The variance is the biased one (divided by n), as every normalization
-    layer uses. The backward reuses the saved x̂ and s.
+    layer uses. The backward reuses the saved x̂ and s. The tangent follows from
+    ṡ = −s² ⟨x̂ · ẋ⟩ (the variance's tangent is 2⟨(x − μ) ẋ⟩) and ẏ = s (ẋ − ⟨ẋ⟩) + (x − μ) ṡ.
     """
 
     def __init__(self, axes, eps):
@@ -44,10 +46,15 @@ class Normalize(Function):
         return centered * self.inv_std
 
     def backward(self, gy):
+        return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], gy)
+
+    def jvp(self, dx):
+        return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], dx)
+
+    def _x_hat(self):
+        """x̂ as an array: the output, or, when the caller dropped it, recomputed from the saved statistics."""
         x_hat = self.output()
-        # the output may have been dropped by the caller: recompute it from the saved statistics
-        x_hat = (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
-        return NormalizeGrad(self.axes, self.eps, x_hat, self.inv_std)(self.inputs[0], gy)
+        return (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
 
 
 class NormalizeGrad(Function):
@@ -60,6 +67,11 @@ class NormalizeGrad(Function):
     dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
     The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
     from x with Tensor ops, so that it can be differentiated again.
+
+    Tangent: ż = s · (ḋy − ⟨ḋy⟩ − x̂ ⟨ḋy · x̂⟩) + the dx formula above with dz replaced by ẋ.
+    z is the gradient of the scalar Σ dy · x̂(x) with respect to x, so its
+    derivative along x is that scalar's Hessian, symmetric: the map ẋ → ż is the map
+    dz → dx, and the dy part is z's own linear map.
     """
 
     def __init__(self, axes, eps, x_hat, inv_std):
@@ -74,18 +86,29 @@ class NormalizeGrad(Function):
         x, gy = self.inputs
         axes = self.axes
         ggy = NormalizeGrad(axes, self.eps, self.x_hat, self.inv_std)(x, gz) if gy.requires_grad else None
-        if not x.requires_grad:
-            return None, ggy
+        return (self._second_derivative(x, gy, gz) if x.requires_grad else None), ggy
+
+    def jvp(self, dx, dgy):
+        x, gy = self.inputs
+        dz = None if dgy is None else NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dgy)
+        if dx is not None:
+            along_x = self._second_derivative(x, gy, dx)
+            dz = along_x if dz is None else dz + along_x
+        return dz
+
+    def _second_derivative(self, x, gy, u):
+        """−s² · (x̂ (⟨u · (dy − ⟨dy⟩)⟩ − 3 b c) + c (dy − ⟨dy⟩) + b (u − ⟨u⟩)), b = ⟨dy · x̂⟩, c = ⟨u · x̂⟩:
+        the Hessian of Σ dy · x̂(x) applied to u, from x with Tensor ops (so it differentiates again)."""
+        axes = self.axes
         centered = x - mean(x, axis=axes, keepdims=True)
         inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
         x_hat = centered * inv_std
         gy_centered = gy - mean(gy, axis=axes, keepdims=True)
-        gz_centered = gz - mean(gz, axis=axes, keepdims=True)
+        u_centered = u - mean(u, axis=axes, keepdims=True)
         b = mean(gy * x_hat, axis=axes, keepdims=True)
-        c = mean(gz * x_hat, axis=axes, keepdims=True)
-        e = mean(gz * gy_centered, axis=axes, keepdims=True)
-        gx = -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * gz_centered)
-        return gx, ggy
+        c = mean(u * x_hat, axis=axes, keepdims=True)
+        e = mean(u * gy_centered, axis=axes, keepdims=True)
+        return -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * u_centered)
 
 
 def _affine(op, y, weight, bias, shape, expected):

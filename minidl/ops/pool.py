@@ -30,7 +30,9 @@ TENSOR_METHODS = ()
 
 class MaxPool2d(Function):
     """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
-    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding.
+    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding;
+    ẏ = ẋ read at each window's argmax (MaxPoolGather): where the maximum is unique, a small
+    change of x moves y only through the winner.
 
     Forward records which window offset k = p·KW + q won, one small integer per output
     (``choice``), rather than flat positions: the backward then needs no index arithmetic
@@ -71,6 +73,9 @@ class MaxPool2d(Function):
     def backward(self, gy):
         return MaxPoolScatter(self)(gy)
 
+    def jvp(self, dx):
+        return MaxPoolGather(self)(dx)
+
     # ------------------------------------------------------------ the routing both gradients share
     def _out_size(self, image):
         (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
@@ -108,7 +113,8 @@ class MaxPool2d(Function):
 
 class MaxPoolScatter(Function):
     """Max pooling's gradient as an op of dy, the winners fixed:
-    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes.
+    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes;
+    ż = the same routing of the tangent ḋy (z is linear in dy).
 
     For each window offset k, the outputs whose maximum sat at offset k add their dy into
     one strided view of the (padded) image: KH·KW additions, each a regular grid. Windows
@@ -138,10 +144,14 @@ class MaxPoolScatter(Function):
     def backward(self, gz):
         return MaxPoolGather(self.pool)(gz)
 
+    def jvp(self, dgy):
+        return MaxPoolScatter(self.pool)(dgy)
+
 
 class MaxPoolGather(Function):
     """z[n, c, i, j] = x at window (i, j)'s recorded argmax (no new maximum is taken);
-    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose.
+    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose;
+    ż = ẋ at the same argmaxes.
     """
     saved_inputs = ()
 
@@ -158,6 +168,9 @@ class MaxPoolGather(Function):
 
     def backward(self, gz):
         return MaxPoolScatter(self.pool)(gz)
+
+    def jvp(self, dx):
+        return MaxPoolGather(self.pool)(dx)
 
 
 def _channels_last(x) -> bool:

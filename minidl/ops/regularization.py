@@ -22,7 +22,8 @@ from minidl.tensor import Tensor, as_tensor
 
 
 class Dropout(Function):
-    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p).
+    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p);
+    ẏ = ẋ · m / (1 − p), the same mask.
 
     ``mask_shape`` (default: x's shape) draws fewer m_i and broadcasts them over x: channel
     dropout draws one per (sample, channel), shape (N, C, 1, ..., 1).
@@ -42,6 +43,9 @@ class Dropout(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.scale)
+
+    def jvp(self, dx):
+        return dx * Tensor(self.scale)
 
 
 def _check_p(op, p, what="an element"):

@@ -1,0 +1,192 @@
+"""The tangent rules (``jvp``) of the ops outside the elementwise, math, reduction, linear-algebra
+and scan families, each checked on its own node, without a forward-mode engine.
+
+For every op case of minidl.op_cases, each recorded node whose Function lives in one of
+the modules below gets random tangents ẋ for its inputs that require a gradient, and its
+``jvp`` gives ẏ. Two references check ẏ:
+
+- central differences of the node's forward along ẋ: (f(x + hẋ) − f(x − hẋ)) / 2h with
+  h = 1e-6 in float64, whose error is about h²·f‴ (1e-12) plus ε/h (1e-10) times the
+  values' scale; the tolerance is 1e-6 of that scale;
+- the backward, by the adjoint identity ⟨u, J ẋ⟩ = ⟨Jᵀ u, ẋ⟩ for a random cotangent u:
+  both sides are sums of the same products, so they agree to rounding, a few ulps of
+  the sum of the products' magnitudes (the tolerance is 64 ulps of it).
+
+Linearity in the tangents checks that a None (zero) tangent is handled: the jvp with
+all the tangents equals the sum of the jvps with one tangent each.
+"""
+import copy
+
+import numpy as np
+import pytest
+
+import minidl as mdl
+from minidl import backend
+from minidl.autograd import Function, FunctionHook
+from minidl.op_cases import cases
+from minidl.ops.quantize import FakeQuantize
+from minidl.tensor import Tensor
+
+MODULES = ("minidl.ops.shape", "minidl.ops.rearrange", "minidl.ops.indexing", "minidl.ops.scatter_reduce",
+           "minidl.ops.conv", "minidl.ops.pool", "minidl.ops.norm", "minidl.ops.loss", "minidl.ops.attention",
+           "minidl.ops.distance", "minidl.ops.quantize", "minidl.ops.regularization", "minidl.ops.distributed",
+           "minidl.nn.recurrent", "minidl.checkpoint.segments", "minidl.parallel.data_parallel",
+           "minidl.parallel.sharded")
+STEP = 1e-6
+FD_TOLERANCE = 1e-6  # of max(1, the largest |f(x ± hẋ) / h|-scaled difference): see the module docstring
+ADJOINT_ULPS = 64
+EPS = np.finfo(np.float64).eps
+
+
+class _Recorder(FunctionHook):
+    """Each recorded op call of one case: the node, the random state before its forward, its outputs."""
+
+    def __init__(self):
+        self.calls = []
+
+    def forward_preprocess(self, function, inputs):
+        self.calls.append([function, backend.get_rng_state(), None])
+
+    def forward_postprocess(self, function, inputs, outputs):
+        for call in reversed(self.calls):
+            if call[0] is function:
+                call[2] = outputs  # kept alive, so that function.output(i) answers
+                break
+
+
+def _run(fn, inputs):
+    """The case's outputs and its recorded nodes of the modules above, as (node, rng state, outputs)."""
+    recorder = _Recorder()
+    with recorder:
+        outputs = fn(*inputs)
+    recorded = [call for call in recorder.calls if call[0].inputs and call[2] is not None]
+    alone = len(recorded) == 1 and all(a is b for a, b in zip(_tuple(recorded[0][2]), _tuple(outputs)))
+    mine = [call + [alone] for call in recorded if type(call[0]).__module__ in MODULES]
+    return outputs, mine
+
+
+def _tuple(values):
+    return values if isinstance(values, tuple) else (values,)
+
+
+def _forward_along(node, state, alone, fn, inputs, tangents, t):
+    """The node's outputs (arrays) at x + t·ẋ.
+
+    A gradient op reads what its parent's forward saved (the softmax, x̂): its case recomputes
+    that from the inputs on every call, so such a case is perturbed as a whole; any other node
+    runs its own forward on a copy, under the random state its recorded call drew from.
+    Fake quantization's straight-through rule is checked against the clip it stands for
+    (the op cases keep x a grid step away from the clip's bounds).
+    """
+    if alone and len(node.inputs) == len(inputs) and all(a is b for a, b in zip(node.inputs, inputs)):
+        moved = [x if d is None else Tensor(x.data + t * d.data) for x, d in zip(inputs, tangents)]
+        backend.set_rng_state(state)
+        with mdl.no_grad():
+            return tuple(y.data for y in _tuple(fn(*moved)))
+    arrays = [x.data if d is None else x.data + t * d.data for x, d in zip(node.inputs, tangents)]
+    if isinstance(node, FakeQuantize):  # the straight-through rule is the derivative of the clip it stands for
+        return (np.clip(arrays[0], node.scale * (node.q_min - node.zero_point),
+                        node.scale * (node.q_max - node.zero_point)),)
+    backend.set_rng_state(state)
+    return _tuple(copy.copy(node).forward(*arrays))
+
+
+def _tangents(node, rng):
+    """A random tangent for each input that requires a gradient, 0 where the input is infinite
+    (a −inf border is a constant: its tangent is 0, and differences cannot see past it)."""
+    return [Tensor(np.where(np.isfinite(x.data), rng.standard_normal(x.shape), 0.0)) if x.requires_grad else None
+            for x in node.inputs]
+
+
+def _jvp(node, tangents):
+    dys = _tuple(node.jvp(*tangents))
+    outputs = [ref() for ref in node.outputs]
+    assert len(dys) == len(outputs), f"{type(node).__name__}.jvp gave {len(dys)} tangents for {len(outputs)} outputs"
+    return [np.zeros(y.shape) if dy is None else dy.numpy() for dy, y in zip(dys, outputs)]
+
+
+def _check_node(name, node, state, alone, fn, inputs, seed):
+    rng = np.random.default_rng(seed)
+    kind = type(node).__name__
+    tangents = _tangents(node, rng)
+    assert any(d is not None for d in tangents)
+    dys = _jvp(node, tangents)
+    for dy, y in zip(dys, node.outputs):
+        assert dy.shape == y().shape, f"{name}: {kind}.jvp gave shape {dy.shape} for an output of {y().shape}"
+
+    # 1. central differences along the tangents
+    plus = _forward_along(node, state, alone, fn, inputs, tangents, STEP)
+    minus = _forward_along(node, state, alone, fn, inputs, tangents, -STEP)
+    for k, (dy, a, b) in enumerate(zip(dys, plus, minus)):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        with np.errstate(invalid="ignore"):  # an infinite constant (a −inf border) does not move: 0
+            fd = np.where(a == b, 0.0, (a - b) / (2 * STEP))
+        scale = max(1.0, float(np.abs(fd).max(initial=0)))
+        error = float(np.abs(dy - fd).max(initial=0))
+        assert error <= FD_TOLERANCE * scale, f"{name}: {kind}.jvp output {k} differs from central " \
+                                              f"differences by {error:.3g} (scale {scale:.3g})"
+
+    # 2. the adjoint identity with the backward
+    us = [rng.standard_normal(dy.shape) for dy in dys]
+    with mdl.no_grad():
+        grads = _tuple(node.backward(*[Tensor(u) for u in us]))
+    forward_products = [u * dy for u, dy in zip(us, dys)]
+    backward_products = [g.numpy() * d.numpy() for g, d in zip(grads, tangents) if g is not None and d is not None]
+    left = sum(float(p.sum()) for p in forward_products)
+    right = sum(float(p.sum()) for p in backward_products)
+    magnitude = sum(float(np.abs(p).sum()) for p in forward_products + backward_products)
+    assert abs(left - right) <= ADJOINT_ULPS * EPS * magnitude, \
+        f"{name}: {kind}: <u, J v> = {left!r} but <J^T u, v> = {right!r} (magnitude {magnitude:.3g})"
+
+    # 3. linear in the tangents: a None tangent is a zero tangent
+    live = [i for i, d in enumerate(tangents) if d is not None]
+    if len(live) > 1:
+        parts = [_jvp(node, [d if i == j else None for j, d in enumerate(tangents)]) for i in live]
+        for k, dy in enumerate(dys):
+            np.testing.assert_allclose(sum(p[k] for p in parts), dy, rtol=1e-12, atol=1e-12 * max(1, np.abs(dy).max()))
+
+
+def _cases_with_nodes():
+    """The op cases that record at least one node of the modules above, and those nodes' classes."""
+    found, classes = [], set()
+    for case in cases():
+        outputs, mine = _run(case[1], case[2])
+        if mine:
+            found.append(case)
+            classes |= {type(call[0]) for call in mine}
+    return found, classes
+
+
+CASES, CLASSES_RUN = _cases_with_nodes()
+
+
+@pytest.mark.parametrize("name,fn,inputs", CASES, ids=[c[0] for c in CASES])
+def test_tangent_rule_against_differences_and_backward(name, fn, inputs):
+    outputs, mine = _run(fn, inputs)
+    for i, (node, state, _, alone) in enumerate(mine):
+        _check_node(name, node, state, alone, fn, inputs, seed=i)
+
+
+def _function_classes(base):
+    for cls in base.__subclasses__():
+        yield cls
+        yield from _function_classes(cls)
+
+
+def test_every_function_of_these_modules_has_a_tangent_rule():
+    """Each Function class defined in the modules above defines jvp itself (not inherited)."""
+    import importlib
+    for module in MODULES:
+        importlib.import_module(module)
+    classes = {cls for cls in _function_classes(Function) if cls.__module__ in MODULES}
+    assert len(classes) >= 40
+    missing = sorted(cls.__qualname__ for cls in classes if "jvp" not in vars(cls))
+    assert not missing, f"Functions without a tangent rule: {missing}"
+
+
+def test_every_op_function_of_these_modules_is_checked_by_a_case():
+    """Each such Function of minidl.ops is a recorded node of some op case, so the test above checks its jvp."""
+    ops = {cls for cls in _function_classes(Function) if cls.__module__ in MODULES
+           and cls.__module__.startswith("minidl.ops.")}
+    not_run = sorted(cls.__qualname__ for cls in ops - CLASSES_RUN)
+    assert not not_run, f"ops whose tangent rule no op case checks: {not_run}"
