@@ -284,3 +284,53 @@ def test_data_parallel_boundaries_pass_the_tangent_through():
     seen |= _check_case("unit_boundary", lambda x, shard: _UnitBoundary(_Unit(5), _Owner())(x, shard),
                         [_leaf(rng, 3, 2), _leaf(rng, 5)])
     assert seen == {_BackwardStarts, _UnitBoundary} and step.opened == 1  # the adjoint check ran its backward
+
+
+# ---------------------------------------------------------------- the rules differentiate again
+# The ops whose tangent depends on the input's value (the others' tangent is the op itself applied
+# to ẋ, whose own gradient is checked as an op): their rules must be differentiable Tensor code,
+# with respect to x and to ẋ, so that forward over reverse gives Hessians.
+NONLINEAR = ("Conv2dStride1", "ScatterReduce", "Normalize", "NormalizeGrad", "CrossEntropy", "CrossEntropyGrad",
+             "BinaryCrossEntropy", "ScaledDotProductAttention", "AttentionGrad")
+
+
+def _first_case_of_each(names):
+    found = {}
+    for name, fn, inputs in CASES:
+        for k, call in enumerate(_run(fn, inputs)[1]):
+            kind = type(call[0]).__name__
+            if kind in names and kind not in found and (kind != "ScatterReduce" or "prod" in name):
+                found[kind] = (name, fn, inputs, k)
+    return [found[kind] + (kind,) for kind in names]
+
+
+@pytest.mark.parametrize("name,fn,inputs,k,kind", _first_case_of_each(NONLINEAR), ids=NONLINEAR)
+def test_tangent_rule_is_differentiable(name, fn, inputs, k, kind):
+    """gradcheck of (case inputs, tangents) ↦ the node's jvp: second derivatives through the rule."""
+    outputs, mine = _run(fn, inputs)
+    node = mine[k][0]
+    rng = np.random.default_rng(7)
+    positions = [i for i, x in enumerate(node.inputs) if x.requires_grad]
+    tangents = [Tensor(rng.standard_normal(node.inputs[i].shape), requires_grad=True) for i in positions]
+
+    def rule(*args):
+        again = _run(fn, args[:len(inputs)])[1][k][0]  # the same node, recorded anew from these inputs
+        dxs = [None] * len(again.inputs)
+        for i, dx in zip(positions, args[len(inputs):]):
+            dxs[i] = dx
+        return _tuple(again.jvp(*dxs))
+
+    assert mdl.gradcheck(rule, list(inputs) + tangents)
+
+
+def test_checkpoint_tangent_rule_is_differentiable():
+    """Under grad mode the segment's rule records its graph (create_graph), so it differentiates again."""
+    import minidl.functional as F
+    from minidl.checkpoint import checkpoint
+    rng = np.random.default_rng(4)
+
+    def rule(x, w, dx, dw):
+        y = checkpoint(lambda a: F.tanh(a @ w) * a.sum(), x)
+        return y.creator.jvp(dx, dw)
+
+    assert mdl.gradcheck(rule, [_leaf(rng, 3, 4), _leaf(rng, 4, 2), _leaf(rng, 3, 4), _leaf(rng, 4, 2)])
