@@ -111,6 +111,17 @@ def _compress(tensor: Tensor, dtype):
 
 
 # ---------------------------------------------------------------- the checkpoint node
+_TENSOR = object()  # marks where the template of fn's arguments takes a tensor
+
+
+def _as_tuple(outputs, where):
+    if isinstance(outputs, Tensor):
+        return (outputs,)
+    if isinstance(outputs, (tuple, list)) and all(isinstance(o, Tensor) for o in outputs):
+        return tuple(outputs)
+    raise TypeError(f"{where}: fn must return a Tensor or a tuple of Tensors, got {type(outputs).__name__}")
+
+
 class CheckpointFunction(Function):
     """y = fn(x₁, …) computed without a graph;  dx = (∂fn/∂x)ᵀ dy by recomputing fn with one.
 
@@ -189,17 +200,6 @@ class CheckpointFunction(Function):
                 dys = autograd.grad(total, us, create_graph=create_graph, allow_unused=True)
         dys = tuple(Tensor(xp.zeros(u.shape, u.dtype)) if dy is None else dy for dy, u in zip(dys, us))
         return dys if self.multiple else dys[0]
-
-
-_TENSOR = object()  # marks where the template of fn's arguments takes a tensor
-
-
-def _as_tuple(outputs, where):
-    if isinstance(outputs, Tensor):
-        return (outputs,)
-    if isinstance(outputs, (tuple, list)) and all(isinstance(o, Tensor) for o in outputs):
-        return tuple(outputs)
-    raise TypeError(f"{where}: fn must return a Tensor or a tuple of Tensors, got {type(outputs).__name__}")
 
 
 def checkpoint(fn, *inputs, preserve_rng_state: bool = True):

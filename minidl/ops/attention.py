@@ -44,6 +44,70 @@ from minidl.tensor import Tensor, as_tensor
 TENSOR_METHODS = ()
 
 
+def _sum_to(a, shape):
+    """The array ``a`` summed down to ``shape`` over the axes broadcasting added or stretched."""
+    if a.shape == tuple(shape):
+        return a
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
+    return a.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def _probabilities(q, k, bias, scale, mask):
+    """P = softmax(s·Q Kᵀ + B) on arrays, and the rows with every key masked (None without a mask)."""
+    xp = xp_of(q)
+    z = q @ xp.swapaxes(k, -1, -2)
+    z *= scale
+    if bias is not None:
+        z += bias
+    if mask is not None:
+        xp.copyto(z, z.dtype.type(-np.inf), where=~mask)
+    m = z.max(axis=-1, keepdims=True)
+    dead = None
+    if bias is not None or mask is not None:
+        dead = m == -np.inf
+        m = xp.where(dead, 0, m)  # a row of −∞ stays −∞ − 0 (e⁻∞ = 0), not −∞ + ∞ = NaN
+    z -= m
+    e = xp.exp(z, out=z)  # in place: z is ours, and not needed again
+    total = e.sum(axis=-1, keepdims=True)
+    e /= total if dead is None else xp.where(dead, 1, total)
+    return e, dead
+
+
+def _probabilities_op(q, k, bias, scale, mask, dead):
+    """The same P from differentiable ops (for the second derivative)."""
+    z = (q @ swap_last_axes(k)) * scale
+    if bias is not None:
+        z = z + bias
+    if mask is not None:
+        z = where(mask, z, -math.inf)
+    if dead is None:
+        return softmax(z, axis=-1)
+    return where(dead, 0.0, softmax(where(dead, 0.0, z), axis=-1))
+
+
+def _scores_tangent(q, k, dq, dk, dbias, scale):
+    """Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ, the scores' tangent (None when every tangent is)."""
+    terms = [a @ swap_last_axes(b) * scale for a, b in ((dq, k), (q, dk)) if a is not None and b is not None]
+    if dbias is not None:
+        terms.append(dbias)
+    if not terms:
+        return None
+    dz = terms[0]
+    for term in terms[1:]:
+        dz = dz + term
+    return dz
+
+
+def _as_input(op, name, value):
+    x = as_tensor(value)
+    if x.dtype.kind != "f":
+        raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
+    if x.ndim < 2:
+        raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
+    return x
+
+
 class ScaledDotProductAttention(Function):
     """O = (P ⊙ D) V with P = softmax(s·Q Kᵀ + B);  dV = (P ⊙ D)ᵀ dO,  dZ = P ⊙ (dP − Σ_j dP_j P_j),
     dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ  with dP = (dO Vᵀ) ⊙ D;
@@ -177,71 +241,7 @@ class AttentionGrad(Function):
         return tangents if bias is None else tangents + (sum_to(dgz, bias.shape),)
 
 
-def _scores_tangent(q, k, dq, dk, dbias, scale):
-    """Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ, the scores' tangent (None when every tangent is)."""
-    terms = [a @ swap_last_axes(b) * scale for a, b in ((dq, k), (q, dk)) if a is not None and b is not None]
-    if dbias is not None:
-        terms.append(dbias)
-    if not terms:
-        return None
-    dz = terms[0]
-    for term in terms[1:]:
-        dz = dz + term
-    return dz
-
-
-def _sum_to(a, shape):
-    """The array ``a`` summed down to ``shape`` over the axes broadcasting added or stretched."""
-    if a.shape == tuple(shape):
-        return a
-    lead = a.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
-    return a.sum(axis=axes, keepdims=True).reshape(shape)
-
-
-def _probabilities(q, k, bias, scale, mask):
-    """P = softmax(s·Q Kᵀ + B) on arrays, and the rows with every key masked (None without a mask)."""
-    xp = xp_of(q)
-    z = q @ xp.swapaxes(k, -1, -2)
-    z *= scale
-    if bias is not None:
-        z += bias
-    if mask is not None:
-        xp.copyto(z, z.dtype.type(-np.inf), where=~mask)
-    m = z.max(axis=-1, keepdims=True)
-    dead = None
-    if bias is not None or mask is not None:
-        dead = m == -np.inf
-        m = xp.where(dead, 0, m)  # a row of −∞ stays −∞ − 0 (e⁻∞ = 0), not −∞ + ∞ = NaN
-    z -= m
-    e = xp.exp(z, out=z)  # in place: z is ours, and not needed again
-    total = e.sum(axis=-1, keepdims=True)
-    e /= total if dead is None else xp.where(dead, 1, total)
-    return e, dead
-
-
-def _probabilities_op(q, k, bias, scale, mask, dead):
-    """The same P from differentiable ops (for the second derivative)."""
-    z = (q @ swap_last_axes(k)) * scale
-    if bias is not None:
-        z = z + bias
-    if mask is not None:
-        z = where(mask, z, -math.inf)
-    if dead is None:
-        return softmax(z, axis=-1)
-    return where(dead, 0.0, softmax(where(dead, 0.0, z), axis=-1))
-
-
 # ---------------------------------------------------------------- the functional form
-def _as_input(op, name, value):
-    x = as_tensor(value)
-    if x.dtype.kind != "f":
-        raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
-    if x.ndim < 2:
-        raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
-    return x
-
-
 @autocast_to("float32")  # minidl's fused attention computes on float32 arrays (PyTorch: lower)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False) -> Tensor:

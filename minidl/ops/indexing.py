@@ -81,6 +81,40 @@ def _positions(index, dim):
     return tuple(key)
 
 
+def _checked_index(op, x, dim, index, src=None):
+    """dim normalized and index checked against PyTorch's rules for gather and scatter."""
+    dim = _dim(op, dim, x.ndim, x.shape)
+    index_tensor = _index(op, index, x)
+    index = index_tensor.data
+    if index.ndim != x.ndim:
+        raise ValueError(f"{op}: index of shape {index.shape} must have as many dims as the input "
+                         f"of shape {x.shape}")
+    if src is not None and src.ndim != x.ndim:
+        raise ValueError(f"{op}: src of shape {src.shape} must have as many dims as the input of shape {x.shape}")
+    for d, (n, m) in enumerate(zip(index.shape, x.shape)):
+        if d != dim and n > m:
+            raise ValueError(f"{op}: index of shape {index.shape} is larger than the input of shape "
+                             f"{x.shape} at dim {d}; only dim {dim} may differ")
+        if src is not None and n > src.shape[d]:
+            raise ValueError(f"{op}: index of shape {index.shape} is larger than src of shape {src.shape} "
+                             f"at dim {d}")
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= max(x.shape[dim] if x.ndim else 1, 1)):
+        raise ValueError(f"{op}: index holds {int(index.min())}..{int(index.max())}, out of range "
+                         f"for size {x.shape[dim] if x.ndim else 1} at dim {dim} (0 to size - 1)")
+    return dim, index_tensor
+
+
+def _source(op, x, dim, index, src, value):
+    """src cut to index's shape (PyTorch reads only that window of a larger src)."""
+    if (src is None) == (value is None):
+        raise TypeError(f"{op}: pass exactly one of src (a Tensor) and value (a number)")
+    if src is None:
+        return None
+    if src.shape != index.shape:
+        src = getitem(src, tuple(slice(0, n) for n in index.shape))
+    return src
+
+
 class Gather(Function):
     """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add);
     ẏ[i][j] = ẋ[i][index[i][j]].
@@ -107,6 +141,12 @@ class Gather(Function):
         return Gather(self.dim, self.index)(dx)
 
 
+def gather(x: Tensor, dim: int, index) -> Tensor:
+    """PyTorch's ``gather``: ``y[i][j] = x[i][index[i][j]]`` for dim = 1; y has index's shape."""
+    dim, index = _checked_index("gather", x, dim, index)
+    return Gather(dim, index)(x)
+
+
 class ScatterAdd(Function):
     """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
 
@@ -131,6 +171,13 @@ class ScatterAdd(Function):
         if dsrc is None:
             return dx
         return ScatterAdd(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
+
+
+def scatter_add(x: Tensor, dim: int, index, src) -> Tensor:
+    """PyTorch's out-of-place ``scatter_add``: x with ``src[i][j]`` added at ``[i][index[i][j]]`` (repeats add)."""
+    src = as_tensor(src, like=x)
+    dim, index = _checked_index("scatter_add", x, dim, index, src)
+    return ScatterAdd(dim, index)(x, _source("scatter_add", x, dim, index, src, None))
 
 
 class Scatter(Function):
@@ -163,46 +210,6 @@ class Scatter(Function):
         return Scatter(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
 
 
-def _checked_index(op, x, dim, index, src=None):
-    """dim normalized and index checked against PyTorch's rules for gather and scatter."""
-    dim = _dim(op, dim, x.ndim, x.shape)
-    index_tensor = _index(op, index, x)
-    index = index_tensor.data
-    if index.ndim != x.ndim:
-        raise ValueError(f"{op}: index of shape {index.shape} must have as many dims as the input "
-                         f"of shape {x.shape}")
-    if src is not None and src.ndim != x.ndim:
-        raise ValueError(f"{op}: src of shape {src.shape} must have as many dims as the input of shape {x.shape}")
-    for d, (n, m) in enumerate(zip(index.shape, x.shape)):
-        if d != dim and n > m:
-            raise ValueError(f"{op}: index of shape {index.shape} is larger than the input of shape "
-                             f"{x.shape} at dim {d}; only dim {dim} may differ")
-        if src is not None and n > src.shape[d]:
-            raise ValueError(f"{op}: index of shape {index.shape} is larger than src of shape {src.shape} "
-                             f"at dim {d}")
-    if index.size and (int(index.min()) < 0 or int(index.max()) >= max(x.shape[dim] if x.ndim else 1, 1)):
-        raise ValueError(f"{op}: index holds {int(index.min())}..{int(index.max())}, out of range "
-                         f"for size {x.shape[dim] if x.ndim else 1} at dim {dim} (0 to size - 1)")
-    return dim, index_tensor
-
-
-def gather(x: Tensor, dim: int, index) -> Tensor:
-    """PyTorch's ``gather``: ``y[i][j] = x[i][index[i][j]]`` for dim = 1; y has index's shape."""
-    dim, index = _checked_index("gather", x, dim, index)
-    return Gather(dim, index)(x)
-
-
-def _source(op, x, dim, index, src, value):
-    """src cut to index's shape (PyTorch reads only that window of a larger src)."""
-    if (src is None) == (value is None):
-        raise TypeError(f"{op}: pass exactly one of src (a Tensor) and value (a number)")
-    if src is None:
-        return None
-    if src.shape != index.shape:
-        src = getitem(src, tuple(slice(0, n) for n in index.shape))
-    return src
-
-
 def scatter(x: Tensor, dim: int, index, src=None, *, value=None) -> Tensor:
     """PyTorch's out-of-place ``scatter``: x with ``src[i][j]`` (or ``value``) written at ``[i][index[i][j]]``.
 
@@ -217,13 +224,6 @@ def scatter(x: Tensor, dim: int, index, src=None, *, value=None) -> Tensor:
     if src is None:
         return Scatter(dim, index, value)(x)
     return Scatter(dim, index)(x, src)
-
-
-def scatter_add(x: Tensor, dim: int, index, src) -> Tensor:
-    """PyTorch's out-of-place ``scatter_add``: x with ``src[i][j]`` added at ``[i][index[i][j]]`` (repeats add)."""
-    src = as_tensor(src, like=x)
-    dim, index = _checked_index("scatter_add", x, dim, index, src)
-    return ScatterAdd(dim, index)(x, _source("scatter_add", x, dim, index, src, None))
 
 
 def index_select(x: Tensor, dim: int, index) -> Tensor:

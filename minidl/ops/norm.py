@@ -24,6 +24,31 @@ from minidl.ops.shape import reshape
 from minidl.tensor import Tensor, as_tensor
 
 
+def _affine(op, y, weight, bias, shape, expected):
+    """y · weight + bias, each reshaped to ``shape`` for broadcasting; checked against ``expected``."""
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != tuple(expected):
+            raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
+    if weight is not None:
+        y = y * reshape(as_tensor(weight), shape)
+    if bias is not None:
+        y = y + reshape(as_tensor(bias), shape)
+    return y
+
+
+def _array(value):
+    return value.data if isinstance(value, Tensor) else value
+
+
+def _check_running_stats(op, shape, running_mean, running_var):
+    """Each running statistic given holds one value per channel (axis 1 of an input of ``shape``)."""
+    channels = shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and tuple(stat.shape) != (channels,):
+            raise ValueError(f"{op}: {name} must have shape ({channels},), one value per channel of "
+                             f"the input {shape}, got {tuple(stat.shape)}")
+
+
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
     dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad);
@@ -109,31 +134,6 @@ class NormalizeGrad(Function):
         c = mean(u * x_hat, axis=axes, keepdims=True)
         e = mean(u * gy_centered, axis=axes, keepdims=True)
         return -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * u_centered)
-
-
-def _affine(op, y, weight, bias, shape, expected):
-    """y · weight + bias, each reshaped to ``shape`` for broadcasting; checked against ``expected``."""
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and tuple(p.shape) != tuple(expected):
-            raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
-    if weight is not None:
-        y = y * reshape(as_tensor(weight), shape)
-    if bias is not None:
-        y = y + reshape(as_tensor(bias), shape)
-    return y
-
-
-def _array(value):
-    return value.data if isinstance(value, Tensor) else value
-
-
-def _check_running_stats(op, shape, running_mean, running_var):
-    """Each running statistic given holds one value per channel (axis 1 of an input of ``shape``)."""
-    channels = shape[1]
-    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None and tuple(stat.shape) != (channels,):
-            raise ValueError(f"{op}: {name} must have shape ({channels},), one value per channel of "
-                             f"the input {shape}, got {tuple(stat.shape)}")
 
 
 @autocast_to("float32")

@@ -28,6 +28,87 @@ from minidl.tensor import Tensor, as_tensor
 TENSOR_METHODS = ()
 
 
+def _channels_last(x) -> bool:
+    """True when x (N, C, H, W) is a view of a contiguous (N, H, W, C) array (C > 1)."""
+    return x.shape[1] > 1 and x.transpose(0, 2, 3, 1).flags.c_contiguous and not x.flags.c_contiguous
+
+
+def _padded(x, sides, last, value):
+    """x (N, C, H, W) in the work's layout ((N, H, W, C) if ``last``), padded with ``value``."""
+    xp = xp_of(x)
+    x = x.transpose(0, 2, 3, 1) if last else x
+    (pt, pb), (pl, pr) = sides
+    if not (pt or pb or pl or pr):
+        return x
+    widths = ((0, 0), (pt, pb), (pl, pr), (0, 0)) if last else ((0, 0), (0, 0), (pt, pb), (pl, pr))
+    return xp.pad(x, widths, constant_values=value)
+
+
+# ---------------------------------------------------------------- arguments
+def _windows_along(op, size, k, s, p, d, ceil_mode):
+    """(number of windows, (pad before, pad after)) along one axis; ceil_mode pads further after.
+
+    With ``ceil_mode`` a kernel wider than the padded axis by less than a stride still
+    gives one window (PyTorch's rule), running past the end into the padding.
+    """
+    span = size + 2 * p - d * (k - 1) - 1
+    count = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (count - 1) * s >= size + p:  # a last window starting in the right padding is dropped
+        count -= 1
+    if count < 1:
+        return None
+    return count, (p, max(p, (count - 1) * s + d * (k - 1) + 1 - size - p))
+
+
+def _pool_args(op, x, kernel_size, stride, padding, dilation=1, ceil_mode=False, spatial=2):
+    """kernel, stride, dilation, output size and padding sides (all pairs) of a 2-D pooling, checked."""
+    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
+    if x.ndim != spatial + 2:
+        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
+    if spatial == 1:
+        kernel = (1, _single(kernel_size, "kernel_size", op, 1))
+        stride = kernel if stride is None else (1, _single(stride, "stride", op, 1))
+        padding, dilation = (0, _single(padding, "padding", op, 0)), (1, _single(dilation, "dilation", op, 1))
+    else:
+        kernel = as_pair(kernel_size, "kernel_size", op, 1)
+        stride = kernel if stride is None or stride == () else as_pair(stride, "stride", op, 1)
+        padding, dilation = as_pair(padding, "padding", op, 0), as_pair(dilation, "dilation", op, 1)
+    shown = (lambda v: v[1]) if spatial == 1 else (lambda v: v)  # noqa: E731
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{op}: padding {shown(padding)} must be at most half the kernel size {shown(kernel)}, "
+                         "so that every window holds at least one input element")
+    sizes = x.shape[2:] if spatial == 2 else (1,) + x.shape[2:]
+    axes = [_windows_along(op, *args, ceil_mode) for args in zip(sizes, kernel, stride, padding, dilation)]
+    if None in axes:
+        raise ValueError(f"{op}: kernel {shown(kernel)} is larger than the padded input (input "
+                         f"{tuple(x.shape[2:])}, padding {shown(padding)}, dilation {shown(dilation)})")
+    (oh, sides_h), (ow, sides_w) = axes
+    return kernel, stride, dilation, (oh, ow), (sides_h, sides_w)
+
+
+def _as_image(x, spatial):
+    """(N, C, L) as (N, C, 1, L) for the 1-D forms."""
+    return x if spatial == 2 else reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+
+
+def _as_signal(y, spatial):
+    return y if spatial == 2 else reshape(y, y.shape[0], y.shape[1], y.shape[3])
+
+
+# ---------------------------------------------------------------- max pooling
+def _max_pool(op, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, spatial):
+    x = as_tensor(x)
+    kernel, stride, dilation, _, sides = _pool_args(op, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                                    spatial)
+    if not is_floating(x.dtype):
+        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
+    pool = MaxPool2d(kernel, stride, sides, dilation)
+    y = _as_signal(pool(_as_image(x, spatial)), spatial)
+    if not return_indices:
+        return y
+    return y, Tensor(pool.local.reshape(y.shape))  # in 1-D, i·W + j is the position j along L
+
+
 class MaxPool2d(Function):
     """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
     dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding;
@@ -171,87 +252,6 @@ class MaxPoolGather(Function):
 
     def jvp(self, dx):
         return MaxPoolGather(self.pool)(dx)
-
-
-def _channels_last(x) -> bool:
-    """True when x (N, C, H, W) is a view of a contiguous (N, H, W, C) array (C > 1)."""
-    return x.shape[1] > 1 and x.transpose(0, 2, 3, 1).flags.c_contiguous and not x.flags.c_contiguous
-
-
-def _padded(x, sides, last, value):
-    """x (N, C, H, W) in the work's layout ((N, H, W, C) if ``last``), padded with ``value``."""
-    xp = xp_of(x)
-    x = x.transpose(0, 2, 3, 1) if last else x
-    (pt, pb), (pl, pr) = sides
-    if not (pt or pb or pl or pr):
-        return x
-    widths = ((0, 0), (pt, pb), (pl, pr), (0, 0)) if last else ((0, 0), (0, 0), (pt, pb), (pl, pr))
-    return xp.pad(x, widths, constant_values=value)
-
-
-# ---------------------------------------------------------------- arguments
-def _windows_along(op, size, k, s, p, d, ceil_mode):
-    """(number of windows, (pad before, pad after)) along one axis; ceil_mode pads further after.
-
-    With ``ceil_mode`` a kernel wider than the padded axis by less than a stride still
-    gives one window (PyTorch's rule), running past the end into the padding.
-    """
-    span = size + 2 * p - d * (k - 1) - 1
-    count = (-(-span // s) if ceil_mode else span // s) + 1
-    if ceil_mode and (count - 1) * s >= size + p:  # a last window starting in the right padding is dropped
-        count -= 1
-    if count < 1:
-        return None
-    return count, (p, max(p, (count - 1) * s + d * (k - 1) + 1 - size - p))
-
-
-def _pool_args(op, x, kernel_size, stride, padding, dilation=1, ceil_mode=False, spatial=2):
-    """kernel, stride, dilation, output size and padding sides (all pairs) of a 2-D pooling, checked."""
-    layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
-    if x.ndim != spatial + 2:
-        raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
-    if spatial == 1:
-        kernel = (1, _single(kernel_size, "kernel_size", op, 1))
-        stride = kernel if stride is None else (1, _single(stride, "stride", op, 1))
-        padding, dilation = (0, _single(padding, "padding", op, 0)), (1, _single(dilation, "dilation", op, 1))
-    else:
-        kernel = as_pair(kernel_size, "kernel_size", op, 1)
-        stride = kernel if stride is None or stride == () else as_pair(stride, "stride", op, 1)
-        padding, dilation = as_pair(padding, "padding", op, 0), as_pair(dilation, "dilation", op, 1)
-    shown = (lambda v: v[1]) if spatial == 1 else (lambda v: v)  # noqa: E731
-    if any(2 * p > k for p, k in zip(padding, kernel)):
-        raise ValueError(f"{op}: padding {shown(padding)} must be at most half the kernel size {shown(kernel)}, "
-                         "so that every window holds at least one input element")
-    sizes = x.shape[2:] if spatial == 2 else (1,) + x.shape[2:]
-    axes = [_windows_along(op, *args, ceil_mode) for args in zip(sizes, kernel, stride, padding, dilation)]
-    if None in axes:
-        raise ValueError(f"{op}: kernel {shown(kernel)} is larger than the padded input (input "
-                         f"{tuple(x.shape[2:])}, padding {shown(padding)}, dilation {shown(dilation)})")
-    (oh, sides_h), (ow, sides_w) = axes
-    return kernel, stride, dilation, (oh, ow), (sides_h, sides_w)
-
-
-def _as_image(x, spatial):
-    """(N, C, L) as (N, C, 1, L) for the 1-D forms."""
-    return x if spatial == 2 else reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
-
-
-def _as_signal(y, spatial):
-    return y if spatial == 2 else reshape(y, y.shape[0], y.shape[1], y.shape[3])
-
-
-# ---------------------------------------------------------------- max pooling
-def _max_pool(op, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, spatial):
-    x = as_tensor(x)
-    kernel, stride, dilation, _, sides = _pool_args(op, x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                    spatial)
-    if not is_floating(x.dtype):
-        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
-    pool = MaxPool2d(kernel, stride, sides, dilation)
-    y = _as_signal(pool(_as_image(x, spatial)), spatial)
-    if not return_indices:
-        return y
-    return y, Tensor(pool.local.reshape(y.shape))  # in 1-D, i·W + j is the position j along L
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):

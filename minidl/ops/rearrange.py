@@ -194,6 +194,13 @@ def repeat_interleave(x: Tensor, repeats, dim: int | None = None) -> Tensor:
 
 
 # ---------------------------------------------------------------- tril, triu, diagonal
+def _triangle(op, x, diagonal, lower):
+    if x.ndim < 2:
+        raise ValueError(f"{op}: needs a tensor with at least 2 dims (a matrix or a batch of them), "
+                         f"got shape {x.shape}")
+    return Triangle(lower, operator.index(diagonal))(x)
+
+
 class Triangle(Function):
     """y = x on one side of a diagonal of the last two axes, 0 on the other;  dx = dy with the same zeros;
     ẏ = ẋ with the same zeros.
@@ -218,13 +225,6 @@ class Triangle(Function):
 
     def jvp(self, dx):
         return Triangle(self.lower, self.diagonal)(dx)
-
-
-def _triangle(op, x, diagonal, lower):
-    if x.ndim < 2:
-        raise ValueError(f"{op}: needs a tensor with at least 2 dims (a matrix or a batch of them), "
-                         f"got shape {x.shape}")
-    return Triangle(lower, operator.index(diagonal))(x)
 
 
 def tril(x: Tensor, diagonal: int = 0) -> Tensor:

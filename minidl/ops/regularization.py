@@ -21,6 +21,11 @@ from minidl.ops.shape import getitem
 from minidl.tensor import Tensor, as_tensor
 
 
+def _check_p(op, p, what="an element"):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        raise ValueError(f"{op}: p is the probability of zeroing {what} and must be in [0, 1), got {p!r}")
+
+
 class Dropout(Function):
     """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p);
     ẏ = ẋ · m / (1 − p), the same mask.
@@ -46,11 +51,6 @@ class Dropout(Function):
 
     def jvp(self, dx):
         return dx * Tensor(self.scale)
-
-
-def _check_p(op, p, what="an element"):
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
-        raise ValueError(f"{op}: p is the probability of zeroing {what} and must be in [0, 1), got {p!r}")
 
 
 def dropout(x, p=0.5, training=True) -> Tensor:

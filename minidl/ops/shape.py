@@ -136,34 +136,6 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
-class Transpose(Function):
-    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation;
-    ẏ = ẋ permuted alike.
-
-    ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
-    or None to reverse the axes. The inverse permutation p⁻¹ satisfies
-    p⁻¹[p[i]] = i, computed from the axes made non-negative.
-    """
-    saved_inputs = ()
-
-    def __init__(self, axes):
-        self.axes = axes
-
-    def forward(self, x):
-        return x.transpose(self.axes)
-
-    def backward(self, gy):
-        if self.axes is None:
-            return Transpose(None)(gy)
-        inverse = [0] * len(self.axes)
-        for i, axis in enumerate(self.axes):
-            inverse[axis % len(self.axes)] = i
-        return Transpose(tuple(inverse))(gy)
-
-    def jvp(self, dx):
-        return Transpose(self.axes)(dx)
-
-
 def _bad_axes(x, axes, why, op="transpose"):
     ndim = x.ndim
     example = tuple(reversed(range(ndim)))
@@ -199,6 +171,34 @@ def _varargs(values):
     if len(values) == 1 and isinstance(values[0], (tuple, list)):
         return tuple(values[0])
     return tuple(values)
+
+
+class Transpose(Function):
+    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation;
+    ẏ = ẋ permuted alike.
+
+    ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
+    or None to reverse the axes. The inverse permutation p⁻¹ satisfies
+    p⁻¹[p[i]] = i, computed from the axes made non-negative.
+    """
+    saved_inputs = ()
+
+    def __init__(self, axes):
+        self.axes = axes
+
+    def forward(self, x):
+        return x.transpose(self.axes)
+
+    def backward(self, gy):
+        if self.axes is None:
+            return Transpose(None)(gy)
+        inverse = [0] * len(self.axes)
+        for i, axis in enumerate(self.axes):
+            inverse[axis % len(self.axes)] = i
+        return Transpose(tuple(inverse))(gy)
+
+    def jvp(self, dx):
+        return Transpose(self.axes)(dx)
 
 
 def transpose(x: Tensor, *axes, dim0: int | None = None, dim1: int | None = None) -> Tensor:
@@ -583,6 +583,39 @@ def stack(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
     return Stack(axis)(*[as_tensor(t) for t in tensors])
 
 
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_pairs(x, widths, mode):
+    """PyTorch's flat ``pad`` tuple as (before, after) pairs for the last dims, last dim first."""
+    if not isinstance(widths, (tuple, list)) or not all(isinstance(w, (int, np.integer)) for w in widths):
+        raise TypeError(f"pad: pad must be a flat tuple of ints, as PyTorch's (left, right) for the last dim, then "
+                        f"(top, bottom) for the dim before, ...; got {widths!r}. NumPy's per-axis "
+                        "((before, after), ...) is not accepted: reverse the axes and flatten it")
+    if len(widths) % 2:
+        raise ValueError(f"pad: pad must hold a (before, after) pair per padded dim, got {len(widths)} numbers")
+    pairs = [(int(widths[i]), int(widths[i + 1])) for i in range(0, len(widths), 2)]
+    if len(pairs) > x.ndim:
+        raise ValueError(f"pad: pad {tuple(widths)} names {len(pairs)} dims, but the tensor of shape {x.shape} "
+                         f"has {x.ndim}")
+    if mode != "constant" and not (1 <= len(pairs) <= 3 and x.ndim in (len(pairs) + 1, len(pairs) + 2)):
+        raise ValueError(f"pad: mode '{mode}' pads the last 1, 2 or 3 dims of an input with one or two more "
+                         f"dims (batch, channels); pad {tuple(widths)} pads {len(pairs)}, so the input needs "
+                         f"{len(pairs) + 1} or {len(pairs) + 2} dims, got shape {x.shape}")
+    return pairs[::-1]  # now first to last axis
+
+
+def _source_index(n, before, after, mode):
+    """Where each place of an axis of size n, padded by (before, after), copies its value from."""
+    p = np.arange(-before, n + after)
+    if mode == "reflect":
+        p = np.abs(p)
+        return np.where(p > n - 1, 2 * (n - 1) - p, p)
+    if mode == "replicate":
+        return np.clip(p, 0, n - 1)
+    return p % n
+
+
 class Pad(Function):
     """y = x with borders, a constant or copies of x's own values;
     dx = the interior of dy (constant mode), or dy added back onto the sources;
@@ -620,39 +653,6 @@ class Pad(Function):
 
     def jvp(self, dx):
         return Pad(self.widths, self.mode, 0 if self.mode == "constant" else None, self.key)(dx)
-
-
-PAD_MODES = ("constant", "reflect", "replicate", "circular")
-
-
-def _pad_pairs(x, widths, mode):
-    """PyTorch's flat ``pad`` tuple as (before, after) pairs for the last dims, last dim first."""
-    if not isinstance(widths, (tuple, list)) or not all(isinstance(w, (int, np.integer)) for w in widths):
-        raise TypeError(f"pad: pad must be a flat tuple of ints, as PyTorch's (left, right) for the last dim, then "
-                        f"(top, bottom) for the dim before, ...; got {widths!r}. NumPy's per-axis "
-                        "((before, after), ...) is not accepted: reverse the axes and flatten it")
-    if len(widths) % 2:
-        raise ValueError(f"pad: pad must hold a (before, after) pair per padded dim, got {len(widths)} numbers")
-    pairs = [(int(widths[i]), int(widths[i + 1])) for i in range(0, len(widths), 2)]
-    if len(pairs) > x.ndim:
-        raise ValueError(f"pad: pad {tuple(widths)} names {len(pairs)} dims, but the tensor of shape {x.shape} "
-                         f"has {x.ndim}")
-    if mode != "constant" and not (1 <= len(pairs) <= 3 and x.ndim in (len(pairs) + 1, len(pairs) + 2)):
-        raise ValueError(f"pad: mode '{mode}' pads the last 1, 2 or 3 dims of an input with one or two more "
-                         f"dims (batch, channels); pad {tuple(widths)} pads {len(pairs)}, so the input needs "
-                         f"{len(pairs) + 1} or {len(pairs) + 2} dims, got shape {x.shape}")
-    return pairs[::-1]  # now first to last axis
-
-
-def _source_index(n, before, after, mode):
-    """Where each place of an axis of size n, padded by (before, after), copies its value from."""
-    p = np.arange(-before, n + after)
-    if mode == "reflect":
-        p = np.abs(p)
-        return np.where(p > n - 1, 2 * (n - 1) - p, p)
-    if mode == "replicate":
-        return np.clip(p, 0, n - 1)
-    return p % n
 
 
 def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
