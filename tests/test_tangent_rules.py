@@ -334,3 +334,25 @@ def test_checkpoint_tangent_rule_is_differentiable():
         return y.creator.jvp(dx, dw)
 
     assert mdl.gradcheck(rule, [_leaf(rng, 3, 4), _leaf(rng, 4, 2), _leaf(rng, 3, 4), _leaf(rng, 4, 2)])
+
+
+# ---------------------------------------------------------------- on the GPU
+# (not dropout: the GPU's random stream is not the CPU's, so the masks differ)
+ON_DEVICE = ("layer_norm", "batch_norm", "conv2d", "conv1d", "max_pool2d", "cross_entropy", "scatter_reduce_prod",
+             "scaled_dot_product_attention_float_mask", "pad_reflect", "concatenate", "scatter", "normalize_grad",
+             "col2im")
+
+
+@pytest.mark.parametrize("name", ON_DEVICE)
+def test_tangent_rules_give_the_same_numbers_on_the_gpu(name, standin_or_gpu):
+    """The rules run on CuPy arrays (the stand-in's strict rules where there is no GPU) and agree with NumPy's."""
+    fn, inputs = next((c[1], c[2]) for c in cases() if c[0] == name)
+    on_device = [Tensor(x.data, requires_grad=x.requires_grad).to(standin_or_gpu) for x in inputs]
+    for (node, *_), (cpu_node, *_) in zip(_run(fn, on_device)[1], _run(fn, inputs)[1], strict=True):
+        rng = np.random.default_rng(0)
+        tangents = _tangents(cpu_node, rng)
+        dys = _tuple(node.jvp(*[None if d is None else d.to(standin_or_gpu) for d in tangents]))
+        expected = _jvp(cpu_node, tangents)
+        for dy, e in zip(dys, expected):
+            assert str(dy.device).startswith("cuda"), f"{name}: {type(node).__name__}.jvp left the GPU"
+            np.testing.assert_allclose(dy.numpy(), e, rtol=1e-12, atol=1e-12)
