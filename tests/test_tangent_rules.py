@@ -58,7 +58,8 @@ class _Recorder(FunctionHook):
 
 
 def _run(fn, inputs):
-    """The case's outputs and its recorded nodes of the modules above, as (node, rng state, outputs)."""
+    """The case's outputs and its recorded nodes of the modules above, as [node, rng state, outputs, alone]:
+    ``alone`` when the node is the whole case (then the state is the case's, else the node's own)."""
     recorder, start = _Recorder(), backend.get_rng_state()
     with recorder:
         outputs = fn(*inputs)
