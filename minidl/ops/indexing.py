@@ -186,7 +186,8 @@ class Scatter(Function):
     s is ``src``, or the number ``value`` (then there is no ds). dx is a
     scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
     dsrc then reads the same dy for each of the repeats. Tangent: ẏ = ẋ, then ẏ[i][index[i][j]] = ṡ[i][j]
-    (0 for a number), the same places written.
+    (0 for a number), the same places written; with repeats the tangent of the write that landed, so
+    there (only) the backward is not the tangent rule's transpose.
     """
     saved_inputs = ()
 
