@@ -96,6 +96,7 @@ def cases(seed: int = 0):
         ("contiguous", lambda x: x.T.contiguous(), [t(3, 4)]),
         ("transpose", lambda x: F.transpose(x, (2, 0, 1)), [t(2, 3, 4)]),
         ("broadcast_to", lambda x: F.broadcast_to(x, (3, 4)), [t(1, 4)]),
+        ("sum_to", lambda x: x.sum_to((3, 1)), [t(2, 3, 4)]),
         ("getitem", lambda x, i: F.getitem(x, (i, slice(1, 3))), [t(3, 4), Tensor(np.array([0, 2, 0]))]),
         # PyTorch's order: the integer indexes first, so idx's axis stays in place (shape (3, 2))
         ("getitem_integer_slice_array", lambda x, i: x[1, :, i], [t(2, 3, 4), Tensor(np.array([3, 0]))]),

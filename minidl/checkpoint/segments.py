@@ -111,12 +111,29 @@ def _compress(tensor: Tensor, dtype):
 
 
 # ---------------------------------------------------------------- the checkpoint node
+_TENSOR = object()  # marks where the template of fn's arguments takes a tensor
+
+
+def _as_tuple(outputs, where):
+    if isinstance(outputs, Tensor):
+        return (outputs,)
+    if isinstance(outputs, (tuple, list)) and all(isinstance(o, Tensor) for o in outputs):
+        return tuple(outputs)
+    raise TypeError(f"{where}: fn must return a Tensor or a tuple of Tensors, got {type(outputs).__name__}")
+
+
 class CheckpointFunction(Function):
     """y = fn(x₁, …) computed without a graph;  dx = (∂fn/∂x)ᵀ dy by recomputing fn with one.
 
     ``inputs``: the tensors passed to fn (the first ``explicit`` ones), then the
     tensors fn used from outside (parameters). Only these are kept between
     forward and backward; the activations inside fn are rematerialized.
+
+    Tangent: ẏ = (∂fn/∂x) ẋ, from the backward itself. ⟨(∂fn/∂x)ᵀ u, ẋ⟩ is linear in the
+    cotangent u and its gradient with respect to u is (∂fn/∂x) ẋ: the backward is run at
+    u = 0 with its graph recorded, then that product is differentiated with respect to u.
+    One recomputation of fn and two backward walks, as a Hessian-vector product costs; a
+    segment whose input is stored in 16 bits refuses it, as it refuses create_graph.
     """
 
     def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes):
@@ -126,6 +143,7 @@ class CheckpointFunction(Function):
 
     def forward(self, *arrays):
         results, self._results = self._results, None  # fn already ran; do not keep its outputs
+        self.result_meta = [(r.shape, r.dtype) for r in results]
         return tuple(results) if self.multiple else results[0]
 
     def backward(self, *gys):
@@ -167,15 +185,21 @@ class CheckpointFunction(Function):
         return tuple(by_position.get(i) for i in range(len(inputs)))
 
 
-_TENSOR = object()  # marks where the template of fn's arguments takes a tensor
-
-
-def _as_tuple(outputs, where):
-    if isinstance(outputs, Tensor):
-        return (outputs,)
-    if isinstance(outputs, (tuple, list)) and all(isinstance(o, Tensor) for o in outputs):
-        return tuple(outputs)
-    raise TypeError(f"{where}: fn must return a Tensor or a tuple of Tensors, got {type(outputs).__name__}")
+    def jvp(self, *dxs):
+        create_graph = is_grad_enabled()
+        xp = self.inputs[0].xp
+        us = [Tensor(xp.zeros(shape, dtype), requires_grad=True) for shape, dtype in self.result_meta]
+        with enable_grad():
+            gxs = self.backward(*us)  # recorded: grad mode is on
+            products = [(g * dx).sum() for g, dx in zip(gxs, dxs) if g is not None and dx is not None]
+            total = products[0] if products else None
+            for p in products[1:]:
+                total = total + p
+            dys = [None] * len(us)
+            if total is not None and total.requires_grad:  # else fn's outputs do not depend on these inputs
+                dys = autograd.grad(total, us, create_graph=create_graph, allow_unused=True)
+        dys = tuple(Tensor(xp.zeros(u.shape, u.dtype)) if dy is None else dy for dy, u in zip(dys, us))
+        return dys if self.multiple else dys[0]
 
 
 def checkpoint(fn, *inputs, preserve_rng_state: bool = True):

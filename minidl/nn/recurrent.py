@@ -35,7 +35,8 @@ from minidl.tensor import Tensor
 
 
 class _Unbind(Function):
-    """ys = (x[0], x[1], ...) along axis 0 (views, one op for the whole sequence);  dx = stack(dys).
+    """ys = (x[0], x[1], ...) along axis 0 (views, one op for the whole sequence);  dx = stack(dys);
+    ẏs = (ẋ[0], ẋ[1], ...).
 
     Slicing a step at a time would cost one full-size zero gradient per step in
     backward; this op hands every step's gradient back in one stack.
@@ -48,9 +49,13 @@ class _Unbind(Function):
     def backward(self, *gys):
         return F.stack(gys, axis=0)
 
+    def jvp(self, dx):
+        return _Unbind()(dx)
+
 
 class _Chunk(Function):
-    """ys = x split into ``chunks`` equal parts along the last axis (the gates);  dx = concatenate(dys)."""
+    """ys = x split into ``chunks`` equal parts along the last axis (the gates);  dx = concatenate(dys);
+    ẏs = ẋ split alike."""
     saved_inputs = ()
 
     def __init__(self, chunks):
@@ -61,6 +66,9 @@ class _Chunk(Function):
 
     def backward(self, *gys):
         return F.concatenate(gys, axis=-1)
+
+    def jvp(self, dx):
+        return _Chunk(self.chunks)(dx)
 
 
 def _unbind(x: Tensor):

@@ -15,6 +15,10 @@ The forward keeps P (and D), and the backward needs nothing else:
     dZ = P ⊙ (dP − Σ_j dP_j P_j)      the softmax Jacobian applied to dP
     dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ
 
+and the tangent rule (forward mode) runs the same steps forwards:
+
+    Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ,   Ṗ = P ⊙ (Ż − Σ_j Ż_j P_j),   Ȯ = (Ṗ ⊙ D) V + (P ⊙ D) V̇
+
 Composed from matmul and softmax, the same computation records five nodes and
 keeps Z, P and P ⊙ D; here it is one node keeping P. A fully masked row gives
 0 output and 0 gradient, as PyTorch does (its plain softmax would give NaN).
@@ -33,7 +37,7 @@ from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, softmax
 from minidl.ops.elementwise import where
 from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import reshape, sum_to, swap_last_axes
+from minidl.ops.shape import filled_tangents, reshape, sum_to, swap_last_axes
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -42,9 +46,74 @@ TENSOR_METHODS = ()
 TILED_ABOVE_BYTES = 1 << 28
 
 
+def _sum_to(a, shape):
+    """The array ``a`` summed down to ``shape`` over the axes broadcasting added or stretched."""
+    if a.shape == tuple(shape):
+        return a
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
+    return a.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def _probabilities(q, k, bias, scale, mask):
+    """P = softmax(s·Q Kᵀ + B) on arrays, and the rows with every key masked (None without a mask)."""
+    xp = xp_of(q)
+    z = q @ xp.swapaxes(k, -1, -2)
+    z *= scale
+    if bias is not None:
+        z += bias
+    if mask is not None:
+        xp.copyto(z, z.dtype.type(-np.inf), where=~mask)
+    m = z.max(axis=-1, keepdims=True)
+    dead = None
+    if bias is not None or mask is not None:
+        dead = m == -np.inf
+        m = xp.where(dead, 0, m)  # a row of −∞ stays −∞ − 0 (e⁻∞ = 0), not −∞ + ∞ = NaN
+    z -= m
+    e = xp.exp(z, out=z)  # in place: z is ours, and not needed again
+    total = e.sum(axis=-1, keepdims=True)
+    e /= total if dead is None else xp.where(dead, 1, total)
+    return e, dead
+
+
+def _probabilities_op(q, k, bias, scale, mask, dead):
+    """The same P from differentiable ops (for the second derivative)."""
+    z = (q @ swap_last_axes(k)) * scale
+    if bias is not None:
+        z = z + bias
+    if mask is not None:
+        z = where(mask, z, -math.inf)
+    if dead is None:
+        return softmax(z, axis=-1)
+    return where(dead, 0.0, softmax(where(dead, 0.0, z), axis=-1))
+
+
+def _scores_tangent(q, k, dq, dk, dbias, scale):
+    """Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ, the scores' tangent (None when every tangent is)."""
+    terms = [a @ swap_last_axes(b) * scale for a, b in ((dq, k), (q, dk)) if a is not None and b is not None]
+    if dbias is not None:
+        terms.append(dbias)
+    if not terms:
+        return None
+    dz = terms[0]
+    for term in terms[1:]:
+        dz = dz + term
+    return dz
+
+
+def _as_input(op, name, value):
+    x = as_tensor(value)
+    if x.dtype.kind != "f":
+        raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
+    if x.ndim < 2:
+        raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
+    return x
+
+
 class ScaledDotProductAttention(Function):
     """O = (P ⊙ D) V with P = softmax(s·Q Kᵀ + B);  dV = (P ⊙ D)ᵀ dO,  dZ = P ⊙ (dP − Σ_j dP_j P_j),
-    dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ  with dP = (dO Vᵀ) ⊙ D.
+    dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ  with dP = (dO Vᵀ) ⊙ D;
+    Ȯ = (Ṗ ⊙ D) V + (P ⊙ D) V̇  with Ṗ = P ⊙ (Ż − Σ_j Ż_j P_j),  Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ.
 
     Inputs (Q, K, V) or (Q, K, V, B) for an additive float mask B (which then gets
     a gradient too); a boolean mask (True: the key takes part) and the causal mask
@@ -71,6 +140,20 @@ class ScaledDotProductAttention(Function):
         grads = AttentionGrad(self.scale, self.mask, self.dead, self.probs, self.dropout)(gy, *self.inputs)
         return tuple(g if x.requires_grad else None for g, x in zip(grads, self.inputs))
 
+    def jvp(self, dq, dk, dv, dbias=None):
+        q, k, v = self.inputs[:3]
+        bias = self.inputs[3] if len(self.inputs) == 4 else None
+        d = None if self.dropout is None else Tensor(self.dropout)
+        p = _probabilities_op(q, k, bias, self.scale, self.mask, self.dead)  # P from Tensor ops: differentiable
+        pd = p if d is None else p * d
+        dout = None if dv is None else pd @ dv
+        dz = _scores_tangent(q, k, dq, dk, dbias, self.scale)
+        if dz is not None:
+            dp = SoftmaxGrad(-1)(p, dz)
+            along_p = (dp if d is None else dp * d) @ v
+            dout = along_p if dout is None else dout + along_p
+        return dout
+
 
 class AttentionGrad(Function):
     """The attention gradient as an op of (dO, Q, K, V[, B]), P and D saved by the forward:
@@ -80,6 +163,11 @@ class AttentionGrad(Function):
 
     Its backward recomputes P from (Q, K, B) with differentiable ops, so third
     derivatives work too; the first-order backward never does (it reads the saved P).
+
+    Tangent: with Ż and Ṗ as in ScaledDotProductAttention and dP, dZ as in its backward,
+    dV̇ = (Ṗ ⊙ D)ᵀ dO + (P ⊙ D)ᵀ ḋO,   dṖ = (ḋO Vᵀ + dO V̇ᵀ) ⊙ D,
+    dŻ = P ⊙ (dṖ − Σ_j dṖ_j P_j) + Ṗ ⊙ (dP − Σ_j dP_j P_j) − P ⊙ Σ_j dP_j Ṗ_j,
+    dQ̇ = s·(dŻ K + dZ K̇),  dK̇ = s·(dŻᵀ Q + dZᵀ Q̇),  dḂ = dŻ  (each summed to its input's shape).
     """
 
     def __init__(self, scale, mask, dead, probs, dropout):
@@ -134,6 +222,56 @@ class AttentionGrad(Function):
                  sum_to(swap_last_axes(gp_bar) @ gy, v.shape))
         return grads if bias is None else grads + (sum_to(z_bar, bias.shape),)
 
+
+    def jvp(self, dgy, dq, dk, dv, dbias=None):
+        gy, q, k, v = self.inputs[:4]
+        bias = self.inputs[4] if len(self.inputs) == 5 else None
+        s, d = self.scale, (None if self.dropout is None else Tensor(self.dropout))
+        dgy, dq, dk, dv = filled_tangents((dgy, dq, dk, dv), self.inputs[:4])
+        p = _probabilities_op(q, k, bias, s, self.mask, self.dead)
+        dz = _scores_tangent(q, k, dq, dk, dbias, s)
+        dp = SoftmaxGrad(-1)(p, dz)
+        masked = (lambda a: a) if d is None else (lambda a: a * d)  # noqa: E731
+        gp = masked(gy @ swap_last_axes(v))
+        gz = SoftmaxGrad(-1)(p, gp)
+        dgp = masked(dgy @ swap_last_axes(v) + gy @ swap_last_axes(dv))
+        dgz = (SoftmaxGrad(-1)(p, dgp) + dp * (gp - reduce_sum(gp * p, axis=-1, keepdims=True))
+               - p * reduce_sum(gp * dp, axis=-1, keepdims=True))
+        tangents = (sum_to((dgz @ k + gz @ dk) * s, q.shape),
+                    sum_to((swap_last_axes(dgz) @ q + swap_last_axes(gz) @ dq) * s, k.shape),
+                    sum_to(swap_last_axes(masked(dp)) @ gy + swap_last_axes(masked(p)) @ dgy, v.shape))
+        return tangents if bias is None else tangents + (sum_to(dgz, bias.shape),)
+
+
+def _full_mask(mask, causal, q, k):
+    """The whole boolean mask a plain op needs for what a tiled one makes block by block."""
+    if not causal:
+        return mask
+    return q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
+
+
+def _plain_node(plain, tiled):
+    """``plain``, an untiled op of the same function as the recorded node ``tiled``, made to stand
+    for it: its forward run on the same inputs (for what it saves), its inputs and outputs those of
+    ``tiled``, so that its backward or tangent rule can be used for the tiled op's."""
+    plain.forward(*[x.data for x in tiled.inputs])
+    plain.inputs, plain.outputs, plain._stamp = tiled.inputs, tiled.outputs, tiled._stamp
+    return plain
+
+
+def _score_blocks(q, k, scale, mask, causal, block):
+    """(start, Z_j) for each block of keys: Z_j = s·Q K_jᵀ, −∞ where the mask leaves a key out."""
+    xp = xp_of(q)
+    for start in range(0, k.shape[-2], block):
+        z = q @ xp.swapaxes(k[..., start:start + block, :], -1, -2)
+        z *= scale
+        if mask is not None:
+            keys = mask if mask.shape[-1] == 1 else mask[..., start:start + block]  # a mask may broadcast over keys
+            xp.copyto(z, z.dtype.type(-np.inf), where=~keys)
+        if causal:  # query i sees key j ≤ i: this block's columns of tril(ones(L, S))
+            later = xp.arange(start, start + z.shape[-1])[None, :] > xp.arange(z.shape[-2])[:, None]
+            xp.copyto(z, z.dtype.type(-np.inf), where=later)
+        yield start, z
 
 
 class TiledAttention(Function):
@@ -240,88 +378,7 @@ class TiledAttentionGrad(Function):
         return self._plain().jvp(dgy, dq, dk, dv)
 
 
-def _full_mask(mask, causal, q, k):
-    """The whole boolean mask a plain op needs for what a tiled one makes block by block."""
-    if not causal:
-        return mask
-    return q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
-
-
-def _plain_node(plain, tiled):
-    """``plain``, an untiled op of the same function as the recorded node ``tiled``, made to stand
-    for it: its forward run on the same inputs (for what it saves), its inputs and outputs those of
-    ``tiled``, so that its backward or tangent rule can be used for the tiled op's."""
-    plain.forward(*[x.data for x in tiled.inputs])
-    plain.inputs, plain.outputs, plain._stamp = tiled.inputs, tiled.outputs, tiled._stamp
-    return plain
-
-
-def _score_blocks(q, k, scale, mask, causal, block):
-    """(start, Z_j) for each block of keys: Z_j = s·Q K_jᵀ, −∞ where the mask leaves a key out."""
-    xp = xp_of(q)
-    for start in range(0, k.shape[-2], block):
-        z = q @ xp.swapaxes(k[..., start:start + block, :], -1, -2)
-        z *= scale
-        if mask is not None:
-            keys = mask if mask.shape[-1] == 1 else mask[..., start:start + block]  # a mask may broadcast over keys
-            xp.copyto(z, z.dtype.type(-np.inf), where=~keys)
-        if causal:  # query i sees key j ≤ i: this block's columns of tril(ones(L, S))
-            later = xp.arange(start, start + z.shape[-1])[None, :] > xp.arange(z.shape[-2])[:, None]
-            xp.copyto(z, z.dtype.type(-np.inf), where=later)
-        yield start, z
-
-def _sum_to(a, shape):
-    """The array ``a`` summed down to ``shape`` over the axes broadcasting added or stretched."""
-    if a.shape == tuple(shape):
-        return a
-    lead = a.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
-    return a.sum(axis=axes, keepdims=True).reshape(shape)
-
-
-def _probabilities(q, k, bias, scale, mask):
-    """P = softmax(s·Q Kᵀ + B) on arrays, and the rows with every key masked (None without a mask)."""
-    xp = xp_of(q)
-    z = q @ xp.swapaxes(k, -1, -2)
-    z *= scale
-    if bias is not None:
-        z += bias
-    if mask is not None:
-        xp.copyto(z, z.dtype.type(-np.inf), where=~mask)
-    m = z.max(axis=-1, keepdims=True)
-    dead = None
-    if bias is not None or mask is not None:
-        dead = m == -np.inf
-        m = xp.where(dead, 0, m)  # a row of −∞ stays −∞ − 0 (e⁻∞ = 0), not −∞ + ∞ = NaN
-    z -= m
-    e = xp.exp(z, out=z)  # in place: z is ours, and not needed again
-    total = e.sum(axis=-1, keepdims=True)
-    e /= total if dead is None else xp.where(dead, 1, total)
-    return e, dead
-
-
-def _probabilities_op(q, k, bias, scale, mask, dead):
-    """The same P from differentiable ops (for the second derivative)."""
-    z = (q @ swap_last_axes(k)) * scale
-    if bias is not None:
-        z = z + bias
-    if mask is not None:
-        z = where(mask, z, -math.inf)
-    if dead is None:
-        return softmax(z, axis=-1)
-    return where(dead, 0.0, softmax(where(dead, 0.0, z), axis=-1))
-
-
 # ---------------------------------------------------------------- the functional form
-def _as_input(op, name, value):
-    x = as_tensor(value)
-    if x.dtype.kind != "f":
-        raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
-    if x.ndim < 2:
-        raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
-    return x
-
-
 @autocast_to("float32")  # minidl's fused attention computes on float32 arrays (PyTorch: lower)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False, tiled=None) -> Tensor:

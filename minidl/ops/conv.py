@@ -139,7 +139,7 @@ def col2im_array(cols, in_shape, kernel, stride, padding, dilation=(1, 1)):
 
 class Im2Col(Function):
     """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with zero borders);
-    dx = col2im(dy): every window's gradient added back where it was read.
+    dx = col2im(dy): every window's gradient added back where it was read;  ẏ = im2col(ẋ) (linear).
     """
     saved_inputs = ()
 
@@ -154,10 +154,21 @@ class Im2Col(Function):
     def backward(self, gy):
         return Col2Im(self.in_shape, self.kernel, self.stride, self.padding, self.dilation)(gy)
 
+    def jvp(self, dx):
+        return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(dx)
+
+
+def im2col(x, kernel_size, stride=1, padding=0, dilation=1) -> Tensor:
+    """Sliding windows of x (N, C, H, W) as a tensor (N, OH, OW, KH, KW, C), differentiable."""
+    kernel = as_pair(kernel_size, "kernel_size", "im2col", 1)
+    return Im2Col(kernel, as_pair(stride, "stride", "im2col", 1), as_pair(padding, "padding", "im2col", 0),
+                  as_pair(dilation, "dilation", "im2col", 1))(x)
+
 
 class Col2Im(Function):
     """y = col2im(x): windows (N, OH, OW, KH, KW, C) summed back into an image (N, C, H, W);
-    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient).
+    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient);
+    ẏ = col2im(ẋ) (linear).
     """
     saved_inputs = ()
 
@@ -172,10 +183,14 @@ class Col2Im(Function):
     def backward(self, gy):
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
+    def jvp(self, dx):
+        return Col2Im(self.image_shape, self.kernel, self.stride, self.padding, self.dilation)(dx)
+
 
 class ChannelsLast(Function):
     """y = x (N, C, H, W) as a contiguous (N, H, W, C) array: x's own memory when it is laid out so
-    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W).
+    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W);
+    ẏ = ẋ laid out alike.
     """
     saved_inputs = ()
 
@@ -186,64 +201,8 @@ class ChannelsLast(Function):
     def backward(self, gy):
         return transpose(gy, (0, 3, 1, 2))
 
-
-class Conv2dStride1(Function):
-    """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
-    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy.
-
-    V is W flipped in both spatial axes with its two channel axes swapped,
-    V[c, o, p, q] = W[o, c, KH − 1 − p, KW − 1 − q], and dy is padded by d·(k − 1) minus the
-    forward padding of each side. The input gradient of a stride-1 correlation is the correlation
-    of dy with the flipped kernel, channels swapped: x[u] met W[p] in y[u + p_top − p·d], so
-    dx[u] = Σ_p dy[u + p_top − p·d] W[p]. Computed so, it is im2col of dy and one GEMM with inner
-    dimension KH·KW·O, instead of a GEMM with inner dimension O writing KH·KW copies of dx that
-    col2im then adds up (2 to 4 times faster for small O). Only x and W are kept; dW rebuilds x's
-    columns.
-    """
-
-    def __init__(self, padding, dilation):
-        self.padding, self.dilation = padding, dilation
-
-    def forward(self, x, weight, bias=None):
-        n, o, (kh, kw) = x.shape[0], weight.shape[0], weight.shape[2:]
-        cols = im2col_array(x, (kh, kw), (1, 1), self.padding, self.dilation)  # (N, OH, OW, KH, KW, C)
-        oh, ow = cols.shape[1:3]
-        flat_weight = weight.transpose(2, 3, 1, 0).reshape(-1, o)  # (KH·KW·C, O), rows in im2col's order
-        y = backend.matmul(cols.reshape(n * oh * ow, -1), flat_weight)
-        if bias is not None:
-            y += bias
-        return y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)  # (N, O, OH, OW), channels-last in memory
-
-    def backward(self, gy):
-        x, weight = self.inputs[0], self.inputs[1]
-        (o, c, kh, kw), (dh, dw) = weight.shape, self.dilation
-        (pt, pb), (pl, pr) = self.padding
-        gy_nhwc = ChannelsLast()(gy)  # (N, OH, OW, O), contiguous: dy laid out once for all three
-        g_rows = reshape(gy_nhwc, -1, o)
-        gx = gw = gb = None
-        if x.requires_grad:
-            flipped = transpose(flip(weight, dims=(2, 3)), (1, 0, 2, 3))  # (C, O, KH, KW)
-            sides = ((dh * (kh - 1) - pt, dh * (kh - 1) - pb), (dw * (kw - 1) - pl, dw * (kw - 1) - pr))
-            gx = _conv2d(transpose(gy_nhwc, (0, 3, 1, 2)), flipped, None, (1, 1), sides, self.dilation)
-        if weight.requires_grad:
-            rows = reshape(Im2Col((kh, kw), (1, 1), self.padding, self.dilation)(x), -1, kh * kw * c)
-            gw = transpose(reshape(matmul(transpose(rows), g_rows), kh, kw, c, o), (3, 2, 0, 1))
-        if len(self.inputs) == 3 and self.inputs[2].requires_grad:
-            gb = reduce_sum(g_rows, axis=0)
-        return gx, gw, gb
-
-
-def _stride1_fits(stride, padding, dilation, kernel, groups) -> bool:
-    """Conv2dStride1 applies: stride 1, one group, and no side padded more than d·(k − 1)."""
-    return stride == (1, 1) and groups == 1 and all(
-        side <= d * (k - 1) for sides, d, k in zip(padding, dilation, kernel) for side in sides)
-
-
-def im2col(x, kernel_size, stride=1, padding=0, dilation=1) -> Tensor:
-    """Sliding windows of x (N, C, H, W) as a tensor (N, OH, OW, KH, KW, C), differentiable."""
-    kernel = as_pair(kernel_size, "kernel_size", "im2col", 1)
-    return Im2Col(kernel, as_pair(stride, "stride", "im2col", 1), as_pair(padding, "padding", "im2col", 0),
-                  as_pair(dilation, "dilation", "im2col", 1))(x)
+    def jvp(self, dx):
+        return ChannelsLast()(dx)
 
 
 # ---------------------------------------------------------------- arguments and input checks
@@ -360,6 +319,72 @@ def _conv2d_columns(x, weight, bias, stride, padding, dilation, groups):
     return transpose(reshape(y, n, oh, ow, o), (0, 3, 1, 2))
 
 
+def _stride1_fits(stride, padding, dilation, kernel, groups) -> bool:
+    """Conv2dStride1 applies: stride 1, one group, and no side padded more than d·(k − 1)."""
+    return stride == (1, 1) and groups == 1 and all(
+        side <= d * (k - 1) for sides, d, k in zip(padding, dilation, kernel) for side in sides)
+
+
+class Conv2dStride1(Function):
+    """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
+    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy;
+    tangent (y is linear in x, in W and in b): ẏ = conv(ẋ, W) + conv(x, Ẇ) + ḃ.
+
+    V is W flipped in both spatial axes with its two channel axes swapped,
+    V[c, o, p, q] = W[o, c, KH − 1 − p, KW − 1 − q], and dy is padded by d·(k − 1) minus the
+    forward padding of each side. The input gradient of a stride-1 correlation is the correlation
+    of dy with the flipped kernel, channels swapped: x[u] met W[p] in y[u + p_top − p·d], so
+    dx[u] = Σ_p dy[u + p_top − p·d] W[p]. Computed so, it is im2col of dy and one GEMM with inner
+    dimension KH·KW·O, instead of a GEMM with inner dimension O writing KH·KW copies of dx that
+    col2im then adds up (2 to 4 times faster for small O). Only x and W are kept; dW rebuilds x's
+    columns.
+    """
+
+    def __init__(self, padding, dilation):
+        self.padding, self.dilation = padding, dilation
+
+    def forward(self, x, weight, bias=None):
+        n, o, (kh, kw) = x.shape[0], weight.shape[0], weight.shape[2:]
+        cols = im2col_array(x, (kh, kw), (1, 1), self.padding, self.dilation)  # (N, OH, OW, KH, KW, C)
+        oh, ow = cols.shape[1:3]
+        flat_weight = weight.transpose(2, 3, 1, 0).reshape(-1, o)  # (KH·KW·C, O), rows in im2col's order
+        y = backend.matmul(cols.reshape(n * oh * ow, -1), flat_weight)
+        if bias is not None:
+            y += bias
+        return y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)  # (N, O, OH, OW), channels-last in memory
+
+    def backward(self, gy):
+        x, weight = self.inputs[0], self.inputs[1]
+        (o, c, kh, kw), (dh, dw) = weight.shape, self.dilation
+        (pt, pb), (pl, pr) = self.padding
+        gy_nhwc = ChannelsLast()(gy)  # (N, OH, OW, O), contiguous: dy laid out once for all three
+        g_rows = reshape(gy_nhwc, -1, o)
+        gx = gw = gb = None
+        if x.requires_grad:
+            flipped = transpose(flip(weight, dims=(2, 3)), (1, 0, 2, 3))  # (C, O, KH, KW)
+            sides = ((dh * (kh - 1) - pt, dh * (kh - 1) - pb), (dw * (kw - 1) - pl, dw * (kw - 1) - pr))
+            gx = _conv2d(transpose(gy_nhwc, (0, 3, 1, 2)), flipped, None, (1, 1), sides, self.dilation)
+        if weight.requires_grad:
+            rows = reshape(Im2Col((kh, kw), (1, 1), self.padding, self.dilation)(x), -1, kh * kw * c)
+            gw = transpose(reshape(matmul(transpose(rows), g_rows), kh, kw, c, o), (3, 2, 0, 1))
+        if len(self.inputs) == 3 and self.inputs[2].requires_grad:
+            gb = reduce_sum(g_rows, axis=0)
+        return gx, gw, gb
+
+    def jvp(self, dx, dweight, dbias=None):
+        x, weight = self.inputs[0], self.inputs[1]
+        (n, _, h, w), (o, _, kh, kw) = x.shape, weight.shape
+        (pt, pb), (pl, pr), (dh, dw) = *self.padding, self.dilation
+        dy = Tensor(x.xp.zeros((n, o, h + pt + pb - dh * (kh - 1), w + pl + pr - dw * (kw - 1)), x.dtype))
+        if dx is not None:
+            dy = dy + Conv2dStride1(self.padding, self.dilation)(dx, weight)
+        if dweight is not None:
+            dy = dy + Conv2dStride1(self.padding, self.dilation)(x, dweight)
+        if dbias is not None:
+            dy = dy + reshape(dbias, 1, o, 1, 1)
+        return dy
+
+
 @autocast_to("lower")
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
     """2-D convolution (cross-correlation, as PyTorch): x (N, C, H, W), weight (O, C/groups, KH, KW).
@@ -370,6 +395,20 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> T
     ``stride``, ``padding`` (zeros) and ``dilation`` are ints or (height, width) pairs;
     ``padding`` may also be 'valid' (none) or 'same' (output as large as the input; stride 1).
     The output has OH = ⌊(H + 2·ph − dh·(KH − 1) − 1) / sh⌋ + 1 rows, and likewise OW.
+
+    A call takes one of three routes (see ``_conv2d``), each with its backward elsewhere:
+
+    - a 1×1 kernel, stride 1, no padding, one group: y[n] = W x[n], one batched matmul on
+      x's own layout, no columns; its gradient is MatMul's (ops/linalg.py) and Reshape's.
+    - stride 1, one group, no side padded more than dh·(KH − 1) (dw·(KW − 1)): one
+      :class:`Conv2dStride1` node, whose backward (above) computes dx as a stride-1
+      convolution of dy with the flipped kernel and rebuilds x's columns for dW.
+    - anything else (strides, groups, wide padding): :class:`Im2Col`, then one GEMM (a
+      batched one per group) and the transposes back; its gradient is composed from
+      Im2Col's (a :class:`Col2Im`, this module), MatMul's and the shape ops'.
+
+    A batch whose columns would pass IM2COL_LIMIT_BYTES is split into chunks, each
+    taking the second or third route, and joined (Split's and Concatenate's gradients).
     """
     x, weight = as_tensor(x), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)

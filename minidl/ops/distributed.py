@@ -34,7 +34,8 @@ def _check_comm(op: str, comm) -> None:
 
 
 class CopyToGroup(Function):
-    """y = x on every rank of the group;  dx = Σ_r dy_r (an all-reduce of the gradients).
+    """y = x on every rank of the group;  dx = Σ_r dy_r (an all-reduce of the gradients);
+    ẏ = ẋ, copied alike (so that the tangent's own gradient is all-reduced too).
 
     Megatron-LM's f: placed where a replicated activation enters a
     column-parallel layer, whose ranks each use it with their own slice.
@@ -49,6 +50,9 @@ class CopyToGroup(Function):
     def backward(self, gy):
         return (sum_over_group(gy, self.comm),)
 
+    def jvp(self, dx):
+        return CopyToGroup(self.comm)(dx)
+
 
 def copy_to_group(x, comm):
     """Identity forward, all-reduce of the gradient backward (Megatron-LM's f)."""
@@ -57,7 +61,8 @@ def copy_to_group(x, comm):
 
 
 class SumOverGroup(Function):
-    """y = Σ_r x_r, the same on every rank of the group;  dx = dy (the identity).
+    """y = Σ_r x_r, the same on every rank of the group;  dx = dy (the identity);
+    ẏ = Σ_r ẋ_r (an all-reduce of the tangents: y is linear in x).
 
     Megatron-LM's g: placed after a row-parallel layer, whose ranks each hold
     a partial product of the same output.
@@ -72,6 +77,9 @@ class SumOverGroup(Function):
 
     def backward(self, gy):
         return (copy_to_group(gy, self.comm),)
+
+    def jvp(self, dx):
+        return SumOverGroup(self.comm)(dx)
 
 
 def sum_over_group(x, comm):

@@ -8,7 +8,8 @@ gradient back to where the value came from. The pair at the heart of it:
 
 are each other's backward: a gathered value's gradient is added back at the
 place it was read from (scatter_add into zeros), and the gradient of an
-added-in ``src`` is read at the place it was added (gather). Sorting and
+added-in ``src`` is read at the place it was added (gather). Each is linear in
+its inputs, so its tangent rule is the op applied to the tangents. Sorting and
 top-k find their indices on the raw array (no gradient: indices are
 integers) and take their values with gather, so their gradient is gather's.
 Shown for dim = 1 of a 2-D tensor; every dim of every rank works alike.
@@ -24,7 +25,7 @@ from minidl.autograd import Function
 from minidl.backend import scatter_add as _scatter_add_arrays
 from minidl.backend import xp_of
 from minidl.ops.elementwise import where
-from minidl.ops.shape import broadcast_to, getitem
+from minidl.ops.shape import broadcast_to, filled_tangents, getitem
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods (scatter: see scatter_reduce.py).
@@ -80,73 +81,6 @@ def _positions(index, dim):
     return tuple(key)
 
 
-class Gather(Function):
-    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add).
-
-    ``index`` has x's number of dims and is no larger than x outside ``dim``
-    (PyTorch's rule): y takes index's shape.
-    """
-    saved_inputs = ()
-
-    def __init__(self, dim, index: Tensor):
-        self.dim, self.index, self.saved_indices = dim, index, (index,)
-
-    def forward(self, x):
-        self.in_shape = x.shape
-        index = self.index.data
-        window = tuple(slice(None) if d == self.dim else slice(0, n) for d, n in enumerate(index.shape))
-        return xp_of(x).take_along_axis(x[window], index, axis=self.dim)
-
-    def backward(self, gy):
-        zeros = Tensor(gy.xp.zeros(self.in_shape, gy.dtype))
-        return ScatterAdd(self.dim, self.index)(zeros, gy)
-
-
-class ScatterAdd(Function):
-    """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
-
-    s is ``src``; its gradient ds is a gather of dy.
-    """
-    saved_inputs = ()
-
-    def __init__(self, dim, index: Tensor):
-        self.dim, self.index, self.saved_indices = dim, index, (index,)
-
-    def forward(self, x, src):
-        y = x.copy()
-        _scatter_add_arrays(y, _positions(self.index.data, self.dim), src)
-        return y
-
-    def backward(self, gy):
-        x, src = self.inputs
-        return (gy if x.requires_grad else None,
-                Gather(self.dim, self.index)(gy) if src.requires_grad else None)
-
-
-class Scatter(Function):
-    """y = x, then y[i][index[i][j]] = s[i][j] (dim = 1);  dx = dy with 0 where written,  ds[i][j] = dy[i][index[i][j]].
-
-    s is ``src``, or the number ``value`` (then there is no ds). dx is a
-    scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
-    dsrc then reads the same dy for each of the repeats.
-    """
-    saved_inputs = ()
-
-    def __init__(self, dim, index: Tensor, value=None):
-        self.dim, self.index, self.value, self.saved_indices = dim, index, value, (index,)
-
-    def forward(self, x, src=None):
-        y = x.copy()
-        y[_positions(self.index.data, self.dim)] = self.value if src is None else src
-        return y
-
-    def backward(self, gy):
-        gx = Scatter(self.dim, self.index, 0)(gy) if self.inputs[0].requires_grad else None
-        if len(self.inputs) == 1:
-            return gx
-        return gx, Gather(self.dim, self.index)(gy) if self.inputs[1].requires_grad else None
-
-
 def _checked_index(op, x, dim, index, src=None):
     """dim normalized and index checked against PyTorch's rules for gather and scatter."""
     dim = _dim(op, dim, x.ndim, x.shape)
@@ -170,12 +104,6 @@ def _checked_index(op, x, dim, index, src=None):
     return dim, index_tensor
 
 
-def gather(x: Tensor, dim: int, index) -> Tensor:
-    """PyTorch's ``gather``: ``y[i][j] = x[i][index[i][j]]`` for dim = 1; y has index's shape."""
-    dim, index = _checked_index("gather", x, dim, index)
-    return Gather(dim, index)(x)
-
-
 def _source(op, x, dim, index, src, value):
     """src cut to index's shape (PyTorch reads only that window of a larger src)."""
     if (src is None) == (value is None):
@@ -185,6 +113,102 @@ def _source(op, x, dim, index, src, value):
     if src.shape != index.shape:
         src = getitem(src, tuple(slice(0, n) for n in index.shape))
     return src
+
+
+class Gather(Function):
+    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add);
+    ẏ[i][j] = ẋ[i][index[i][j]].
+
+    ``index`` has x's number of dims and is no larger than x outside ``dim``
+    (PyTorch's rule): y takes index's shape.
+    """
+    saved_inputs = ()
+
+    def __init__(self, dim, index: Tensor):
+        self.dim, self.index, self.saved_indices = dim, index, (index,)
+
+    def forward(self, x):
+        self.in_shape = x.shape
+        index = self.index.data
+        window = tuple(slice(None) if d == self.dim else slice(0, n) for d, n in enumerate(index.shape))
+        return xp_of(x).take_along_axis(x[window], index, axis=self.dim)
+
+    def backward(self, gy):
+        zeros = Tensor(gy.xp.zeros(self.in_shape, gy.dtype))
+        return ScatterAdd(self.dim, self.index)(zeros, gy)
+
+    def jvp(self, dx):
+        return Gather(self.dim, self.index)(dx)
+
+
+def gather(x: Tensor, dim: int, index) -> Tensor:
+    """PyTorch's ``gather``: ``y[i][j] = x[i][index[i][j]]`` for dim = 1; y has index's shape."""
+    dim, index = _checked_index("gather", x, dim, index)
+    return Gather(dim, index)(x)
+
+
+class ScatterAdd(Function):
+    """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
+
+    s is ``src``; its gradient ds is a gather of dy. Tangent: ẏ = ẋ;  ẏ[i][index[i][j]] += ṡ[i][j].
+    """
+    saved_inputs = ()
+
+    def __init__(self, dim, index: Tensor):
+        self.dim, self.index, self.saved_indices = dim, index, (index,)
+
+    def forward(self, x, src):
+        y = x.copy()
+        _scatter_add_arrays(y, _positions(self.index.data, self.dim), src)
+        return y
+
+    def backward(self, gy):
+        x, src = self.inputs
+        return (gy if x.requires_grad else None,
+                Gather(self.dim, self.index)(gy) if src.requires_grad else None)
+
+    def jvp(self, dx, dsrc):
+        if dsrc is None:
+            return dx
+        return ScatterAdd(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
+
+
+def scatter_add(x: Tensor, dim: int, index, src) -> Tensor:
+    """PyTorch's out-of-place ``scatter_add``: x with ``src[i][j]`` added at ``[i][index[i][j]]`` (repeats add)."""
+    src = as_tensor(src, like=x)
+    dim, index = _checked_index("scatter_add", x, dim, index, src)
+    return ScatterAdd(dim, index)(x, _source("scatter_add", x, dim, index, src, None))
+
+
+class Scatter(Function):
+    """y = x, then y[i][index[i][j]] = s[i][j] (dim = 1);  dx = dy with 0 where written,  ds[i][j] = dy[i][index[i][j]].
+
+    s is ``src``, or the number ``value`` (then there is no ds). dx is a
+    scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
+    dsrc then reads the same dy for each of the repeats. Tangent: ẏ = ẋ, then ẏ[i][index[i][j]] = ṡ[i][j]
+    (0 for a number), the same places written; with repeats the tangent of the write that landed, so
+    there (only) the backward is not the tangent rule's transpose.
+    """
+    saved_inputs = ()
+
+    def __init__(self, dim, index: Tensor, value=None):
+        self.dim, self.index, self.value, self.saved_indices = dim, index, value, (index,)
+
+    def forward(self, x, src=None):
+        y = x.copy()
+        y[_positions(self.index.data, self.dim)] = self.value if src is None else src
+        return y
+
+    def backward(self, gy):
+        gx = Scatter(self.dim, self.index, 0)(gy) if self.inputs[0].requires_grad else None
+        if len(self.inputs) == 1:
+            return gx
+        return gx, Gather(self.dim, self.index)(gy) if self.inputs[1].requires_grad else None
+
+    def jvp(self, dx, dsrc=None):
+        if dsrc is None:
+            return None if dx is None else Scatter(self.dim, self.index, 0)(dx)
+        return Scatter(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
 
 
 def scatter(x: Tensor, dim: int, index, src=None, *, value=None) -> Tensor:
@@ -201,13 +225,6 @@ def scatter(x: Tensor, dim: int, index, src=None, *, value=None) -> Tensor:
     if src is None:
         return Scatter(dim, index, value)(x)
     return Scatter(dim, index)(x, src)
-
-
-def scatter_add(x: Tensor, dim: int, index, src) -> Tensor:
-    """PyTorch's out-of-place ``scatter_add``: x with ``src[i][j]`` added at ``[i][index[i][j]]`` (repeats add)."""
-    src = as_tensor(src, like=x)
-    dim, index = _checked_index("scatter_add", x, dim, index, src)
-    return ScatterAdd(dim, index)(x, _source("scatter_add", x, dim, index, src, None))
 
 
 def index_select(x: Tensor, dim: int, index) -> Tensor:

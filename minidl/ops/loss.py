@@ -52,80 +52,6 @@ _REDUCTIONS = ("mean", "sum", "none")
 _BCE_EPSILON = 1e-12
 
 
-class CrossEntropy(Function):
-    """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
-    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets).
-
-    ``target`` is the Tensor A was made from (class indices or probabilities): backward
-    does not read it, but PyTorch's does, so a change to it in place is refused alike.
-    """
-
-    def __init__(self, coefficients, target=None):
-        self.coefficients = coefficients
-        self.saved_indices = () if target is None else (target,)
-
-    def forward(self, x):
-        xp = xp_of(x)
-        # Shift by the row maximum before the log-sum-exp: e^(·) ≤ 1, so logits of ±1000
-        # stay finite, and subtracting the shift first keeps float32 exact there.
-        shifted = x - x.max(axis=1, keepdims=True)
-        log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
-        self.probs = xp.exp(log_probs)
-        # where A is 0 the term is 0, even for a logit masked to −inf (0 · −inf would be NaN)
-        used = xp.where(self.coefficients == 0, 0, log_probs)
-        return -(self.coefficients * used).sum(axis=1)
-
-    def backward(self, gy):
-        return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
-
-
-class CrossEntropyGrad(Function):
-    """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
-    and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
-    d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
-    (the softmax Jacobian applied to dz: a SoftmaxGrad).
-    """
-
-    def __init__(self, probs, coefficients):
-        self.probs, self.coefficients = probs, coefficients
-        self.totals = coefficients.sum(axis=1, keepdims=True)
-
-    def forward(self, x, gy):
-        return gy.reshape(-1, 1) * (self.probs * self.totals - self.coefficients)
-
-    def backward(self, gz):
-        x, gy = self.inputs
-        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
-        probs = softmax(x, axis=1)  # an op of x, so this backward can be differentiated again
-        gx = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, gz) if x.requires_grad else None
-        ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
-        return gx, ggy
-
-
-class BinaryCrossEntropy(Function):
-    """ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100));
-    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12).
-
-    The clamp at −100 and the floor ε are PyTorch's: a probability of exactly 0
-    or 1 gives a loss of at most 100 and a large but finite gradient. dx is the
-    clamp-free derivative −t/x + (1 − t)/(1 − x) written over one denominator,
-    as PyTorch writes it; dt is unclamped too, as in PyTorch.
-    """
-
-    def forward(self, x, t):
-        xp = xp_of(x)
-        with np.errstate(divide="ignore"):  # ln 0 = −inf is expected here: the clamp takes it
-            log_x = xp.maximum(xp.log(x), -100)
-            log_1mx = xp.maximum(xp.log(1 - x), -100)
-        return -(t * log_x + (1 - t) * log_1mx)
-
-    def backward(self, gy):
-        x, t = self.inputs
-        gx = gy * (x - t) / maximum(x * (1 - x), _BCE_EPSILON) if x.requires_grad else None
-        gt = gy * (log(1 - x) - log(x)) if t.requires_grad else None
-        return gx, gt
-
-
 # ---------------------------------------------------------------- argument checks
 def _check_reduction(op, reduction, allowed=_REDUCTIONS):
     if reduction not in allowed:
@@ -223,6 +149,73 @@ def _is_probabilities(target, x):
 
 
 # ---------------------------------------------------------------- classification
+class CrossEntropy(Function):
+    """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
+    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets);
+    ℓ̇_n = Σ_c ẋ_nc (softmax(x_n)_c · Σ_c' A_nc' − A_nc)   (the same row, dotted with the tangent).
+
+    ``target`` is the Tensor A was made from (class indices or probabilities): backward
+    does not read it, but PyTorch's does, so a change to it in place is refused alike.
+    """
+
+    def __init__(self, coefficients, target=None):
+        self.coefficients = coefficients
+        self.saved_indices = () if target is None else (target,)
+
+    def forward(self, x):
+        xp = xp_of(x)
+        # Shift by the row maximum before the log-sum-exp: e^(·) ≤ 1, so logits of ±1000
+        # stay finite, and subtracting the shift first keeps float32 exact there.
+        shifted = x - x.max(axis=1, keepdims=True)
+        log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        self.probs = xp.exp(log_probs)
+        # where A is 0 the term is 0, even for a logit masked to −inf (0 · −inf would be NaN)
+        used = xp.where(self.coefficients == 0, 0, log_probs)
+        return -(self.coefficients * used).sum(axis=1)
+
+    def backward(self, gy):
+        return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
+
+    def jvp(self, dx):
+        coefficients = Tensor(self.coefficients)
+        probs = softmax(self.inputs[0], axis=1)  # an op of x, so this rule can be differentiated again
+        return reduce_sum(dx * (probs * reduce_sum(coefficients, axis=1, keepdims=True) - coefficients), axis=1)
+
+
+class CrossEntropyGrad(Function):
+    """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
+    and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
+    d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
+    (the softmax Jacobian applied to dz: a SoftmaxGrad);
+    ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)   (ṗ: the softmax Jacobian on ẋ).
+    """
+
+    def __init__(self, probs, coefficients):
+        self.probs, self.coefficients = probs, coefficients
+        self.totals = coefficients.sum(axis=1, keepdims=True)
+
+    def forward(self, x, gy):
+        return gy.reshape(-1, 1) * (self.probs * self.totals - self.coefficients)
+
+    def backward(self, gz):
+        x, gy = self.inputs
+        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        probs = softmax(x, axis=1)  # an op of x, so this backward can be differentiated again
+        gx = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, gz) if x.requires_grad else None
+        ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
+        return gx, ggy
+
+    def jvp(self, dx, dgy):
+        x, gy = self.inputs
+        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        probs = softmax(x, axis=1)
+        dz = None if dgy is None else reshape(dgy, -1, 1) * (probs * totals - coefficients)
+        if dx is not None:
+            along_x = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, dx)
+            dz = along_x if dz is None else dz + along_x
+        return dz
+
+
 @autocast_to("float32")
 def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="mean",  # noqa: A002
                   label_smoothing=0.0) -> Tensor:
@@ -460,6 +453,39 @@ def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # n
     if reduction == "batchmean":
         return reduce_sum(losses) / (input.shape[0] if input.ndim else 1)
     return _reduce(losses, reduction)
+
+
+class BinaryCrossEntropy(Function):
+    """ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100));
+    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12);
+    ℓ̇ = ẋ · (x − t) / max(x(1 − x), ε) + ṫ · (ln(1 − x) − ln x)   (the same derivatives).
+
+    The clamp at −100 and the floor ε are PyTorch's: a probability of exactly 0
+    or 1 gives a loss of at most 100 and a large but finite gradient. dx is the
+    clamp-free derivative −t/x + (1 − t)/(1 − x) written over one denominator,
+    as PyTorch writes it; dt is unclamped too, as in PyTorch.
+    """
+
+    def forward(self, x, t):
+        xp = xp_of(x)
+        with np.errstate(divide="ignore"):  # ln 0 = −inf is expected here: the clamp takes it
+            log_x = xp.maximum(xp.log(x), -100)
+            log_1mx = xp.maximum(xp.log(1 - x), -100)
+        return -(t * log_x + (1 - t) * log_1mx)
+
+    def backward(self, gy):
+        x, t = self.inputs
+        gx = gy * (x - t) / maximum(x * (1 - x), _BCE_EPSILON) if x.requires_grad else None
+        gt = gy * (log(1 - x) - log(x)) if t.requires_grad else None
+        return gx, gt
+
+    def jvp(self, dx, dt):
+        x, t = self.inputs
+        dl = None if dx is None else dx * (x - t) / maximum(x * (1 - x), _BCE_EPSILON)
+        if dt is not None:
+            along_t = dt * (log(1 - x) - log(x))
+            dl = along_t if dl is None else dl + along_t
+        return dl
 
 
 @autocast_to("float32")

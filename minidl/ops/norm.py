@@ -24,70 +24,6 @@ from minidl.ops.shape import reshape
 from minidl.tensor import Tensor, as_tensor
 
 
-class Normalize(Function):
-    """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
-    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
-
-    The variance is the biased one (divided by n), as every normalization
-    layer uses. The backward reuses the saved x̂ and s.
-    """
-
-    def __init__(self, axes, eps):
-        self.axes, self.eps = axes, eps
-
-    def forward(self, x):
-        xp = xp_of(x)
-        self.mean = x.mean(axis=self.axes, keepdims=True)
-        centered = x - self.mean
-        self.var = (centered * centered).mean(axis=self.axes, keepdims=True)
-        self.inv_std = 1 / xp.sqrt(self.var + self.eps)
-        return centered * self.inv_std
-
-    def backward(self, gy):
-        x_hat = self.output()
-        # the output may have been dropped by the caller: recompute it from the saved statistics
-        x_hat = (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
-        return NormalizeGrad(self.axes, self.eps, x_hat, self.inv_std)(self.inputs[0], gy)
-
-
-class NormalizeGrad(Function):
-    """Normalize's gradient as an op of (x, dy), with x̂, s and ⟨·⟩ as in Normalize:
-    z = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩);
-    d(dy) = s · (dz − ⟨dz⟩ − x̂ ⟨dz · x̂⟩)  (the map dy → z is symmetric: a NormalizeGrad of dz),
-    dx = −s² · (x̂ (⟨dz · (dy − ⟨dy⟩)⟩ − 3 b c) + c (dy − ⟨dy⟩) + b (dz − ⟨dz⟩)),
-    with b = ⟨dy · x̂⟩ and c = ⟨dz · x̂⟩.
-
-    dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
-    The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
-    from x with Tensor ops, so that it can be differentiated again.
-    """
-
-    def __init__(self, axes, eps, x_hat, inv_std):
-        self.axes, self.eps, self.x_hat, self.inv_std = axes, eps, x_hat, inv_std
-
-    def forward(self, x, gy):
-        axes, x_hat = self.axes, self.x_hat
-        return self.inv_std * (gy - gy.mean(axis=axes, keepdims=True)
-                               - x_hat * (gy * x_hat).mean(axis=axes, keepdims=True))
-
-    def backward(self, gz):
-        x, gy = self.inputs
-        axes = self.axes
-        ggy = NormalizeGrad(axes, self.eps, self.x_hat, self.inv_std)(x, gz) if gy.requires_grad else None
-        if not x.requires_grad:
-            return None, ggy
-        centered = x - mean(x, axis=axes, keepdims=True)
-        inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
-        x_hat = centered * inv_std
-        gy_centered = gy - mean(gy, axis=axes, keepdims=True)
-        gz_centered = gz - mean(gz, axis=axes, keepdims=True)
-        b = mean(gy * x_hat, axis=axes, keepdims=True)
-        c = mean(gz * x_hat, axis=axes, keepdims=True)
-        e = mean(gz * gy_centered, axis=axes, keepdims=True)
-        gx = -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * gz_centered)
-        return gx, ggy
-
-
 def _affine(op, y, weight, bias, shape, expected):
     """y · weight + bias, each reshaped to ``shape`` for broadcasting; checked against ``expected``."""
     for name, p in (("weight", weight), ("bias", bias)):
@@ -111,6 +47,93 @@ def _check_running_stats(op, shape, running_mean, running_var):
         if stat is not None and tuple(stat.shape) != (channels,):
             raise ValueError(f"{op}: {name} must have shape ({channels},), one value per channel of "
                              f"the input {shape}, got {tuple(stat.shape)}")
+
+
+class Normalize(Function):
+    """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
+    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad);
+    ẏ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩)  (the same map: the Jacobian is symmetric).
+
+    The variance is the biased one (divided by n), as every normalization
+    layer uses. The backward reuses the saved x̂ and s. The tangent follows from
+    ṡ = −s² ⟨x̂ · ẋ⟩ (the variance's tangent is 2⟨(x − μ) ẋ⟩) and ẏ = s (ẋ − ⟨ẋ⟩) + (x − μ) ṡ.
+    """
+
+    def __init__(self, axes, eps):
+        self.axes, self.eps = axes, eps
+
+    def forward(self, x):
+        xp = xp_of(x)
+        self.mean = x.mean(axis=self.axes, keepdims=True)
+        centered = x - self.mean
+        self.var = (centered * centered).mean(axis=self.axes, keepdims=True)
+        self.inv_std = 1 / xp.sqrt(self.var + self.eps)
+        return centered * self.inv_std
+
+    def backward(self, gy):
+        return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], gy)
+
+    def jvp(self, dx):
+        return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], dx)
+
+    def _x_hat(self):
+        """x̂ as an array: the output, or, when the caller dropped it, recomputed from the saved statistics."""
+        x_hat = self.output()
+        return (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
+
+
+class NormalizeGrad(Function):
+    """Normalize's gradient as an op of (x, dy), with x̂, s and ⟨·⟩ as in Normalize:
+    z = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩);
+    d(dy) = s · (dz − ⟨dz⟩ − x̂ ⟨dz · x̂⟩)  (the map dy → z is symmetric: a NormalizeGrad of dz),
+    dx = −s² · (x̂ (⟨dz · (dy − ⟨dy⟩)⟩ − 3 b c) + c (dy − ⟨dy⟩) + b (dz − ⟨dz⟩)),
+    with b = ⟨dy · x̂⟩ and c = ⟨dz · x̂⟩.
+
+    dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
+    The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
+    from x with Tensor ops, so that it can be differentiated again.
+
+    Tangent: ż = s · (ḋy − ⟨ḋy⟩ − x̂ ⟨ḋy · x̂⟩) + the dx formula above with dz replaced by ẋ.
+    z is the gradient of the scalar Σ dy · x̂(x) with respect to x, so its
+    derivative along x is that scalar's Hessian, symmetric: the map ẋ → ż is the map
+    dz → dx, and the dy part is z's own linear map.
+    """
+
+    def __init__(self, axes, eps, x_hat, inv_std):
+        self.axes, self.eps, self.x_hat, self.inv_std = axes, eps, x_hat, inv_std
+
+    def forward(self, x, gy):
+        axes, x_hat = self.axes, self.x_hat
+        return self.inv_std * (gy - gy.mean(axis=axes, keepdims=True)
+                               - x_hat * (gy * x_hat).mean(axis=axes, keepdims=True))
+
+    def backward(self, gz):
+        x, gy = self.inputs
+        axes = self.axes
+        ggy = NormalizeGrad(axes, self.eps, self.x_hat, self.inv_std)(x, gz) if gy.requires_grad else None
+        return (self._second_derivative(x, gy, gz) if x.requires_grad else None), ggy
+
+    def jvp(self, dx, dgy):
+        x, gy = self.inputs
+        dz = None if dgy is None else NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dgy)
+        if dx is not None:
+            along_x = self._second_derivative(x, gy, dx)
+            dz = along_x if dz is None else dz + along_x
+        return dz
+
+    def _second_derivative(self, x, gy, u):
+        """−s² · (x̂ (⟨u · (dy − ⟨dy⟩)⟩ − 3 b c) + c (dy − ⟨dy⟩) + b (u − ⟨u⟩)), b = ⟨dy · x̂⟩, c = ⟨u · x̂⟩:
+        the Hessian of Σ dy · x̂(x) applied to u, from x with Tensor ops (so it differentiates again)."""
+        axes = self.axes
+        centered = x - mean(x, axis=axes, keepdims=True)
+        inv_std = (mean(centered * centered, axis=axes, keepdims=True) + self.eps) ** -0.5
+        x_hat = centered * inv_std
+        gy_centered = gy - mean(gy, axis=axes, keepdims=True)
+        u_centered = u - mean(u, axis=axes, keepdims=True)
+        b = mean(gy * x_hat, axis=axes, keepdims=True)
+        c = mean(u * x_hat, axis=axes, keepdims=True)
+        e = mean(u * gy_centered, axis=axes, keepdims=True)
+        return -(inv_std * inv_std) * (x_hat * (e - 3 * b * c) + c * gy_centered + b * u_centered)
 
 
 @autocast_to("float32")

@@ -28,138 +28,6 @@ from minidl.tensor import Tensor, as_tensor
 TENSOR_METHODS = ()
 
 
-class MaxPool2d(Function):
-    """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
-    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding.
-
-    Forward records which window offset k = p·KW + q won, one small integer per output
-    (``choice``), rather than flat positions: the backward then needs no index arithmetic
-    and no scatter, only KH·KW strided additions. ``padding`` is (ph, pw) or
-    ((top, bottom), (left, right)) (ceil_mode pads the bottom/right further). After forward,
-    ``local`` is each maximum's flat position i·W + j in its (H, W) plane: PyTorch's
-    ``return_indices``.
-    """
-    saved_inputs = ()
-
-    def __init__(self, kernel, stride, padding, dilation=(1, 1)):
-        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, _sides(padding), dilation
-
-    def forward(self, x):
-        xp = xp_of(x)
-        self.in_shape = x.shape
-        # Work in x's memory order: a conv's output is an (N, C, H, W) view of a channels-last
-        # array, and mixing its strides with a fresh (N, C, H, W) array would make every
-        # pass below cache-hostile.
-        self.last = _channels_last(x)
-        image = _padded(x, self.padding, self.last, -xp.inf)
-        (kh, kw), oh, ow = self.kernel, *self._out_size(image)
-        self.out_hw = oh, ow
-        # A running maximum over the KH·KW window offsets, each offset one strided view of
-        # the image: no window array is built. Only a strictly larger value replaces the
-        # best so far, so ties keep the first maximum, as PyTorch.
-        best, choice = None, None
-        for k in range(kh * kw):
-            view = image[self.window_view(k, oh, ow)]
-            if best is None:
-                best, choice = view.copy(), xp.zeros(view.shape, xp.int8 if kh * kw < 128 else xp.int32)
-                continue
-            choice += (view > best) * (k - choice)  # arithmetic: NumPy's masked writes are 10× slower
-            xp.maximum(best, view, out=best)
-        self.choice = choice
-        return best.transpose(0, 3, 1, 2) if self.last else best  # (N, C, OH, OW), a view if channels-last
-
-    def backward(self, gy):
-        return MaxPoolScatter(self)(gy)
-
-    # ------------------------------------------------------------ the routing both gradients share
-    def _out_size(self, image):
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        hp, wp = image.shape[1:3] if self.last else image.shape[2:]
-        return (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
-
-    def window_view(self, k, oh, ow):
-        """The index of the strided view of the padded image that window offset k reads."""
-        (_, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        p, q = divmod(k, kw)
-        rows = slice(p * dh, p * dh + sh * (oh - 1) + 1, sh)
-        cols = slice(q * dw, q * dw + sw * (ow - 1) + 1, sw)
-        return (slice(None), rows, cols) if self.last else (slice(None), slice(None), rows, cols)
-
-    def in_layout(self, a):
-        """An (N, C, ·, ·) array as it is laid out in the work: (N, ·, ·, C) if channels-last."""
-        return a.transpose(0, 2, 3, 1) if self.last else a
-
-    @property
-    def local(self):
-        """Each maximum's flat position i·W + j in its (H, W) plane, (N, C, OH, OW) int64."""
-        xp = xp_of(self.choice)
-        (_, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        (pt, _), (pl, _) = self.padding
-        h, w = self.in_shape[2:]
-        oh, ow = self.out_hw
-        choice = self.choice.transpose(0, 3, 1, 2) if self.last else self.choice
-        p, q = xp.divmod(choice.astype(xp.int64), kw)
-        rows = xp.arange(oh).reshape(oh, 1) * sh + p * dh - pt
-        cols = xp.arange(ow) * sw + q * dw - pl
-        # a window always holds a real element (padding ≤ kernel/2); the clip only guards
-        # windows made of −inf alone
-        return xp.clip(rows * w + cols, 0, h * w - 1)
-
-
-class MaxPoolScatter(Function):
-    """Max pooling's gradient as an op of dy, the winners fixed:
-    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes.
-
-    For each window offset k, the outputs whose maximum sat at offset k add their dy into
-    one strided view of the (padded) image: KH·KW additions, each a regular grid. Windows
-    that do not overlap (stride ≥ dilated kernel) write their views instead of adding.
-    """
-    saved_inputs = ()
-
-    def __init__(self, pool):
-        self.pool = pool
-
-    def forward(self, gy):
-        pool, xp = self.pool, xp_of(gy)
-        (n, c, h, w), (pt, pb), (pl, pr) = pool.in_shape, *pool.padding
-        shape = (n, h + pt + pb, w + pl + pr, c) if pool.last else (n, c, h + pt + pb, w + pl + pr)
-        image = xp.zeros(shape, gy.dtype)
-        gy = pool.in_layout(gy)
-        disjoint = all(s >= d * (k - 1) + 1 for s, d, k in zip(pool.stride, pool.dilation, pool.kernel))
-        for k in range(pool.kernel[0] * pool.kernel[1]):
-            view = image[pool.window_view(k, *pool.out_hw)]
-            if disjoint:
-                xp.multiply(gy, pool.choice == k, out=view)
-            else:
-                view += gy * (pool.choice == k)
-        inside = (slice(None), slice(pt, pt + h), slice(pl, pl + w))
-        return image[inside].transpose(0, 3, 1, 2) if pool.last else image[(slice(None),) + inside]
-
-    def backward(self, gz):
-        return MaxPoolGather(self.pool)(gz)
-
-
-class MaxPoolGather(Function):
-    """z[n, c, i, j] = x at window (i, j)'s recorded argmax (no new maximum is taken);
-    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose.
-    """
-    saved_inputs = ()
-
-    def __init__(self, pool):
-        self.pool = pool
-
-    def forward(self, x):
-        pool, xp = self.pool, xp_of(x)
-        image = _padded(x, pool.padding, pool.last, 0)
-        z = xp.zeros(pool.choice.shape, x.dtype)
-        for k in range(pool.kernel[0] * pool.kernel[1]):
-            z += image[pool.window_view(k, *pool.out_hw)] * (pool.choice == k)
-        return z.transpose(0, 3, 1, 2) if pool.last else z
-
-    def backward(self, gz):
-        return MaxPoolScatter(self.pool)(gz)
-
-
 def _channels_last(x) -> bool:
     """True when x (N, C, H, W) is a view of a contiguous (N, H, W, C) array (C > 1)."""
     return x.shape[1] > 1 and x.transpose(0, 2, 3, 1).flags.c_contiguous and not x.flags.c_contiguous
@@ -239,6 +107,151 @@ def _max_pool(op, x, kernel_size, stride, padding, dilation, ceil_mode, return_i
     if not return_indices:
         return y
     return y, Tensor(pool.local.reshape(y.shape))  # in 1-D, i·W + j is the position j along L
+
+
+class MaxPool2d(Function):
+    """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
+    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding;
+    ẏ = ẋ read at each window's argmax (MaxPoolGather): where the maximum is unique, a small
+    change of x moves y only through the winner.
+
+    Forward records which window offset k = p·KW + q won, one small integer per output
+    (``choice``), rather than flat positions: the backward then needs no index arithmetic
+    and no scatter, only KH·KW strided additions. ``padding`` is (ph, pw) or
+    ((top, bottom), (left, right)) (ceil_mode pads the bottom/right further). After forward,
+    ``local`` is each maximum's flat position i·W + j in its (H, W) plane: PyTorch's
+    ``return_indices``.
+    """
+    saved_inputs = ()
+
+    def __init__(self, kernel, stride, padding, dilation=(1, 1)):
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, _sides(padding), dilation
+
+    def forward(self, x):
+        xp = xp_of(x)
+        self.in_shape = x.shape
+        # Work in x's memory order: a conv's output is an (N, C, H, W) view of a channels-last
+        # array, and mixing its strides with a fresh (N, C, H, W) array would make every
+        # pass below cache-hostile.
+        self.last = _channels_last(x)
+        image = _padded(x, self.padding, self.last, -xp.inf)
+        (kh, kw), oh, ow = self.kernel, *self._out_size(image)
+        self.out_hw = oh, ow
+        # A running maximum over the KH·KW window offsets, each offset one strided view of
+        # the image: no window array is built. Only a strictly larger value replaces the
+        # best so far, so ties keep the first maximum, as PyTorch.
+        best, choice = None, None
+        for k in range(kh * kw):
+            view = image[self.window_view(k, oh, ow)]
+            if best is None:
+                best, choice = view.copy(), xp.zeros(view.shape, xp.int8 if kh * kw < 128 else xp.int32)
+                continue
+            choice += (view > best) * (k - choice)  # arithmetic: NumPy's masked writes are 10× slower
+            xp.maximum(best, view, out=best)
+        self.choice = choice
+        return best.transpose(0, 3, 1, 2) if self.last else best  # (N, C, OH, OW), a view if channels-last
+
+    def backward(self, gy):
+        return MaxPoolScatter(self)(gy)
+
+    def jvp(self, dx):
+        return MaxPoolGather(self)(dx)
+
+    # ------------------------------------------------------------ the routing both gradients share
+    def _out_size(self, image):
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        hp, wp = image.shape[1:3] if self.last else image.shape[2:]
+        return (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+
+    def window_view(self, k, oh, ow):
+        """The index of the strided view of the padded image that window offset k reads."""
+        (_, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        p, q = divmod(k, kw)
+        rows = slice(p * dh, p * dh + sh * (oh - 1) + 1, sh)
+        cols = slice(q * dw, q * dw + sw * (ow - 1) + 1, sw)
+        return (slice(None), rows, cols) if self.last else (slice(None), slice(None), rows, cols)
+
+    def in_layout(self, a):
+        """An (N, C, ·, ·) array as it is laid out in the work: (N, ·, ·, C) if channels-last."""
+        return a.transpose(0, 2, 3, 1) if self.last else a
+
+    @property
+    def local(self):
+        """Each maximum's flat position i·W + j in its (H, W) plane, (N, C, OH, OW) int64."""
+        xp = xp_of(self.choice)
+        (_, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        (pt, _), (pl, _) = self.padding
+        h, w = self.in_shape[2:]
+        oh, ow = self.out_hw
+        choice = self.choice.transpose(0, 3, 1, 2) if self.last else self.choice
+        p, q = xp.divmod(choice.astype(xp.int64), kw)
+        rows = xp.arange(oh).reshape(oh, 1) * sh + p * dh - pt
+        cols = xp.arange(ow) * sw + q * dw - pl
+        # a window always holds a real element (padding ≤ kernel/2); the clip only guards
+        # windows made of −inf alone
+        return xp.clip(rows * w + cols, 0, h * w - 1)
+
+
+class MaxPoolScatter(Function):
+    """Max pooling's gradient as an op of dy, the winners fixed:
+    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes;
+    ż = the same routing of the tangent ḋy (z is linear in dy).
+
+    For each window offset k, the outputs whose maximum sat at offset k add their dy into
+    one strided view of the (padded) image: KH·KW additions, each a regular grid. Windows
+    that do not overlap (stride ≥ dilated kernel) write their views instead of adding.
+    """
+    saved_inputs = ()
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def forward(self, gy):
+        pool, xp = self.pool, xp_of(gy)
+        (n, c, h, w), (pt, pb), (pl, pr) = pool.in_shape, *pool.padding
+        shape = (n, h + pt + pb, w + pl + pr, c) if pool.last else (n, c, h + pt + pb, w + pl + pr)
+        image = xp.zeros(shape, gy.dtype)
+        gy = pool.in_layout(gy)
+        disjoint = all(s >= d * (k - 1) + 1 for s, d, k in zip(pool.stride, pool.dilation, pool.kernel))
+        for k in range(pool.kernel[0] * pool.kernel[1]):
+            view = image[pool.window_view(k, *pool.out_hw)]
+            if disjoint:
+                xp.multiply(gy, pool.choice == k, out=view)
+            else:
+                view += gy * (pool.choice == k)
+        inside = (slice(None), slice(pt, pt + h), slice(pl, pl + w))
+        return image[inside].transpose(0, 3, 1, 2) if pool.last else image[(slice(None),) + inside]
+
+    def backward(self, gz):
+        return MaxPoolGather(self.pool)(gz)
+
+    def jvp(self, dgy):
+        return MaxPoolScatter(self.pool)(dgy)
+
+
+class MaxPoolGather(Function):
+    """z[n, c, i, j] = x at window (i, j)'s recorded argmax (no new maximum is taken);
+    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose;
+    ż = ẋ at the same argmaxes.
+    """
+    saved_inputs = ()
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def forward(self, x):
+        pool, xp = self.pool, xp_of(x)
+        image = _padded(x, pool.padding, pool.last, 0)
+        z = xp.zeros(pool.choice.shape, x.dtype)
+        for k in range(pool.kernel[0] * pool.kernel[1]):
+            z += image[pool.window_view(k, *pool.out_hw)] * (pool.choice == k)
+        return z.transpose(0, 3, 1, 2) if pool.last else z
+
+    def backward(self, gz):
+        return MaxPoolScatter(self.pool)(gz)
+
+    def jvp(self, dx):
+        return MaxPoolGather(self.pool)(dx)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):

@@ -30,7 +30,9 @@ TENSOR_METHODS = ()
 
 
 class FakeQuantize(Function):
-    """y = s · (clip(round(x/s) + z, q_min, q_max) − z);  dx = dy · [q_min ≤ round(x/s) + z ≤ q_max].
+    """y = s · (clip(round(x/s) + z, q_min, q_max) − z);  dx = dy · [q_min ≤ round(x/s) + z ≤ q_max];
+    ẏ = ẋ · [q_min ≤ round(x/s) + z ≤ q_max]  (straight through, as the backward: the rounding's own
+    derivative is 0 almost everywhere).
 
     ``scale`` and ``zero_point`` are constants (numbers, or arrays that
     broadcast against x: one per channel); they get no gradient. round is
@@ -49,6 +51,9 @@ class FakeQuantize(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.inside.astype(gy.dtype))
+
+    def jvp(self, dx):
+        return dx * Tensor(self.inside.astype(dx.dtype))
 
 
 def fake_quantize(x, scale, zero_point=0, quant_min: int = -128, quant_max: int = 127) -> Tensor:

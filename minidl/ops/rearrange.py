@@ -4,7 +4,8 @@ Each output element is a copy of one input element (or a zero, for tril and
 triu), so each backward sends dy back to where the copies came from: undo a
 flip or a roll, zero what was masked, and where one element was copied to
 several places (repeat, overlapping windows) add up the gradients of its
-copies, a sum over the repeats or a scatter-add onto the sources.
+copies, a sum over the repeats or a scatter-add onto the sources. Each op is
+linear, so its tangent rule is the op itself applied to the tangent ẋ.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _dims(op, x, dims):
 
 # ---------------------------------------------------------------- flip, roll
 class Flip(Function):
-    """y = x with its elements in reverse order along ``dims``;  dx = dy flipped along the same dims."""
+    """y = x with its elements in reverse order along ``dims``;  dx = dy flipped along the same dims;
+    ẏ = ẋ flipped alike."""
     saved_inputs = ()
 
     def __init__(self, dims):
@@ -44,6 +46,9 @@ class Flip(Function):
 
     def backward(self, gy):
         return Flip(self.dims)(gy)
+
+    def jvp(self, dx):
+        return Flip(self.dims)(dx)
 
 
 def flip(x: Tensor, *args, dims=None) -> Tensor:
@@ -56,7 +61,8 @@ def flip(x: Tensor, *args, dims=None) -> Tensor:
 
 
 class Roll(Function):
-    """y[(i + s) % n] = x[i] along each of ``dims`` (x shifted cyclically by s);  dx = dy rolled back by −s.
+    """y[(i + s) % n] = x[i] along each of ``dims`` (x shifted cyclically by s);  dx = dy rolled back by −s;
+    ẏ = ẋ rolled by s.
 
     With ``dims`` None the tensor is rolled as if flattened, then given its
     shape back (PyTorch's and NumPy's rule).
@@ -72,6 +78,9 @@ class Roll(Function):
     def backward(self, gy):
         negated = -self.shifts if self.dims is None else tuple(-s for s in self.shifts)
         return Roll(negated, self.dims)(gy)
+
+    def jvp(self, dx):
+        return Roll(self.shifts, self.dims)(dx)
 
 
 def roll(x: Tensor, shifts, dims=None) -> Tensor:
@@ -92,7 +101,8 @@ def roll(x: Tensor, shifts, dims=None) -> Tensor:
 
 # ---------------------------------------------------------------- repeat, repeat_interleave
 class Repeat(Function):
-    """y[i] = x[i % n] along each axis (x tiled, ``sizes`` copies along each);  dx = the sum of dy over the copies.
+    """y[i] = x[i % n] along each axis (x tiled, ``sizes`` copies along each);  dx = the sum of dy over the copies;
+    ẏ = ẋ tiled alike.
 
     As ``np.tile``: when ``sizes`` names more axes than x has, x counts as
     having leading axes of size 1. The backward views dy of shape
@@ -113,6 +123,9 @@ class Repeat(Function):
         summed = reduction.sum(reshape(gy, pairs), tuple(range(0, len(pairs), 2)))
         return reshape(summed, self.in_shape)
 
+    def jvp(self, dx):
+        return Repeat(self.sizes)(dx)
+
 
 def repeat(x: Tensor, *sizes) -> Tensor:
     """PyTorch's ``Tensor.repeat``: tile x, ``sizes[k]`` copies along dim k (NumPy's ``np.tile``).
@@ -130,7 +143,7 @@ def repeat(x: Tensor, *sizes) -> Tensor:
 
 class RepeatInterleave(Function):
     """y = x with element i along ``axis`` repeated r_i times in place;
-    dx_i = the sum of dy over the r_i copies of x_i.
+    dx_i = the sum of dy over the r_i copies of x_i;  ẏ = ẋ repeated alike.
 
     With one count r for every element, the backward views dy's axis of size
     n·r as (n, r) and sums over r. With a count per element, y = x[index]
@@ -152,6 +165,9 @@ class RepeatInterleave(Function):
             return reduction.sum(reshape(gy, shape[:axis] + (shape[axis], self.repeats) + shape[axis + 1:]), axis + 1)
         index = gy.xp.asarray(np.repeat(np.arange(shape[axis]), self.repeats))
         return GetItemGrad((slice(None),) * axis + (index,), shape)(gy)
+
+    def jvp(self, dx):
+        return RepeatInterleave(self.axis, self.repeats)(dx)
 
 
 def repeat_interleave(x: Tensor, repeats, dim: int | None = None) -> Tensor:
@@ -178,8 +194,16 @@ def repeat_interleave(x: Tensor, repeats, dim: int | None = None) -> Tensor:
 
 
 # ---------------------------------------------------------------- tril, triu, diagonal
+def _triangle(op, x, diagonal, lower):
+    if x.ndim < 2:
+        raise ValueError(f"{op}: needs a tensor with at least 2 dims (a matrix or a batch of them), "
+                         f"got shape {x.shape}")
+    return Triangle(lower, operator.index(diagonal))(x)
+
+
 class Triangle(Function):
-    """y = x on one side of a diagonal of the last two axes, 0 on the other;  dx = dy with the same zeros.
+    """y = x on one side of a diagonal of the last two axes, 0 on the other;  dx = dy with the same zeros;
+    ẏ = ẋ with the same zeros.
 
     tril keeps x[i, j] where j − i ≤ ``diagonal``, triu where j − i ≥ ``diagonal``
     (0 is the main diagonal, positive ones lie above it).
@@ -199,12 +223,8 @@ class Triangle(Function):
     def backward(self, gy):
         return Triangle(self.lower, self.diagonal)(gy)
 
-
-def _triangle(op, x, diagonal, lower):
-    if x.ndim < 2:
-        raise ValueError(f"{op}: needs a tensor with at least 2 dims (a matrix or a batch of them), "
-                         f"got shape {x.shape}")
-    return Triangle(lower, operator.index(diagonal))(x)
+    def jvp(self, dx):
+        return Triangle(self.lower, self.diagonal)(dx)
 
 
 def tril(x: Tensor, diagonal: int = 0) -> Tensor:
@@ -219,7 +239,7 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 class Diagonal(Function):
     """y[…, k] = x[…, i + k, …, j + k, …] along ``dim1`` and ``dim2``, i = max(−offset, 0), j = max(offset, 0);
-    dx = dy put back on that diagonal, 0 elsewhere.
+    dx = dy put back on that diagonal, 0 elsewhere;  ẏ = the same diagonal of ẋ.
 
     The two dims are removed and the diagonal becomes the last axis, as in
     PyTorch and NumPy. The backward is the scatter of dy (its diagonal axis
@@ -242,6 +262,9 @@ class Diagonal(Function):
         # NumPy puts the indexed axis where the two index arrays stood if they are neighbours, else first
         place = min(self.dim1, self.dim2) if abs(self.dim1 - self.dim2) == 1 else 0
         return GetItemGrad(tuple(key), self.in_shape)(movedim(gy, -1, place))
+
+    def jvp(self, dx):
+        return Diagonal(self.offset, self.dim1, self.dim2)(dx)
 
 
 def diagonal(x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
@@ -276,7 +299,7 @@ def diag(x: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002 - PyTorch's name
 # ---------------------------------------------------------------- unfold
 class Unfold(Function):
     """y[…, w, …, k] = x[…, w·step + k, …] along ``axis``: windows of ``size`` elements, ``step`` apart;
-    dx = the sum of dy over every window holding x.
+    dx = the sum of dy over every window holding x;  ẏ = the same windows of ẋ.
 
     Windows w = 0 … (n − size) // step replace the axis, and the positions k
     inside a window become a new last axis. The forward is a strided view of
@@ -301,6 +324,9 @@ class Unfold(Function):
         index = gy.xp.arange(windows).reshape(-1, 1) * self.step + gy.xp.arange(self.size)
         key = (slice(None),) * self.axis + (index,)
         return GetItemGrad(key, self.in_shape)(movedim(gy, -1, self.axis + 1))
+
+    def jvp(self, dx):
+        return Unfold(self.axis, self.size, self.step)(dx)
 
 
 def unfold(x: Tensor, dimension: int, size: int, step: int) -> Tensor:

@@ -21,8 +21,14 @@ from minidl.ops.shape import getitem
 from minidl.tensor import Tensor, as_tensor
 
 
+def _check_p(op, p, what="an element"):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        raise ValueError(f"{op}: p is the probability of zeroing {what} and must be in [0, 1), got {p!r}")
+
+
 class Dropout(Function):
-    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p).
+    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p);
+    ẏ = ẋ · m / (1 − p), the same mask.
 
     ``mask_shape`` (default: x's shape) draws fewer m_i and broadcasts them over x: channel
     dropout draws one per (sample, channel), shape (N, C, 1, ..., 1).
@@ -43,10 +49,8 @@ class Dropout(Function):
     def backward(self, gy):
         return gy * Tensor(self.scale)
 
-
-def _check_p(op, p, what="an element"):
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
-        raise ValueError(f"{op}: p is the probability of zeroing {what} and must be in [0, 1), got {p!r}")
+    def jvp(self, dx):
+        return dx * Tensor(self.scale)
 
 
 def dropout(x, p=0.5, training=True) -> Tensor:

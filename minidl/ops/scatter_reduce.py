@@ -19,8 +19,9 @@ from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.indexing import Scatter, _checked_index, _positions, _source
 from minidl.ops.indexing import scatter as _scatter_without_reduce
+from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.scan import Cumprod
-from minidl.ops.shape import concatenate, reshape
+from minidl.ops.shape import concatenate, filled_tangents, reshape
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -78,6 +79,12 @@ class ScatterReduce(Function):
     (ties share, as in PyTorch). dx_p = dy_p at the places src does not reach, and 0 at
     the places it does when not ``include_self``. The table has one row per place
     reached and one column per member of the largest group.
+
+    Tangent: the same derivatives, summed over each row instead of handed out,
+
+        ẏ_p = Σ_m ∂R/∂m · ṁ  at a place p that src reaches,   ẏ_p = ẋ_p elsewhere,
+
+    with ṁ the members' tangents (ẋ_p and the ṡ_j) laid out in the table as the members are.
     """
 
     def __init__(self, dim, index: Tensor, reduce, include_self):
@@ -108,32 +115,36 @@ class ScatterReduce(Function):
         y[self.places] = reduced
         return y.reshape(x.shape)
 
-    def _table(self, x, src):
-        """The table of members as a Tensor built from x and src, for prod's gradient (x_p, then each s_j)."""
+    def _table(self, x, src, empty=1.0):
+        """The table of members as a Tensor built from x and src (x_p, then each s_j), ``empty`` in the
+        unfilled slots: prod's gradient reads the values' table, the tangent rule the tangents'."""
         slots = Tensor(x.xp.concatenate([self.self_slots, self.src_slots]))
         members = concatenate([reshape(x, (-1,))[Tensor(self.places)], reshape(src, (-1,))]) \
             if self.include_self else reshape(src, (-1,))
-        ones = Tensor(x.xp.ones(self.filled.size, x.dtype))
-        return reshape(Scatter(0, slots)(ones, members), self.filled.shape)
+        fill = Tensor(x.xp.full(self.filled.size, empty, x.dtype))
+        return reshape(Scatter(0, slots)(fill, members), self.filled.shape)
 
-    def backward(self, gy):
-        x, src = self.inputs
-        xp, places = gy.xp, Tensor(self.places)
-        flat_gy = reshape(gy, (-1,))
-        g_rows = reshape(flat_gy[places], (-1, 1))  # dy_p for each row of the table
+    def _derivatives(self, dtype):
+        """The table of ∂R/∂m, one per member (0 in the unfilled slots)."""
+        xp = xp_of(self.filled)
         if self.reduce == "sum":
-            g_table = g_rows * Tensor(self.filled.astype(gy.dtype))
-        elif self.reduce == "mean":
-            g_table = g_rows * Tensor(self.filled / self.count)
-        elif self.reduce == "prod":
-            table = self._table(x, src)
+            return Tensor(self.filled.astype(dtype))
+        if self.reduce == "mean":
+            return Tensor(self.filled / self.count)
+        if self.reduce == "prod":
+            table = self._table(*self.inputs)
             one = Tensor(xp.ones((table.shape[0], 1), table.dtype))
             before = Cumprod(1)(concatenate([one, table[:, :-1]], axis=1))  # Π of the members before
             after = Cumprod(1, reverse=True)(concatenate([table[:, 1:], one], axis=1))  # and after
-            g_table = g_rows * before * after
-        else:
-            g_table = g_rows * Tensor(self.share.astype(gy.dtype, copy=False))
-        g_table = reshape(g_table, (-1,))
+            return before * after
+        return Tensor(self.share.astype(dtype, copy=False))
+
+    def backward(self, gy):
+        x, src = self.inputs
+        places = Tensor(self.places)
+        flat_gy = reshape(gy, (-1,))
+        g_rows = reshape(flat_gy[places], (-1, 1))  # dy_p for each row of the table
+        g_table = reshape(g_rows * self._derivatives(gy.dtype), (-1,))
         gx = None
         if x.requires_grad:
             gx = (Scatter(0, places)(flat_gy, g_table[Tensor(self.self_slots)]) if self.include_self
@@ -141,6 +152,11 @@ class ScatterReduce(Function):
             gx = reshape(gx, x.shape)
         gsrc = reshape(g_table[Tensor(self.src_slots)], src.shape) if src.requires_grad else None
         return gx, gsrc
+
+    def jvp(self, dx, dsrc):
+        dx, dsrc = filled_tangents((dx, dsrc), self.inputs)
+        rows = reduce_sum(self._derivatives(dx.dtype) * self._table(dx, dsrc, empty=0.0), axis=1)
+        return reshape(Scatter(0, Tensor(self.places))(reshape(dx, (-1,)), rows), dx.shape)
 
 
 def scatter_reduce(x: Tensor, dim: int, index, src, reduce: str, *, include_self: bool = True) -> Tensor:

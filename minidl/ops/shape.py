@@ -26,6 +26,15 @@ TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten", "
                   "expand_as")
 
 
+def filled_tangents(dxs, inputs) -> tuple:
+    """The tangents of a jvp with each None (a zero tangent) made zeros of its input's shape and dtype.
+
+    For the tangent rules that apply one op to all their inputs' tangents at once (a
+    concatenation of tangents, a scatter of one tangent into another).
+    """
+    return tuple(Tensor(x.xp.zeros(x.shape, x.dtype)) if dx is None else dx for dx, x in zip(dxs, inputs))
+
+
 def dim_index(op: str, x: Tensor, dim, new: int = 0) -> int:
     """``dim`` as an index from 0 to x.ndim − 1 + new (negative counts from the end), or a clear error.
 
@@ -44,7 +53,11 @@ def dim_index(op: str, x: Tensor, dim, new: int = 0) -> int:
 
 
 class Reshape(Function):
-    """y = x viewed with a new shape;  dx = dy reshaped to x's shape."""
+    """y = x viewed with a new shape;  dx = dy reshaped to x's shape;  tangent: ẏ = ẋ viewed with the new shape.
+
+    Every op of this module is linear in its inputs, so each tangent rule is the op itself
+    applied to the tangents (ẋ is the tangent of x: the change of x along a direction).
+    """
     saved_inputs = ()
 
     def __init__(self, shape):
@@ -60,6 +73,9 @@ class Reshape(Function):
 
     def backward(self, gy):
         return reshape(gy, self.in_shape)
+
+    def jvp(self, dx):
+        return Reshape(self.shape)(dx)
 
 
 def reshape(x: Tensor, *shape) -> Tensor:
@@ -120,30 +136,6 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
-class Transpose(Function):
-    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation.
-
-    ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
-    or None to reverse the axes. The inverse permutation p⁻¹ satisfies
-    p⁻¹[p[i]] = i, computed from the axes made non-negative.
-    """
-    saved_inputs = ()
-
-    def __init__(self, axes):
-        self.axes = axes
-
-    def forward(self, x):
-        return x.transpose(self.axes)
-
-    def backward(self, gy):
-        if self.axes is None:
-            return Transpose(None)(gy)
-        inverse = [0] * len(self.axes)
-        for i, axis in enumerate(self.axes):
-            inverse[axis % len(self.axes)] = i
-        return Transpose(tuple(inverse))(gy)
-
-
 def _bad_axes(x, axes, why, op="transpose"):
     ndim = x.ndim
     example = tuple(reversed(range(ndim)))
@@ -179,6 +171,34 @@ def _varargs(values):
     if len(values) == 1 and isinstance(values[0], (tuple, list)):
         return tuple(values[0])
     return tuple(values)
+
+
+class Transpose(Function):
+    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation;
+    ẏ = ẋ permuted alike.
+
+    ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
+    or None to reverse the axes. The inverse permutation p⁻¹ satisfies
+    p⁻¹[p[i]] = i, computed from the axes made non-negative.
+    """
+    saved_inputs = ()
+
+    def __init__(self, axes):
+        self.axes = axes
+
+    def forward(self, x):
+        return x.transpose(self.axes)
+
+    def backward(self, gy):
+        if self.axes is None:
+            return Transpose(None)(gy)
+        inverse = [0] * len(self.axes)
+        for i, axis in enumerate(self.axes):
+            inverse[axis % len(self.axes)] = i
+        return Transpose(tuple(inverse))(gy)
+
+    def jvp(self, dx):
+        return Transpose(self.axes)(dx)
 
 
 def transpose(x: Tensor, *axes, dim0: int | None = None, dim1: int | None = None) -> Tensor:
@@ -252,7 +272,7 @@ def swap_last_axes(x: Tensor) -> Tensor:
 
 
 class BroadcastTo(Function):
-    """y = x repeated along broadcast axes;  dx = dy summed back to x's shape."""
+    """y = x repeated along broadcast axes;  dx = dy summed back to x's shape;  ẏ = ẋ broadcast alike."""
     saved_inputs = ()
 
     def __init__(self, shape):
@@ -267,6 +287,9 @@ class BroadcastTo(Function):
 
     def backward(self, gy):
         return sum_to(gy, self.in_shape)
+
+    def jvp(self, dx):
+        return BroadcastTo(self.shape)(dx)
 
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
@@ -297,7 +320,8 @@ def expand(x: Tensor, *sizes) -> Tensor:
 
 
 class SumTo(Function):
-    """y = x summed over the axes that broadcasting added or stretched;  dx = dy broadcast back.
+    """y = x summed over the axes that broadcasting added or stretched;  dx = dy broadcast back;
+    ẏ = ẋ summed alike.
 
     This is the one helper every broadcasting backward uses: if y = f(a, b)
     broadcast a from shape s, then dL/da = sum over the broadcast axes of
@@ -319,6 +343,9 @@ class SumTo(Function):
     def backward(self, gy):
         return broadcast_to(gy, self.in_shape)
 
+    def jvp(self, dx):
+        return SumTo(self.shape)(dx)
+
 
 def sum_to(x: Tensor, shape) -> Tensor:
     """Sum ``x`` down to ``shape`` (the inverse of broadcasting); no-op when equal."""
@@ -333,7 +360,8 @@ def _has_integer_array(key) -> bool:
 
 
 class GetItem(Function):
-    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros.
+    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros;
+    ẏ = ẋ[key].
 
     ``select`` (None, or a basic key applied first) gives PyTorch's order of indexing
     (see :func:`minidl.tensor.index_key`); ``index_tensors`` are the key's integer and
@@ -353,9 +381,13 @@ class GetItem(Function):
     def backward(self, gy):
         return GetItemGrad(self.key, self.in_shape, self.select, self.saved_indices)(gy)
 
+    def jvp(self, dx):
+        return GetItem(self.key, self.select, self.saved_indices)(dx)
+
 
 class GetItemGrad(Function):
-    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
+    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key];
+    ẏ = zeros(shape) with ḋy added at x[key]."""
     saved_inputs = ()
 
     def __init__(self, key, shape, select=None, index_tensors=()):
@@ -374,6 +406,9 @@ class GetItemGrad(Function):
     def backward(self, ggx):
         return GetItem(self.key, self.select, self.saved_indices)(ggx)
 
+    def jvp(self, dgy):
+        return GetItemGrad(self.key, self.shape, self.select, self.saved_indices)(dgy)
+
 
 def getitem(x: Tensor, key) -> Tensor:
     """``x[key]`` with PyTorch's rules (integers index before index arrays: see ``index_key``)."""
@@ -382,7 +417,7 @@ def getitem(x: Tensor, key) -> Tensor:
 
 
 class Contiguous(Function):
-    """y = x laid out in row-major order (a copy, unless x already is);  dx = dy."""
+    """y = x laid out in row-major order (a copy, unless x already is);  dx = dy;  ẏ = ẋ (row-major)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -390,6 +425,9 @@ class Contiguous(Function):
 
     def backward(self, gy):
         return gy
+
+    def jvp(self, dx):
+        return Contiguous()(dx)
 
 
 def contiguous(x: Tensor) -> Tensor:
@@ -412,7 +450,8 @@ def expand_as(x: Tensor, other: Tensor) -> Tensor:
 
 
 class Concatenate(Function):
-    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled (a split of dy)."""
+    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled (a split of dy);
+    ẏ = [ẋ1, ẋ2, ...] joined alike (a zero tangent as zeros)."""
     saved_inputs = ()
 
     def __init__(self, axis):
@@ -429,6 +468,9 @@ class Concatenate(Function):
     def backward(self, gy):
         return Split(self.axis % gy.ndim, self.sizes)(gy)
 
+    def jvp(self, *dxs):
+        return Concatenate(self.axis)(*filled_tangents(dxs, self.inputs))
+
 
 def concatenate(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
     """Join tensors along an existing axis (``dim`` is PyTorch's name for it)."""
@@ -443,7 +485,7 @@ def cat(tensors, dim: int = 0, *, axis: int | None = None) -> Tensor:
 
 class Split(Function):
     """y_1, y_2, ... = consecutive pieces of x along ``axis``, of the given sizes;
-    dx = [dy_1, dy_2, ...] joined along axis.
+    dx = [dy_1, dy_2, ...] joined along axis;  ẏ_1, ẏ_2, ... = the same pieces of ẋ.
 
     Each piece is a view of x. An output that the loss does not use gets a zero
     gradient from the engine, so dx always has x's shape.
@@ -460,6 +502,9 @@ class Split(Function):
 
     def backward(self, *gys):
         return concatenate(gys, axis=self.axis)
+
+    def jvp(self, dx):
+        return Split(self.axis, self.sizes)(dx)
 
 
 def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple:
@@ -511,7 +556,8 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
 
 
 class Stack(Function):
-    """y = tensors stacked along a new ``axis``;  dx_i = dy taken at index i of that axis."""
+    """y = tensors stacked along a new ``axis``;  dx_i = dy taken at index i of that axis;
+    ẏ = the tangents stacked alike (a zero tangent as zeros)."""
     saved_inputs = ()
 
     def __init__(self, axis):
@@ -528,45 +574,13 @@ class Stack(Function):
         lead = (slice(None),) * axis
         return tuple(gy[lead + (i,)] for i in range(gy.shape[axis]))
 
+    def jvp(self, *dxs):
+        return Stack(self.axis)(*filled_tangents(dxs, self.inputs))
+
 
 def stack(tensors, axis: int = 0, dim: int | None = None) -> Tensor:
     axis = axis if dim is None else dim
     return Stack(axis)(*[as_tensor(t) for t in tensors])
-
-
-class Pad(Function):
-    """y = x with borders, a constant or copies of x's own values;
-    dx = the interior of dy (constant mode), or dy added back onto the sources.
-
-    ``widths`` holds one (before, after) pair of widths per axis, non-negative but in reflect and
-    replicate modes, where a negative width crops (p then starts or ends inside x).
-    Mode ``constant`` fills the borders with ``value``. The copying modes take
-    y = x[s], with ``key`` holding the source index s(p) of every place p of a
-    padded axis of size n (p from −before to n + after − 1):
-
-        reflect:    s(p) = |p| mirrored at n − 1, so … 2 1 | 0 1 2 | 1 0 …
-        replicate:  s(p) = min(max(p, 0), n − 1)
-        circular:   s(p) = p % n
-
-    A value copied to several places collects the gradient of each: dx is the
-    scatter-add of dy onto s, the backward of indexing (whose own backward is
-    the indexing again).
-    """
-    saved_inputs = ()
-
-    def __init__(self, widths, mode, value, key=None):
-        self.widths, self.mode, self.value, self.key = widths, mode, value, key
-
-    def forward(self, x):
-        self.in_shape = x.shape
-        if self.mode == "constant":
-            return xp_of(x).pad(x, self.widths, mode="constant", constant_values=self.value)
-        return x[self.key]
-
-    def backward(self, gy):
-        if self.mode == "constant":
-            return gy[tuple(slice(before, n - after) for n, (before, after) in zip(gy.shape, self.widths))]
-        return GetItemGrad(self.key, self.in_shape)(gy)
 
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
@@ -600,6 +614,45 @@ def _source_index(n, before, after, mode):
     if mode == "replicate":
         return np.clip(p, 0, n - 1)
     return p % n
+
+
+class Pad(Function):
+    """y = x with borders, a constant or copies of x's own values;
+    dx = the interior of dy (constant mode), or dy added back onto the sources;
+    ẏ = ẋ padded alike, with zero borders in constant mode (the fill value is a constant).
+
+    ``widths`` holds one (before, after) pair of widths per axis, non-negative but in reflect and
+    replicate modes, where a negative width crops (p then starts or ends inside x).
+    Mode ``constant`` fills the borders with ``value``. The copying modes take
+    y = x[s], with ``key`` holding the source index s(p) of every place p of a
+    padded axis of size n (p from −before to n + after − 1):
+
+        reflect:    s(p) = |p| mirrored at n − 1, so … 2 1 | 0 1 2 | 1 0 …
+        replicate:  s(p) = min(max(p, 0), n − 1)
+        circular:   s(p) = p % n
+
+    A value copied to several places collects the gradient of each: dx is the
+    scatter-add of dy onto s, the backward of indexing (whose own backward is
+    the indexing again).
+    """
+    saved_inputs = ()
+
+    def __init__(self, widths, mode, value, key=None):
+        self.widths, self.mode, self.value, self.key = widths, mode, value, key
+
+    def forward(self, x):
+        self.in_shape = x.shape
+        if self.mode == "constant":
+            return xp_of(x).pad(x, self.widths, mode="constant", constant_values=self.value)
+        return x[self.key]
+
+    def backward(self, gy):
+        if self.mode == "constant":
+            return gy[tuple(slice(before, n - after) for n, (before, after) in zip(gy.shape, self.widths))]
+        return GetItemGrad(self.key, self.in_shape)(gy)
+
+    def jvp(self, dx):
+        return Pad(self.widths, self.mode, 0 if self.mode == "constant" else None, self.key)(dx)
 
 
 def pad(x: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:

@@ -266,7 +266,7 @@ class _GradientReady(FunctionHook):
 
 
 class _BackwardStarts(Function):
-    """y = x;  dx = dy, and from here on the gradient hook watches the backward walk (overlap)."""
+    """y = x;  dx = dy, and from here on the gradient hook watches the backward walk (overlap);  ẏ = ẋ."""
 
     def __init__(self, step: "_OverlapStep"):
         self.step = step
@@ -277,6 +277,9 @@ class _BackwardStarts(Function):
     def backward(self, gy):
         self.step.open()
         return (gy,)
+
+    def jvp(self, dx):
+        return dx
 
 
 class _OverlapStep:

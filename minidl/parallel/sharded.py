@@ -149,6 +149,10 @@ class _UnitBoundary(Function):
     Placed at a stage-3 unit's input with the unit's shard as a second input:
     its backward runs when the unit's backward is done, reduce-scatters the
     unit's gradients into the shard's gradient and frees the whole weights.
+
+    Tangent: ẏ = ẋ. The shard reaches y only through the unit's whole weights, which are
+    gathered outside the graph, so a tangent of the shard does not reach ẏ here: forward
+    mode through a stage-3 unit carries the input's tangent, not the parameters'.
     """
 
     def __init__(self, unit: FlatShard, owner: "ShardedDataParallel"):
@@ -161,6 +165,9 @@ class _UnitBoundary(Function):
         shard_grad = Tensor(self.unit.reduce_gradients(self.owner.gradient_weight))
         self.unit.release()
         return (gy if self.inputs[0].requires_grad else None), shard_grad
+
+    def jvp(self, dx, dshard):
+        return dx
 
 
 class ShardedDataParallel(DataParallel):
