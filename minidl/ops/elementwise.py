@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of as _xp
-from minidl.ops.shape import sum_to
+from minidl.ops.shape import broadcast_to, sum_to
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -21,6 +21,11 @@ TENSOR_METHODS = ("add", "sub", "mul", "div", "floor_divide", "pow", "neg", "exp
 def _broadcast_error(op, a, b):
     return ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast "
                       "(NumPy rule: trailing axes must be equal or 1)")
+
+
+def _spread(t, shape):
+    """A tangent broadcast to the output's shape (None, a zero tangent, stays None)."""
+    return t if t is None or tuple(t.shape) == tuple(shape) else broadcast_to(t, shape)
 
 
 class Binary(Function):
@@ -36,7 +41,8 @@ class Binary(Function):
 
 
 class Add(Binary):
-    """y = a + b;  da = dy,  db = dy (each summed to its input's shape)."""
+    """y = a + b;  da = dy,  db = dy (each summed to its input's shape).
+    jvp: dy = da + db (each broadcast to y's shape)."""
     saved_inputs = ()
     name = "add"
 
@@ -48,9 +54,13 @@ class Add(Binary):
         return (sum_to(gy, a.shape) if a.requires_grad else None,
                 sum_to(gy, b.shape) if b.requires_grad else None)
 
+    def jvp(self, da, db):
+        return _spread(tangent_sum(da, db), self.output().shape)
+
 
 class Sub(Binary):
-    """y = a - b;  da = dy,  db = -dy."""
+    """y = a - b;  da = dy,  db = -dy.
+    jvp: dy = da − db."""
     saved_inputs = ()
     name = "sub"
 
@@ -62,9 +72,13 @@ class Sub(Binary):
         return (sum_to(gy, a.shape) if a.requires_grad else None,
                 sum_to(-gy, b.shape) if b.requires_grad else None)
 
+    def jvp(self, da, db):
+        return _spread(tangent_sum(da, None if db is None else -db), self.output().shape)
+
 
 class Mul(Binary):
-    """y = a * b;  da = dy * b,  db = dy * a."""
+    """y = a * b;  da = dy * b,  db = dy * a.
+    jvp: dy = da · b + a · db."""
     saved_inputs = "each other"  # a is read only for db, b only for da
     name = "mul"
 
@@ -77,9 +91,14 @@ class Mul(Binary):
         gb = sum_to(gy * a, b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        return _spread(tangent_sum(None if da is None else da * b, None if db is None else a * db), self.output().shape)
+
 
 class Div(Binary):
-    """y = a / b;  da = dy / b,  db = -dy * a / b²."""
+    """y = a / b;  da = dy / b,  db = -dy * a / b².
+    jvp: dy = (da − y · db) / b."""
     name = "div"
 
     def compute(self, a, b):
@@ -91,9 +110,15 @@ class Div(Binary):
         gb = sum_to(-gy * a / (b * b), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        b = self.inputs[1]
+        top = tangent_sum(da, None if db is None else -(self.output() * db))
+        return _spread(top / b, self.output().shape)
+
 
 class Pow(Binary):
     """y = a ** b;  da = dy · b · a^(b−1),  db = dy · y · ln a.
+    jvp: dy = b · a^(b−1) · da + y · ln a · db, with the same conventions where they meet 0·∞.
 
     Where these formulas meet 0·∞ or ln 0, the values are PyTorch's:
       da = 0 where b = 0, also at a = 0 (a⁰ = 1 does not depend on a);
@@ -118,9 +143,21 @@ class Pow(Binary):
             gb = sum_to(where(zero_base, 0, gy * self.output() * log(where(zero_base, 1, a))), b.shape)
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        terms = []
+        if da is not None:
+            flat = b.data == 0
+            terms.append(where(flat, 0, da * b * a ** (where(flat, 1, b) - 1)))
+        if db is not None:
+            zero_base = (a.data == 0) & (b.data >= 0)
+            terms.append(where(zero_base, 0, db * self.output() * log(where(zero_base, 1, a))))
+        return _spread(tangent_sum(*terms), self.output().shape)
+
 
 class PowScalar(Function):
     """y = x ** c for a constant c;  dx = dy · c · x^(c−1), and dx = 0 for c = 0.
+    jvp: dy = c · x^(c−1) · dx (0 for c = 0).
 
     c = 0 gives 0 everywhere, also at x = 0 where c · x^(c−1) would be 0 · ∞ (PyTorch's
     convention: x⁰ = 1 does not depend on x). At x = 0 the other exponents give what the
@@ -141,9 +178,18 @@ class PowScalar(Function):
             return gy * (2 * x)
         return gy * (self.c * x ** (self.c - 1))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        if self.c == 0:
+            return None
+        if self.c == 2:
+            return dx * (2 * x)
+        return dx * (self.c * x ** (self.c - 1))
+
 
 class Neg(Function):
-    """y = -x;  dx = -dy."""
+    """y = -x;  dx = -dy.
+    jvp: dy = −dx."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -152,9 +198,13 @@ class Neg(Function):
     def backward(self, gy):
         return -gy
 
+    def jvp(self, dx):
+        return -dx
+
 
 class Exp(Function):
-    """y = eˣ;  dx = dy * y."""
+    """y = eˣ;  dx = dy * y.
+    jvp: dy = dx · y."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -163,9 +213,13 @@ class Exp(Function):
     def backward(self, gy):
         return gy * self.output()
 
+    def jvp(self, dx):
+        return dx * self.output()
+
 
 class Log(Function):
-    """y = ln x;  dx = dy / x."""
+    """y = ln x;  dx = dy / x.
+    jvp: dy = dx / x."""
 
     def forward(self, x):
         return _xp(x).log(x)
@@ -173,9 +227,13 @@ class Log(Function):
     def backward(self, gy):
         return gy / self.inputs[0]
 
+    def jvp(self, dx):
+        return dx / self.inputs[0]
+
 
 class Sqrt(Function):
-    """y = √x;  dx = dy / (2y)."""
+    """y = √x;  dx = dy / (2y).
+    jvp: dy = dx / (2y)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -184,9 +242,13 @@ class Sqrt(Function):
     def backward(self, gy):
         return gy / (2 * self.output())
 
+    def jvp(self, dx):
+        return dx / (2 * self.output())
+
 
 class Abs(Function):
-    """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch)."""
+    """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch).
+    jvp: dy = dx · sign(x)."""
 
     def forward(self, x):
         return _xp(x).abs(x)
@@ -195,9 +257,14 @@ class Abs(Function):
         x = self.inputs[0]
         return gy * Tensor(_xp(x.data).sign(x.data))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * Tensor(_xp(x.data).sign(x.data))
+
 
 class Clip(Function):
     """y = min(max(x, lo), hi) for constant bounds;  dx = dy where lo ≤ x ≤ hi, else 0.
+    jvp: dy = dx where lo ≤ x ≤ hi, else 0.
 
     At a bound the gradient passes (the interval is closed), as PyTorch's clamp.
     """
@@ -219,10 +286,14 @@ class Clip(Function):
     def backward(self, gy):
         return gy * Tensor(self.inside.astype(gy.dtype))
 
+    def jvp(self, dx):
+        return dx * Tensor(self.inside.astype(dx.dtype))
+
 
 class ClampTensor(Function):
     """y = min(max(x, a), b) for tensor bounds a, b;  dx = dy · [a ≤ x ≤ b],  da = dy · [x < a < b],
     db = dy · [x > b or b < a]  (PyTorch's rule).
+    jvp: dy = dx · [a ≤ x ≤ b] + da · [x < a < b] + db · [x > b or b < a].
 
     The output is b wherever a > b, so b then gets the whole gradient. A bound the call
     left out is passed in as ±∞ (its gradient is never needed).
@@ -245,9 +316,15 @@ class ClampTensor(Function):
         return tuple(sum_to(gy * Tensor(mask.astype(gy.dtype)), t.shape) if t.requires_grad else None
                      for t, mask in ((x, self.to_x), (lo, self.to_lo), (hi, self.to_hi)))
 
+    def jvp(self, dx, dlo, dhi):
+        terms = [None if d is None else d * Tensor(mask.astype(d.dtype))
+                 for d, mask in ((dx, self.to_x), (dlo, self.to_lo), (dhi, self.to_hi))]
+        return _spread(tangent_sum(*terms), self.output().shape)
+
 
 class DivRounded(Binary):
-    """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function)."""
+    """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function).
+    jvp: dy = 0."""
     saved_inputs = ()
     name = "div"
 
@@ -268,9 +345,13 @@ class DivRounded(Binary):
         return (Tensor(gy.xp.zeros(a.shape, gy.dtype)) if a.requires_grad else None,
                 Tensor(gy.xp.zeros(b.shape, gy.dtype)) if b.requires_grad else None)
 
+    def jvp(self, da, db):
+        return None
+
 
 class Where(Function):
     """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere.
+    jvp: dy = da where cond, db elsewhere.
 
     ``condition_tensor`` is the Tensor ``cond`` came from, if any: its version is checked.
     """
@@ -292,9 +373,17 @@ class Where(Function):
         gb = sum_to(where(self.cond, zero, gy), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        shape = self.output().shape
+        da = Tensor(a.xp.zeros((), a.dtype)) if da is None else da
+        db = Tensor(b.xp.zeros((), b.dtype)) if db is None else db
+        return _spread(where(self.cond, da, db), shape)
+
 
 class Maximum(Binary):
-    """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
+    """y = max(a, b);  the gradient goes to the larger input, split evenly on ties.
+    jvp: dy = da · s + db · (1 − s), s = 1 where a wins, ½ on ties, 0 elsewhere."""
     saved_inputs = ()
     name = "maximum"
 
@@ -308,6 +397,11 @@ class Maximum(Binary):
         ga = sum_to(gy * share_a, a.shape) if a.requires_grad else None
         gb = sum_to(gy * (1 - share_a), b.shape) if b.requires_grad else None
         return ga, gb
+
+    def jvp(self, da, db):
+        share_a = Tensor(self.share_a.astype((da if da is not None else db).dtype))
+        terms = (None if da is None else da * share_a, None if db is None else db * (1 - share_a))
+        return _spread(tangent_sum(*terms), self.output().shape)
 
 
 class Minimum(Maximum):
