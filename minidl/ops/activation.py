@@ -17,7 +17,7 @@ import math
 
 from minidl import autograd, backend
 from minidl.amp import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.elementwise import abs, exp, where
 from minidl.ops.reduction import _normalize_axis
@@ -31,6 +31,7 @@ TENSOR_METHODS = ("relu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumex
 
 class ReLU(Function):
     """y = max(x, 0);  dx = dy · [x > 0].
+    jvp: dy = dx · [x > 0].
 
     No mask is saved: backward holds x anyway, and recomputing [x > 0] there is
     cheaper than writing a mask and multiplying by it here (one pass in forward).
@@ -42,9 +43,13 @@ class ReLU(Function):
     def backward(self, gy):
         return ReLUGrad(self.inputs[0].data > 0)(gy)
 
+    def jvp(self, dx):
+        return ReLUGrad(self.inputs[0].data > 0)(dx)
+
 
 class ReLUGrad(Function):
     """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
+    jvp (linear in dy): dz = d(dy) · m.
 
     The mask is piecewise constant, so z has no derivative with respect to x
     (almost everywhere): the only input is dy.
@@ -60,9 +65,13 @@ class ReLUGrad(Function):
     def backward(self, gz):
         return ReLUGrad(self.positive)(gz)
 
+    def jvp(self, dgy):
+        return ReLUGrad(self.positive)(dgy)
+
 
 class LeakyReLU(Function):
-    """y = x for x > 0, αx otherwise;  dx = dy · (1 or α)."""
+    """y = x for x > 0, αx otherwise;  dx = dy · (1 or α).
+    jvp: dy = dx · (1 or α)."""
     saved_inputs = ()
 
     def __init__(self, slope=0.01):
@@ -75,9 +84,13 @@ class LeakyReLU(Function):
     def backward(self, gy):
         return gy * Tensor(self.slopes)
 
+    def jvp(self, dx):
+        return dx * Tensor(self.slopes)
+
 
 class ELU(Function):
-    """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α)."""
+    """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α).
+    jvp: dy = dx · (1 or y + α)."""
     saved_inputs = ()
 
     def __init__(self, alpha=1.0):
@@ -91,9 +104,13 @@ class ELU(Function):
     def backward(self, gy):
         return gy * where(self.positive, 1.0, self.output() + self.alpha)
 
+    def jvp(self, dx):
+        return dx * where(self.positive, 1.0, self.output() + self.alpha)
+
 
 class Tanh(Function):
-    """y = tanh x;  dx = dy · (1 − y²)."""
+    """y = tanh x;  dx = dy · (1 − y²).
+    jvp: dy = dx · (1 − y²)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -102,10 +119,14 @@ class Tanh(Function):
     def backward(self, gy):
         return TanhGrad()(self.output(), gy)
 
+    def jvp(self, dx):
+        return TanhGrad()(self.output(), dx)
+
 
 class TanhGrad(Function):
     """Tanh's gradient as an op of (y, dy):  z = dy · (1 − y²);
     d(dy) = dz · (1 − y²),  dy_out = −2 · dz · dy · y  (dy_out: the gradient reaching y).
+    jvp: dz = d(dy) · (1 − y²) − 2 · dy · y · d(y).
     """
 
     def forward(self, y, gy):
@@ -115,9 +136,14 @@ class TanhGrad(Function):
         y, gy = self.inputs
         return -2 * gz * gy * y, gz * (1 - y * y)
 
+    def jvp(self, d_y, d_gy):
+        y, gy = self.inputs
+        return tangent_sum(None if d_gy is None else d_gy * (1 - y * y), None if d_y is None else -2 * gy * y * d_y)
+
 
 class Sigmoid(Function):
-    """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y)."""
+    """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y).
+    jvp: dy = dx · y(1 − y)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -126,10 +152,14 @@ class Sigmoid(Function):
     def backward(self, gy):
         return SigmoidGrad()(self.output(), gy)
 
+    def jvp(self, dx):
+        return SigmoidGrad()(self.output(), dx)
+
 
 class SigmoidGrad(Function):
     """Sigmoid's gradient as an op of (y, dy):  z = dy · y(1 − y);
     d(dy) = dz · y(1 − y),  dy_out = dz · dy · (1 − 2y).
+    jvp: dz = d(dy) · y(1 − y) + dy · (1 − 2y) · d(y).
     """
 
     def forward(self, y, gy):
@@ -139,10 +169,16 @@ class SigmoidGrad(Function):
         y, gy = self.inputs
         return gz * gy * (1 - 2 * y), gz * y * (1 - y)
 
+    def jvp(self, d_y, d_gy):
+        y, gy = self.inputs
+        return tangent_sum(None if d_gy is None else d_gy * y * (1 - y),
+                           None if d_y is None else gy * (1 - 2 * y) * d_y)
+
 
 class Softplus(Function):
     """y = ln(1 + e^(βx)) / β (as (max(βx, 0) + ln(1 + e^−|βx|)) / β), and y = x where βx > threshold;
     dx = dy · σ(βx) = dy · e^(β(x − y)), which is dy where βx > threshold (there y = x).
+    jvp: dy = dx · e^(β(x − y)).
 
     e^(β(x − y)) is σ(βx) to full relative precision at any x (e^−50 at x = −50, where
     ½ tanh(x/2) + ½ rounds to 0). ``threshold=None`` (the default of this class, which the
@@ -167,9 +203,14 @@ class Softplus(Function):
         gap = self.inputs[0] - self.output()
         return gy * exp(gap if self.beta == 1 else gap * self.beta)
 
+    def jvp(self, dx):
+        gap = self.inputs[0] - self.output()
+        return dx * exp(gap if self.beta == 1 else gap * self.beta)
+
 
 class LogSigmoid(Function):
     """y = ln σ(x) = min(x, 0) − ln(1 + e^−|x|) (finite for any x);  dx = dy · σ(−x) = dy · e^(y − x).
+    jvp: dy = dx · e^(y − x).
 
     e^(y − x) is σ(−x) to full relative precision at any x (e^−50 at x = 50).
     """
@@ -181,9 +222,13 @@ class LogSigmoid(Function):
     def backward(self, gy):
         return gy * exp(self.output() - self.inputs[0])
 
+    def jvp(self, dx):
+        return dx * exp(self.output() - self.inputs[0])
+
 
 class CELU(Function):
-    """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1)."""
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1).
+    jvp: dy = dx · (1 or y/α + 1)."""
     saved_inputs = ()
 
     def __init__(self, alpha=1.0):
@@ -199,9 +244,13 @@ class CELU(Function):
     def backward(self, gy):
         return gy * where(self.positive, 1.0, self.output() / self.alpha + 1)
 
+    def jvp(self, dx):
+        return dx * where(self.positive, 1.0, self.output() / self.alpha + 1)
+
 
 class Hardtanh(Function):
-    """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
+    """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch).
+    jvp: dy = dx where lo < x < hi, else 0."""
     saved_inputs = ()
 
     def __init__(self, lo=-1.0, hi=1.0):
@@ -214,9 +263,13 @@ class Hardtanh(Function):
     def backward(self, gy):
         return gy * Tensor(self.inside)
 
+    def jvp(self, dx):
+        return dx * Tensor(self.inside)
+
 
 class GELU(Function):
     """Gaussian error linear unit, y = x Φ(x).
+    jvp: dy = dx · dgelu/dx.
 
     exact:  Φ(x) = ½(1 + erf(x/√2)),      dy/dx = Φ(x) + x φ(x)
     tanh:   Φ(x) ≈ ½(1 + tanh(u)), u = √(2/π)(x + 0.044715x³),
@@ -238,6 +291,9 @@ class GELU(Function):
     def backward(self, gy):
         return gy * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
 
+    def jvp(self, dx):
+        return dx * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
+
 
 class GELUGrad(Function):
     """z = d gelu(x)/dx (see GELU);  dx = dz · d²gelu/dx², written with Tensor ops so that it
@@ -245,6 +301,7 @@ class GELUGrad(Function):
     exact:  d²gelu/dx² = φ(x)(2 − x²)
     tanh:   d²gelu/dx² = (1 − t²) u′ + ½x(−2t(1 − t²) u′² + (1 − t²) u″),
             u′ = √(2/π)(1 + 3·0.044715x²),  u″ = √(2/π)·6·0.044715x
+    jvp: dz = dx · d²gelu/dx².
 
     ``cdf`` is Φ(x) as GELU's forward computed it, for this same x (computed here if not given).
     """
@@ -261,6 +318,10 @@ class GELUGrad(Function):
         return cdf + x * xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
     def backward(self, gz):
+        return gz * self.second_derivative()
+
+    def second_derivative(self) -> Tensor:
+        """d²gelu/dx² at this op's x, in Tensor ops (see the class docstring)."""
         x = self.inputs[0]
         if self.approximate == "tanh":
             c, k = math.sqrt(2 / math.pi), 0.044715
@@ -270,7 +331,10 @@ class GELUGrad(Function):
             second = sech2 * du + 0.5 * x * (-2 * t * sech2 * du * du + sech2 * (c * 6 * k) * x)
         else:
             second = exp(-0.5 * x * x) * (2 - x * x) / math.sqrt(2 * math.pi)
-        return gz * second
+        return second
+
+    def jvp(self, dx):
+        return dx * self.second_derivative()
 
 
 def _gelu_cdf(x, approximate):
@@ -281,7 +345,8 @@ def _gelu_cdf(x, approximate):
 
 
 class Softmax(Function):
-    """y_i = e^(x_i − max x) / Σ_j e^(x_j − max x);  dx = y ⊙ (dy − Σ_j dy_j y_j)."""
+    """y_i = e^(x_i − max x) / Σ_j e^(x_j − max x);  dx = y ⊙ (dy − Σ_j dy_j y_j).
+    jvp: dy = y ⊙ (dx − Σ_j dx_j y_j) (the Jacobian is symmetric: the same op as dx)."""
     saved_inputs = ()
 
     def __init__(self, axis=-1):
@@ -297,11 +362,15 @@ class Softmax(Function):
     def backward(self, gy):
         return SoftmaxGrad(self.axis)(self.output(), gy)
 
+    def jvp(self, dx):
+        return SoftmaxGrad(self.axis)(self.output(), dx)
+
 
 class SoftmaxGrad(Function):
     """Softmax's gradient as an op of (y, dy), s = Σ_j dy_j y_j:  z = y ⊙ (dy − s);
     d(dy) = y ⊙ (dz − Σ_j dz_j y_j)  (the Jacobian is symmetric),
     dy_out = dz ⊙ (dy − s) − dy · Σ_j dz_j y_j.
+    jvp: dz = y ⊙ (d(dy) − Σ_j d(dy)_j y_j) + d(y) ⊙ (dy − s) − y · Σ_j dy_j d(y)_j.
     """
 
     def __init__(self, axis):
@@ -316,9 +385,18 @@ class SoftmaxGrad(Function):
         gz_dot_y = reduce_sum(gz * y, axis=self.axis, keepdims=True)
         return gz * (gy - s) - gy * gz_dot_y, SoftmaxGrad(self.axis)(y, gz)
 
+    def jvp(self, d_y, d_gy):
+        y, gy = self.inputs
+        terms = [None if d_gy is None else SoftmaxGrad(self.axis)(y, d_gy)]
+        if d_y is not None:
+            s = reduce_sum(gy * y, axis=self.axis, keepdims=True)
+            terms.append(d_y * (gy - s) - y * reduce_sum(gy * d_y, axis=self.axis, keepdims=True))
+        return tangent_sum(*terms)
+
 
 class LogSoftmax(Function):
     """y = (x − m) − ln Σ e^(x − m), m = max x;  dx = dy − softmax(x) Σ_j dy_j.
+    jvp: dy = dx − Σ_j softmax(x)_j dx_j.
 
     Subtracting m first, not x − logsumexp(x), keeps float32 exact near ±1000:
     m + ln Σ would round to the float32 spacing at 1000 (6e-5) before the difference.
@@ -337,10 +415,14 @@ class LogSoftmax(Function):
     def backward(self, gy):
         return LogSoftmaxGrad(self.axis)(self.output(), gy)
 
+    def jvp(self, dx):
+        return dx - reduce_sum(exp(self.output()) * dx, axis=self.axis, keepdims=True)
+
 
 class LogSoftmaxGrad(Function):
     """LogSoftmax's gradient as an op of (y, dy), p = eʸ = softmax(x), S = Σ_j dy_j:  z = dy − p S;
     d(dy) = dz − Σ_j dz_j p_j,  dy_out = −dz ⊙ p S.
+    jvp: dz = d(dy) − p Σ_j d(dy)_j − (p ⊙ d(y)) S.
     """
 
     def __init__(self, axis):
@@ -355,9 +437,18 @@ class LogSoftmaxGrad(Function):
         total = reduce_sum(gy, axis=self.axis, keepdims=True)
         return -gz * p * total, gz - reduce_sum(gz * p, axis=self.axis, keepdims=True)
 
+    def jvp(self, d_y, d_gy):
+        y, gy = self.inputs
+        p = exp(y)
+        terms = [None if d_gy is None else d_gy - p * reduce_sum(d_gy, axis=self.axis, keepdims=True)]
+        if d_y is not None:
+            terms.append(-(p * d_y) * reduce_sum(gy, axis=self.axis, keepdims=True))
+        return tangent_sum(*terms)
+
 
 class LogSumExp(Function):
-    """y = m + ln Σ e^(x − m), m = max x;  dx = dy · softmax(x)."""
+    """y = m + ln Σ e^(x − m), m = max x;  dx = dy · softmax(x).
+    jvp: dy = Σ softmax(x) ⊙ dx over the axis."""
 
     def __init__(self, axis=-1, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
@@ -374,6 +465,9 @@ class LogSumExp(Function):
             gy = gy.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
         # softmax(x), not e^(x − y): y ≈ 1000 is rounded to float32's spacing there (6e-5)
         return gy * Softmax(self.axis)(x)
+
+    def jvp(self, dx):
+        return reduce_sum(Softmax(self.axis)(self.inputs[0]) * dx, axis=self.axis, keepdims=self.keepdims)
 
 
 def _check_axis(op, x, axis):

@@ -30,7 +30,7 @@ import string
 
 import numpy as np
 
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.shape import broadcast_to
 from minidl.tensor import Tensor, as_tensor
@@ -41,6 +41,7 @@ TENSOR_METHODS = ()
 
 class Einsum(Function):
     """y[out] = Σ (Π_k x_k[subs_k]);  dx_k = Σ dy[out] Π_{j≠k} x_j[subs_j]  (each an einsum).
+    jvp: dy = Σ_k einsum of the same subscripts with x_k replaced by dx_k (y is linear in each).
 
     The sums run over the letters absent from the left side. ``subs`` hold
     letters only (``...`` already spelled out); every letter of every
@@ -84,6 +85,11 @@ class Einsum(Function):
                 target.append(c)
             grads.append(Einsum(subs, "".join(target))(*operands))
         return tuple(grads)
+
+    def jvp(self, *dxs):
+        terms = [Einsum(self.subs, self.out)(*[dx if j == k else x for j, x in enumerate(self.inputs)])
+                 for k, dx in enumerate(dxs) if dx is not None]
+        return tangent_sum(*terms)
 
 
 def _error(equation, why):

@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of as _xp
-from minidl.ops.elementwise import Binary, _broadcast_error, _pair, div, exp, sqrt
+from minidl.ops.elementwise import Binary, _broadcast_error, _pair, _spread, div, exp, sqrt
 from minidl.ops.shape import sum_to
 from minidl.tensor import Tensor, as_tensor
 
@@ -56,23 +56,34 @@ class Unary(Function):
 
 # ---------------------------------------------------------------- trigonometric and hyperbolic
 class Sin(Unary):
-    """y = sin x;  dx = dy · cos x."""
+    """y = sin x;  dx = dy · cos x.
+    jvp: dy = dx · cos x."""
     ufunc = "sin"
 
     def backward(self, gy):
         return gy * cos(self.inputs[0])
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * cos(x)
+
 
 class Cos(Unary):
-    """y = cos x;  dx = −dy · sin x."""
+    """y = cos x;  dx = −dy · sin x.
+    jvp: dy = −dx · sin x."""
     ufunc = "cos"
 
     def backward(self, gy):
         return -(gy * sin(self.inputs[0]))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return -(dx * sin(x))
+
 
 class Tan(Unary):
-    """y = tan x;  dx = dy · (1 + y²)."""
+    """y = tan x;  dx = dy · (1 + y²).
+    jvp: dy = dx · (1 + y²)."""
     ufunc = "tan"
     saved_inputs = ()
 
@@ -80,36 +91,56 @@ class Tan(Unary):
         y = self.output()
         return gy * (1 + y * y)
 
+    def jvp(self, dx):
+        y = self.output()
+        return dx * (1 + y * y)
+
 
 class Asin(Unary):
-    """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1)."""
+    """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1).
+    jvp: dy = dx / √(1 − x²)."""
     ufunc = "arcsin"
 
     def backward(self, gy):
         x = self.inputs[0]
         return gy / sqrt(1 - x * x)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / sqrt(1 - x * x)
+
 
 class Acos(Unary):
-    """y = arccos x;  dx = −dy / √(1 − x²)  (|x| < 1)."""
+    """y = arccos x;  dx = −dy / √(1 − x²)  (|x| < 1).
+    jvp: dy = −dx / √(1 − x²)."""
     ufunc = "arccos"
 
     def backward(self, gy):
         x = self.inputs[0]
         return -gy / sqrt(1 - x * x)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return -dx / sqrt(1 - x * x)
+
 
 class Atan(Unary):
-    """y = arctan x;  dx = dy / (1 + x²)."""
+    """y = arctan x;  dx = dy / (1 + x²).
+    jvp: dy = dx / (1 + x²)."""
     ufunc = "arctan"
 
     def backward(self, gy):
         x = self.inputs[0]
         return gy / (1 + x * x)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / (1 + x * x)
+
 
 class Atan2(Binary):
-    """y = the angle of the point (b, a), atan2(a, b);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²)."""
+    """y = the angle of the point (b, a), atan2(a, b);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²).
+    jvp: dy = (b · da − a · db) / (a² + b²)."""
     name = "atan2"
 
     def compute(self, a, b):
@@ -122,95 +153,152 @@ class Atan2(Binary):
         gb = sum_to(-gy * a / r2, b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        r2 = a * a + b * b
+        terms = (None if da is None else da * b / r2, None if db is None else -db * a / r2)
+        return _spread(tangent_sum(*terms), self.output().shape)
+
 
 class Sinh(Unary):
-    """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh."""
+    """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh.
+    jvp: dy = dx · cosh x."""
     ufunc = "sinh"
 
     def backward(self, gy):
         return gy * cosh(self.inputs[0])
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * cosh(x)
+
 
 class Cosh(Unary):
-    """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh."""
+    """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh.
+    jvp: dy = dx · sinh x."""
     ufunc = "cosh"
 
     def backward(self, gy):
         return gy * sinh(self.inputs[0])
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * sinh(x)
+
 
 class Asinh(Unary):
-    """y = arsinh x;  dx = dy / √(x² + 1)."""
+    """y = arsinh x;  dx = dy / √(x² + 1).
+    jvp: dy = dx / √(x² + 1)."""
     ufunc = "arcsinh"
 
     def backward(self, gy):
         x = self.inputs[0]
         return gy / sqrt(x * x + 1)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / sqrt(x * x + 1)
+
 
 class Acosh(Unary):
-    """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1)."""
+    """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1).
+    jvp: dy = dx / √(x² − 1)."""
     ufunc = "arccosh"
 
     def backward(self, gy):
         x = self.inputs[0]
         return gy / sqrt(x * x - 1)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / sqrt(x * x - 1)
+
 
 class Atanh(Unary):
-    """y = artanh x;  dx = dy / (1 − x²)  (|x| < 1)."""
+    """y = artanh x;  dx = dy / (1 − x²)  (|x| < 1).
+    jvp: dy = dx / (1 − x²)."""
     ufunc = "arctanh"
 
     def backward(self, gy):
         x = self.inputs[0]
         return gy / (1 - x * x)
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / (1 - x * x)
+
 
 # ---------------------------------------------------------------- logarithms, powers, error function
 class Log1p(Unary):
-    """y = ln(1 + x), accurate for small x;  dx = dy / (1 + x)."""
+    """y = ln(1 + x), accurate for small x;  dx = dy / (1 + x).
+    jvp: dy = dx / (1 + x)."""
     ufunc = "log1p"
 
     def backward(self, gy):
         return gy / (1 + self.inputs[0])
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / (1 + x)
+
 
 class Expm1(Unary):
-    """y = eˣ − 1, accurate for small x;  dx = dy · (y + 1)."""
+    """y = eˣ − 1, accurate for small x;  dx = dy · (y + 1).
+    jvp: dy = dx · (y + 1)."""
     ufunc = "expm1"
     saved_inputs = ()
 
     def backward(self, gy):
         return gy * (self.output() + 1)
 
+    def jvp(self, dx):
+        y = self.output()
+        return dx * (y + 1)
+
 
 class Log2(Unary):
-    """y = log₂ x;  dx = dy / (x · ln 2)."""
+    """y = log₂ x;  dx = dy / (x · ln 2).
+    jvp: dy = dx / (x · ln 2)."""
     ufunc = "log2"
 
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(2))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / (x * math.log(2))
+
 
 class Log10(Unary):
-    """y = log₁₀ x;  dx = dy / (x · ln 10)."""
+    """y = log₁₀ x;  dx = dy / (x · ln 10).
+    jvp: dy = dx / (x · ln 10)."""
     ufunc = "log10"
 
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(10))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx / (x * math.log(10))
+
 
 class Exp2(Unary):
-    """y = 2ˣ;  dx = dy · y · ln 2."""
+    """y = 2ˣ;  dx = dy · y · ln 2.
+    jvp: dy = dx · y · ln 2."""
     ufunc = "exp2"
     saved_inputs = ()
 
     def backward(self, gy):
         return gy * (self.output() * math.log(2))
 
+    def jvp(self, dx):
+        y = self.output()
+        return dx * (y * math.log(2))
+
 
 class Rsqrt(Function):
-    """y = 1/√x;  dx = −dy · y³ / 2."""
+    """y = 1/√x;  dx = −dy · y³ / 2.
+    jvp: dy = −dx · y³ / 2."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -220,9 +308,14 @@ class Rsqrt(Function):
         y = self.output()
         return gy * (-0.5 * y * y * y)
 
+    def jvp(self, dx):
+        y = self.output()
+        return dx * (-0.5 * y * y * y)
+
 
 class Reciprocal(Function):
-    """y = 1/x;  dx = −dy · y²."""
+    """y = 1/x;  dx = −dy · y².
+    jvp: dy = −dx · y²."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -232,9 +325,14 @@ class Reciprocal(Function):
         y = self.output()
         return -(gy * (y * y))
 
+    def jvp(self, dx):
+        y = self.output()
+        return -(dx * (y * y))
+
 
 class Erf(Function):
-    """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²)."""
+    """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²).
+    jvp: dy = dx · (2/√π) · e^(−x²)."""
 
     def forward(self, x):
         return backend.erf(x)
@@ -243,9 +341,14 @@ class Erf(Function):
         x = self.inputs[0]
         return gy * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
 
 class Erfc(Function):
     """y = erfc x = 1 − erf x;  dx = −dy · (2/√π) · e^(−x²).
+    jvp: dy = −dx · (2/√π) · e^(−x²).
 
     On the CPU with SciPy the value is SciPy's erfc, accurate in the far tail (erfc 10 ≈ 2·10⁻⁴⁵);
     elsewhere it is 1 − erf x, which rounds to 0 once erfc x is below the dtype's resolution
@@ -266,10 +369,15 @@ class Erfc(Function):
         x = self.inputs[0]
         return gy * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        return dx * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
 
 # ---------------------------------------------------------------- step functions: zero gradient
 class Floor(Unary):
     """y = ⌊x⌋;  dx = 0.
+    jvp: dy = 0 (shared by ceil, trunc, round and sign).
 
     A step function's derivative is 0 wherever it exists, and PyTorch returns 0 at the jumps
     too; the other step functions (ceil, trunc, round, sign) share this backward.
@@ -279,6 +387,9 @@ class Floor(Unary):
 
     def backward(self, gy):
         return Tensor(gy.xp.zeros(gy.shape, gy.dtype))
+
+    def jvp(self, dx):
+        return None
 
 
 class Ceil(Floor):
@@ -308,7 +419,8 @@ class Round(Floor):
 
 # ---------------------------------------------------------------- two-argument ops
 class Fmod(Binary):
-    """y = a − q · b with q = a/b rounded toward 0 (the sign of a, as C's fmod);  da = dy,  db = −dy · q."""
+    """y = a − q · b with q = a/b rounded toward 0 (the sign of a, as C's fmod);  da = dy,  db = −dy · q.
+    jvp: dy = da − q · db."""
     name = "fmod"
 
     def compute(self, a, b):
@@ -320,9 +432,15 @@ class Fmod(Binary):
         gb = sum_to(-gy * div(a, b, rounding_mode="trunc"), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        term_b = None if db is None else -db * div(a, b, rounding_mode="trunc")
+        return _spread(tangent_sum(da, term_b), self.output().shape)
+
 
 class Remainder(Binary):
-    """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋."""
+    """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋.
+    jvp: dy = da − ⌊a/b⌋ · db."""
     name = "remainder"
 
     def compute(self, a, b):
@@ -334,9 +452,15 @@ class Remainder(Binary):
         gb = sum_to(-gy * div(a, b, rounding_mode="floor"), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        term_b = None if db is None else -db * div(a, b, rounding_mode="floor")
+        return _spread(tangent_sum(da, term_b), self.output().shape)
+
 
 class LogAddExp(Binary):
-    """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b))."""
+    """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b)).
+    jvp: dy = da / (1 + exp(b − a)) + db / (1 + exp(a − b))."""
     name = "logaddexp"
 
     def compute(self, a, b):
@@ -348,9 +472,15 @@ class LogAddExp(Binary):
         gb = sum_to(gy / (1 + exp(a - b)), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        a, b = self.inputs
+        terms = (None if da is None else da / (1 + exp(b - a)), None if db is None else db / (1 + exp(a - b)))
+        return _spread(tangent_sum(*terms), self.output().shape)
+
 
 class CopySign(Binary):
-    """y = |a| with the sign of b;  da = dy · y/a (±1; 0 where a = 0, as PyTorch),  db = 0."""
+    """y = |a| with the sign of b;  da = dy · y/a (±1; 0 where a = 0, as PyTorch),  db = 0.
+    jvp: dy = da · y/a (0 where a = 0)."""
     name = "copysign"
 
     def compute(self, a, b):
@@ -366,6 +496,14 @@ class CopySign(Binary):
         if b.requires_grad:
             gb = Tensor(gy.xp.zeros(b.shape, gy.dtype))
         return ga, gb
+
+    def jvp(self, da, db):
+        if da is None:
+            return None
+        a, b = self.inputs
+        xp, ad, bd = da.xp, a.data, b.data
+        ratio = xp.where(ad == 0, 0, xp.copysign(1, ad) * xp.copysign(1, bd)).astype(da.dtype, copy=False)
+        return _spread(da * Tensor(ratio), self.output().shape)
 
 
 # ---------------------------------------------------------------- functional forms

@@ -68,7 +68,8 @@ class Reduction(Function):
 
 
 class Sum(Reduction):
-    """y = Σ x over axes;  dx = dy broadcast to x's shape."""
+    """y = Σ x over axes;  dx = dy broadcast to x's shape.
+    jvp: dy = Σ dx over axes."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -78,9 +79,13 @@ class Sum(Reduction):
     def backward(self, gy):
         return broadcast_to(self.expand(gy), self.inputs[0].shape)
 
+    def jvp(self, dx):
+        return Sum(self.axes, self.keepdims)(dx)
+
 
 class Mean(Reduction):
-    """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape."""
+    """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape.
+    jvp: dy = (1/n) Σ dx over axes."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -90,9 +95,13 @@ class Mean(Reduction):
     def backward(self, gy):
         return broadcast_to(self.expand(gy) / self.count, self.inputs[0].shape)
 
+    def jvp(self, dx):
+        return Mean(self.axes, self.keepdims)(dx)
+
 
 class Max(Reduction):
-    """y = max x over axes;  dx = dy at the maximum, split evenly among ties."""
+    """y = max x over axes;  dx = dy at the maximum, split evenly among ties.
+    jvp: dy = Σ dx · share over axes (the share: 1 at the maximum, split evenly among ties)."""
     saved_inputs = ()
 
     extreme = "max"
@@ -109,6 +118,9 @@ class Max(Reduction):
     def backward(self, gy):
         return self.expand(gy) * Tensor(self.share.astype(gy.dtype, copy=False))
 
+    def jvp(self, dx):
+        return Sum(self.axes, self.keepdims)(dx * Tensor(self.share.astype(dx.dtype, copy=False)))
+
 
 class Min(Max):
     """y = min x over axes;  dx = dy at the minimum, split evenly among ties."""
@@ -118,6 +130,7 @@ class Min(Max):
 
 class Var(Reduction):
     """y = Σ (x − x̄)² / (n − ddof);  dx = dy · 2(x − x̄)/(n − ddof).
+    jvp: dy = Σ 2(x − x̄) dx / (n − ddof) over axes.
 
     ``ddof=0`` is the population variance; ``ddof=1`` is the unbiased
     estimate, the default of :func:`var` (PyTorch calls ddof ``correction``).
@@ -145,9 +158,19 @@ class Var(Reduction):
         centered = x - mean(x, axis=self.axes, keepdims=True)
         return self.expand(gy) * centered * scale
 
+    def jvp(self, dx):
+        x = self.inputs[0]
+        if x.data.size == 0:
+            return None
+        dof = self.count - self.ddof
+        scale = 2.0 / dof if dof else math.inf
+        centered = x - mean(x, axis=self.axes, keepdims=True)
+        return Sum(self.axes, self.keepdims)(centered * dx) * scale
+
 
 class Std(Var):
     """y = √var(x);  dx = dy · (x − x̄) / ((n − ddof) · y),  dx = 0 where y = 0.
+    jvp: dy = d(var) / (2y), 0 where y = 0.
 
     This is Var's backward with dy/(2y) as its upstream gradient. At zero spread (a
     constant row) the chain rule gives 0·∞ = NaN; PyTorch masks that to 0, and so
@@ -162,9 +185,18 @@ class Std(Var):
         flat = y.data == 0
         return super().backward(where(flat, 0.0, gy / (2 * where(flat, 1.0, y))))
 
+    def jvp(self, dx):
+        dvar = super().jvp(dx)
+        if dvar is None:
+            return None
+        y = self.output()
+        flat = y.data == 0
+        return where(flat, 0.0, dvar / (2 * where(flat, 1.0, y)))
+
 
 class Prod(Reduction):
     """y = Π x over axes;  dx_k = dy Π_{j≠k} x_j = dy (Π_{j<k} x_j)(Π_{j>k} x_j).
+    jvp: dy = Σ_k dx_k Π_{j≠k} x_j over axes (the same products of the others).
 
     The product of the others is taken as the exclusive products from the
     left and from the right (two cumprods), never as y / x_k: so it is right
@@ -182,6 +214,11 @@ class Prod(Reduction):
             return gy
         if x.data.size == 0:
             return Tensor(x.xp.zeros(x.shape, gy.dtype))
+        return self.others(gy)
+
+    def others(self, gy=None) -> Tensor:
+        """dy Π_{j≠k} x_j for every k, in x's shape (just the products of the others without dy)."""
+        x = self.inputs[0]
         kept = [a for a in range(x.ndim) if a not in self.axes]
         perm = tuple(kept + list(self.axes))  # the reduced axes last, flattened into one row of n values
         lead = tuple(x.shape[a] for a in kept)
@@ -189,9 +226,17 @@ class Prod(Reduction):
         one = Tensor(x.xp.ones(lead + (1,), x.dtype))
         before = Cumprod(rows.ndim - 1)(concatenate([one, rows[..., :-1]], axis=-1))  # Π_{j<k} x_j
         after = Cumprod(rows.ndim - 1, reverse=True)(concatenate([rows[..., 1:], one], axis=-1))  # Π_{j>k} x_j
-        g = reshape(gy, lead + (1,)) * before * after
+        g = before * after if gy is None else reshape(gy, lead + (1,)) * before * after
         inverse = tuple(perm.index(a) for a in range(x.ndim))
         return Transpose(inverse)(reshape(g, tuple(x.shape[a] for a in perm)))
+
+    def jvp(self, dx):
+        x = self.inputs[0]
+        if not self.axes:
+            return dx
+        if x.data.size == 0:
+            return None
+        return Sum(self.axes, self.keepdims)(self.others() * dx)
 
 
 # ---------------------------------------------------------------- argument spelling
