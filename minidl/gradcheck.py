@@ -252,3 +252,8 @@ def tangent_error(fn, inputs, eps=1e-6, seed=0) -> float:
             x.data[...] = base
     return max((float((np.abs(a - n) / np.maximum(np.abs(n), 1.0)).max(initial=0.0))
                 for a, n in zip(analytic, numeric)), default=0.0)
+
+
+def forward_mode_errors(fn, inputs, eps=1e-6, seed=0) -> tuple:
+    """(adjoint_error, tangent_error) of one case: what ``minidl gradcheck --adjoint`` prints for each op."""
+    return adjoint_error(fn, inputs, seed), tangent_error(fn, inputs, eps, seed)
