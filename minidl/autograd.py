@@ -842,7 +842,7 @@ def _unused_message(inputs, result):
 
 # ---------------------------------------------------------------- ops the Tensor class itself needs
 class ToDevice(Function):
-    """y = x on another device;  dx = dy moved back to x's device;  dy = dx moved too (tangent)."""
+    """y = x on another device;  dx = dy moved back to x's device."""
     saved_inputs = ()
 
     def __init__(self, device):

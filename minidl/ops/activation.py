@@ -31,7 +31,6 @@ TENSOR_METHODS = ("relu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumex
 
 class ReLU(Function):
     """y = max(x, 0);  dx = dy · [x > 0].
-    jvp: dy = dx · [x > 0].
 
     No mask is saved: backward holds x anyway, and recomputing [x > 0] there is
     cheaper than writing a mask and multiplying by it here (one pass in forward).
@@ -44,12 +43,12 @@ class ReLU(Function):
         return ReLUGrad(self.inputs[0].data > 0)(gy)
 
     def jvp(self, dx):
+        """dy = dx · [x > 0]."""
         return ReLUGrad(self.inputs[0].data > 0)(dx)
 
 
 class ReLUGrad(Function):
     """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
-    jvp (linear in dy): dz = d(dy) · m.
 
     The mask is piecewise constant, so z has no derivative with respect to x
     (almost everywhere): the only input is dy.
@@ -66,12 +65,12 @@ class ReLUGrad(Function):
         return ReLUGrad(self.positive)(gz)
 
     def jvp(self, dgy):
+        """(linear in dy): dz = d(dy) · m."""
         return ReLUGrad(self.positive)(dgy)
 
 
 class LeakyReLU(Function):
-    """y = x for x > 0, αx otherwise;  dx = dy · (1 or α).
-    jvp: dy = dx · (1 or α)."""
+    """y = x for x > 0, αx otherwise;  dx = dy · (1 or α)."""
     saved_inputs = ()
 
     def __init__(self, slope=0.01):
@@ -85,12 +84,12 @@ class LeakyReLU(Function):
         return gy * Tensor(self.slopes)
 
     def jvp(self, dx):
+        """dy = dx · (1 or α)."""
         return dx * Tensor(self.slopes)
 
 
 class ELU(Function):
-    """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α).
-    jvp: dy = dx · (1 or y + α)."""
+    """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α)."""
     saved_inputs = ()
 
     def __init__(self, alpha=1.0):
@@ -105,12 +104,12 @@ class ELU(Function):
         return gy * where(self.positive, 1.0, self.output() + self.alpha)
 
     def jvp(self, dx):
+        """dy = dx · (1 or y + α)."""
         return dx * where(self.positive, 1.0, self.output() + self.alpha)
 
 
 class Tanh(Function):
-    """y = tanh x;  dx = dy · (1 − y²).
-    jvp: dy = dx · (1 − y²)."""
+    """y = tanh x;  dx = dy · (1 − y²)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -120,13 +119,13 @@ class Tanh(Function):
         return TanhGrad()(self.output(), gy)
 
     def jvp(self, dx):
+        """dy = dx · (1 − y²)."""
         return TanhGrad()(self.output(), dx)
 
 
 class TanhGrad(Function):
     """Tanh's gradient as an op of (y, dy):  z = dy · (1 − y²);
     d(dy) = dz · (1 − y²),  dy_out = −2 · dz · dy · y  (dy_out: the gradient reaching y).
-    jvp: dz = d(dy) · (1 − y²) − 2 · dy · y · d(y).
     """
 
     def forward(self, y, gy):
@@ -137,13 +136,13 @@ class TanhGrad(Function):
         return -2 * gz * gy * y, gz * (1 - y * y)
 
     def jvp(self, d_y, d_gy):
+        """dz = d(dy) · (1 − y²) − 2 · dy · y · d(y)."""
         y, gy = self.inputs
         return tangent_sum(None if d_gy is None else d_gy * (1 - y * y), None if d_y is None else -2 * gy * y * d_y)
 
 
 class Sigmoid(Function):
-    """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y).
-    jvp: dy = dx · y(1 − y)."""
+    """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -153,13 +152,13 @@ class Sigmoid(Function):
         return SigmoidGrad()(self.output(), gy)
 
     def jvp(self, dx):
+        """dy = dx · y(1 − y)."""
         return SigmoidGrad()(self.output(), dx)
 
 
 class SigmoidGrad(Function):
     """Sigmoid's gradient as an op of (y, dy):  z = dy · y(1 − y);
     d(dy) = dz · y(1 − y),  dy_out = dz · dy · (1 − 2y).
-    jvp: dz = d(dy) · y(1 − y) + dy · (1 − 2y) · d(y).
     """
 
     def forward(self, y, gy):
@@ -170,6 +169,7 @@ class SigmoidGrad(Function):
         return gz * gy * (1 - 2 * y), gz * y * (1 - y)
 
     def jvp(self, d_y, d_gy):
+        """dz = d(dy) · y(1 − y) + dy · (1 − 2y) · d(y)."""
         y, gy = self.inputs
         return tangent_sum(None if d_gy is None else d_gy * y * (1 - y),
                            None if d_y is None else gy * (1 - 2 * y) * d_y)
@@ -178,7 +178,6 @@ class SigmoidGrad(Function):
 class Softplus(Function):
     """y = ln(1 + e^(βx)) / β (as (max(βx, 0) + ln(1 + e^−|βx|)) / β), and y = x where βx > threshold;
     dx = dy · σ(βx) = dy · e^(β(x − y)), which is dy where βx > threshold (there y = x).
-    jvp: dy = dx · e^(β(x − y)).
 
     e^(β(x − y)) is σ(βx) to full relative precision at any x (e^−50 at x = −50, where
     ½ tanh(x/2) + ½ rounds to 0). ``threshold=None`` (the default of this class, which the
@@ -204,13 +203,13 @@ class Softplus(Function):
         return gy * exp(gap if self.beta == 1 else gap * self.beta)
 
     def jvp(self, dx):
+        """dy = dx · e^(β(x − y))."""
         gap = self.inputs[0] - self.output()
         return dx * exp(gap if self.beta == 1 else gap * self.beta)
 
 
 class LogSigmoid(Function):
     """y = ln σ(x) = min(x, 0) − ln(1 + e^−|x|) (finite for any x);  dx = dy · σ(−x) = dy · e^(y − x).
-    jvp: dy = dx · e^(y − x).
 
     e^(y − x) is σ(−x) to full relative precision at any x (e^−50 at x = 50).
     """
@@ -223,12 +222,12 @@ class LogSigmoid(Function):
         return gy * exp(self.output() - self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx · e^(y − x)."""
         return dx * exp(self.output() - self.inputs[0])
 
 
 class CELU(Function):
-    """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1).
-    jvp: dy = dx · (1 or y/α + 1)."""
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1)."""
     saved_inputs = ()
 
     def __init__(self, alpha=1.0):
@@ -245,12 +244,12 @@ class CELU(Function):
         return gy * where(self.positive, 1.0, self.output() / self.alpha + 1)
 
     def jvp(self, dx):
+        """dy = dx · (1 or y/α + 1)."""
         return dx * where(self.positive, 1.0, self.output() / self.alpha + 1)
 
 
 class Hardtanh(Function):
-    """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch).
-    jvp: dy = dx where lo < x < hi, else 0."""
+    """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
     saved_inputs = ()
 
     def __init__(self, lo=-1.0, hi=1.0):
@@ -264,12 +263,12 @@ class Hardtanh(Function):
         return gy * Tensor(self.inside)
 
     def jvp(self, dx):
+        """dy = dx where lo < x < hi, else 0."""
         return dx * Tensor(self.inside)
 
 
 class GELU(Function):
     """Gaussian error linear unit, y = x Φ(x).
-    jvp: dy = dx · dgelu/dx.
 
     exact:  Φ(x) = ½(1 + erf(x/√2)),      dy/dx = Φ(x) + x φ(x)
     tanh:   Φ(x) ≈ ½(1 + tanh(u)), u = √(2/π)(x + 0.044715x³),
@@ -292,6 +291,7 @@ class GELU(Function):
         return gy * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx · dgelu/dx."""
         return dx * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
 
 
@@ -301,7 +301,6 @@ class GELUGrad(Function):
     exact:  d²gelu/dx² = φ(x)(2 − x²)
     tanh:   d²gelu/dx² = (1 − t²) u′ + ½x(−2t(1 − t²) u′² + (1 − t²) u″),
             u′ = √(2/π)(1 + 3·0.044715x²),  u″ = √(2/π)·6·0.044715x
-    jvp: dz = dx · d²gelu/dx².
 
     ``cdf`` is Φ(x) as GELU's forward computed it, for this same x (computed here if not given).
     """
@@ -334,6 +333,7 @@ class GELUGrad(Function):
         return second
 
     def jvp(self, dx):
+        """dz = dx · d²gelu/dx²."""
         return dx * self.second_derivative()
 
 
@@ -345,8 +345,7 @@ def _gelu_cdf(x, approximate):
 
 
 class Softmax(Function):
-    """y_i = e^(x_i − max x) / Σ_j e^(x_j − max x);  dx = y ⊙ (dy − Σ_j dy_j y_j).
-    jvp: dy = y ⊙ (dx − Σ_j dx_j y_j) (the Jacobian is symmetric: the same op as dx)."""
+    """y_i = e^(x_i − max x) / Σ_j e^(x_j − max x);  dx = y ⊙ (dy − Σ_j dy_j y_j)."""
     saved_inputs = ()
 
     def __init__(self, axis=-1):
@@ -363,6 +362,7 @@ class Softmax(Function):
         return SoftmaxGrad(self.axis)(self.output(), gy)
 
     def jvp(self, dx):
+        """dy = y ⊙ (dx − Σ_j dx_j y_j) (the Jacobian is symmetric: the same op as dx)."""
         return SoftmaxGrad(self.axis)(self.output(), dx)
 
 
@@ -370,7 +370,6 @@ class SoftmaxGrad(Function):
     """Softmax's gradient as an op of (y, dy), s = Σ_j dy_j y_j:  z = y ⊙ (dy − s);
     d(dy) = y ⊙ (dz − Σ_j dz_j y_j)  (the Jacobian is symmetric),
     dy_out = dz ⊙ (dy − s) − dy · Σ_j dz_j y_j.
-    jvp: dz = y ⊙ (d(dy) − Σ_j d(dy)_j y_j) + d(y) ⊙ (dy − s) − y · Σ_j dy_j d(y)_j.
     """
 
     def __init__(self, axis):
@@ -386,6 +385,7 @@ class SoftmaxGrad(Function):
         return gz * (gy - s) - gy * gz_dot_y, SoftmaxGrad(self.axis)(y, gz)
 
     def jvp(self, d_y, d_gy):
+        """dz = y ⊙ (d(dy) − Σ_j d(dy)_j y_j) + d(y) ⊙ (dy − s) − y · Σ_j dy_j d(y)_j."""
         y, gy = self.inputs
         terms = [None if d_gy is None else SoftmaxGrad(self.axis)(y, d_gy)]
         if d_y is not None:
@@ -396,7 +396,6 @@ class SoftmaxGrad(Function):
 
 class LogSoftmax(Function):
     """y = (x − m) − ln Σ e^(x − m), m = max x;  dx = dy − softmax(x) Σ_j dy_j.
-    jvp: dy = dx − Σ_j softmax(x)_j dx_j.
 
     Subtracting m first, not x − logsumexp(x), keeps float32 exact near ±1000:
     m + ln Σ would round to the float32 spacing at 1000 (6e-5) before the difference.
@@ -416,13 +415,13 @@ class LogSoftmax(Function):
         return LogSoftmaxGrad(self.axis)(self.output(), gy)
 
     def jvp(self, dx):
+        """dy = dx − Σ_j softmax(x)_j dx_j."""
         return dx - reduce_sum(exp(self.output()) * dx, axis=self.axis, keepdims=True)
 
 
 class LogSoftmaxGrad(Function):
     """LogSoftmax's gradient as an op of (y, dy), p = eʸ = softmax(x), S = Σ_j dy_j:  z = dy − p S;
     d(dy) = dz − Σ_j dz_j p_j,  dy_out = −dz ⊙ p S.
-    jvp: dz = d(dy) − p Σ_j d(dy)_j − (p ⊙ d(y)) S.
     """
 
     def __init__(self, axis):
@@ -438,6 +437,7 @@ class LogSoftmaxGrad(Function):
         return -gz * p * total, gz - reduce_sum(gz * p, axis=self.axis, keepdims=True)
 
     def jvp(self, d_y, d_gy):
+        """dz = d(dy) − p Σ_j d(dy)_j − (p ⊙ d(y)) S."""
         y, gy = self.inputs
         p = exp(y)
         terms = [None if d_gy is None else d_gy - p * reduce_sum(d_gy, axis=self.axis, keepdims=True)]
@@ -447,8 +447,7 @@ class LogSoftmaxGrad(Function):
 
 
 class LogSumExp(Function):
-    """y = m + ln Σ e^(x − m), m = max x;  dx = dy · softmax(x).
-    jvp: dy = Σ softmax(x) ⊙ dx over the axis."""
+    """y = m + ln Σ e^(x − m), m = max x;  dx = dy · softmax(x)."""
 
     def __init__(self, axis=-1, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
@@ -467,6 +466,7 @@ class LogSumExp(Function):
         return gy * Softmax(self.axis)(x)
 
     def jvp(self, dx):
+        """dy = Σ softmax(x) ⊙ dx over the axis."""
         return reduce_sum(Softmax(self.axis)(self.inputs[0]) * dx, axis=self.axis, keepdims=self.keepdims)
 
 

@@ -41,7 +41,6 @@ TENSOR_METHODS = ()
 
 class Einsum(Function):
     """y[out] = Σ (Π_k x_k[subs_k]);  dx_k = Σ dy[out] Π_{j≠k} x_j[subs_j]  (each an einsum).
-    jvp: dy = Σ_k einsum of the same subscripts with x_k replaced by dx_k (y is linear in each).
 
     The sums run over the letters absent from the left side. ``subs`` hold
     letters only (``...`` already spelled out); every letter of every
@@ -87,6 +86,7 @@ class Einsum(Function):
         return tuple(grads)
 
     def jvp(self, *dxs):
+        """dy = Σ_k einsum of the same subscripts with x_k replaced by dx_k (y is linear in each)."""
         terms = [Einsum(self.subs, self.out)(*[dx if j == k else x for j, x in enumerate(self.inputs)])
                  for k, dx in enumerate(dxs) if dx is not None]
         return tangent_sum(*terms)

@@ -41,8 +41,7 @@ class Binary(Function):
 
 
 class Add(Binary):
-    """y = a + b;  da = dy,  db = dy (each summed to its input's shape).
-    jvp: dy = da + db (each broadcast to y's shape)."""
+    """y = a + b;  da = dy,  db = dy (each summed to its input's shape)."""
     saved_inputs = ()
     name = "add"
 
@@ -55,12 +54,12 @@ class Add(Binary):
                 sum_to(gy, b.shape) if b.requires_grad else None)
 
     def jvp(self, da, db):
+        """dy = da + db (each broadcast to y's shape)."""
         return _spread(tangent_sum(da, db), self.output().shape)
 
 
 class Sub(Binary):
-    """y = a - b;  da = dy,  db = -dy.
-    jvp: dy = da − db."""
+    """y = a - b;  da = dy,  db = -dy."""
     saved_inputs = ()
     name = "sub"
 
@@ -73,12 +72,12 @@ class Sub(Binary):
                 sum_to(-gy, b.shape) if b.requires_grad else None)
 
     def jvp(self, da, db):
+        """dy = da − db."""
         return _spread(tangent_sum(da, None if db is None else -db), self.output().shape)
 
 
 class Mul(Binary):
-    """y = a * b;  da = dy * b,  db = dy * a.
-    jvp: dy = da · b + a · db."""
+    """y = a * b;  da = dy * b,  db = dy * a."""
     saved_inputs = "each other"  # a is read only for db, b only for da
     name = "mul"
 
@@ -92,13 +91,13 @@ class Mul(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da · b + a · db."""
         a, b = self.inputs
         return _spread(tangent_sum(None if da is None else da * b, None if db is None else a * db), self.output().shape)
 
 
 class Div(Binary):
-    """y = a / b;  da = dy / b,  db = -dy * a / b².
-    jvp: dy = (da − y · db) / b."""
+    """y = a / b;  da = dy / b,  db = -dy * a / b²."""
     name = "div"
 
     def compute(self, a, b):
@@ -111,6 +110,7 @@ class Div(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = (da − y · db) / b."""
         b = self.inputs[1]
         top = tangent_sum(da, None if db is None else -(self.output() * db))
         return _spread(top / b, self.output().shape)
@@ -118,7 +118,6 @@ class Div(Binary):
 
 class Pow(Binary):
     """y = a ** b;  da = dy · b · a^(b−1),  db = dy · y · ln a.
-    jvp: dy = b · a^(b−1) · da + y · ln a · db, with the same conventions where they meet 0·∞.
 
     Where these formulas meet 0·∞ or ln 0, the values are PyTorch's:
       da = 0 where b = 0, also at a = 0 (a⁰ = 1 does not depend on a);
@@ -144,6 +143,7 @@ class Pow(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = b · a^(b−1) · da + y · ln a · db, with the same conventions where they meet 0·∞."""
         a, b = self.inputs
         terms = []
         if da is not None:
@@ -157,7 +157,6 @@ class Pow(Binary):
 
 class PowScalar(Function):
     """y = x ** c for a constant c;  dx = dy · c · x^(c−1), and dx = 0 for c = 0.
-    jvp: dy = c · x^(c−1) · dx (0 for c = 0).
 
     c = 0 gives 0 everywhere, also at x = 0 where c · x^(c−1) would be 0 · ∞ (PyTorch's
     convention: x⁰ = 1 does not depend on x). At x = 0 the other exponents give what the
@@ -179,6 +178,7 @@ class PowScalar(Function):
         return gy * (self.c * x ** (self.c - 1))
 
     def jvp(self, dx):
+        """dy = c · x^(c−1) · dx (0 for c = 0)."""
         x = self.inputs[0]
         if self.c == 0:
             return None
@@ -188,8 +188,7 @@ class PowScalar(Function):
 
 
 class Neg(Function):
-    """y = -x;  dx = -dy.
-    jvp: dy = −dx."""
+    """y = -x;  dx = -dy."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -199,12 +198,12 @@ class Neg(Function):
         return -gy
 
     def jvp(self, dx):
+        """dy = −dx."""
         return -dx
 
 
 class Exp(Function):
-    """y = eˣ;  dx = dy * y.
-    jvp: dy = dx · y."""
+    """y = eˣ;  dx = dy * y."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -214,12 +213,12 @@ class Exp(Function):
         return gy * self.output()
 
     def jvp(self, dx):
+        """dy = dx · y."""
         return dx * self.output()
 
 
 class Log(Function):
-    """y = ln x;  dx = dy / x.
-    jvp: dy = dx / x."""
+    """y = ln x;  dx = dy / x."""
 
     def forward(self, x):
         return _xp(x).log(x)
@@ -228,12 +227,12 @@ class Log(Function):
         return gy / self.inputs[0]
 
     def jvp(self, dx):
+        """dy = dx / x."""
         return dx / self.inputs[0]
 
 
 class Sqrt(Function):
-    """y = √x;  dx = dy / (2y).
-    jvp: dy = dx / (2y)."""
+    """y = √x;  dx = dy / (2y)."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -243,12 +242,12 @@ class Sqrt(Function):
         return gy / (2 * self.output())
 
     def jvp(self, dx):
+        """dy = dx / (2y)."""
         return dx / (2 * self.output())
 
 
 class Abs(Function):
-    """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch).
-    jvp: dy = dx · sign(x)."""
+    """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch)."""
 
     def forward(self, x):
         return _xp(x).abs(x)
@@ -258,13 +257,13 @@ class Abs(Function):
         return gy * Tensor(_xp(x.data).sign(x.data))
 
     def jvp(self, dx):
+        """dy = dx · sign(x)."""
         x = self.inputs[0]
         return dx * Tensor(_xp(x.data).sign(x.data))
 
 
 class Clip(Function):
     """y = min(max(x, lo), hi) for constant bounds;  dx = dy where lo ≤ x ≤ hi, else 0.
-    jvp: dy = dx where lo ≤ x ≤ hi, else 0.
 
     At a bound the gradient passes (the interval is closed), as PyTorch's clamp.
     """
@@ -287,13 +286,13 @@ class Clip(Function):
         return gy * Tensor(self.inside.astype(gy.dtype))
 
     def jvp(self, dx):
+        """dy = dx where lo ≤ x ≤ hi, else 0."""
         return dx * Tensor(self.inside.astype(dx.dtype))
 
 
 class ClampTensor(Function):
     """y = min(max(x, a), b) for tensor bounds a, b;  dx = dy · [a ≤ x ≤ b],  da = dy · [x < a < b],
     db = dy · [x > b or b < a]  (PyTorch's rule).
-    jvp: dy = dx · [a ≤ x ≤ b] + da · [x < a < b] + db · [x > b or b < a].
 
     The output is b wherever a > b, so b then gets the whole gradient. A bound the call
     left out is passed in as ±∞ (its gradient is never needed).
@@ -317,14 +316,14 @@ class ClampTensor(Function):
                      for t, mask in ((x, self.to_x), (lo, self.to_lo), (hi, self.to_hi)))
 
     def jvp(self, dx, dlo, dhi):
+        """dy = dx · [a ≤ x ≤ b] + da · [x < a < b] + db · [x > b or b < a]."""
         terms = [None if d is None else d * Tensor(mask.astype(d.dtype))
                  for d, mask in ((dx, self.to_x), (dlo, self.to_lo), (dhi, self.to_hi))]
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
 class DivRounded(Binary):
-    """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function).
-    jvp: dy = 0."""
+    """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function)."""
     saved_inputs = ()
     name = "div"
 
@@ -346,12 +345,12 @@ class DivRounded(Binary):
                 Tensor(gy.xp.zeros(b.shape, gy.dtype)) if b.requires_grad else None)
 
     def jvp(self, da, db):
+        """dy = 0."""
         return None
 
 
 class Where(Function):
     """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere.
-    jvp: dy = da where cond, db elsewhere.
 
     ``condition_tensor`` is the Tensor ``cond`` came from, if any: its version is checked.
     """
@@ -374,6 +373,7 @@ class Where(Function):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da where cond, db elsewhere."""
         a, b = self.inputs
         shape = self.output().shape
         da = Tensor(a.xp.zeros((), a.dtype)) if da is None else da
@@ -382,8 +382,7 @@ class Where(Function):
 
 
 class Maximum(Binary):
-    """y = max(a, b);  the gradient goes to the larger input, split evenly on ties.
-    jvp: dy = da · s + db · (1 − s), s = 1 where a wins, ½ on ties, 0 elsewhere."""
+    """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
     saved_inputs = ()
     name = "maximum"
 
@@ -399,6 +398,7 @@ class Maximum(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da · s + db · (1 − s), s = 1 where a wins, ½ on ties, 0 elsewhere."""
         share_a = Tensor(self.share_a.astype((da if da is not None else db).dtype))
         terms = (None if da is None else da * share_a, None if db is None else db * (1 - share_a))
         return _spread(tangent_sum(*terms), self.output().shape)

@@ -34,8 +34,7 @@ TENSOR_METHODS = ("matmul", "norm")
 
 
 class MatMul(Function):
-    """y = a @ b;  da = dy @ bᵀ,  db = aᵀ @ dy (vectors and batches as NumPy).
-    jvp: dy = da @ b + a @ db."""
+    """y = a @ b;  da = dy @ bᵀ,  db = aᵀ @ dy (vectors and batches as NumPy)."""
     saved_inputs = "each other"
 
     def forward(self, a, b):
@@ -64,6 +63,7 @@ class MatMul(Function):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da @ b + a @ db."""
         a, b = self.inputs
         return tangent_sum(None if da is None else MatMul()(da, b), None if db is None else MatMul()(a, db))
 
@@ -83,7 +83,6 @@ def _as_rows(a):
 class Linear(Function):
     """y = x Wᵀ + b with W of shape (out, in) (PyTorch's layout);
     dx = dy W,  dW = dyᵀ x,  db = Σ_batch dy.
-    jvp: dy = dx Wᵀ + x dWᵀ + db.
 
     One op rather than matmul + add so a Linear layer costs one node and two
     GEMMs per backward, the BLAS calls working on contiguous 2-D arrays.
@@ -117,6 +116,7 @@ class Linear(Function):
         return gx, gw, gb
 
     def jvp(self, dx, dweight, dbias=None):
+        """dy = dx Wᵀ + x dWᵀ + db."""
         x, weight = self.inputs[0], self.inputs[1]
         y = tangent_sum(None if dx is None else Linear()(dx, weight), None if dweight is None else Linear()(x, dweight))
         if dbias is not None:
@@ -127,7 +127,6 @@ class Linear(Function):
 class LinearGradData(Function):
     """Linear's input gradient as an op of (dy, W):  z = dy W;
     d(dy) = dz Wᵀ (a Linear without bias),  dW = dyᵀ dz (a LinearGradWeight).
-    jvp: dz = d(dy) W + dy dW.
     """
 
     def forward(self, gy, weight):
@@ -141,6 +140,7 @@ class LinearGradData(Function):
                 LinearGradWeight()(gy, gz) if weight.requires_grad else None)
 
     def jvp(self, dgy, dweight):
+        """dz = d(dy) W + dy dW."""
         gy, weight = self.inputs
         return tangent_sum(None if dgy is None else LinearGradData()(dgy, weight),
                            None if dweight is None else LinearGradData()(gy, dweight))
@@ -149,7 +149,6 @@ class LinearGradData(Function):
 class LinearGradWeight(Function):
     """Linear's weight gradient as an op of (dy, x), leading axes flattened:  z = dyᵀ x;
     d(dy) = x dzᵀ (a Linear of x by dz),  dx = dy dz (a LinearGradData).
-    jvp: dz = d(dy)ᵀ x + dyᵀ dx.
     """
 
     def forward(self, gy, x):
@@ -165,6 +164,7 @@ class LinearGradWeight(Function):
                 LinearGradData()(gy, gz) if x.requires_grad else None)
 
     def jvp(self, dgy, dx):
+        """dz = d(dy)ᵀ x + dyᵀ dx."""
         gy, x = self.inputs
         return tangent_sum(None if dgy is None else LinearGradWeight()(dgy, x),
                            None if dx is None else LinearGradWeight()(gy, dx))
@@ -179,7 +179,6 @@ def linear(x, weight, bias=None):
 # ---------------------------------------------------------------- norms
 class VectorNorm(Reduction):
     """y = (Σ |x|^p)^(1/p) over axes;  dx = dy · sign(x) · (|x| / y)^(p−1), and dx = 0 where x = 0 or y = 0.
-    jvp: dy = Σ sign(x) (|x| / y)^(p−1) dx over axes (p = 2: Σ x dx / y), with the same zeros.
 
     For p = 2 (and PyTorch's 'fro'): y = √(Σ x²),  dx = dy · x / y. The zeros
     are PyTorch's: the zero vector has gradient 0 (not 0/0), and for p < 1 an
@@ -210,6 +209,7 @@ class VectorNorm(Reduction):
         return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
 
     def jvp(self, dx):
+        """dy = Σ sign(x) (|x| / y)^(p−1) dx over axes (p = 2: Σ x dx / y), with the same zeros."""
         x = self.inputs[0]
         y = self.output()
         if self.p == 2:
@@ -225,8 +225,6 @@ class VectorNorm(Reduction):
 class SVD(Function):
     """A = U diag(s) Vᵀ;
     dA = U (J diag(s) + diag(s) K + diag(ds)) Vᵀ + (I − U Uᵀ) dU diag(s)⁻¹ Vᵀ + U diag(s)⁻¹ dVᵀ (I − V Vᵀ).
-    jvp, with dP = Uᵀ dA V and F as above (its diagonal 0):  ds = diag(dP),
-    dU = U (F ⊙ (dP S + S dPᵀ)) + (I − U Uᵀ) dA V S⁻¹,  dV = V (F ⊙ (S dP + dPᵀ S)) + (I − V Vᵀ) dAᵀ U S⁻¹.
 
     The thin SVD of a (batch of) m×n matrix, k = min(m, n): U is m×k, s holds
     the k singular values (descending), and the third output is Vᵀ (k×n). In
@@ -270,6 +268,12 @@ class SVD(Function):
         return u @ core @ vh
 
     def jvp(self, da):
+        """With dP = Uᵀ dA V, S = diag(s) and F as above (its diagonal 0):
+
+            ds = diag(dP)
+            dU = U (F ⊙ (dP S + S dPᵀ)) + (I − U Uᵀ) dA V S⁻¹
+            dV = V (F ⊙ (S dP + dPᵀ S)) + (I − V Vᵀ) dAᵀ U S⁻¹   (the third output is dVᵀ)
+        """
         u, s, vh = [self.output(i) for i in range(3)]
         m, n, k = u.shape[-2], vh.shape[-1], s.shape[-1]
         batch = s.shape[:-1]
@@ -292,7 +296,6 @@ class SVD(Function):
 
 class NuclearNorm(Function):
     """y = Σ_i s_i with A = U diag(s) Vᵀ;  dA = dy U Vᵀ.
-    jvp: dy = Σ (U Vᵀ) ⊙ dA over the last two axes.
 
     Over the last two axes of A (a batch of matrices). The gradient U Vᵀ is
     taken from a differentiable :class:`SVD` of A, so its own derivative is
@@ -309,6 +312,7 @@ class NuclearNorm(Function):
         return reshape(gy, gy.shape + (1, 1)) * (u @ vh)
 
     def jvp(self, da):
+        """dy = Σ (U Vᵀ) ⊙ dA over the last two axes."""
         u, _, vh = SVD()(self.inputs[0])
         return reduce_sum((u @ vh) * da, axis=(-2, -1))
 

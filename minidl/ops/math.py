@@ -56,34 +56,33 @@ class Unary(Function):
 
 # ---------------------------------------------------------------- trigonometric and hyperbolic
 class Sin(Unary):
-    """y = sin x;  dx = dy · cos x.
-    jvp: dy = dx · cos x."""
+    """y = sin x;  dx = dy · cos x."""
     ufunc = "sin"
 
     def backward(self, gy):
         return gy * cos(self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx · cos x."""
         x = self.inputs[0]
         return dx * cos(x)
 
 
 class Cos(Unary):
-    """y = cos x;  dx = −dy · sin x.
-    jvp: dy = −dx · sin x."""
+    """y = cos x;  dx = −dy · sin x."""
     ufunc = "cos"
 
     def backward(self, gy):
         return -(gy * sin(self.inputs[0]))
 
     def jvp(self, dx):
+        """dy = −dx · sin x."""
         x = self.inputs[0]
         return -(dx * sin(x))
 
 
 class Tan(Unary):
-    """y = tan x;  dx = dy · (1 + y²).
-    jvp: dy = dx · (1 + y²)."""
+    """y = tan x;  dx = dy · (1 + y²)."""
     ufunc = "tan"
     saved_inputs = ()
 
@@ -92,13 +91,13 @@ class Tan(Unary):
         return gy * (1 + y * y)
 
     def jvp(self, dx):
+        """dy = dx · (1 + y²)."""
         y = self.output()
         return dx * (1 + y * y)
 
 
 class Asin(Unary):
-    """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1).
-    jvp: dy = dx / √(1 − x²)."""
+    """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1)."""
     ufunc = "arcsin"
 
     def backward(self, gy):
@@ -106,13 +105,13 @@ class Asin(Unary):
         return gy / sqrt(1 - x * x)
 
     def jvp(self, dx):
+        """dy = dx / √(1 − x²)."""
         x = self.inputs[0]
         return dx / sqrt(1 - x * x)
 
 
 class Acos(Unary):
-    """y = arccos x;  dx = −dy / √(1 − x²)  (|x| < 1).
-    jvp: dy = −dx / √(1 − x²)."""
+    """y = arccos x;  dx = −dy / √(1 − x²)  (|x| < 1)."""
     ufunc = "arccos"
 
     def backward(self, gy):
@@ -120,13 +119,13 @@ class Acos(Unary):
         return -gy / sqrt(1 - x * x)
 
     def jvp(self, dx):
+        """dy = −dx / √(1 − x²)."""
         x = self.inputs[0]
         return -dx / sqrt(1 - x * x)
 
 
 class Atan(Unary):
-    """y = arctan x;  dx = dy / (1 + x²).
-    jvp: dy = dx / (1 + x²)."""
+    """y = arctan x;  dx = dy / (1 + x²)."""
     ufunc = "arctan"
 
     def backward(self, gy):
@@ -134,13 +133,13 @@ class Atan(Unary):
         return gy / (1 + x * x)
 
     def jvp(self, dx):
+        """dy = dx / (1 + x²)."""
         x = self.inputs[0]
         return dx / (1 + x * x)
 
 
 class Atan2(Binary):
-    """y = the angle of the point (b, a), atan2(a, b);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²).
-    jvp: dy = (b · da − a · db) / (a² + b²)."""
+    """y = the angle of the point (b, a), atan2(a, b);  da = dy · b / (a² + b²),  db = −dy · a / (a² + b²)."""
     name = "atan2"
 
     def compute(self, a, b):
@@ -154,6 +153,7 @@ class Atan2(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = (b · da − a · db) / (a² + b²)."""
         a, b = self.inputs
         r2 = a * a + b * b
         terms = (None if da is None else da * b / r2, None if db is None else -db * a / r2)
@@ -161,34 +161,33 @@ class Atan2(Binary):
 
 
 class Sinh(Unary):
-    """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh.
-    jvp: dy = dx · cosh x."""
+    """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh."""
     ufunc = "sinh"
 
     def backward(self, gy):
         return gy * cosh(self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx · cosh x."""
         x = self.inputs[0]
         return dx * cosh(x)
 
 
 class Cosh(Unary):
-    """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh.
-    jvp: dy = dx · sinh x."""
+    """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh."""
     ufunc = "cosh"
 
     def backward(self, gy):
         return gy * sinh(self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx · sinh x."""
         x = self.inputs[0]
         return dx * sinh(x)
 
 
 class Asinh(Unary):
-    """y = arsinh x;  dx = dy / √(x² + 1).
-    jvp: dy = dx / √(x² + 1)."""
+    """y = arsinh x;  dx = dy / √(x² + 1)."""
     ufunc = "arcsinh"
 
     def backward(self, gy):
@@ -196,13 +195,13 @@ class Asinh(Unary):
         return gy / sqrt(x * x + 1)
 
     def jvp(self, dx):
+        """dy = dx / √(x² + 1)."""
         x = self.inputs[0]
         return dx / sqrt(x * x + 1)
 
 
 class Acosh(Unary):
-    """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1).
-    jvp: dy = dx / √(x² − 1)."""
+    """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1)."""
     ufunc = "arccosh"
 
     def backward(self, gy):
@@ -210,13 +209,13 @@ class Acosh(Unary):
         return gy / sqrt(x * x - 1)
 
     def jvp(self, dx):
+        """dy = dx / √(x² − 1)."""
         x = self.inputs[0]
         return dx / sqrt(x * x - 1)
 
 
 class Atanh(Unary):
-    """y = artanh x;  dx = dy / (1 − x²)  (|x| < 1).
-    jvp: dy = dx / (1 − x²)."""
+    """y = artanh x;  dx = dy / (1 − x²)  (|x| < 1)."""
     ufunc = "arctanh"
 
     def backward(self, gy):
@@ -224,27 +223,27 @@ class Atanh(Unary):
         return gy / (1 - x * x)
 
     def jvp(self, dx):
+        """dy = dx / (1 − x²)."""
         x = self.inputs[0]
         return dx / (1 - x * x)
 
 
 # ---------------------------------------------------------------- logarithms, powers, error function
 class Log1p(Unary):
-    """y = ln(1 + x), accurate for small x;  dx = dy / (1 + x).
-    jvp: dy = dx / (1 + x)."""
+    """y = ln(1 + x), accurate for small x;  dx = dy / (1 + x)."""
     ufunc = "log1p"
 
     def backward(self, gy):
         return gy / (1 + self.inputs[0])
 
     def jvp(self, dx):
+        """dy = dx / (1 + x)."""
         x = self.inputs[0]
         return dx / (1 + x)
 
 
 class Expm1(Unary):
-    """y = eˣ − 1, accurate for small x;  dx = dy · (y + 1).
-    jvp: dy = dx · (y + 1)."""
+    """y = eˣ − 1, accurate for small x;  dx = dy · (y + 1)."""
     ufunc = "expm1"
     saved_inputs = ()
 
@@ -252,39 +251,39 @@ class Expm1(Unary):
         return gy * (self.output() + 1)
 
     def jvp(self, dx):
+        """dy = dx · (y + 1)."""
         y = self.output()
         return dx * (y + 1)
 
 
 class Log2(Unary):
-    """y = log₂ x;  dx = dy / (x · ln 2).
-    jvp: dy = dx / (x · ln 2)."""
+    """y = log₂ x;  dx = dy / (x · ln 2)."""
     ufunc = "log2"
 
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(2))
 
     def jvp(self, dx):
+        """dy = dx / (x · ln 2)."""
         x = self.inputs[0]
         return dx / (x * math.log(2))
 
 
 class Log10(Unary):
-    """y = log₁₀ x;  dx = dy / (x · ln 10).
-    jvp: dy = dx / (x · ln 10)."""
+    """y = log₁₀ x;  dx = dy / (x · ln 10)."""
     ufunc = "log10"
 
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(10))
 
     def jvp(self, dx):
+        """dy = dx / (x · ln 10)."""
         x = self.inputs[0]
         return dx / (x * math.log(10))
 
 
 class Exp2(Unary):
-    """y = 2ˣ;  dx = dy · y · ln 2.
-    jvp: dy = dx · y · ln 2."""
+    """y = 2ˣ;  dx = dy · y · ln 2."""
     ufunc = "exp2"
     saved_inputs = ()
 
@@ -292,13 +291,13 @@ class Exp2(Unary):
         return gy * (self.output() * math.log(2))
 
     def jvp(self, dx):
+        """dy = dx · y · ln 2."""
         y = self.output()
         return dx * (y * math.log(2))
 
 
 class Rsqrt(Function):
-    """y = 1/√x;  dx = −dy · y³ / 2.
-    jvp: dy = −dx · y³ / 2."""
+    """y = 1/√x;  dx = −dy · y³ / 2."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -309,13 +308,13 @@ class Rsqrt(Function):
         return gy * (-0.5 * y * y * y)
 
     def jvp(self, dx):
+        """dy = −dx · y³ / 2."""
         y = self.output()
         return dx * (-0.5 * y * y * y)
 
 
 class Reciprocal(Function):
-    """y = 1/x;  dx = −dy · y².
-    jvp: dy = −dx · y²."""
+    """y = 1/x;  dx = −dy · y²."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -326,13 +325,13 @@ class Reciprocal(Function):
         return -(gy * (y * y))
 
     def jvp(self, dx):
+        """dy = −dx · y²."""
         y = self.output()
         return -(dx * (y * y))
 
 
 class Erf(Function):
-    """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²).
-    jvp: dy = dx · (2/√π) · e^(−x²)."""
+    """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²)."""
 
     def forward(self, x):
         return backend.erf(x)
@@ -342,13 +341,13 @@ class Erf(Function):
         return gy * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
     def jvp(self, dx):
+        """dy = dx · (2/√π) · e^(−x²)."""
         x = self.inputs[0]
         return dx * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
 
 class Erfc(Function):
     """y = erfc x = 1 − erf x;  dx = −dy · (2/√π) · e^(−x²).
-    jvp: dy = −dx · (2/√π) · e^(−x²).
 
     On the CPU with SciPy the value is SciPy's erfc, accurate in the far tail (erfc 10 ≈ 2·10⁻⁴⁵);
     elsewhere it is 1 − erf x, which rounds to 0 once erfc x is below the dtype's resolution
@@ -370,6 +369,7 @@ class Erfc(Function):
         return gy * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
     def jvp(self, dx):
+        """dy = −dx · (2/√π) · e^(−x²)."""
         x = self.inputs[0]
         return dx * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
@@ -377,7 +377,6 @@ class Erfc(Function):
 # ---------------------------------------------------------------- step functions: zero gradient
 class Floor(Unary):
     """y = ⌊x⌋;  dx = 0.
-    jvp: dy = 0 (shared by ceil, trunc, round and sign).
 
     A step function's derivative is 0 wherever it exists, and PyTorch returns 0 at the jumps
     too; the other step functions (ceil, trunc, round, sign) share this backward.
@@ -389,6 +388,7 @@ class Floor(Unary):
         return Tensor(gy.xp.zeros(gy.shape, gy.dtype))
 
     def jvp(self, dx):
+        """dy = 0 (shared by ceil, trunc, round and sign)."""
         return None
 
 
@@ -419,8 +419,7 @@ class Round(Floor):
 
 # ---------------------------------------------------------------- two-argument ops
 class Fmod(Binary):
-    """y = a − q · b with q = a/b rounded toward 0 (the sign of a, as C's fmod);  da = dy,  db = −dy · q.
-    jvp: dy = da − q · db."""
+    """y = a − q · b with q = a/b rounded toward 0 (the sign of a, as C's fmod);  da = dy,  db = −dy · q."""
     name = "fmod"
 
     def compute(self, a, b):
@@ -433,14 +432,14 @@ class Fmod(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da − q · db."""
         a, b = self.inputs
         term_b = None if db is None else -db * div(a, b, rounding_mode="trunc")
         return _spread(tangent_sum(da, term_b), self.output().shape)
 
 
 class Remainder(Binary):
-    """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋.
-    jvp: dy = da − ⌊a/b⌋ · db."""
+    """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋."""
     name = "remainder"
 
     def compute(self, a, b):
@@ -453,14 +452,14 @@ class Remainder(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da − ⌊a/b⌋ · db."""
         a, b = self.inputs
         term_b = None if db is None else -db * div(a, b, rounding_mode="floor")
         return _spread(tangent_sum(da, term_b), self.output().shape)
 
 
 class LogAddExp(Binary):
-    """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b)).
-    jvp: dy = da / (1 + exp(b − a)) + db / (1 + exp(a − b))."""
+    """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b))."""
     name = "logaddexp"
 
     def compute(self, a, b):
@@ -473,14 +472,14 @@ class LogAddExp(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da / (1 + exp(b − a)) + db / (1 + exp(a − b))."""
         a, b = self.inputs
         terms = (None if da is None else da / (1 + exp(b - a)), None if db is None else db / (1 + exp(a - b)))
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
 class CopySign(Binary):
-    """y = |a| with the sign of b;  da = dy · y/a (±1; 0 where a = 0, as PyTorch),  db = 0.
-    jvp: dy = da · y/a (0 where a = 0)."""
+    """y = |a| with the sign of b;  da = dy · y/a (±1; 0 where a = 0, as PyTorch),  db = 0."""
     name = "copysign"
 
     def compute(self, a, b):
@@ -498,6 +497,7 @@ class CopySign(Binary):
         return ga, gb
 
     def jvp(self, da, db):
+        """dy = da · y/a (0 where a = 0)."""
         if da is None:
             return None
         a, b = self.inputs

@@ -68,8 +68,7 @@ class Reduction(Function):
 
 
 class Sum(Reduction):
-    """y = Σ x over axes;  dx = dy broadcast to x's shape.
-    jvp: dy = Σ dx over axes."""
+    """y = Σ x over axes;  dx = dy broadcast to x's shape."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -80,12 +79,12 @@ class Sum(Reduction):
         return broadcast_to(self.expand(gy), self.inputs[0].shape)
 
     def jvp(self, dx):
+        """dy = Σ dx over axes."""
         return Sum(self.axes, self.keepdims)(dx)
 
 
 class Mean(Reduction):
-    """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape.
-    jvp: dy = (1/n) Σ dx over axes."""
+    """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -96,12 +95,12 @@ class Mean(Reduction):
         return broadcast_to(self.expand(gy) / self.count, self.inputs[0].shape)
 
     def jvp(self, dx):
+        """dy = (1/n) Σ dx over axes."""
         return Mean(self.axes, self.keepdims)(dx)
 
 
 class Max(Reduction):
-    """y = max x over axes;  dx = dy at the maximum, split evenly among ties.
-    jvp: dy = Σ dx · share over axes (the share: 1 at the maximum, split evenly among ties)."""
+    """y = max x over axes;  dx = dy at the maximum, split evenly among ties."""
     saved_inputs = ()
 
     extreme = "max"
@@ -119,6 +118,7 @@ class Max(Reduction):
         return self.expand(gy) * Tensor(self.share.astype(gy.dtype, copy=False))
 
     def jvp(self, dx):
+        """dy = Σ dx · share over axes (the share: 1 at the maximum, split evenly among ties)."""
         return Sum(self.axes, self.keepdims)(dx * Tensor(self.share.astype(dx.dtype, copy=False)))
 
 
@@ -130,7 +130,6 @@ class Min(Max):
 
 class Var(Reduction):
     """y = Σ (x − x̄)² / (n − ddof);  dx = dy · 2(x − x̄)/(n − ddof).
-    jvp: dy = Σ 2(x − x̄) dx / (n − ddof) over axes.
 
     ``ddof=0`` is the population variance; ``ddof=1`` is the unbiased
     estimate, the default of :func:`var` (PyTorch calls ddof ``correction``).
@@ -159,6 +158,7 @@ class Var(Reduction):
         return self.expand(gy) * centered * scale
 
     def jvp(self, dx):
+        """dy = Σ 2(x − x̄) dx / (n − ddof) over axes."""
         x = self.inputs[0]
         if x.data.size == 0:
             return None
@@ -170,7 +170,6 @@ class Var(Reduction):
 
 class Std(Var):
     """y = √var(x);  dx = dy · (x − x̄) / ((n − ddof) · y),  dx = 0 where y = 0.
-    jvp: dy = d(var) / (2y), 0 where y = 0.
 
     This is Var's backward with dy/(2y) as its upstream gradient. At zero spread (a
     constant row) the chain rule gives 0·∞ = NaN; PyTorch masks that to 0, and so
@@ -186,6 +185,7 @@ class Std(Var):
         return super().backward(where(flat, 0.0, gy / (2 * where(flat, 1.0, y))))
 
     def jvp(self, dx):
+        """dy = d(var) / (2y), 0 where y = 0."""
         dvar = super().jvp(dx)
         if dvar is None:
             return None
@@ -196,7 +196,6 @@ class Std(Var):
 
 class Prod(Reduction):
     """y = Π x over axes;  dx_k = dy Π_{j≠k} x_j = dy (Π_{j<k} x_j)(Π_{j>k} x_j).
-    jvp: dy = Σ_k dx_k Π_{j≠k} x_j over axes (the same products of the others).
 
     The product of the others is taken as the exclusive products from the
     left and from the right (two cumprods), never as y / x_k: so it is right
@@ -231,6 +230,7 @@ class Prod(Reduction):
         return Transpose(inverse)(reshape(g, tuple(x.shape[a] for a in perm)))
 
     def jvp(self, dx):
+        """dy = Σ_k dx_k Π_{j≠k} x_j over axes (the same products of the others)."""
         x = self.inputs[0]
         if not self.axes:
             return dx

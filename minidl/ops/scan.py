@@ -46,7 +46,6 @@ class Scan(Function):
 
 class Cumsum(Scan):
     """y_i = Σ_{j≤i} x_j along dim;  dx_j = Σ_{i≥j} dy_i (the cumsum of dy run backwards).
-    jvp: dy = cumsum(dx) (the same direction).
 
     ``reverse=True`` sums from the end (y_i = Σ_{j≥i} x_j); its backward is the forward cumsum.
     """
@@ -57,12 +56,12 @@ class Cumsum(Scan):
         return Cumsum(self.dim, not self.reverse)(gy)
 
     def jvp(self, dx):
+        """dy = cumsum(dx) (the same direction)."""
         return Cumsum(self.dim, self.reverse)(dx)
 
 
 class Cumprod(Scan):
     """y_i = Π_{j≤i} x_j along dim;  dx_k = (Π_{j<k} x_j) · S_k,  S_k = dy_k + x_{k+1} S_{k+1}.
-    jvp: dy_i = x_i dy_{i−1} + y_{i−1} dx_i (the product rule on y_i = y_{i−1} x_i: a LinearScan).
 
     dx_k = Σ_{i≥k} dy_i times the product of x_1..x_i without x_k: the
     product before k (an exclusive cumprod) times S_k = Σ_{i≥k} dy_i Π_{k<j≤i} x_j,
@@ -81,6 +80,7 @@ class Cumprod(Scan):
         return before * after
 
     def jvp(self, dx):
+        """dy_i = x_i dy_{i−1} + y_{i−1} dx_i (the product rule on y_i = y_{i−1} x_i: a LinearScan)."""
         x = self.inputs[0]
         if x.shape[self.dim] == 0:
             return dx
@@ -125,7 +125,6 @@ def _linear_scan(xp, a, b, dim, reverse):
 class LinearScan(Function):
     """z_k = b_k + a_k z_{k−1} along dim (z_{k+1} when reverse);
     db_k = w_k = dz_k + a_{k+1} w_{k+1},  da_k = w_k z_{k−1}.
-    jvp: dz_k = db_k + da_k z_{k−1} + a_k dz_{k−1} (the same recurrence).
 
     The first-order recurrence under cumprod's gradient. Its backward is the
     same recurrence run the other way (with a moved one place), so every
@@ -145,6 +144,7 @@ class LinearScan(Function):
         return da, w if b.requires_grad else None
 
     def jvp(self, da, db):
+        """dz_k = db_k + da_k z_{k−1} + a_k dz_{k−1} (the same recurrence)."""
         a = self.inputs[0]
         before = None if da is None else da * _shifted(self.output(), self.dim, self.reverse, 0, later=True)
         return LinearScan(self.dim, self.reverse)(a, tangent_sum(db, before))
@@ -167,7 +167,6 @@ def _log_cumsum_exp(xp, a, dim, reverse=False):
 
 class Logcumsumexp(Function):
     """y_i = ln Σ_{j≤i} e^(x_j) along dim;  dx_j = Σ_{i≥j} dy_i e^(x_j − y_i).
-    jvp: dy_i = Σ_{j≤i} dx_j e^(x_j − y_i) (a LogcumsumexpGrad with p = −y, q = −x, a = dx).
 
     The backward is a gradient op of its own (:class:`LogcumsumexpGrad`), which
     keeps every exponent ≤ 0: no overflow for any range of x.
@@ -183,13 +182,13 @@ class Logcumsumexp(Function):
         return LogcumsumexpGrad(self.dim, reverse=True)(self.inputs[0], self.output(), gy)
 
     def jvp(self, dx):
+        """dy_i = Σ_{j≤i} dx_j e^(x_j − y_i) (a LogcumsumexpGrad with p = −y, q = −x, a = dx)."""
         return LogcumsumexpGrad(self.dim, reverse=False)(-self.output(), -self.inputs[0], dx)
 
 
 class LogcumsumexpGrad(Function):
     """z_k = Σ_{l≥k} a_l e^(p_k − q_l) along dim (l ≤ k when not reverse);
     dp = dz ⊙ z,  da_l = Σ_k dz_k e^(p_k − q_l),  dq = −a ⊙ da.
-    jvp: dz = dp ⊙ z + the same op applied to a = da − a ⊙ dq.
 
     Logcumsumexp's gradient is z with p = x, q = y, a = dy. da runs the scan the
     other way, with p and q swapped and negated: it is this op again, so every
@@ -216,6 +215,7 @@ class LogcumsumexpGrad(Function):
                 da if a.requires_grad else None)
 
     def jvp(self, dp, dq, da):
+        """dz = dp ⊙ z + the same op applied to a = da − a ⊙ dq."""
         p, q, a = self.inputs
         inner = tangent_sum(da, None if dq is None else -(a * dq))
         return tangent_sum(None if dp is None else dp * self.output(),
