@@ -47,6 +47,10 @@ class ReLU(Function):
         return ReLUGrad(self.inputs[0].data > 0)(dx)
 
 
+def relu(x, inplace=False):
+    return _result("relu", x, ReLU()(x), inplace)
+
+
 class ReLUGrad(Function):
     """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
 
@@ -88,6 +92,10 @@ class LeakyReLU(Function):
         return dx * Tensor(self.slopes)
 
 
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    return _result("leaky_relu", x, LeakyReLU(negative_slope)(x), inplace)
+
+
 class ELU(Function):
     """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α)."""
     saved_inputs = ()
@@ -108,6 +116,15 @@ class ELU(Function):
         return dx * where(self.positive, 1.0, self.output() + self.alpha)
 
 
+def elu(x, alpha=1.0, inplace=False):
+    return _result("elu", x, ELU(alpha)(x), inplace)
+
+
+def selu(x, inplace=False):
+    """y = λ·elu(x, α) with the self-normalizing constants α ≈ 1.6733, λ ≈ 1.0507 (Klambauer et al. 2017)."""
+    return _result("selu", x, ELU(SELU_ALPHA)(x) * SELU_SCALE, inplace)
+
+
 class Tanh(Function):
     """y = tanh x;  dx = dy · (1 − y²)."""
     saved_inputs = ()
@@ -121,6 +138,10 @@ class Tanh(Function):
     def jvp(self, dx):
         """dy = dx · (1 − y²)."""
         return TanhGrad()(self.output(), dx)
+
+
+def tanh(x):
+    return Tanh()(x)
 
 
 class TanhGrad(Function):
@@ -154,6 +175,10 @@ class Sigmoid(Function):
     def jvp(self, dx):
         """dy = dx · y(1 − y)."""
         return SigmoidGrad()(self.output(), dx)
+
+
+def sigmoid(x):
+    return Sigmoid()(x)
 
 
 class SigmoidGrad(Function):
@@ -208,6 +233,16 @@ class Softplus(Function):
         return dx * exp(gap if self.beta == 1 else gap * self.beta)
 
 
+def softplus(x, beta=1.0, threshold=20.0):
+    """ln(1 + e^(βx)) / β, and x itself where βx > threshold (PyTorch's semantics and defaults)."""
+    return Softplus(beta, threshold)(x)
+
+
+def mish(x, inplace=False):
+    """y = x tanh(softplus(x)), with softplus stable for any x (no linear cut-off)."""
+    return _result("mish", x, x * tanh(Softplus()(x)), inplace)
+
+
 class LogSigmoid(Function):
     """y = ln σ(x) = min(x, 0) − ln(1 + e^−|x|) (finite for any x);  dx = dy · σ(−x) = dy · e^(y − x).
 
@@ -224,6 +259,11 @@ class LogSigmoid(Function):
     def jvp(self, dx):
         """dy = dx · e^(y − x)."""
         return dx * exp(self.output() - self.inputs[0])
+
+
+def logsigmoid(x):
+    """y = ln σ(x), finite and exact for any x (no log of an underflowed σ)."""
+    return LogSigmoid()(x)
 
 
 class CELU(Function):
@@ -248,6 +288,11 @@ class CELU(Function):
         return dx * where(self.positive, 1.0, self.output() / self.alpha + 1)
 
 
+def celu(x, alpha=1.0, inplace=False):
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise (α = ``alpha``)."""
+    return _result("celu", x, CELU(alpha)(x), inplace)
+
+
 class Hardtanh(Function):
     """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
     saved_inputs = ()
@@ -265,6 +310,27 @@ class Hardtanh(Function):
     def jvp(self, dx):
         """dy = dx where lo < x < hi, else 0."""
         return dx * Tensor(self.inside)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    return _result("hardtanh", x, Hardtanh(min_val, max_val)(x), inplace)
+
+
+def relu6(x, inplace=False):
+    """y = min(max(x, 0), 6)."""
+    return _result("relu6", x, Hardtanh(0.0, 6.0)(x), inplace)
+
+
+def hardsigmoid(x, inplace=False):
+    """y = min(max(x + 3, 0), 6) / 6: 0 below −3, 1 above 3, x/6 + ½ between."""
+    return _result("hardsigmoid", x, Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
+
+
+def hardswish(x, inplace=False):
+    """y = x · min(max(x + 3, 0), 6) / 6 (MobileNetV3); dx = 0 below −3, x/3 + ½ between, 1 above 3."""
+    return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
 
 
 class GELU(Function):
@@ -293,6 +359,11 @@ class GELU(Function):
     def jvp(self, dx):
         """dy = dx · dgelu/dx."""
         return dx * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
+
+
+def gelu(x, approximate="none"):
+    """GELU, exact (erf) by default or with PyTorch's ``approximate='tanh'``."""
+    return GELU(approximate)(x)
 
 
 class GELUGrad(Function):
@@ -366,6 +437,20 @@ class Softmax(Function):
         return SoftmaxGrad(self.axis)(self.output(), dx)
 
 
+@autocast_to("float32")
+def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
+
+
+@autocast_to("float32")
+def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmin(x) = softmax(−x) along ``dim``."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
+
+
 class SoftmaxGrad(Function):
     """Softmax's gradient as an op of (y, dy), s = Σ_j dy_j y_j:  z = y ⊙ (dy − s);
     d(dy) = y ⊙ (dz − Σ_j dz_j y_j)  (the Jacobian is symmetric),
@@ -419,6 +504,13 @@ class LogSoftmax(Function):
         return dx - reduce_sum(exp(self.output()) * dx, axis=self.axis, keepdims=True)
 
 
+@autocast_to("float32")
+def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
+    x = x if dtype is None else x.astype(dtype)
+    return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
+
+
 class LogSoftmaxGrad(Function):
     """LogSoftmax's gradient as an op of (y, dy), p = eʸ = softmax(x), S = Σ_j dy_j:  z = dy − p S;
     d(dy) = dz − Σ_j dz_j p_j,  dy_out = −dz ⊙ p S.
@@ -470,6 +562,10 @@ class LogSumExp(Function):
         return reduce_sum(Softmax(self.axis)(self.inputs[0]) * dx, axis=self.axis, keepdims=self.keepdims)
 
 
+def logsumexp(x, axis=-1, keepdims=False, *, dim=None, keepdim=None):
+    return LogSumExp(axis if dim is None else dim, keepdims if keepdim is None else keepdim)(x)
+
+
 def _check_axis(op, x, axis):
     """A ValueError naming the op and the shape when ``axis`` does not exist in x."""
     if not (type(axis) is int and -x.ndim <= axis < x.ndim):  # the common case costs one test
@@ -494,34 +590,6 @@ def _logsumexp(x, axis):
 # Signatures and defaults are PyTorch's. ``inplace=True`` writes the result into x and
 # returns x, as PyTorch does; minidl records no in-place op in a graph, so it is refused
 # (a RuntimeError) when x requires grad and gradients are being recorded.
-def relu(x, inplace=False):
-    return _result("relu", x, ReLU()(x), inplace)
-
-
-def leaky_relu(x, negative_slope=0.01, inplace=False):
-    return _result("leaky_relu", x, LeakyReLU(negative_slope)(x), inplace)
-
-
-def elu(x, alpha=1.0, inplace=False):
-    return _result("elu", x, ELU(alpha)(x), inplace)
-
-
-def tanh(x):
-    return Tanh()(x)
-
-
-def sigmoid(x):
-    return Sigmoid()(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    """ln(1 + e^(βx)) / β, and x itself where βx > threshold (PyTorch's semantics and defaults)."""
-    return Softplus(beta, threshold)(x)
-
-
-def gelu(x, approximate="none"):
-    """GELU, exact (erf) by default or with PyTorch's ``approximate='tanh'``."""
-    return GELU(approximate)(x)
 
 
 def silu(x, inplace=False):
@@ -529,49 +597,8 @@ def silu(x, inplace=False):
     return _result("silu", x, x * sigmoid(x), inplace)
 
 
-def mish(x, inplace=False):
-    """y = x tanh(softplus(x)), with softplus stable for any x (no linear cut-off)."""
-    return _result("mish", x, x * tanh(Softplus()(x)), inplace)
-
-
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def selu(x, inplace=False):
-    """y = λ·elu(x, α) with the self-normalizing constants α ≈ 1.6733, λ ≈ 1.0507 (Klambauer et al. 2017)."""
-    return _result("selu", x, ELU(SELU_ALPHA)(x) * SELU_SCALE, inplace)
-
-
-def celu(x, alpha=1.0, inplace=False):
-    """y = x for x > 0, α(e^(x/α) − 1) otherwise (α = ``alpha``)."""
-    return _result("celu", x, CELU(alpha)(x), inplace)
-
-
-def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
-    if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
-    return _result("hardtanh", x, Hardtanh(min_val, max_val)(x), inplace)
-
-
-def relu6(x, inplace=False):
-    """y = min(max(x, 0), 6)."""
-    return _result("relu6", x, Hardtanh(0.0, 6.0)(x), inplace)
-
-
-def hardsigmoid(x, inplace=False):
-    """y = min(max(x + 3, 0), 6) / 6: 0 below −3, 1 above 3, x/6 + ½ between."""
-    return _result("hardsigmoid", x, Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
-
-
-def hardswish(x, inplace=False):
-    """y = x · min(max(x + 3, 0), 6) / 6 (MobileNetV3); dx = 0 below −3, x/3 + ½ between, 1 above 3."""
-    return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
-
-
-def logsigmoid(x):
-    """y = ln σ(x), finite and exact for any x (no log of an underflowed σ)."""
-    return LogSigmoid()(x)
 
 
 def softsign(x):
@@ -604,31 +631,6 @@ def prelu(x, weight):
                              f"{channels} channel(s) (axis 1); give 1 slope or one per channel")
         weight = reshape(weight, (channels,) + (1,) * (x.ndim - 2))
     return where(x.data > 0, x, weight * x)
-
-
-@autocast_to("float32")
-def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
-    x = x if dtype is None else x.astype(dtype)
-    return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
-
-
-@autocast_to("float32")
-def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """softmin(x) = softmax(−x) along ``dim``."""
-    x = x if dtype is None else x.astype(dtype)
-    return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
-
-
-@autocast_to("float32")
-def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
-    x = x if dtype is None else x.astype(dtype)
-    return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
-
-
-def logsumexp(x, axis=-1, keepdims=False, *, dim=None, keepdim=None):
-    return LogSumExp(axis if dim is None else dim, keepdims if keepdim is None else keepdim)(x)
 
 
 def _softmax_dim(op, x, dim, axis):

@@ -58,6 +58,10 @@ class Add(Binary):
         return _spread(tangent_sum(da, db), self.output().shape)
 
 
+def add(a, b):
+    return Add()(*_pair(a, b))
+
+
 class Sub(Binary):
     """y = a - b;  da = dy,  db = -dy."""
     saved_inputs = ()
@@ -74,6 +78,10 @@ class Sub(Binary):
     def jvp(self, da, db):
         """dy = da − db."""
         return _spread(tangent_sum(da, None if db is None else -db), self.output().shape)
+
+
+def sub(a, b):
+    return Sub()(*_pair(a, b))
 
 
 class Mul(Binary):
@@ -94,6 +102,10 @@ class Mul(Binary):
         """dy = da · b + a · db."""
         a, b = self.inputs
         return _spread(tangent_sum(None if da is None else da * b, None if db is None else a * db), self.output().shape)
+
+
+def mul(a, b):
+    return Mul()(*_pair(a, b))
 
 
 class Div(Binary):
@@ -187,6 +199,13 @@ class PowScalar(Function):
         return dx * (self.c * x ** (self.c - 1))
 
 
+def pow(a, b):  # noqa: A001 - the op's name
+    """a ** b; a constant Python exponent takes the cheaper PowScalar path."""
+    if isinstance(b, (int, float)) and isinstance(a, Tensor):
+        return PowScalar(b)(a)
+    return Pow()(*_pair(a, b))
+
+
 class Neg(Function):
     """y = -x;  dx = -dy."""
     saved_inputs = ()
@@ -200,6 +219,10 @@ class Neg(Function):
     def jvp(self, dx):
         """dy = −dx."""
         return -dx
+
+
+def neg(x):
+    return Neg()(x)
 
 
 class Exp(Function):
@@ -217,6 +240,10 @@ class Exp(Function):
         return dx * self.output()
 
 
+def exp(x):
+    return Exp()(x)
+
+
 class Log(Function):
     """y = ln x;  dx = dy / x."""
 
@@ -229,6 +256,10 @@ class Log(Function):
     def jvp(self, dx):
         """dy = dx / x."""
         return dx / self.inputs[0]
+
+
+def log(x):
+    return Log()(x)
 
 
 class Sqrt(Function):
@@ -246,6 +277,10 @@ class Sqrt(Function):
         return dx / (2 * self.output())
 
 
+def sqrt(x):
+    return Sqrt()(x)
+
+
 class Abs(Function):
     """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch)."""
 
@@ -260,6 +295,10 @@ class Abs(Function):
         """dy = dx · sign(x)."""
         x = self.inputs[0]
         return dx * Tensor(_xp(x.data).sign(x.data))
+
+
+def abs(x):  # noqa: A001
+    return Abs()(x)
 
 
 class Clip(Function):
@@ -322,6 +361,20 @@ class ClampTensor(Function):
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
+def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+    """x limited to [min, max]; each bound a number, a tensor (broadcast, and differentiable) or None.
+
+    The gradient passes where min ≤ x ≤ max, bounds included (PyTorch's convention).
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return Clip(min, max)(x)
+    lo = _bound(x, min, -1)
+    hi = _bound(x, max, +1)
+    return ClampTensor()(x, lo, hi)
+
+
 class DivRounded(Binary):
     """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function)."""
     saved_inputs = ()
@@ -347,6 +400,25 @@ class DivRounded(Binary):
     def jvp(self, da, db):
         """dy = 0."""
         return None
+
+
+def div(a, b, rounding_mode=None):
+    """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
+    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
+    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
+    if rounding_mode is None:
+        a, b = _pair(a, b)
+        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
+            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
+        return Div()(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    return DivRounded(rounding_mode)(*_pair(a, b))
+
+
+def floor_divide(a, b):
+    """⌊a / b⌋, the ``//`` operator: ``div(a, b, rounding_mode="floor")``."""
+    return DivRounded("floor")(*_pair(a, b))
 
 
 class Where(Function):
@@ -381,6 +453,22 @@ class Where(Function):
         return _spread(where(self.cond, da, db), shape)
 
 
+def where(cond, a, b):
+    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient).
+
+    ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
+    (NumPy's reading, under which NaN counts as true).
+    """
+    if isinstance(cond, Tensor):
+        cond, saved = cond.data, (cond,)
+    else:
+        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
+                        "compare first (x > 0) or convert it (cond.bool())")
+    return Where(cond, saved)(*_pair(a, b))
+
+
 class Maximum(Binary):
     """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
     saved_inputs = ()
@@ -404,6 +492,10 @@ class Maximum(Binary):
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
+def maximum(a, b):
+    return Maximum()(*_pair(a, b))
+
+
 class Minimum(Maximum):
     """y = min(a, b);  the gradient goes to the smaller input, split evenly on ties."""
     name = "minimum"
@@ -411,6 +503,10 @@ class Minimum(Maximum):
     def compute(self, a, b):
         self.share_a = (a < b) + 0.5 * (a == b)
         return _xp(a).minimum(a, b)
+
+
+def minimum(a, b):
+    return Minimum()(*_pair(a, b))
 
 
 # ---------------------------------------------------------------- functional forms
@@ -432,78 +528,6 @@ def _pair(a, b):
     return a, b
 
 
-def add(a, b):
-    return Add()(*_pair(a, b))
-
-
-def sub(a, b):
-    return Sub()(*_pair(a, b))
-
-
-def mul(a, b):
-    return Mul()(*_pair(a, b))
-
-
-def div(a, b, rounding_mode=None):
-    """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
-    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
-    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
-    if rounding_mode is None:
-        a, b = _pair(a, b)
-        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
-            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
-        return Div()(a, b)
-    if rounding_mode not in ("trunc", "floor"):
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    return DivRounded(rounding_mode)(*_pair(a, b))
-
-
-def floor_divide(a, b):
-    """⌊a / b⌋, the ``//`` operator: ``div(a, b, rounding_mode="floor")``."""
-    return DivRounded("floor")(*_pair(a, b))
-
-
-def pow(a, b):  # noqa: A001 - the op's name
-    """a ** b; a constant Python exponent takes the cheaper PowScalar path."""
-    if isinstance(b, (int, float)) and isinstance(a, Tensor):
-        return PowScalar(b)(a)
-    return Pow()(*_pair(a, b))
-
-
-def neg(x):
-    return Neg()(x)
-
-
-def exp(x):
-    return Exp()(x)
-
-
-def log(x):
-    return Log()(x)
-
-
-def sqrt(x):
-    return Sqrt()(x)
-
-
-def abs(x):  # noqa: A001
-    return Abs()(x)
-
-
-def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
-    """x limited to [min, max]; each bound a number, a tensor (broadcast, and differentiable) or None.
-
-    The gradient passes where min ≤ x ≤ max, bounds included (PyTorch's convention).
-    """
-    if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
-    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
-        return Clip(min, max)(x)
-    lo = _bound(x, min, -1)
-    hi = _bound(x, max, +1)
-    return ClampTensor()(x, lo, hi)
-
-
 def _bound(x, value, side):
     """A clamp bound as a tensor; a missing one is ±∞ (or the integer dtype's extreme)."""
     if value is None:
@@ -520,25 +544,3 @@ def clip(x, min=None, max=None, *, lo=None, hi=None):  # noqa: A002
     return clamp(x, min if lo is None else lo, max if hi is None else hi)
 
 
-def maximum(a, b):
-    return Maximum()(*_pair(a, b))
-
-
-def minimum(a, b):
-    return Minimum()(*_pair(a, b))
-
-
-def where(cond, a, b):
-    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient).
-
-    ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
-    (NumPy's reading, under which NaN counts as true).
-    """
-    if isinstance(cond, Tensor):
-        cond, saved = cond.data, (cond,)
-    else:
-        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
-    if cond.dtype != np.bool_:
-        raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
-                        "compare first (x > 0) or convert it (cond.bool())")
-    return Where(cond, saved)(*_pair(a, b))

@@ -68,6 +68,10 @@ class Sin(Unary):
         return dx * cos(x)
 
 
+def sin(x):
+    return Sin()(_floating(x))
+
+
 class Cos(Unary):
     """y = cos x;  dx = −dy · sin x."""
     ufunc = "cos"
@@ -79,6 +83,10 @@ class Cos(Unary):
         """dy = −dx · sin x."""
         x = self.inputs[0]
         return -(dx * sin(x))
+
+
+def cos(x):
+    return Cos()(_floating(x))
 
 
 class Tan(Unary):
@@ -96,6 +104,10 @@ class Tan(Unary):
         return dx * (1 + y * y)
 
 
+def tan(x):
+    return Tan()(_floating(x))
+
+
 class Asin(Unary):
     """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1)."""
     ufunc = "arcsin"
@@ -108,6 +120,10 @@ class Asin(Unary):
         """dy = dx / √(1 − x²)."""
         x = self.inputs[0]
         return dx / sqrt(1 - x * x)
+
+
+def asin(x):
+    return Asin()(_floating(x))
 
 
 class Acos(Unary):
@@ -124,6 +140,10 @@ class Acos(Unary):
         return -dx / sqrt(1 - x * x)
 
 
+def acos(x):
+    return Acos()(_floating(x))
+
+
 class Atan(Unary):
     """y = arctan x;  dx = dy / (1 + x²)."""
     ufunc = "arctan"
@@ -136,6 +156,10 @@ class Atan(Unary):
         """dy = dx / (1 + x²)."""
         x = self.inputs[0]
         return dx / (1 + x * x)
+
+
+def atan(x):
+    return Atan()(_floating(x))
 
 
 class Atan2(Binary):
@@ -160,6 +184,11 @@ class Atan2(Binary):
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
+def atan2(input, other):  # noqa: A002 - PyTorch's argument name
+    """The angle of the point (other, input) in (−π, π]: ``atan2(y, x)``."""
+    return Atan2()(*_floating_pair(input, other))
+
+
 class Sinh(Unary):
     """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh."""
     ufunc = "sinh"
@@ -173,6 +202,10 @@ class Sinh(Unary):
         return dx * cosh(x)
 
 
+def sinh(x):
+    return Sinh()(_floating(x))
+
+
 class Cosh(Unary):
     """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh."""
     ufunc = "cosh"
@@ -184,6 +217,10 @@ class Cosh(Unary):
         """dy = dx · sinh x."""
         x = self.inputs[0]
         return dx * sinh(x)
+
+
+def cosh(x):
+    return Cosh()(_floating(x))
 
 
 class Asinh(Unary):
@@ -200,6 +237,10 @@ class Asinh(Unary):
         return dx / sqrt(x * x + 1)
 
 
+def asinh(x):
+    return Asinh()(_floating(x))
+
+
 class Acosh(Unary):
     """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1)."""
     ufunc = "arccosh"
@@ -212,6 +253,10 @@ class Acosh(Unary):
         """dy = dx / √(x² − 1)."""
         x = self.inputs[0]
         return dx / sqrt(x * x - 1)
+
+
+def acosh(x):
+    return Acosh()(_floating(x))
 
 
 class Atanh(Unary):
@@ -228,6 +273,10 @@ class Atanh(Unary):
         return dx / (1 - x * x)
 
 
+def atanh(x):
+    return Atanh()(_floating(x))
+
+
 # ---------------------------------------------------------------- logarithms, powers, error function
 class Log1p(Unary):
     """y = ln(1 + x), accurate for small x;  dx = dy / (1 + x)."""
@@ -240,6 +289,10 @@ class Log1p(Unary):
         """dy = dx / (1 + x)."""
         x = self.inputs[0]
         return dx / (1 + x)
+
+
+def log1p(x):
+    return Log1p()(_floating(x))
 
 
 class Expm1(Unary):
@@ -256,6 +309,10 @@ class Expm1(Unary):
         return dx * (y + 1)
 
 
+def expm1(x):
+    return Expm1()(_floating(x))
+
+
 class Log2(Unary):
     """y = log₂ x;  dx = dy / (x · ln 2)."""
     ufunc = "log2"
@@ -267,6 +324,10 @@ class Log2(Unary):
         """dy = dx / (x · ln 2)."""
         x = self.inputs[0]
         return dx / (x * math.log(2))
+
+
+def log2(x):
+    return Log2()(_floating(x))
 
 
 class Log10(Unary):
@@ -282,6 +343,10 @@ class Log10(Unary):
         return dx / (x * math.log(10))
 
 
+def log10(x):
+    return Log10()(_floating(x))
+
+
 class Exp2(Unary):
     """y = 2ˣ;  dx = dy · y · ln 2."""
     ufunc = "exp2"
@@ -294,6 +359,10 @@ class Exp2(Unary):
         """dy = dx · y · ln 2."""
         y = self.output()
         return dx * (y * math.log(2))
+
+
+def exp2(x):
+    return Exp2()(_floating(x))
 
 
 class Rsqrt(Function):
@@ -313,6 +382,10 @@ class Rsqrt(Function):
         return dx * (-0.5 * y * y * y)
 
 
+def rsqrt(x):
+    return Rsqrt()(_floating(x))
+
+
 class Reciprocal(Function):
     """y = 1/x;  dx = −dy · y²."""
     saved_inputs = ()
@@ -330,6 +403,10 @@ class Reciprocal(Function):
         return -(dx * (y * y))
 
 
+def reciprocal(x):
+    return Reciprocal()(_floating(x))
+
+
 class Erf(Function):
     """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²)."""
 
@@ -344,6 +421,10 @@ class Erf(Function):
         """dy = dx · (2/√π) · e^(−x²)."""
         x = self.inputs[0]
         return dx * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
+
+def erf(x):
+    return Erf()(_floating(x))
 
 
 class Erfc(Function):
@@ -374,6 +455,10 @@ class Erfc(Function):
         return dx * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
 
+def erfc(x):
+    return Erfc()(_floating(x))
+
+
 # ---------------------------------------------------------------- step functions: zero gradient
 class Floor(Unary):
     """y = ⌊x⌋;  dx = 0.
@@ -392,9 +477,17 @@ class Floor(Unary):
         return None
 
 
+def floor(x):
+    return _step(Floor(), x)
+
+
 class Ceil(Floor):
     """y = −⌊−x⌋ (the ceiling);  dx = 0."""
     ufunc = "ceil"
+
+
+def ceil(x):
+    return _step(Ceil(), x)
 
 
 class Trunc(Floor):
@@ -402,9 +495,20 @@ class Trunc(Floor):
     ufunc = "trunc"
 
 
+def trunc(x):
+    return _step(Trunc(), x)
+
+
 class Sign(Floor):
     """y = sign(x), one of −1, 0, 1;  dx = 0."""
     ufunc = "sign"
+
+
+def sign(x):
+    x = as_tensor(x)
+    if x.dtype.kind == "b":
+        return Tensor(x.data.copy())
+    return Sign()(x)
 
 
 class Round(Floor):
@@ -415,6 +519,16 @@ class Round(Floor):
 
     def forward(self, x):
         return _xp(x).round(x, self.decimals)
+
+
+def round(x, decimals: int = 0):  # noqa: A001 - the op's name
+    """x rounded to ``decimals`` decimal places (negative: to tens, hundreds...), halves to even."""
+    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
+        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    x = as_tensor(x)
+    if x.dtype.kind in "biu" and decimals >= 0:
+        return Tensor(x.data.copy())
+    return Round(int(decimals))(_floating(x))
 
 
 # ---------------------------------------------------------------- two-argument ops
@@ -438,6 +552,11 @@ class Fmod(Binary):
         return _spread(tangent_sum(da, term_b), self.output().shape)
 
 
+def fmod(input, other):  # noqa: A002
+    """The remainder of input / other with the sign of ``input`` (C's fmod, ``torch.fmod``)."""
+    return Fmod()(*_pair(input, other))
+
+
 class Remainder(Binary):
     """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋."""
     name = "remainder"
@@ -458,6 +577,11 @@ class Remainder(Binary):
         return _spread(tangent_sum(da, term_b), self.output().shape)
 
 
+def remainder(input, other):  # noqa: A002
+    """The remainder of input / other with the sign of ``other`` (Python's ``%``, ``torch.remainder``)."""
+    return Remainder()(*_pair(input, other))
+
+
 class LogAddExp(Binary):
     """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b))."""
     name = "logaddexp"
@@ -476,6 +600,11 @@ class LogAddExp(Binary):
         a, b = self.inputs
         terms = (None if da is None else da / (1 + exp(b - a)), None if db is None else db / (1 + exp(a - b)))
         return _spread(tangent_sum(*terms), self.output().shape)
+
+
+def logaddexp(input, other):  # noqa: A002
+    """ln(eᵃ + eᵇ) without overflow."""
+    return LogAddExp()(*_floating_pair(input, other))
 
 
 class CopySign(Binary):
@@ -506,6 +635,11 @@ class CopySign(Binary):
         return _spread(da * Tensor(ratio), self.output().shape)
 
 
+def copysign(input, other):  # noqa: A002
+    """|input| with the sign of ``other`` (its sign bit: −0.0 counts as negative)."""
+    return CopySign()(*_floating_pair(input, other))
+
+
 # ---------------------------------------------------------------- functional forms
 def _floating(x):
     """``x`` as a Tensor, an integer or bool tensor converted to float32 (as PyTorch does for sin, exp2...)."""
@@ -520,145 +654,11 @@ def _floating_pair(a, b):
     return _floating(a), _floating(b)
 
 
-def sin(x):
-    return Sin()(_floating(x))
-
-
-def cos(x):
-    return Cos()(_floating(x))
-
-
-def tan(x):
-    return Tan()(_floating(x))
-
-
-def asin(x):
-    return Asin()(_floating(x))
-
-
-def acos(x):
-    return Acos()(_floating(x))
-
-
-def atan(x):
-    return Atan()(_floating(x))
-
-
-def atan2(input, other):  # noqa: A002 - PyTorch's argument name
-    """The angle of the point (other, input) in (−π, π]: ``atan2(y, x)``."""
-    return Atan2()(*_floating_pair(input, other))
-
-
-def sinh(x):
-    return Sinh()(_floating(x))
-
-
-def cosh(x):
-    return Cosh()(_floating(x))
-
-
-def asinh(x):
-    return Asinh()(_floating(x))
-
-
-def acosh(x):
-    return Acosh()(_floating(x))
-
-
-def atanh(x):
-    return Atanh()(_floating(x))
-
-
-def log1p(x):
-    return Log1p()(_floating(x))
-
-
-def expm1(x):
-    return Expm1()(_floating(x))
-
-
-def log2(x):
-    return Log2()(_floating(x))
-
-
-def log10(x):
-    return Log10()(_floating(x))
-
-
-def exp2(x):
-    return Exp2()(_floating(x))
-
-
-def rsqrt(x):
-    return Rsqrt()(_floating(x))
-
-
-def reciprocal(x):
-    return Reciprocal()(_floating(x))
-
-
-def erf(x):
-    return Erf()(_floating(x))
-
-
-def erfc(x):
-    return Erfc()(_floating(x))
-
-
 def _step(op, x):
     x = as_tensor(x)
     if x.dtype.kind in "biu":  # already whole numbers: an integer copy, as PyTorch
         return Tensor(x.data.copy())
     return op(x)
-
-
-def floor(x):
-    return _step(Floor(), x)
-
-
-def ceil(x):
-    return _step(Ceil(), x)
-
-
-def trunc(x):
-    return _step(Trunc(), x)
-
-
-def round(x, decimals: int = 0):  # noqa: A001 - the op's name
-    """x rounded to ``decimals`` decimal places (negative: to tens, hundreds...), halves to even."""
-    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
-        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
-    x = as_tensor(x)
-    if x.dtype.kind in "biu" and decimals >= 0:
-        return Tensor(x.data.copy())
-    return Round(int(decimals))(_floating(x))
-
-
-def sign(x):
-    x = as_tensor(x)
-    if x.dtype.kind == "b":
-        return Tensor(x.data.copy())
-    return Sign()(x)
-
-
-def fmod(input, other):  # noqa: A002
-    """The remainder of input / other with the sign of ``input`` (C's fmod, ``torch.fmod``)."""
-    return Fmod()(*_pair(input, other))
-
-
-def remainder(input, other):  # noqa: A002
-    """The remainder of input / other with the sign of ``other`` (Python's ``%``, ``torch.remainder``)."""
-    return Remainder()(*_pair(input, other))
-
-
-def logaddexp(input, other):  # noqa: A002
-    """ln(eᵃ + eᵇ) without overflow."""
-    return LogAddExp()(*_floating_pair(input, other))
-
-
-def copysign(input, other):  # noqa: A002
-    """|input| with the sign of ``other`` (its sign bit: −0.0 counts as negative)."""
-    return CopySign()(*_floating_pair(input, other))
 
 
 def lerp(input, end, weight):  # noqa: A002

@@ -60,6 +60,13 @@ class Cumsum(Scan):
         return Cumsum(self.dim, self.reverse)(dx)
 
 
+@autocast_to("float32")
+def cumsum(x, dim=None, *, axis=None):
+    """y_i = x_1 + ... + x_i along ``dim``;  dx = the cumsum of dy from the end."""
+    d = _scan_dim("cumsum", x, dim, axis)
+    return x if d is None else Cumsum(d)(x)
+
+
 class Cumprod(Scan):
     """y_i = Π_{j≤i} x_j along dim;  dx_k = (Π_{j<k} x_j) · S_k,  S_k = dy_k + x_{k+1} S_{k+1}.
 
@@ -86,6 +93,13 @@ class Cumprod(Scan):
             return dx
         before = _shifted(self.output(), self.dim, self.reverse, 1, later=True)
         return LinearScan(self.dim, self.reverse)(x, before * dx)
+
+
+@autocast_to("float32")
+def cumprod(x, dim=None, *, axis=None):
+    """y_i = x_1 · ... · x_i along ``dim``; gradients right with zeros (see :class:`Cumprod`)."""
+    d = _scan_dim("cumprod", x, dim, axis)
+    return x if d is None else Cumprod(d)(x)
 
 
 def _shifted(t, dim, reverse, fill, later):
@@ -186,6 +200,12 @@ class Logcumsumexp(Function):
         return LogcumsumexpGrad(self.dim, reverse=False)(-self.output(), -self.inputs[0], dx)
 
 
+def logcumsumexp(x, dim=None, *, axis=None):
+    """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
+    d = _scan_dim("logcumsumexp", x, dim, axis)
+    return x if d is None else Logcumsumexp(d)(x)
+
+
 class LogcumsumexpGrad(Function):
     """z_k = Σ_{l≥k} a_l e^(p_k − q_l) along dim (l ≤ k when not reverse);
     dp = dz ⊙ z,  da_l = Σ_k dz_k e^(p_k − q_l),  dq = −a ⊙ da.
@@ -233,27 +253,6 @@ def _scan_dim(op, x, dim, axis):
                         f"for the flattened tensor use {op}(x.reshape(-1), 0)")
     d = _dim(op, dim, x.ndim, x.shape)
     return d if x.ndim else None
-
-
-@autocast_to("float32")
-def cumsum(x, dim=None, *, axis=None):
-    """y_i = x_1 + ... + x_i along ``dim``;  dx = the cumsum of dy from the end."""
-    d = _scan_dim("cumsum", x, dim, axis)
-    return x if d is None else Cumsum(d)(x)
-
-
-@autocast_to("float32")
-def cumprod(x, dim=None, *, axis=None):
-    """y_i = x_1 · ... · x_i along ``dim``; gradients right with zeros (see :class:`Cumprod`)."""
-    d = _scan_dim("cumprod", x, dim, axis)
-    return x if d is None else Cumprod(d)(x)
-
-
-def logcumsumexp(x, dim=None, *, axis=None):
-    """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
-    d = _scan_dim("logcumsumexp", x, dim, axis)
-    return x if d is None else Logcumsumexp(d)(x)
-
 
 
 def _running(xp, a, dim, combine):
