@@ -212,3 +212,16 @@ def test_forward_mode_is_gone_after_the_block():
         assert level.tangent(y) is not None
     assert not mdl.autograd.forward_levels()
     assert F.exp(x).creator is None
+
+
+def test_forward_mode_on_each_device(device):
+    """The tangents live on the primals' device: jvp, jacfwd and the adjoint test give the CPU's numbers."""
+    from minidl.gradcheck import adjoint_error
+    w = mdl.tensor(W23, device=device)
+    x = mdl.tensor(X3, device=device, requires_grad=True)
+    out, tangent = func.jvp(lambda x: _layer(mdl, w, x), (x,), (mdl.tensor(np.ones(3), device=device),))
+    assert tangent.device == out.device == x.device
+    expected = func.jacrev(lambda x: _layer(mdl, _leaf(W23), x))(_leaf(X3)).numpy()
+    np.testing.assert_allclose(tangent.numpy(), expected.sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(func.jacfwd(lambda x: _layer(mdl, w, x))(x).numpy(), expected, rtol=1e-12)
+    assert adjoint_error(lambda x: _layer(mdl, w, x), [x]) <= 32
