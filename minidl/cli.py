@@ -103,7 +103,7 @@ def positive_float(text):
 
 def gradcheck_command(args) -> int:
     """Check every op in minidl.op_cases; print a table; exit 1 if any fails."""
-    from minidl.gradcheck import max_relative_error
+    from minidl.gradcheck import ADJOINT_ULPS, forward_mode_errors, max_relative_error
     from minidl.op_cases import cases
 
     rows, failed = [], 0
@@ -122,8 +122,13 @@ def gradcheck_command(args) -> int:
             continue
         shapes = " ".join("x".join(map(str, x.shape)) or "()" for x in inputs)
         try:
-            err = max_relative_error(fn, inputs, eps=args.eps)
-            ok = err <= args.tolerance
+            if args.adjoint:  # err: the tangent rules against central differences; the adjoint test in ulps
+                ulps, err = forward_mode_errors(fn, inputs, eps=args.eps, seed=args.seed)
+                ok = err <= args.tolerance and ulps <= ADJOINT_ULPS
+                shapes = f"adjoint {ulps:5.2f} ulps  " + shapes
+            else:
+                err = max_relative_error(fn, inputs, eps=args.eps)
+                ok = err <= args.tolerance
         except Exception as exc:  # an op that raises is a failure to report, not a crash
             err, ok = float("nan"), False
             shapes += f"  ({type(exc).__name__}: {exc})"
@@ -133,7 +138,9 @@ def gradcheck_command(args) -> int:
     print(f"{'op':<{width}}  {'max rel. error':>14}  {'pass':<4}  inputs")
     for name, shapes, err, ok in rows:
         print(f"{name:<{width}}  {err:>14.2e}  {'yes' if ok else 'NO':<4}  {shapes}")
-    print(f"\n{len(rows) - failed} passed, {failed} failed (float64 central differences, eps={args.eps:g})")
+    print(f"\n{len(rows) - failed} passed, {failed} failed (float64 central differences, eps={args.eps:g}"
+          + (f"; forward mode: J v from the tangent rules, and ⟨u, J v⟩ = ⟨Jᵀu, v⟩ to {ADJOINT_ULPS} ulps)"
+             if args.adjoint else ")"))
     return 1 if failed else 0
 
 
@@ -145,6 +152,8 @@ def _add_gradcheck(sub):
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest relative error that passes")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--adjoint", action="store_true", help="check the tangent rules (forward mode) instead: J v "
+                   "against central differences, and the adjoint test ⟨u, J v⟩ = ⟨Jᵀu, v⟩ against the backward")
     p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops; an unknown name exits 2 with "
                    "the closest names (default: every op)")
     p.set_defaults(run=gradcheck_command)

@@ -38,3 +38,12 @@ def test_gradcheck_only_with_an_unknown_name_lists_the_closest_op_names(capsys):
     assert captured.err == f"minidl gradcheck: error: no op case named 'relux'; the closest: {', '.join(close)}\n"
     assert main(["gradcheck", "--only", "qqqqqqqq"]) == 2
     assert "the op cases: " + ", ".join(names) in capsys.readouterr().err
+
+
+def test_gradcheck_adjoint_checks_the_tangent_rules(capsys):
+    """--adjoint: each op's forward mode against central differences and against its backward."""
+    assert main(["gradcheck", "--adjoint", "--only", "matmul", "tanh", "cumprod"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.split()[:1] in (["matmul"], ["tanh"], ["cumprod"])]
+    assert len(lines) == 3 and all(" yes " in line and " ulps " in line for line in lines)
+    assert "3 passed, 0 failed" in out and "⟨u, J v⟩ = ⟨Jᵀu, v⟩" in out

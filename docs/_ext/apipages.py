@@ -20,7 +20,8 @@ from pathlib import Path
 from sphinx.util import logging
 
 PUBLIC_MODULES = [
-    "minidl", "minidl.functional", "minidl.gradcheck", "minidl.nn", "minidl.nn.init", "minidl.nn.utils",
+    "minidl", "minidl.functional", "minidl.gradcheck", "minidl.func", "minidl.nn", "minidl.nn.init",
+    "minidl.nn.utils",
     "minidl.optim", "minidl.optim.schedules", "minidl.optim.lr_scheduler", "minidl.data", "minidl.train",
     "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.models", "minidl.profiler", "minidl.parallel",
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",

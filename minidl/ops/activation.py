@@ -17,7 +17,7 @@ import math
 
 from minidl import autograd, backend
 from minidl.amp import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.elementwise import abs, exp, where
 from minidl.ops.reduction import _normalize_axis
@@ -42,6 +42,14 @@ class ReLU(Function):
     def backward(self, gy):
         return ReLUGrad(self.inputs[0].data > 0)(gy)
 
+    def jvp(self, dx):
+        """dy = dx · [x > 0]."""
+        return ReLUGrad(self.inputs[0].data > 0)(dx)
+
+
+def relu(x, inplace=False):
+    return _result("relu", x, ReLU()(x), inplace)
+
 
 class ReLUGrad(Function):
     """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
@@ -60,6 +68,10 @@ class ReLUGrad(Function):
     def backward(self, gz):
         return ReLUGrad(self.positive)(gz)
 
+    def jvp(self, dgy):
+        """(linear in dy): dz = d(dy) · m."""
+        return ReLUGrad(self.positive)(dgy)
+
 
 class LeakyReLU(Function):
     """y = x for x > 0, αx otherwise;  dx = dy · (1 or α)."""
@@ -74,6 +86,14 @@ class LeakyReLU(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.slopes)
+
+    def jvp(self, dx):
+        """dy = dx · (1 or α)."""
+        return dx * Tensor(self.slopes)
+
+
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    return _result("leaky_relu", x, LeakyReLU(negative_slope)(x), inplace)
 
 
 class ELU(Function):
@@ -91,6 +111,19 @@ class ELU(Function):
     def backward(self, gy):
         return gy * where(self.positive, 1.0, self.output() + self.alpha)
 
+    def jvp(self, dx):
+        """dy = dx · (1 or y + α)."""
+        return dx * where(self.positive, 1.0, self.output() + self.alpha)
+
+
+def elu(x, alpha=1.0, inplace=False):
+    return _result("elu", x, ELU(alpha)(x), inplace)
+
+
+def selu(x, inplace=False):
+    """y = λ·elu(x, α) with the self-normalizing constants α ≈ 1.6733, λ ≈ 1.0507 (Klambauer et al. 2017)."""
+    return _result("selu", x, ELU(SELU_ALPHA)(x) * SELU_SCALE, inplace)
+
 
 class Tanh(Function):
     """y = tanh x;  dx = dy · (1 − y²)."""
@@ -101,6 +134,14 @@ class Tanh(Function):
 
     def backward(self, gy):
         return TanhGrad()(self.output(), gy)
+
+    def jvp(self, dx):
+        """dy = dx · (1 − y²)."""
+        return TanhGrad()(self.output(), dx)
+
+
+def tanh(x):
+    return Tanh()(x)
 
 
 class TanhGrad(Function):
@@ -115,6 +156,11 @@ class TanhGrad(Function):
         y, gy = self.inputs
         return -2 * gz * gy * y, gz * (1 - y * y)
 
+    def jvp(self, d_y, d_gy):
+        """dz = d(dy) · (1 − y²) − 2 · dy · y · d(y)."""
+        y, gy = self.inputs
+        return tangent_sum(None if d_gy is None else d_gy * (1 - y * y), None if d_y is None else -2 * gy * y * d_y)
+
 
 class Sigmoid(Function):
     """y = 1 / (1 + e⁻ˣ) (computed as ½ tanh(x/2) + ½, stable for any x);  dx = dy · y(1 − y)."""
@@ -125,6 +171,14 @@ class Sigmoid(Function):
 
     def backward(self, gy):
         return SigmoidGrad()(self.output(), gy)
+
+    def jvp(self, dx):
+        """dy = dx · y(1 − y)."""
+        return SigmoidGrad()(self.output(), dx)
+
+
+def sigmoid(x):
+    return Sigmoid()(x)
 
 
 class SigmoidGrad(Function):
@@ -138,6 +192,12 @@ class SigmoidGrad(Function):
     def backward(self, gz):
         y, gy = self.inputs
         return gz * gy * (1 - 2 * y), gz * y * (1 - y)
+
+    def jvp(self, d_y, d_gy):
+        """dz = d(dy) · y(1 − y) + dy · (1 − 2y) · d(y)."""
+        y, gy = self.inputs
+        return tangent_sum(None if d_gy is None else d_gy * y * (1 - y),
+                           None if d_y is None else gy * (1 - 2 * y) * d_y)
 
 
 class Softplus(Function):
@@ -167,6 +227,21 @@ class Softplus(Function):
         gap = self.inputs[0] - self.output()
         return gy * exp(gap if self.beta == 1 else gap * self.beta)
 
+    def jvp(self, dx):
+        """dy = dx · e^(β(x − y))."""
+        gap = self.inputs[0] - self.output()
+        return dx * exp(gap if self.beta == 1 else gap * self.beta)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """ln(1 + e^(βx)) / β, and x itself where βx > threshold (PyTorch's semantics and defaults)."""
+    return Softplus(beta, threshold)(x)
+
+
+def mish(x, inplace=False):
+    """y = x tanh(softplus(x)), with softplus stable for any x (no linear cut-off)."""
+    return _result("mish", x, x * tanh(Softplus()(x)), inplace)
+
 
 class LogSigmoid(Function):
     """y = ln σ(x) = min(x, 0) − ln(1 + e^−|x|) (finite for any x);  dx = dy · σ(−x) = dy · e^(y − x).
@@ -180,6 +255,15 @@ class LogSigmoid(Function):
 
     def backward(self, gy):
         return gy * exp(self.output() - self.inputs[0])
+
+    def jvp(self, dx):
+        """dy = dx · e^(y − x)."""
+        return dx * exp(self.output() - self.inputs[0])
+
+
+def logsigmoid(x):
+    """y = ln σ(x), finite and exact for any x (no log of an underflowed σ)."""
+    return LogSigmoid()(x)
 
 
 class CELU(Function):
@@ -199,6 +283,15 @@ class CELU(Function):
     def backward(self, gy):
         return gy * where(self.positive, 1.0, self.output() / self.alpha + 1)
 
+    def jvp(self, dx):
+        """dy = dx · (1 or y/α + 1)."""
+        return dx * where(self.positive, 1.0, self.output() / self.alpha + 1)
+
+
+def celu(x, alpha=1.0, inplace=False):
+    """y = x for x > 0, α(e^(x/α) − 1) otherwise (α = ``alpha``)."""
+    return _result("celu", x, CELU(alpha)(x), inplace)
+
 
 class Hardtanh(Function):
     """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
@@ -213,6 +306,31 @@ class Hardtanh(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.inside)
+
+    def jvp(self, dx):
+        """dy = dx where lo < x < hi, else 0."""
+        return dx * Tensor(self.inside)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    return _result("hardtanh", x, Hardtanh(min_val, max_val)(x), inplace)
+
+
+def relu6(x, inplace=False):
+    """y = min(max(x, 0), 6)."""
+    return _result("relu6", x, Hardtanh(0.0, 6.0)(x), inplace)
+
+
+def hardsigmoid(x, inplace=False):
+    """y = min(max(x + 3, 0), 6) / 6: 0 below −3, 1 above 3, x/6 + ½ between."""
+    return _result("hardsigmoid", x, Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
+
+
+def hardswish(x, inplace=False):
+    """y = x · min(max(x + 3, 0), 6) / 6 (MobileNetV3); dx = 0 below −3, x/3 + ½ between, 1 above 3."""
+    return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
 
 
 class GELU(Function):
@@ -238,6 +356,15 @@ class GELU(Function):
     def backward(self, gy):
         return gy * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
 
+    def jvp(self, dx):
+        """dy = dx · dgelu/dx."""
+        return dx * GELUGrad(self.approximate, self.cdf)(self.inputs[0])
+
+
+def gelu(x, approximate="none"):
+    """GELU, exact (erf) by default or with PyTorch's ``approximate='tanh'``."""
+    return GELU(approximate)(x)
+
 
 class GELUGrad(Function):
     """z = d gelu(x)/dx (see GELU);  dx = dz · d²gelu/dx², written with Tensor ops so that it
@@ -261,6 +388,10 @@ class GELUGrad(Function):
         return cdf + x * xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
     def backward(self, gz):
+        return gz * self.second_derivative()
+
+    def second_derivative(self) -> Tensor:
+        """d²gelu/dx² at this op's x, in Tensor ops (see the class docstring)."""
         x = self.inputs[0]
         if self.approximate == "tanh":
             c, k = math.sqrt(2 / math.pi), 0.044715
@@ -270,7 +401,11 @@ class GELUGrad(Function):
             second = sech2 * du + 0.5 * x * (-2 * t * sech2 * du * du + sech2 * (c * 6 * k) * x)
         else:
             second = exp(-0.5 * x * x) * (2 - x * x) / math.sqrt(2 * math.pi)
-        return gz * second
+        return second
+
+    def jvp(self, dx):
+        """dz = dx · d²gelu/dx²."""
+        return dx * self.second_derivative()
 
 
 def _gelu_cdf(x, approximate):
@@ -297,6 +432,24 @@ class Softmax(Function):
     def backward(self, gy):
         return SoftmaxGrad(self.axis)(self.output(), gy)
 
+    def jvp(self, dx):
+        """dy = y ⊙ (dx − Σ_j dx_j y_j) (the Jacobian is symmetric: the same op as dx)."""
+        return SoftmaxGrad(self.axis)(self.output(), dx)
+
+
+@autocast_to("float32")
+def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
+
+
+@autocast_to("float32")
+def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """softmin(x) = softmax(−x) along ``dim``."""
+    x = x if dtype is None else x.astype(dtype)
+    return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
+
 
 class SoftmaxGrad(Function):
     """Softmax's gradient as an op of (y, dy), s = Σ_j dy_j y_j:  z = y ⊙ (dy − s);
@@ -315,6 +468,15 @@ class SoftmaxGrad(Function):
         s = reduce_sum(gy * y, axis=self.axis, keepdims=True)
         gz_dot_y = reduce_sum(gz * y, axis=self.axis, keepdims=True)
         return gz * (gy - s) - gy * gz_dot_y, SoftmaxGrad(self.axis)(y, gz)
+
+    def jvp(self, d_y, d_gy):
+        """dz = y ⊙ (d(dy) − Σ_j d(dy)_j y_j) + d(y) ⊙ (dy − s) − y · Σ_j dy_j d(y)_j."""
+        y, gy = self.inputs
+        terms = [None if d_gy is None else SoftmaxGrad(self.axis)(y, d_gy)]
+        if d_y is not None:
+            s = reduce_sum(gy * y, axis=self.axis, keepdims=True)
+            terms.append(d_y * (gy - s) - y * reduce_sum(gy * d_y, axis=self.axis, keepdims=True))
+        return tangent_sum(*terms)
 
 
 class LogSoftmax(Function):
@@ -337,6 +499,17 @@ class LogSoftmax(Function):
     def backward(self, gy):
         return LogSoftmaxGrad(self.axis)(self.output(), gy)
 
+    def jvp(self, dx):
+        """dy = dx − Σ_j softmax(x)_j dx_j."""
+        return dx - reduce_sum(exp(self.output()) * dx, axis=self.axis, keepdims=True)
+
+
+@autocast_to("float32")
+def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
+    """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
+    x = x if dtype is None else x.astype(dtype)
+    return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
+
 
 class LogSoftmaxGrad(Function):
     """LogSoftmax's gradient as an op of (y, dy), p = eʸ = softmax(x), S = Σ_j dy_j:  z = dy − p S;
@@ -354,6 +527,15 @@ class LogSoftmaxGrad(Function):
         p = exp(y)
         total = reduce_sum(gy, axis=self.axis, keepdims=True)
         return -gz * p * total, gz - reduce_sum(gz * p, axis=self.axis, keepdims=True)
+
+    def jvp(self, d_y, d_gy):
+        """dz = d(dy) − p Σ_j d(dy)_j − (p ⊙ d(y)) S."""
+        y, gy = self.inputs
+        p = exp(y)
+        terms = [None if d_gy is None else d_gy - p * reduce_sum(d_gy, axis=self.axis, keepdims=True)]
+        if d_y is not None:
+            terms.append(-(p * d_y) * reduce_sum(gy, axis=self.axis, keepdims=True))
+        return tangent_sum(*terms)
 
 
 class LogSumExp(Function):
@@ -374,6 +556,14 @@ class LogSumExp(Function):
             gy = gy.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
         # softmax(x), not e^(x − y): y ≈ 1000 is rounded to float32's spacing there (6e-5)
         return gy * Softmax(self.axis)(x)
+
+    def jvp(self, dx):
+        """dy = Σ softmax(x) ⊙ dx over the axis."""
+        return reduce_sum(Softmax(self.axis)(self.inputs[0]) * dx, axis=self.axis, keepdims=self.keepdims)
+
+
+def logsumexp(x, axis=-1, keepdims=False, *, dim=None, keepdim=None):
+    return LogSumExp(axis if dim is None else dim, keepdims if keepdim is None else keepdim)(x)
 
 
 def _check_axis(op, x, axis):
@@ -400,34 +590,6 @@ def _logsumexp(x, axis):
 # Signatures and defaults are PyTorch's. ``inplace=True`` writes the result into x and
 # returns x, as PyTorch does; minidl records no in-place op in a graph, so it is refused
 # (a RuntimeError) when x requires grad and gradients are being recorded.
-def relu(x, inplace=False):
-    return _result("relu", x, ReLU()(x), inplace)
-
-
-def leaky_relu(x, negative_slope=0.01, inplace=False):
-    return _result("leaky_relu", x, LeakyReLU(negative_slope)(x), inplace)
-
-
-def elu(x, alpha=1.0, inplace=False):
-    return _result("elu", x, ELU(alpha)(x), inplace)
-
-
-def tanh(x):
-    return Tanh()(x)
-
-
-def sigmoid(x):
-    return Sigmoid()(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    """ln(1 + e^(βx)) / β, and x itself where βx > threshold (PyTorch's semantics and defaults)."""
-    return Softplus(beta, threshold)(x)
-
-
-def gelu(x, approximate="none"):
-    """GELU, exact (erf) by default or with PyTorch's ``approximate='tanh'``."""
-    return GELU(approximate)(x)
 
 
 def silu(x, inplace=False):
@@ -435,49 +597,8 @@ def silu(x, inplace=False):
     return _result("silu", x, x * sigmoid(x), inplace)
 
 
-def mish(x, inplace=False):
-    """y = x tanh(softplus(x)), with softplus stable for any x (no linear cut-off)."""
-    return _result("mish", x, x * tanh(Softplus()(x)), inplace)
-
-
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def selu(x, inplace=False):
-    """y = λ·elu(x, α) with the self-normalizing constants α ≈ 1.6733, λ ≈ 1.0507 (Klambauer et al. 2017)."""
-    return _result("selu", x, ELU(SELU_ALPHA)(x) * SELU_SCALE, inplace)
-
-
-def celu(x, alpha=1.0, inplace=False):
-    """y = x for x > 0, α(e^(x/α) − 1) otherwise (α = ``alpha``)."""
-    return _result("celu", x, CELU(alpha)(x), inplace)
-
-
-def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
-    if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
-    return _result("hardtanh", x, Hardtanh(min_val, max_val)(x), inplace)
-
-
-def relu6(x, inplace=False):
-    """y = min(max(x, 0), 6)."""
-    return _result("relu6", x, Hardtanh(0.0, 6.0)(x), inplace)
-
-
-def hardsigmoid(x, inplace=False):
-    """y = min(max(x + 3, 0), 6) / 6: 0 below −3, 1 above 3, x/6 + ½ between."""
-    return _result("hardsigmoid", x, Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
-
-
-def hardswish(x, inplace=False):
-    """y = x · min(max(x + 3, 0), 6) / 6 (MobileNetV3); dx = 0 below −3, x/3 + ½ between, 1 above 3."""
-    return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
-
-
-def logsigmoid(x):
-    """y = ln σ(x), finite and exact for any x (no log of an underflowed σ)."""
-    return LogSigmoid()(x)
 
 
 def softsign(x):
@@ -510,31 +631,6 @@ def prelu(x, weight):
                              f"{channels} channel(s) (axis 1); give 1 slope or one per channel")
         weight = reshape(weight, (channels,) + (1,) * (x.ndim - 2))
     return where(x.data > 0, x, weight * x)
-
-
-@autocast_to("float32")
-def softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """softmax along ``dim`` (``axis`` is an alias); ``dtype`` casts x first, as in PyTorch."""
-    x = x if dtype is None else x.astype(dtype)
-    return Softmax(_softmax_dim("softmax", x, dim, axis))(x)
-
-
-@autocast_to("float32")
-def softmin(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """softmin(x) = softmax(−x) along ``dim``."""
-    x = x if dtype is None else x.astype(dtype)
-    return Softmax(_softmax_dim("softmin", x, dim, axis))(-x)
-
-
-@autocast_to("float32")
-def log_softmax(x, dim=None, _stacklevel=3, dtype=None, *, axis=None):
-    """log softmax along ``dim`` (``axis`` is an alias), exact for logits of ±1000."""
-    x = x if dtype is None else x.astype(dtype)
-    return LogSoftmax(_softmax_dim("log_softmax", x, dim, axis))(x)
-
-
-def logsumexp(x, axis=-1, keepdims=False, *, dim=None, keepdim=None):
-    return LogSumExp(axis if dim is None else dim, keepdims if keepdim is None else keepdim)(x)
 
 
 def _softmax_dim(op, x, dim, axis):

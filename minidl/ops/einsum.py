@@ -30,7 +30,7 @@ import string
 
 import numpy as np
 
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.shape import broadcast_to
 from minidl.tensor import Tensor, as_tensor
@@ -84,6 +84,35 @@ class Einsum(Function):
                 target.append(c)
             grads.append(Einsum(subs, "".join(target))(*operands))
         return tuple(grads)
+
+    def jvp(self, *dxs):
+        """dy = Σ_k einsum of the same subscripts with x_k replaced by dx_k (y is linear in each)."""
+        terms = [Einsum(self.subs, self.out)(*[dx if j == k else x for j, x in enumerate(self.inputs)])
+                 for k, dx in enumerate(dxs) if dx is not None]
+        return tangent_sum(*terms)
+
+
+def einsum(equation, *operands) -> Tensor:
+    """Einstein summation, PyTorch's ``einsum(equation, *operands)`` (operands also as one list).
+
+    ``einsum("bij,bjk->bik", a, b)`` is a batched matmul, ``einsum("ii", a)`` a
+    trace, ``einsum("i,j->ij", u, v)`` an outer product; every operand gets
+    its gradient (see the module's docstring for what is supported).
+    """
+    if not isinstance(equation, str):
+        raise TypeError("einsum: the first argument must be the equation string, e.g. einsum('ij,jk->ik', a, b); "
+                        "the sublist form einsum(a, [0, 1], b, [1, 2]) is not supported")
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise ValueError(f"einsum: equation {equation!r} needs at least one operand")
+    tensors = [as_tensor(x) for x in operands]
+    subs, out, sizes = _parse(equation, [t.shape for t in tensors])
+    for i, (sub, t) in enumerate(zip(subs, tensors)):
+        full = tuple(sizes[c] for c in sub)
+        if t.shape != full:  # a size-1 dim against a longer one: broadcast first (its gradient sums back)
+            tensors[i] = broadcast_to(t, full)
+    return Einsum(subs, out)(*tensors)
 
 
 def _error(equation, why):
@@ -142,24 +171,3 @@ def _parse(equation, shapes):
     return subs, out, sizes
 
 
-def einsum(equation, *operands) -> Tensor:
-    """Einstein summation, PyTorch's ``einsum(equation, *operands)`` (operands also as one list).
-
-    ``einsum("bij,bjk->bik", a, b)`` is a batched matmul, ``einsum("ii", a)`` a
-    trace, ``einsum("i,j->ij", u, v)`` an outer product; every operand gets
-    its gradient (see the module's docstring for what is supported).
-    """
-    if not isinstance(equation, str):
-        raise TypeError("einsum: the first argument must be the equation string, e.g. einsum('ij,jk->ik', a, b); "
-                        "the sublist form einsum(a, [0, 1], b, [1, 2]) is not supported")
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
-    if not operands:
-        raise ValueError(f"einsum: equation {equation!r} needs at least one operand")
-    tensors = [as_tensor(x) for x in operands]
-    subs, out, sizes = _parse(equation, [t.shape for t in tensors])
-    for i, (sub, t) in enumerate(zip(subs, tensors)):
-        full = tuple(sizes[c] for c in sub)
-        if t.shape != full:  # a size-1 dim against a longer one: broadcast first (its gradient sums back)
-            tensors[i] = broadcast_to(t, full)
-    return Einsum(subs, out)(*tensors)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of as _xp
-from minidl.ops.shape import sum_to
+from minidl.ops.shape import broadcast_to, sum_to
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -21,6 +21,11 @@ TENSOR_METHODS = ("add", "sub", "mul", "div", "floor_divide", "pow", "neg", "exp
 def _broadcast_error(op, a, b):
     return ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast "
                       "(NumPy rule: trailing axes must be equal or 1)")
+
+
+def _spread(t, shape):
+    """A tangent broadcast to the output's shape (None, a zero tangent, stays None)."""
+    return t if t is None or tuple(t.shape) == tuple(shape) else broadcast_to(t, shape)
 
 
 class Binary(Function):
@@ -48,6 +53,14 @@ class Add(Binary):
         return (sum_to(gy, a.shape) if a.requires_grad else None,
                 sum_to(gy, b.shape) if b.requires_grad else None)
 
+    def jvp(self, da, db):
+        """dy = da + db (each broadcast to y's shape)."""
+        return _spread(tangent_sum(da, db), self.output().shape)
+
+
+def add(a, b):
+    return Add()(*_pair(a, b))
+
 
 class Sub(Binary):
     """y = a - b;  da = dy,  db = -dy."""
@@ -61,6 +74,14 @@ class Sub(Binary):
         a, b = self.inputs
         return (sum_to(gy, a.shape) if a.requires_grad else None,
                 sum_to(-gy, b.shape) if b.requires_grad else None)
+
+    def jvp(self, da, db):
+        """dy = da − db."""
+        return _spread(tangent_sum(da, None if db is None else -db), self.output().shape)
+
+
+def sub(a, b):
+    return Sub()(*_pair(a, b))
 
 
 class Mul(Binary):
@@ -77,6 +98,15 @@ class Mul(Binary):
         gb = sum_to(gy * a, b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da · b + a · db."""
+        a, b = self.inputs
+        return _spread(tangent_sum(None if da is None else da * b, None if db is None else a * db), self.output().shape)
+
+
+def mul(a, b):
+    return Mul()(*_pair(a, b))
+
 
 class Div(Binary):
     """y = a / b;  da = dy / b,  db = -dy * a / b²."""
@@ -90,6 +120,12 @@ class Div(Binary):
         ga = sum_to(gy / b, a.shape) if a.requires_grad else None
         gb = sum_to(-gy * a / (b * b), b.shape) if b.requires_grad else None
         return ga, gb
+
+    def jvp(self, da, db):
+        """dy = (da − y · db) / b."""
+        b = self.inputs[1]
+        top = tangent_sum(da, None if db is None else -(self.output() * db))
+        return _spread(top / b, self.output().shape)
 
 
 class Pow(Binary):
@@ -118,6 +154,18 @@ class Pow(Binary):
             gb = sum_to(where(zero_base, 0, gy * self.output() * log(where(zero_base, 1, a))), b.shape)
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = b · a^(b−1) · da + y · ln a · db, with the same conventions where they meet 0·∞."""
+        a, b = self.inputs
+        terms = []
+        if da is not None:
+            flat = b.data == 0
+            terms.append(where(flat, 0, da * b * a ** (where(flat, 1, b) - 1)))
+        if db is not None:
+            zero_base = (a.data == 0) & (b.data >= 0)
+            terms.append(where(zero_base, 0, db * self.output() * log(where(zero_base, 1, a))))
+        return _spread(tangent_sum(*terms), self.output().shape)
+
 
 class PowScalar(Function):
     """y = x ** c for a constant c;  dx = dy · c · x^(c−1), and dx = 0 for c = 0.
@@ -141,6 +189,22 @@ class PowScalar(Function):
             return gy * (2 * x)
         return gy * (self.c * x ** (self.c - 1))
 
+    def jvp(self, dx):
+        """dy = c · x^(c−1) · dx (0 for c = 0)."""
+        x = self.inputs[0]
+        if self.c == 0:
+            return None
+        if self.c == 2:
+            return dx * (2 * x)
+        return dx * (self.c * x ** (self.c - 1))
+
+
+def pow(a, b):  # noqa: A001 - the op's name
+    """a ** b; a constant Python exponent takes the cheaper PowScalar path."""
+    if isinstance(b, (int, float)) and isinstance(a, Tensor):
+        return PowScalar(b)(a)
+    return Pow()(*_pair(a, b))
+
 
 class Neg(Function):
     """y = -x;  dx = -dy."""
@@ -151,6 +215,14 @@ class Neg(Function):
 
     def backward(self, gy):
         return -gy
+
+    def jvp(self, dx):
+        """dy = −dx."""
+        return -dx
+
+
+def neg(x):
+    return Neg()(x)
 
 
 class Exp(Function):
@@ -163,6 +235,14 @@ class Exp(Function):
     def backward(self, gy):
         return gy * self.output()
 
+    def jvp(self, dx):
+        """dy = dx · y."""
+        return dx * self.output()
+
+
+def exp(x):
+    return Exp()(x)
+
 
 class Log(Function):
     """y = ln x;  dx = dy / x."""
@@ -172,6 +252,14 @@ class Log(Function):
 
     def backward(self, gy):
         return gy / self.inputs[0]
+
+    def jvp(self, dx):
+        """dy = dx / x."""
+        return dx / self.inputs[0]
+
+
+def log(x):
+    return Log()(x)
 
 
 class Sqrt(Function):
@@ -184,6 +272,14 @@ class Sqrt(Function):
     def backward(self, gy):
         return gy / (2 * self.output())
 
+    def jvp(self, dx):
+        """dy = dx / (2y)."""
+        return dx / (2 * self.output())
+
+
+def sqrt(x):
+    return Sqrt()(x)
+
 
 class Abs(Function):
     """y = |x|;  dx = dy * sign(x) (0 at x = 0, as PyTorch)."""
@@ -194,6 +290,15 @@ class Abs(Function):
     def backward(self, gy):
         x = self.inputs[0]
         return gy * Tensor(_xp(x.data).sign(x.data))
+
+    def jvp(self, dx):
+        """dy = dx · sign(x)."""
+        x = self.inputs[0]
+        return dx * Tensor(_xp(x.data).sign(x.data))
+
+
+def abs(x):  # noqa: A001
+    return Abs()(x)
 
 
 class Clip(Function):
@@ -218,6 +323,10 @@ class Clip(Function):
 
     def backward(self, gy):
         return gy * Tensor(self.inside.astype(gy.dtype))
+
+    def jvp(self, dx):
+        """dy = dx where lo ≤ x ≤ hi, else 0."""
+        return dx * Tensor(self.inside.astype(dx.dtype))
 
 
 class ClampTensor(Function):
@@ -245,6 +354,26 @@ class ClampTensor(Function):
         return tuple(sum_to(gy * Tensor(mask.astype(gy.dtype)), t.shape) if t.requires_grad else None
                      for t, mask in ((x, self.to_x), (lo, self.to_lo), (hi, self.to_hi)))
 
+    def jvp(self, dx, dlo, dhi):
+        """dy = dx · [a ≤ x ≤ b] + da · [x < a < b] + db · [x > b or b < a]."""
+        terms = [None if d is None else d * Tensor(mask.astype(d.dtype))
+                 for d, mask in ((dx, self.to_x), (dlo, self.to_lo), (dhi, self.to_hi))]
+        return _spread(tangent_sum(*terms), self.output().shape)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
+    """x limited to [min, max]; each bound a number, a tensor (broadcast, and differentiable) or None.
+
+    The gradient passes where min ≤ x ≤ max, bounds included (PyTorch's convention).
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return Clip(min, max)(x)
+    lo = _bound(x, min, -1)
+    hi = _bound(x, max, +1)
+    return ClampTensor()(x, lo, hi)
+
 
 class DivRounded(Binary):
     """y = a / b rounded toward 0 (``"trunc"``) or down (``"floor"``);  da = db = 0 (a step function)."""
@@ -267,6 +396,29 @@ class DivRounded(Binary):
         a, b = self.inputs
         return (Tensor(gy.xp.zeros(a.shape, gy.dtype)) if a.requires_grad else None,
                 Tensor(gy.xp.zeros(b.shape, gy.dtype)) if b.requires_grad else None)
+
+    def jvp(self, da, db):
+        """dy = 0."""
+        return None
+
+
+def div(a, b, rounding_mode=None):
+    """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
+    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
+    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
+    if rounding_mode is None:
+        a, b = _pair(a, b)
+        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
+            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
+        return Div()(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    return DivRounded(rounding_mode)(*_pair(a, b))
+
+
+def floor_divide(a, b):
+    """⌊a / b⌋, the ``//`` operator: ``div(a, b, rounding_mode="floor")``."""
+    return DivRounded("floor")(*_pair(a, b))
 
 
 class Where(Function):
@@ -292,6 +444,30 @@ class Where(Function):
         gb = sum_to(where(self.cond, zero, gy), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da where cond, db elsewhere."""
+        a, b = self.inputs
+        shape = self.output().shape
+        da = Tensor(a.xp.zeros((), a.dtype)) if da is None else da
+        db = Tensor(b.xp.zeros((), b.dtype)) if db is None else db
+        return _spread(where(self.cond, da, db), shape)
+
+
+def where(cond, a, b):
+    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient).
+
+    ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
+    (NumPy's reading, under which NaN counts as true).
+    """
+    if isinstance(cond, Tensor):
+        cond, saved = cond.data, (cond,)
+    else:
+        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
+                        "compare first (x > 0) or convert it (cond.bool())")
+    return Where(cond, saved)(*_pair(a, b))
+
 
 class Maximum(Binary):
     """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
@@ -309,6 +485,16 @@ class Maximum(Binary):
         gb = sum_to(gy * (1 - share_a), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da · s + db · (1 − s), s = 1 where a wins, ½ on ties, 0 elsewhere."""
+        share_a = Tensor(self.share_a.astype((da if da is not None else db).dtype))
+        terms = (None if da is None else da * share_a, None if db is None else db * (1 - share_a))
+        return _spread(tangent_sum(*terms), self.output().shape)
+
+
+def maximum(a, b):
+    return Maximum()(*_pair(a, b))
+
 
 class Minimum(Maximum):
     """y = min(a, b);  the gradient goes to the smaller input, split evenly on ties."""
@@ -317,6 +503,10 @@ class Minimum(Maximum):
     def compute(self, a, b):
         self.share_a = (a < b) + 0.5 * (a == b)
         return _xp(a).minimum(a, b)
+
+
+def minimum(a, b):
+    return Minimum()(*_pair(a, b))
 
 
 # ---------------------------------------------------------------- functional forms
@@ -338,78 +528,6 @@ def _pair(a, b):
     return a, b
 
 
-def add(a, b):
-    return Add()(*_pair(a, b))
-
-
-def sub(a, b):
-    return Sub()(*_pair(a, b))
-
-
-def mul(a, b):
-    return Mul()(*_pair(a, b))
-
-
-def div(a, b, rounding_mode=None):
-    """a / b; ``rounding_mode="trunc"`` rounds the quotient toward 0, ``"floor"`` down (both with
-    zero gradient, and integer results for integer inputs), as ``torch.div``. True division of two
-    integer tensors gives float32, as in PyTorch (NumPy would give float64)."""
-    if rounding_mode is None:
-        a, b = _pair(a, b)
-        if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
-            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
-        return Div()(a, b)
-    if rounding_mode not in ("trunc", "floor"):
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    return DivRounded(rounding_mode)(*_pair(a, b))
-
-
-def floor_divide(a, b):
-    """⌊a / b⌋, the ``//`` operator: ``div(a, b, rounding_mode="floor")``."""
-    return DivRounded("floor")(*_pair(a, b))
-
-
-def pow(a, b):  # noqa: A001 - the op's name
-    """a ** b; a constant Python exponent takes the cheaper PowScalar path."""
-    if isinstance(b, (int, float)) and isinstance(a, Tensor):
-        return PowScalar(b)(a)
-    return Pow()(*_pair(a, b))
-
-
-def neg(x):
-    return Neg()(x)
-
-
-def exp(x):
-    return Exp()(x)
-
-
-def log(x):
-    return Log()(x)
-
-
-def sqrt(x):
-    return Sqrt()(x)
-
-
-def abs(x):  # noqa: A001
-    return Abs()(x)
-
-
-def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
-    """x limited to [min, max]; each bound a number, a tensor (broadcast, and differentiable) or None.
-
-    The gradient passes where min ≤ x ≤ max, bounds included (PyTorch's convention).
-    """
-    if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
-    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
-        return Clip(min, max)(x)
-    lo = _bound(x, min, -1)
-    hi = _bound(x, max, +1)
-    return ClampTensor()(x, lo, hi)
-
-
 def _bound(x, value, side):
     """A clamp bound as a tensor; a missing one is ±∞ (or the integer dtype's extreme)."""
     if value is None:
@@ -426,25 +544,3 @@ def clip(x, min=None, max=None, *, lo=None, hi=None):  # noqa: A002
     return clamp(x, min if lo is None else lo, max if hi is None else hi)
 
 
-def maximum(a, b):
-    return Maximum()(*_pair(a, b))
-
-
-def minimum(a, b):
-    return Minimum()(*_pair(a, b))
-
-
-def where(cond, a, b):
-    """Elementwise choice: ``a`` where ``cond`` holds, else ``b`` (cond gets no gradient).
-
-    ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
-    (NumPy's reading, under which NaN counts as true).
-    """
-    if isinstance(cond, Tensor):
-        cond, saved = cond.data, (cond,)
-    else:
-        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
-    if cond.dtype != np.bool_:
-        raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
-                        "compare first (x > 0) or convert it (cond.bool())")
-    return Where(cond, saved)(*_pair(a, b))

@@ -20,13 +20,13 @@ import numpy as np
 
 from minidl import backend
 from minidl.amp import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.elementwise import abs as elementwise_abs
 from minidl.ops.elementwise import where
 from minidl.ops.reduction import Max, Min, Reduction, _dims, _keep
 from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import Transpose, reshape, sum_to, swap_last_axes
+from minidl.ops.shape import Transpose, broadcast_to, reshape, sum_to, swap_last_axes
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
@@ -61,6 +61,11 @@ class MatMul(Function):
         ga = reshape(sum_to(g2 @ swap_last_axes(b2), a2.shape), a.shape) if a.requires_grad else None
         gb = reshape(sum_to(swap_last_axes(a2) @ g2, b2.shape), b.shape) if b.requires_grad else None
         return ga, gb
+
+    def jvp(self, da, db):
+        """dy = da @ b + a @ db."""
+        a, b = self.inputs
+        return tangent_sum(None if da is None else MatMul()(da, b), None if db is None else MatMul()(a, db))
 
 
 @autocast_to("lower")
@@ -110,6 +115,14 @@ class Linear(Function):
         gb = reduce_sum(gy, axis=tuple(range(gy.ndim - 1))) if self.inputs[2].requires_grad else None
         return gx, gw, gb
 
+    def jvp(self, dx, dweight, dbias=None):
+        """dy = dx Wᵀ + x dWᵀ + db."""
+        x, weight = self.inputs[0], self.inputs[1]
+        y = tangent_sum(None if dx is None else Linear()(dx, weight), None if dweight is None else Linear()(x, dweight))
+        if dbias is not None:
+            y = tangent_sum(y, broadcast_to(dbias, self.output().shape) if y is None else dbias)
+        return y
+
 
 class LinearGradData(Function):
     """Linear's input gradient as an op of (dy, W):  z = dy W;
@@ -125,6 +138,12 @@ class LinearGradData(Function):
         gy, weight = self.inputs
         return (Linear()(gz, weight) if gy.requires_grad else None,
                 LinearGradWeight()(gy, gz) if weight.requires_grad else None)
+
+    def jvp(self, dgy, dweight):
+        """dz = d(dy) W + dy dW."""
+        gy, weight = self.inputs
+        return tangent_sum(None if dgy is None else LinearGradData()(dgy, weight),
+                           None if dweight is None else LinearGradData()(gy, dweight))
 
 
 class LinearGradWeight(Function):
@@ -143,6 +162,12 @@ class LinearGradWeight(Function):
         gy, x = self.inputs
         return (Linear()(x, gz) if gy.requires_grad else None,
                 LinearGradData()(gy, gz) if x.requires_grad else None)
+
+    def jvp(self, dgy, dx):
+        """dz = d(dy)ᵀ x + dyᵀ dx."""
+        gy, x = self.inputs
+        return tangent_sum(None if dgy is None else LinearGradWeight()(dgy, x),
+                           None if dx is None else LinearGradWeight()(gy, dx))
 
 
 @autocast_to("lower")
@@ -182,6 +207,19 @@ class VectorNorm(Reduction):
         zero = (x.data == 0) | (y.data == 0)  # y = 0 with x ≠ 0 where p < 0 and another entry is 0
         ratio = where(zero, 1, elementwise_abs(x)) / y_safe
         return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+
+    def jvp(self, dx):
+        """dy = Σ sign(x) (|x| / y)^(p−1) dx over axes (p = 2: Σ x dx / y), with the same zeros."""
+        x = self.inputs[0]
+        y = self.output()
+        if self.p == 2:
+            return reduce_sum(x * dx, axis=self.axes, keepdims=self.keepdims) / where(y.data == 0, 1, y)
+        y = self.expand(y)
+        y_safe = where(y.data == 0, 1, y)
+        zero = (x.data == 0) | (y.data == 0)
+        ratio = where(zero, 1, elementwise_abs(x)) / y_safe
+        slope = where(zero, 0, Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+        return reduce_sum(slope * dx, axis=self.axes, keepdims=self.keepdims)
 
 
 class SVD(Function):
@@ -229,6 +267,32 @@ class SVD(Function):
             return u @ (core @ vh + gv_s - (gv_s @ v) @ vh)
         return u @ core @ vh
 
+    def jvp(self, da):
+        """With dP = Uᵀ dA V, S = diag(s) and F as above (its diagonal 0):
+
+            ds = diag(dP)
+            dU = U (F ⊙ (dP S + S dPᵀ)) + (I − U Uᵀ) dA V S⁻¹
+            dV = V (F ⊙ (S dP + dPᵀ S)) + (I − V Vᵀ) dAᵀ U S⁻¹   (the third output is dVᵀ)
+        """
+        u, s, vh = [self.output(i) for i in range(3)]
+        m, n, k = u.shape[-2], vh.shape[-1], s.shape[-1]
+        batch = s.shape[:-1]
+        eye = Tensor(s.xp.eye(k, dtype=s.dtype))
+        s_row, s_col = reshape(s, batch + (1, k)), reshape(s, batch + (k, 1))
+        s2 = s * s
+        f = (1 - eye) / (reshape(s2, batch + (1, k)) - reshape(s2, batch + (k, 1)) + eye)  # F, 0 on the diagonal
+        v = swap_last_axes(vh)
+        dp = swap_last_axes(u) @ da @ v
+        ds = reshape((dp * eye) @ Tensor(s.xp.ones((k, 1), dtype=s.dtype)), batch + (k,))
+        dpt = swap_last_axes(dp)
+        du = u @ (f * (dp * s_row + s_col * dpt))
+        dv = v @ (f * (s_col * dp + dpt * s_row))
+        if m > k:
+            du = du + (da @ v - u @ dp) / s_row
+        if n > k:
+            dv = dv + (swap_last_axes(da) @ u - v @ dpt) / s_row
+        return du, ds, swap_last_axes(dv)
+
 
 class NuclearNorm(Function):
     """y = Σ_i s_i with A = U diag(s) Vᵀ;  dA = dy U Vᵀ.
@@ -246,6 +310,11 @@ class NuclearNorm(Function):
     def backward(self, gy):
         u, _, vh = SVD()(self.inputs[0])
         return reshape(gy, gy.shape + (1, 1)) * (u @ vh)
+
+    def jvp(self, da):
+        """dy = Σ (U Vᵀ) ⊙ dA over the last two axes."""
+        u, _, vh = SVD()(self.inputs[0])
+        return reduce_sum((u @ vh) * da, axis=(-2, -1))
 
 
 @autocast_to("float32")

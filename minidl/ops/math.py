@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of as _xp
-from minidl.ops.elementwise import Binary, _broadcast_error, _pair, div, exp, sqrt
+from minidl.ops.elementwise import Binary, _broadcast_error, _pair, _spread, div, exp, sqrt
 from minidl.ops.shape import sum_to
 from minidl.tensor import Tensor, as_tensor
 
@@ -62,6 +62,15 @@ class Sin(Unary):
     def backward(self, gy):
         return gy * cos(self.inputs[0])
 
+    def jvp(self, dx):
+        """dy = dx · cos x."""
+        x = self.inputs[0]
+        return dx * cos(x)
+
+
+def sin(x):
+    return Sin()(_floating(x))
+
 
 class Cos(Unary):
     """y = cos x;  dx = −dy · sin x."""
@@ -69,6 +78,15 @@ class Cos(Unary):
 
     def backward(self, gy):
         return -(gy * sin(self.inputs[0]))
+
+    def jvp(self, dx):
+        """dy = −dx · sin x."""
+        x = self.inputs[0]
+        return -(dx * sin(x))
+
+
+def cos(x):
+    return Cos()(_floating(x))
 
 
 class Tan(Unary):
@@ -80,6 +98,15 @@ class Tan(Unary):
         y = self.output()
         return gy * (1 + y * y)
 
+    def jvp(self, dx):
+        """dy = dx · (1 + y²)."""
+        y = self.output()
+        return dx * (1 + y * y)
+
+
+def tan(x):
+    return Tan()(_floating(x))
+
 
 class Asin(Unary):
     """y = arcsin x;  dx = dy / √(1 − x²)  (|x| < 1)."""
@@ -88,6 +115,15 @@ class Asin(Unary):
     def backward(self, gy):
         x = self.inputs[0]
         return gy / sqrt(1 - x * x)
+
+    def jvp(self, dx):
+        """dy = dx / √(1 − x²)."""
+        x = self.inputs[0]
+        return dx / sqrt(1 - x * x)
+
+
+def asin(x):
+    return Asin()(_floating(x))
 
 
 class Acos(Unary):
@@ -98,6 +134,15 @@ class Acos(Unary):
         x = self.inputs[0]
         return -gy / sqrt(1 - x * x)
 
+    def jvp(self, dx):
+        """dy = −dx / √(1 − x²)."""
+        x = self.inputs[0]
+        return -dx / sqrt(1 - x * x)
+
+
+def acos(x):
+    return Acos()(_floating(x))
+
 
 class Atan(Unary):
     """y = arctan x;  dx = dy / (1 + x²)."""
@@ -106,6 +151,15 @@ class Atan(Unary):
     def backward(self, gy):
         x = self.inputs[0]
         return gy / (1 + x * x)
+
+    def jvp(self, dx):
+        """dy = dx / (1 + x²)."""
+        x = self.inputs[0]
+        return dx / (1 + x * x)
+
+
+def atan(x):
+    return Atan()(_floating(x))
 
 
 class Atan2(Binary):
@@ -122,6 +176,18 @@ class Atan2(Binary):
         gb = sum_to(-gy * a / r2, b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = (b · da − a · db) / (a² + b²)."""
+        a, b = self.inputs
+        r2 = a * a + b * b
+        terms = (None if da is None else da * b / r2, None if db is None else -db * a / r2)
+        return _spread(tangent_sum(*terms), self.output().shape)
+
+
+def atan2(input, other):  # noqa: A002 - PyTorch's argument name
+    """The angle of the point (other, input) in (−π, π]: ``atan2(y, x)``."""
+    return Atan2()(*_floating_pair(input, other))
+
 
 class Sinh(Unary):
     """y = sinh x = (eˣ − e⁻ˣ)/2;  dx = dy · (eˣ + e⁻ˣ)/2, the cosh."""
@@ -130,6 +196,15 @@ class Sinh(Unary):
     def backward(self, gy):
         return gy * cosh(self.inputs[0])
 
+    def jvp(self, dx):
+        """dy = dx · cosh x."""
+        x = self.inputs[0]
+        return dx * cosh(x)
+
+
+def sinh(x):
+    return Sinh()(_floating(x))
+
 
 class Cosh(Unary):
     """y = cosh x = (eˣ + e⁻ˣ)/2;  dx = dy · (eˣ − e⁻ˣ)/2, the sinh."""
@@ -137,6 +212,15 @@ class Cosh(Unary):
 
     def backward(self, gy):
         return gy * sinh(self.inputs[0])
+
+    def jvp(self, dx):
+        """dy = dx · sinh x."""
+        x = self.inputs[0]
+        return dx * sinh(x)
+
+
+def cosh(x):
+    return Cosh()(_floating(x))
 
 
 class Asinh(Unary):
@@ -147,6 +231,15 @@ class Asinh(Unary):
         x = self.inputs[0]
         return gy / sqrt(x * x + 1)
 
+    def jvp(self, dx):
+        """dy = dx / √(x² + 1)."""
+        x = self.inputs[0]
+        return dx / sqrt(x * x + 1)
+
+
+def asinh(x):
+    return Asinh()(_floating(x))
+
 
 class Acosh(Unary):
     """y = arcosh x;  dx = dy / √(x² − 1)  (x > 1)."""
@@ -155,6 +248,15 @@ class Acosh(Unary):
     def backward(self, gy):
         x = self.inputs[0]
         return gy / sqrt(x * x - 1)
+
+    def jvp(self, dx):
+        """dy = dx / √(x² − 1)."""
+        x = self.inputs[0]
+        return dx / sqrt(x * x - 1)
+
+
+def acosh(x):
+    return Acosh()(_floating(x))
 
 
 class Atanh(Unary):
@@ -165,6 +267,15 @@ class Atanh(Unary):
         x = self.inputs[0]
         return gy / (1 - x * x)
 
+    def jvp(self, dx):
+        """dy = dx / (1 − x²)."""
+        x = self.inputs[0]
+        return dx / (1 - x * x)
+
+
+def atanh(x):
+    return Atanh()(_floating(x))
+
 
 # ---------------------------------------------------------------- logarithms, powers, error function
 class Log1p(Unary):
@@ -173,6 +284,15 @@ class Log1p(Unary):
 
     def backward(self, gy):
         return gy / (1 + self.inputs[0])
+
+    def jvp(self, dx):
+        """dy = dx / (1 + x)."""
+        x = self.inputs[0]
+        return dx / (1 + x)
+
+
+def log1p(x):
+    return Log1p()(_floating(x))
 
 
 class Expm1(Unary):
@@ -183,6 +303,15 @@ class Expm1(Unary):
     def backward(self, gy):
         return gy * (self.output() + 1)
 
+    def jvp(self, dx):
+        """dy = dx · (y + 1)."""
+        y = self.output()
+        return dx * (y + 1)
+
+
+def expm1(x):
+    return Expm1()(_floating(x))
+
 
 class Log2(Unary):
     """y = log₂ x;  dx = dy / (x · ln 2)."""
@@ -190,6 +319,15 @@ class Log2(Unary):
 
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(2))
+
+    def jvp(self, dx):
+        """dy = dx / (x · ln 2)."""
+        x = self.inputs[0]
+        return dx / (x * math.log(2))
+
+
+def log2(x):
+    return Log2()(_floating(x))
 
 
 class Log10(Unary):
@@ -199,6 +337,15 @@ class Log10(Unary):
     def backward(self, gy):
         return gy / (self.inputs[0] * math.log(10))
 
+    def jvp(self, dx):
+        """dy = dx / (x · ln 10)."""
+        x = self.inputs[0]
+        return dx / (x * math.log(10))
+
+
+def log10(x):
+    return Log10()(_floating(x))
+
 
 class Exp2(Unary):
     """y = 2ˣ;  dx = dy · y · ln 2."""
@@ -207,6 +354,15 @@ class Exp2(Unary):
 
     def backward(self, gy):
         return gy * (self.output() * math.log(2))
+
+    def jvp(self, dx):
+        """dy = dx · y · ln 2."""
+        y = self.output()
+        return dx * (y * math.log(2))
+
+
+def exp2(x):
+    return Exp2()(_floating(x))
 
 
 class Rsqrt(Function):
@@ -220,6 +376,15 @@ class Rsqrt(Function):
         y = self.output()
         return gy * (-0.5 * y * y * y)
 
+    def jvp(self, dx):
+        """dy = −dx · y³ / 2."""
+        y = self.output()
+        return dx * (-0.5 * y * y * y)
+
+
+def rsqrt(x):
+    return Rsqrt()(_floating(x))
+
 
 class Reciprocal(Function):
     """y = 1/x;  dx = −dy · y²."""
@@ -232,6 +397,15 @@ class Reciprocal(Function):
         y = self.output()
         return -(gy * (y * y))
 
+    def jvp(self, dx):
+        """dy = −dx · y²."""
+        y = self.output()
+        return -(dx * (y * y))
+
+
+def reciprocal(x):
+    return Reciprocal()(_floating(x))
+
 
 class Erf(Function):
     """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dx = dy · (2/√π) · e^(−x²)."""
@@ -242,6 +416,15 @@ class Erf(Function):
     def backward(self, gy):
         x = self.inputs[0]
         return gy * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
+    def jvp(self, dx):
+        """dy = dx · (2/√π) · e^(−x²)."""
+        x = self.inputs[0]
+        return dx * (_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
+
+def erf(x):
+    return Erf()(_floating(x))
 
 
 class Erfc(Function):
@@ -266,6 +449,15 @@ class Erfc(Function):
         x = self.inputs[0]
         return gy * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
 
+    def jvp(self, dx):
+        """dy = −dx · (2/√π) · e^(−x²)."""
+        x = self.inputs[0]
+        return dx * (-_TWO_OVER_SQRT_PI * exp(-(x * x)))
+
+
+def erfc(x):
+    return Erfc()(_floating(x))
+
 
 # ---------------------------------------------------------------- step functions: zero gradient
 class Floor(Unary):
@@ -280,10 +472,22 @@ class Floor(Unary):
     def backward(self, gy):
         return Tensor(gy.xp.zeros(gy.shape, gy.dtype))
 
+    def jvp(self, dx):
+        """dy = 0 (shared by ceil, trunc, round and sign)."""
+        return None
+
+
+def floor(x):
+    return _step(Floor(), x)
+
 
 class Ceil(Floor):
     """y = −⌊−x⌋ (the ceiling);  dx = 0."""
     ufunc = "ceil"
+
+
+def ceil(x):
+    return _step(Ceil(), x)
 
 
 class Trunc(Floor):
@@ -291,9 +495,20 @@ class Trunc(Floor):
     ufunc = "trunc"
 
 
+def trunc(x):
+    return _step(Trunc(), x)
+
+
 class Sign(Floor):
     """y = sign(x), one of −1, 0, 1;  dx = 0."""
     ufunc = "sign"
+
+
+def sign(x):
+    x = as_tensor(x)
+    if x.dtype.kind == "b":
+        return Tensor(x.data.copy())
+    return Sign()(x)
 
 
 class Round(Floor):
@@ -304,6 +519,16 @@ class Round(Floor):
 
     def forward(self, x):
         return _xp(x).round(x, self.decimals)
+
+
+def round(x, decimals: int = 0):  # noqa: A001 - the op's name
+    """x rounded to ``decimals`` decimal places (negative: to tens, hundreds...), halves to even."""
+    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
+        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    x = as_tensor(x)
+    if x.dtype.kind in "biu" and decimals >= 0:
+        return Tensor(x.data.copy())
+    return Round(int(decimals))(_floating(x))
 
 
 # ---------------------------------------------------------------- two-argument ops
@@ -320,6 +545,17 @@ class Fmod(Binary):
         gb = sum_to(-gy * div(a, b, rounding_mode="trunc"), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da − q · db."""
+        a, b = self.inputs
+        term_b = None if db is None else -db * div(a, b, rounding_mode="trunc")
+        return _spread(tangent_sum(da, term_b), self.output().shape)
+
+
+def fmod(input, other):  # noqa: A002
+    """The remainder of input / other with the sign of ``input`` (C's fmod, ``torch.fmod``)."""
+    return Fmod()(*_pair(input, other))
+
 
 class Remainder(Binary):
     """y = a − ⌊a/b⌋ · b (the sign of b, as Python's %);  da = dy,  db = −dy · ⌊a/b⌋."""
@@ -334,6 +570,17 @@ class Remainder(Binary):
         gb = sum_to(-gy * div(a, b, rounding_mode="floor"), b.shape) if b.requires_grad else None
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da − ⌊a/b⌋ · db."""
+        a, b = self.inputs
+        term_b = None if db is None else -db * div(a, b, rounding_mode="floor")
+        return _spread(tangent_sum(da, term_b), self.output().shape)
+
+
+def remainder(input, other):  # noqa: A002
+    """The remainder of input / other with the sign of ``other`` (Python's ``%``, ``torch.remainder``)."""
+    return Remainder()(*_pair(input, other))
+
 
 class LogAddExp(Binary):
     """y = ln(exp(a) + exp(b));  da = dy / (1 + exp(b − a)),  db = dy / (1 + exp(a − b))  (the softmax of (a, b))."""
@@ -347,6 +594,17 @@ class LogAddExp(Binary):
         ga = sum_to(gy / (1 + exp(b - a)), a.shape) if a.requires_grad else None
         gb = sum_to(gy / (1 + exp(a - b)), b.shape) if b.requires_grad else None
         return ga, gb
+
+    def jvp(self, da, db):
+        """dy = da / (1 + exp(b − a)) + db / (1 + exp(a − b))."""
+        a, b = self.inputs
+        terms = (None if da is None else da / (1 + exp(b - a)), None if db is None else db / (1 + exp(a - b)))
+        return _spread(tangent_sum(*terms), self.output().shape)
+
+
+def logaddexp(input, other):  # noqa: A002
+    """ln(eᵃ + eᵇ) without overflow."""
+    return LogAddExp()(*_floating_pair(input, other))
 
 
 class CopySign(Binary):
@@ -367,6 +625,20 @@ class CopySign(Binary):
             gb = Tensor(gy.xp.zeros(b.shape, gy.dtype))
         return ga, gb
 
+    def jvp(self, da, db):
+        """dy = da · y/a (0 where a = 0)."""
+        if da is None:
+            return None
+        a, b = self.inputs
+        xp, ad, bd = da.xp, a.data, b.data
+        ratio = xp.where(ad == 0, 0, xp.copysign(1, ad) * xp.copysign(1, bd)).astype(da.dtype, copy=False)
+        return _spread(da * Tensor(ratio), self.output().shape)
+
+
+def copysign(input, other):  # noqa: A002
+    """|input| with the sign of ``other`` (its sign bit: −0.0 counts as negative)."""
+    return CopySign()(*_floating_pair(input, other))
+
 
 # ---------------------------------------------------------------- functional forms
 def _floating(x):
@@ -382,145 +654,11 @@ def _floating_pair(a, b):
     return _floating(a), _floating(b)
 
 
-def sin(x):
-    return Sin()(_floating(x))
-
-
-def cos(x):
-    return Cos()(_floating(x))
-
-
-def tan(x):
-    return Tan()(_floating(x))
-
-
-def asin(x):
-    return Asin()(_floating(x))
-
-
-def acos(x):
-    return Acos()(_floating(x))
-
-
-def atan(x):
-    return Atan()(_floating(x))
-
-
-def atan2(input, other):  # noqa: A002 - PyTorch's argument name
-    """The angle of the point (other, input) in (−π, π]: ``atan2(y, x)``."""
-    return Atan2()(*_floating_pair(input, other))
-
-
-def sinh(x):
-    return Sinh()(_floating(x))
-
-
-def cosh(x):
-    return Cosh()(_floating(x))
-
-
-def asinh(x):
-    return Asinh()(_floating(x))
-
-
-def acosh(x):
-    return Acosh()(_floating(x))
-
-
-def atanh(x):
-    return Atanh()(_floating(x))
-
-
-def log1p(x):
-    return Log1p()(_floating(x))
-
-
-def expm1(x):
-    return Expm1()(_floating(x))
-
-
-def log2(x):
-    return Log2()(_floating(x))
-
-
-def log10(x):
-    return Log10()(_floating(x))
-
-
-def exp2(x):
-    return Exp2()(_floating(x))
-
-
-def rsqrt(x):
-    return Rsqrt()(_floating(x))
-
-
-def reciprocal(x):
-    return Reciprocal()(_floating(x))
-
-
-def erf(x):
-    return Erf()(_floating(x))
-
-
-def erfc(x):
-    return Erfc()(_floating(x))
-
-
 def _step(op, x):
     x = as_tensor(x)
     if x.dtype.kind in "biu":  # already whole numbers: an integer copy, as PyTorch
         return Tensor(x.data.copy())
     return op(x)
-
-
-def floor(x):
-    return _step(Floor(), x)
-
-
-def ceil(x):
-    return _step(Ceil(), x)
-
-
-def trunc(x):
-    return _step(Trunc(), x)
-
-
-def round(x, decimals: int = 0):  # noqa: A001 - the op's name
-    """x rounded to ``decimals`` decimal places (negative: to tens, hundreds...), halves to even."""
-    if not isinstance(decimals, (int, np.integer)) or isinstance(decimals, bool):
-        raise TypeError(f"round: decimals must be an int, got {decimals!r}")
-    x = as_tensor(x)
-    if x.dtype.kind in "biu" and decimals >= 0:
-        return Tensor(x.data.copy())
-    return Round(int(decimals))(_floating(x))
-
-
-def sign(x):
-    x = as_tensor(x)
-    if x.dtype.kind == "b":
-        return Tensor(x.data.copy())
-    return Sign()(x)
-
-
-def fmod(input, other):  # noqa: A002
-    """The remainder of input / other with the sign of ``input`` (C's fmod, ``torch.fmod``)."""
-    return Fmod()(*_pair(input, other))
-
-
-def remainder(input, other):  # noqa: A002
-    """The remainder of input / other with the sign of ``other`` (Python's ``%``, ``torch.remainder``)."""
-    return Remainder()(*_pair(input, other))
-
-
-def logaddexp(input, other):  # noqa: A002
-    """ln(eᵃ + eᵇ) without overflow."""
-    return LogAddExp()(*_floating_pair(input, other))
-
-
-def copysign(input, other):  # noqa: A002
-    """|input| with the sign of ``other`` (its sign bit: −0.0 counts as negative)."""
-    return CopySign()(*_floating_pair(input, other))
 
 
 def lerp(input, end, weight):  # noqa: A002

@@ -78,6 +78,16 @@ class Sum(Reduction):
     def backward(self, gy):
         return broadcast_to(self.expand(gy), self.inputs[0].shape)
 
+    def jvp(self, dx):
+        """dy = Σ dx over axes."""
+        return Sum(self.axes, self.keepdims)(dx)
+
+
+@autocast_to("float32")
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """Σ x over ``dim`` (an int, a tuple, or all dims by default)."""
+    return Sum(_dims("sum", dim, axis), _keep("sum", keepdim, keepdims))(x)
+
 
 class Mean(Reduction):
     """y = (1/n) Σ x over axes;  dx = dy / n broadcast to x's shape."""
@@ -89,6 +99,15 @@ class Mean(Reduction):
 
     def backward(self, gy):
         return broadcast_to(self.expand(gy) / self.count, self.inputs[0].shape)
+
+    def jvp(self, dx):
+        """dy = (1/n) Σ dx over axes."""
+        return Mean(self.axes, self.keepdims)(dx)
+
+
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The mean of x over ``dim`` (an int, a tuple, or all dims by default)."""
+    return Mean(_dims("mean", dim, axis), _keep("mean", keepdim, keepdims))(x)
 
 
 class Max(Reduction):
@@ -109,11 +128,35 @@ class Max(Reduction):
     def backward(self, gy):
         return self.expand(gy) * Tensor(self.share.astype(gy.dtype, copy=False))
 
+    def jvp(self, dx):
+        """dy = Σ dx · share over axes (the share: 1 at the maximum, split evenly among ties)."""
+        return Sum(self.axes, self.keepdims)(dx * Tensor(self.share.astype(dx.dtype, copy=False)))
+
 
 class Min(Max):
     """y = min x over axes;  dx = dy at the minimum, split evenly among ties."""
 
     extreme = "min"
+
+
+def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """PyTorch's ``max``: the largest value, or ``(values, indices)`` along ``dim``, or ``maximum(x, other)``.
+
+    - ``max(x)``: the largest value (a 0-d Tensor); ties share the gradient evenly.
+    - ``max(x, dim)`` / ``max(x, dim=d, keepdim=True)``: a named tuple ``(values, indices)``
+      (``indices`` int64, no gradient); the gradient goes to the index returned, the first
+      of equal values, as in PyTorch.
+    - ``max(x, other_tensor)``: the elementwise :func:`maximum`.
+    - ``max(x, axis=...)``, ``keepdims=``: NumPy's meaning: the values only, over one dim or a
+      tuple of dims, ties sharing the gradient. A deliberate difference from PyTorch, where
+      ``axis=`` is an alias of ``dim`` and gives the named tuple.
+    """
+    return _extreme("max", x, dim, keepdim, axis, keepdims)
+
+
+def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """PyTorch's ``min``; see :func:`max` (``(values, indices)`` with ``dim``, values only with ``axis``)."""
+    return _extreme("min", x, dim, keepdim, axis, keepdims)
 
 
 class Var(Reduction):
@@ -145,6 +188,30 @@ class Var(Reduction):
         centered = x - mean(x, axis=self.axes, keepdims=True)
         return self.expand(gy) * centered * scale
 
+    def jvp(self, dx):
+        """dy = Σ 2(x − x̄) dx / (n − ddof) over axes."""
+        x = self.inputs[0]
+        if x.data.size == 0:
+            return None
+        dof = self.count - self.ddof
+        scale = 2.0 / dof if dof else math.inf
+        centered = x - mean(x, axis=self.axes, keepdims=True)
+        return Sum(self.axes, self.keepdims)(centered * dx) * scale
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """Variance over ``dim``: Σ (x − x̄)² / (n − correction), unbiased (correction = 1) by default as in PyTorch.
+
+    Pass one of ``correction=`` (PyTorch), ``unbiased=`` (True: 1, False: 0) or NumPy's
+    ``ddof=``; ``var(x, False)`` is PyTorch's ``var(unbiased=False)``, the population variance.
+    """
+    if isinstance(dim, (bool, np.bool_)):  # PyTorch's var(x, unbiased)
+        if unbiased is not None:
+            raise TypeError(f"var: got unbiased twice ({dim!r} and {unbiased!r})")
+        dim, unbiased = None, dim
+    ddof = _correction("var", unbiased, correction, ddof)
+    return Var(_dims("var", dim, axis), _keep("var", keepdim, keepdims), ddof)(x)
+
 
 class Std(Var):
     """y = √var(x);  dx = dy · (x − x̄) / ((n − ddof) · y),  dx = 0 where y = 0.
@@ -161,6 +228,26 @@ class Std(Var):
         y = self.output()
         flat = y.data == 0
         return super().backward(where(flat, 0.0, gy / (2 * where(flat, 1.0, y))))
+
+    def jvp(self, dx):
+        """dy = d(var) / (2y), 0 where y = 0."""
+        dvar = super().jvp(dx)
+        if dvar is None:
+            return None
+        y = self.output()
+        flat = y.data == 0
+        return where(flat, 0.0, dvar / (2 * where(flat, 1.0, y)))
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
+    """Standard deviation √var (same arguments as :func:`var`, unbiased by default);  dx = dvar / (2 std),
+    0 where std = 0 (see :class:`Std`)."""
+    if isinstance(dim, (bool, np.bool_)):
+        if unbiased is not None:
+            raise TypeError(f"std: got unbiased twice ({dim!r} and {unbiased!r})")
+        dim, unbiased = None, dim
+    ddof = _correction("std", unbiased, correction, ddof)
+    return Std(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x)
 
 
 class Prod(Reduction):
@@ -182,6 +269,11 @@ class Prod(Reduction):
             return gy
         if x.data.size == 0:
             return Tensor(x.xp.zeros(x.shape, gy.dtype))
+        return self.others(gy)
+
+    def others(self, gy=None) -> Tensor:
+        """dy Π_{j≠k} x_j for every k, in x's shape (just the products of the others without dy)."""
+        x = self.inputs[0]
         kept = [a for a in range(x.ndim) if a not in self.axes]
         perm = tuple(kept + list(self.axes))  # the reduced axes last, flattened into one row of n values
         lead = tuple(x.shape[a] for a in kept)
@@ -189,9 +281,24 @@ class Prod(Reduction):
         one = Tensor(x.xp.ones(lead + (1,), x.dtype))
         before = Cumprod(rows.ndim - 1)(concatenate([one, rows[..., :-1]], axis=-1))  # Π_{j<k} x_j
         after = Cumprod(rows.ndim - 1, reverse=True)(concatenate([rows[..., 1:], one], axis=-1))  # Π_{j>k} x_j
-        g = reshape(gy, lead + (1,)) * before * after
+        g = before * after if gy is None else reshape(gy, lead + (1,)) * before * after
         inverse = tuple(perm.index(a) for a in range(x.ndim))
         return Transpose(inverse)(reshape(g, tuple(x.shape[a] for a in perm)))
+
+    def jvp(self, dx):
+        """dy = Σ_k dx_k Π_{j≠k} x_j over axes (the same products of the others)."""
+        x = self.inputs[0]
+        if not self.axes:
+            return dx
+        if x.data.size == 0:
+            return None
+        return Sum(self.axes, self.keepdims)(self.others() * dx)
+
+
+@autocast_to("float32")
+def prod(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """Π x over ``dim`` (all dims by default); gradients are right with zeros in x (see :class:`Prod`)."""
+    return Prod(_dims("prod", dim, axis), _keep("prod", keepdim, keepdims))(x)
 
 
 # ---------------------------------------------------------------- argument spelling
@@ -221,17 +328,6 @@ def _one_dim(op, x, dim):
     return _normalize_axis(dim, x.ndim, op, x.shape)
 
 
-@autocast_to("float32")
-def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
-    """Σ x over ``dim`` (an int, a tuple, or all dims by default)."""
-    return Sum(_dims("sum", dim, axis), _keep("sum", keepdim, keepdims))(x)
-
-
-def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
-    """The mean of x over ``dim`` (an int, a tuple, or all dims by default)."""
-    return Mean(_dims("mean", dim, axis), _keep("mean", keepdim, keepdims))(x)
-
-
 def _extreme(op, x, dim, keepdim, axis, keepdims):
     reduction, elementwise = (Max, maximum) if op == "max" else (Min, minimum)
     if isinstance(dim, Tensor):  # PyTorch's x.max(other): the elementwise maximum
@@ -255,26 +351,6 @@ def _extreme(op, x, dim, keepdim, axis, keepdims):
     return ValuesIndices(values, Tensor(index))
 
 
-def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
-    """PyTorch's ``max``: the largest value, or ``(values, indices)`` along ``dim``, or ``maximum(x, other)``.
-
-    - ``max(x)``: the largest value (a 0-d Tensor); ties share the gradient evenly.
-    - ``max(x, dim)`` / ``max(x, dim=d, keepdim=True)``: a named tuple ``(values, indices)``
-      (``indices`` int64, no gradient); the gradient goes to the index returned, the first
-      of equal values, as in PyTorch.
-    - ``max(x, other_tensor)``: the elementwise :func:`maximum`.
-    - ``max(x, axis=...)``, ``keepdims=``: NumPy's meaning: the values only, over one dim or a
-      tuple of dims, ties sharing the gradient. A deliberate difference from PyTorch, where
-      ``axis=`` is an alias of ``dim`` and gives the named tuple.
-    """
-    return _extreme("max", x, dim, keepdim, axis, keepdims)
-
-
-def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
-    """PyTorch's ``min``; see :func:`max` (``(values, indices)`` with ``dim``, values only with ``axis``)."""
-    return _extreme("min", x, dim, keepdim, axis, keepdims)
-
-
 def _correction(op, unbiased, correction, ddof):
     given = [name for name, v in (("unbiased", unbiased), ("correction", correction), ("ddof", ddof))
              if v is not None]
@@ -288,31 +364,6 @@ def _correction(op, unbiased, correction, ddof):
         return int(unbiased)
     value = correction if correction is not None else ddof
     return 1 if value is None else value
-
-
-def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
-    """Variance over ``dim``: Σ (x − x̄)² / (n − correction), unbiased (correction = 1) by default as in PyTorch.
-
-    Pass one of ``correction=`` (PyTorch), ``unbiased=`` (True: 1, False: 0) or NumPy's
-    ``ddof=``; ``var(x, False)`` is PyTorch's ``var(unbiased=False)``, the population variance.
-    """
-    if isinstance(dim, (bool, np.bool_)):  # PyTorch's var(x, unbiased)
-        if unbiased is not None:
-            raise TypeError(f"var: got unbiased twice ({dim!r} and {unbiased!r})")
-        dim, unbiased = None, dim
-    ddof = _correction("var", unbiased, correction, ddof)
-    return Var(_dims("var", dim, axis), _keep("var", keepdim, keepdims), ddof)(x)
-
-
-def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof=None, axis=None, keepdims=None):
-    """Standard deviation √var (same arguments as :func:`var`, unbiased by default);  dx = dvar / (2 std),
-    0 where std = 0 (see :class:`Std`)."""
-    if isinstance(dim, (bool, np.bool_)):
-        if unbiased is not None:
-            raise TypeError(f"std: got unbiased twice ({dim!r} and {unbiased!r})")
-        dim, unbiased = None, dim
-    ddof = _correction("std", unbiased, correction, ddof)
-    return Std(_dims("std", dim, axis), _keep("std", keepdim, keepdims), ddof)(x)
 
 
 def _dim_of(dim):
@@ -330,12 +381,6 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None, ddof
     """PyTorch's ``std_mean``: the tuple ``(std(x), mean(x))`` over the same dims (arguments of :func:`std`)."""
     return (std(x, dim, unbiased, keepdim, correction=correction, ddof=ddof, axis=axis, keepdims=keepdims),
             mean(x, _dim_of(dim), keepdim, axis=axis, keepdims=keepdims))
-
-
-@autocast_to("float32")
-def prod(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
-    """Π x over ``dim`` (all dims by default); gradients are right with zeros in x (see :class:`Prod`)."""
-    return Prod(_dims("prod", dim, axis), _keep("prod", keepdim, keepdims))(x)
 
 
 def _arg_extreme(op, x, dim, keepdim, axis, keepdims):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.amp import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.indexing import Gather, ValuesIndices, _dim
 from minidl.ops.shape import concatenate
@@ -55,6 +55,17 @@ class Cumsum(Scan):
     def backward(self, gy):
         return Cumsum(self.dim, not self.reverse)(gy)
 
+    def jvp(self, dx):
+        """dy = cumsum(dx) (the same direction)."""
+        return Cumsum(self.dim, self.reverse)(dx)
+
+
+@autocast_to("float32")
+def cumsum(x, dim=None, *, axis=None):
+    """y_i = x_1 + ... + x_i along ``dim``;  dx = the cumsum of dy from the end."""
+    d = _scan_dim("cumsum", x, dim, axis)
+    return x if d is None else Cumsum(d)(x)
+
 
 class Cumprod(Scan):
     """y_i = Π_{j≤i} x_j along dim;  dx_k = (Π_{j<k} x_j) · S_k,  S_k = dy_k + x_{k+1} S_{k+1}.
@@ -74,6 +85,21 @@ class Cumprod(Scan):
         before = Cumprod(self.dim, self.reverse)(_shifted(x, self.dim, self.reverse, 1, later=True))
         after = LinearScan(self.dim, not self.reverse)(_shifted(x, self.dim, self.reverse, 0, later=False), gy)
         return before * after
+
+    def jvp(self, dx):
+        """dy_i = x_i dy_{i−1} + y_{i−1} dx_i (the product rule on y_i = y_{i−1} x_i: a LinearScan)."""
+        x = self.inputs[0]
+        if x.shape[self.dim] == 0:
+            return dx
+        before = _shifted(self.output(), self.dim, self.reverse, 1, later=True)
+        return LinearScan(self.dim, self.reverse)(x, before * dx)
+
+
+@autocast_to("float32")
+def cumprod(x, dim=None, *, axis=None):
+    """y_i = x_1 · ... · x_i along ``dim``; gradients right with zeros (see :class:`Cumprod`)."""
+    d = _scan_dim("cumprod", x, dim, axis)
+    return x if d is None else Cumprod(d)(x)
 
 
 def _shifted(t, dim, reverse, fill, later):
@@ -131,6 +157,12 @@ class LinearScan(Function):
         da = w * _shifted(self.output(), self.dim, self.reverse, 0, later=True) if a.requires_grad else None
         return da, w if b.requires_grad else None
 
+    def jvp(self, da, db):
+        """dz_k = db_k + da_k z_{k−1} + a_k dz_{k−1} (the same recurrence)."""
+        a = self.inputs[0]
+        before = None if da is None else da * _shifted(self.output(), self.dim, self.reverse, 0, later=True)
+        return LinearScan(self.dim, self.reverse)(a, tangent_sum(db, before))
+
 
 def _log_cumsum_exp(xp, a, dim, reverse=False):
     """ln Σ e^a over each prefix (suffix when ``reverse``) along ``dim``, on arrays, without overflow.
@@ -163,6 +195,16 @@ class Logcumsumexp(Function):
     def backward(self, gy):
         return LogcumsumexpGrad(self.dim, reverse=True)(self.inputs[0], self.output(), gy)
 
+    def jvp(self, dx):
+        """dy_i = Σ_{j≤i} dx_j e^(x_j − y_i) (a LogcumsumexpGrad with p = −y, q = −x, a = dx)."""
+        return LogcumsumexpGrad(self.dim, reverse=False)(-self.output(), -self.inputs[0], dx)
+
+
+def logcumsumexp(x, dim=None, *, axis=None):
+    """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
+    d = _scan_dim("logcumsumexp", x, dim, axis)
+    return x if d is None else Logcumsumexp(d)(x)
+
 
 class LogcumsumexpGrad(Function):
     """z_k = Σ_{l≥k} a_l e^(p_k − q_l) along dim (l ≤ k when not reverse);
@@ -192,6 +234,13 @@ class LogcumsumexpGrad(Function):
                 -(a * da) if q.requires_grad else None,
                 da if a.requires_grad else None)
 
+    def jvp(self, dp, dq, da):
+        """dz = dp ⊙ z + the same op applied to a = da − a ⊙ dq."""
+        p, q, a = self.inputs
+        inner = tangent_sum(da, None if dq is None else -(a * dq))
+        return tangent_sum(None if dp is None else dp * self.output(),
+                           None if inner is None else LogcumsumexpGrad(self.dim, self.reverse)(p, q, inner))
+
 
 def _scan_dim(op, x, dim, axis):
     """The one dim to scan (PyTorch requires it; NumPy's ``axis`` is accepted), None for a 0-d x."""
@@ -204,27 +253,6 @@ def _scan_dim(op, x, dim, axis):
                         f"for the flattened tensor use {op}(x.reshape(-1), 0)")
     d = _dim(op, dim, x.ndim, x.shape)
     return d if x.ndim else None
-
-
-@autocast_to("float32")
-def cumsum(x, dim=None, *, axis=None):
-    """y_i = x_1 + ... + x_i along ``dim``;  dx = the cumsum of dy from the end."""
-    d = _scan_dim("cumsum", x, dim, axis)
-    return x if d is None else Cumsum(d)(x)
-
-
-@autocast_to("float32")
-def cumprod(x, dim=None, *, axis=None):
-    """y_i = x_1 · ... · x_i along ``dim``; gradients right with zeros (see :class:`Cumprod`)."""
-    d = _scan_dim("cumprod", x, dim, axis)
-    return x if d is None else Cumprod(d)(x)
-
-
-def logcumsumexp(x, dim=None, *, axis=None):
-    """y_i = log(e^{x_1} + ... + e^{x_i}) along ``dim``, without overflow."""
-    d = _scan_dim("logcumsumexp", x, dim, axis)
-    return x if d is None else Logcumsumexp(d)(x)
-
 
 
 def _running(xp, a, dim, combine):
