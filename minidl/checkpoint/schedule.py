@@ -44,6 +44,7 @@ the equations predict.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from functools import reduce
 
@@ -231,7 +232,7 @@ def optimal_schedule(model, sample_input, budget: int, profile: SegmentPlan | No
     profile = profile or profile_layers(model, sample_input)
     L = profile.num_layers
     longest = _tape_limit(longest_tape, L, "optimal_schedule")
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer, float)) or not budget > 0:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget > 0:
         raise ValueError(f"optimal_schedule: budget is a number of bytes and must be positive, got {budget!r}")
     least = smallest_peak(profile, longest_tape)
     if budget < least:

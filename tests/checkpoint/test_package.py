@@ -1,4 +1,4 @@
-"""minidl.checkpoint imports one way: replay, then segments, then plan, then schedule; no cycle, no private names across."""
+"""minidl.checkpoint imports one way: replay, segments, plan, then schedule; no cycle, no private names across."""
 import ast
 import pathlib
 import subprocess
