@@ -157,3 +157,21 @@ def test_a_budget_below_the_smallest_peak_names_both():
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
     with pytest.raises(ValueError, match="schedule is for 3 layers, the model has 2"):
         binomial_schedule(3, 1).run(model, mdl.randn(1, 2))
+
+
+def test_a_schedule_runs_on_the_gpu_with_the_plain_gradients(standin_or_gpu):
+    model, x = varying_net().double(), data(16, 8)
+    profile = profile_layers(model, x)
+    schedule = optimal_schedule(model, x, smallest_peak(profile), profile=profile)
+    model.to("cuda")
+    x = x.to("cuda")
+    grad = mdl.tensor(np.random.default_rng(1).standard_normal((16, 8))).to("cuda")
+    model.zero_grad()
+    model(x).backward(grad)
+    plain = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    with memory.track() as tracked:
+        schedule.run(model, x).backward(grad)
+    assert tracked.peak_bytes == schedule.peak_bytes()  # the sizes measured on the CPU hold on the device
+    for a, b in zip((p.grad.numpy() for p in model.parameters()), plain):
+        np.testing.assert_array_equal(a, b)
