@@ -83,6 +83,18 @@ def test_dynamic_program_is_the_least_time_of_every_schedule_within_the_budget()
             assert math.isclose(sum(f * n for f, n in zip(forward, best.forward_calls())), time, rel_tol=1e-12)
 
 
+def test_a_coarse_resolution_still_fits_the_budget():
+    # sizes with no common divisor: 1-byte units, more of them than the resolution allows
+    profile = chain([101, 103, 107, 109, 113, 127], [307, 211, 401, 199, 503, 263], [1.0, 2.0, 1.5, 1.0, 0.5, 2.0])
+    budget = smallest_peak(profile) + 300
+    exact = optimal_schedule(None, None, budget, profile=profile)
+    coarse = optimal_schedule(None, None, budget, profile=profile, resolution=64)  # sizes rounded up to 15-byte units
+    assert exact.peak_bytes() <= budget and coarse.peak_bytes() <= budget
+    assert coarse.slowdown() >= exact.slowdown()  # rounding up can only cost time
+    with pytest.raises(ValueError, match="resolution of 4 units"):
+        optimal_schedule(None, None, smallest_peak(profile), profile=profile, resolution=4)
+
+
 def test_segments_are_schedules_with_the_planners_equations():
     model, x = varying_net(), mdl.randn(16, 8)
     profile = profile_layers(model, x)
