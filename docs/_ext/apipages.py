@@ -26,6 +26,7 @@ PUBLIC_MODULES = [
     "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.models", "minidl.profiler", "minidl.parallel",
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
     "minidl.nn.structured_prune",
+    "minidl.optim.offload",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)

@@ -25,7 +25,10 @@ The package, each module importing only those before it:
   and the node that recomputes a segment during backward;
 - :mod:`minidl.checkpoint.plan`: where to cut (``balanced_segments``,
   ``choose_segments``, ``flatten_layers``) and what 16-bit storage costs
-  (``storage_report``).
+  (``storage_report``);
+- :mod:`minidl.checkpoint.schedule`: checkpointing recursively, the schedule
+  of least recomputation under a memory budget (``optimal_schedule``,
+  Revolve's ``binomial_schedule``).
 """
 from minidl.checkpoint.plan import (
     SegmentPlan,
@@ -35,6 +38,15 @@ from minidl.checkpoint.plan import (
     profile_layers,
     sqrt_segments,
     storage_report,
+)
+from minidl.checkpoint.schedule import (
+    Schedule,
+    binomial_schedule,
+    count_forward_calls,
+    optimal_schedule,
+    revolve_forward_steps,
+    segment_schedule,
+    smallest_peak,
 )
 from minidl.checkpoint.segments import (
     CheckpointFunction,
@@ -46,4 +58,5 @@ from minidl.checkpoint.segments import (
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
-           "profile_layers", "sqrt_segments", "storage_report"]
+           "profile_layers", "sqrt_segments", "storage_report", "Schedule", "optimal_schedule", "smallest_peak",
+           "segment_schedule", "binomial_schedule", "revolve_forward_steps", "count_forward_calls"]
