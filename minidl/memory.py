@@ -76,13 +76,25 @@ def _buffer(array):
 
 
 def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
-    """The arrays a recorded node holds for backward: its inputs' data and arrays stored on it."""
-    arrays = []
-    for x in fn.inputs or ():
-        if include_parameters or not isinstance(x, Parameter):
+    """The arrays a recorded node holds for backward: its inputs' data and arrays stored on it.
+
+    A node recorded under :class:`minidl.autograd.saved_tensors_hooks` holds what ``pack``
+    returned instead: the arrays found in it (in Tensors, tuples and lists) are counted, and
+    the inputs it packed are not (the node keeps only their edge in the graph, or a leaf).
+    """
+    arrays, packed_inputs = [], set()
+    if fn._packed is not None:
+        for key, packed, *_ in fn._packed[1]:
+            if type(key) is int:
+                packed_inputs.add(key)
+                if not include_parameters and isinstance(fn.inputs[key], Parameter):
+                    continue
+            _arrays_in(packed, arrays)
+    for i, x in enumerate(fn.inputs or ()):
+        if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)
     for name, value in vars(fn).items():
-        if name == "inputs":
+        if name in ("inputs", "_packed"):
             continue
         if isinstance(value, Tensor):
             value = value.data
@@ -92,6 +104,17 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
             arrays.extend(v.data if isinstance(v, Tensor) else v for v in value
                           if _is_array(v) or (isinstance(v, Tensor)))
     return arrays
+
+
+def _arrays_in(value, arrays: list, depth: int = 0):
+    """Append the arrays in a packed value (an array, a Tensor, tuples and lists of them)."""
+    if isinstance(value, Tensor):
+        value = value.data
+    if _is_array(value):
+        arrays.append(value)
+    elif isinstance(value, (tuple, list)) and depth < 4:
+        for item in value:
+            _arrays_in(item, arrays, depth + 1)
 
 
 class MemoryTracker:

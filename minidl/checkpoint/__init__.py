@@ -23,10 +23,13 @@ The package, each module importing only those before it:
   restore (the random generators' state, the stateful layers' buffers);
 - :mod:`minidl.checkpoint.segments`: ``checkpoint``, ``checkpoint_sequential``
   and the node that recomputes a segment during backward;
+- :mod:`minidl.checkpoint.offload`: saved activations in host memory
+  (``save_on_cpu``) or in fewer bits (``save_as``), on saved-tensor hooks;
 - :mod:`minidl.checkpoint.plan`: where to cut (``balanced_segments``,
   ``choose_segments``, ``flatten_layers``) and what 16-bit storage costs
   (``storage_report``).
 """
+from minidl.checkpoint.offload import save_as, save_on_cpu
 from minidl.checkpoint.plan import (
     SegmentPlan,
     balanced_segments,
@@ -46,4 +49,4 @@ from minidl.checkpoint.segments import (
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
-           "profile_layers", "sqrt_segments", "storage_report"]
+           "profile_layers", "sqrt_segments", "storage_report", "save_on_cpu", "save_as"]
