@@ -436,25 +436,57 @@ class _OutputRef:
 
 
 def _pack_saved(fn):
-    """At record time: pack what fn's backward reads; fn then holds the packed values only."""
+    """At record time: pack what fn's backward reads; fn then holds the packed values only.
+
+    Inputs made by an op become edges without values (what the graph needs to reach their
+    maker), saved or not, unless their maker reads its output and did not pack it itself.
+    """
     pack = _saved_hooks[-1][0]
-    inputs, entries = list(fn.inputs), []
-    for i in _saved_positions(fn):
-        x = inputs[i]
-        edge = None
-        if x.creator is not None:  # made by an op: the node keeps an edge to it, not its array
+    inputs, entries, saved = list(fn.inputs), [], set(_saved_positions(fn))
+    for i, x in enumerate(inputs):
+        maker, edge = x.creator, None
+        if maker is not None and (i in saved or maker._packed is not None or not _reads_output(maker)):
             edge = inputs[i] = _SavedEdge(x)
-            maker = x.creator
-            refs = list(maker.outputs)
+            refs = list(maker.outputs)  # a maker recorded without hooks may read x through this edge
             refs[x.output_index] = _OutputRef(refs[x.output_index], edge)
             maker.outputs = tuple(refs)
-        entries.append((i, pack(x), x.shape, x.dtype, backend.device_of(x._data), _owner_ref(x._data), edge))
+        if i in saved:
+            entries.append((i, pack(x), x.shape, x.dtype, backend.device_of(x._data), _owner_ref(x._data), edge))
+    if _reads_output(fn):  # tanh, exp...: backward reads y, which the graph holds only weakly
+        for i, ref in enumerate(fn.outputs):
+            y = ref()
+            entries.append((("output", i), pack(y), y.shape, y.dtype, backend.device_of(y._data), None, None))
     for name, value in list(vars(fn).items()):
         if isinstance(value, np.ndarray) or backend.is_device_array(value):
             entries.append((name, pack(Tensor(value)), value.shape, value.dtype, backend.device_of(value),
                             None, None))
             setattr(fn, name, None)
     fn.inputs, fn._packed = tuple(inputs), (_saved_hooks[-1][1], entries)  # unpacked by the pair that packed
+
+
+_reads_output_by_class: dict = {}
+
+
+def _reads_output(fn) -> bool:
+    """Does fn's backward read its own output (``self.output()``)? Asked once per class."""
+    cls = type(fn)
+    reads = _reads_output_by_class.get(cls)
+    if reads is None:
+        code = getattr(cls.backward, "__code__", None)
+        reads = _reads_output_by_class[cls] = code is None or "output" in code.co_names
+    return reads
+
+
+class _Held:
+    """A strong reference with a weak reference's call: a node's unpacked output during its backward."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __call__(self):
+        return self.tensor
 
 
 def _owner_ref(array):
@@ -472,7 +504,8 @@ def _backward_unpacked(fn, gys):
                            "were packed by saved_tensors_hooks, and the unpacked values carry no graph back to "
                            "the leaves; record without the hooks to take higher-order gradients")
     unpack, entries = fn._packed
-    edges, view = fn.inputs, list(fn.inputs)
+    edges, view, refs = fn.inputs, list(fn.inputs), fn.outputs
+    outputs = list(refs)
     for key, packed, shape, dtype, device, owner, edge in entries:
         buffer = owner() if owner is not None else None
         if buffer is not None and fn._stamp is not None and _changed.get(id(buffer), 0) > fn._stamp:
@@ -480,16 +513,18 @@ def _backward_unpacked(fn, gys):
         array = _restored(fn, key, unpack(packed), shape, dtype, device)
         if type(key) is str:
             setattr(fn, key, array)
+        elif type(key) is tuple:  # an output the backward reads through self.output()
+            outputs[key[1]] = _Held(Tensor(array))
         elif edge is not None:
             edge._data, edge.ready = array, True
             view[key] = edge
         else:  # a leaf stays the graph's edge to its .grad; backward reads the unpacked values
             view[key] = Tensor(array, edges[key].requires_grad)
-    fn.inputs = tuple(view)
+    fn.inputs, fn.outputs = tuple(view), tuple(outputs)
     try:
         return fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
     finally:
-        fn.inputs = tuple(_graph_edge(x) for x in edges)
+        fn.inputs, fn.outputs = tuple(_graph_edge(x) for x in edges), refs
         for key, *_ in entries:
             if type(key) is str:
                 setattr(fn, key, None)
@@ -510,7 +545,8 @@ def _restored(fn, key, value, shape, dtype, device):
     is_array = isinstance(array, (np.ndarray, np.generic)) or backend.is_device_array(array)
     if is_array and array.shape == shape and array.dtype == dtype and backend.device_of(array) == device:
         return array
-    what = f"input {key}" if type(key) is int else f"saved array '{key}'"
+    what = (f"input {key}" if type(key) is int else f"output {key[1]}" if type(key) is tuple
+            else f"saved array '{key}'")
     got = (f"shape {tuple(array.shape)}, {array.dtype} on {backend.device_of(array)}" if is_array
            else f"a {type(value).__name__}")
     raise RuntimeError(f"saved_tensors_hooks: unpack returned {got} for {type(fn).__name__}'s {what}, "

@@ -43,7 +43,7 @@ import weakref
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function, FunctionHook
+from minidl.autograd import Function, FunctionHook, _SavedEdge
 from minidl.nn.module import Parameter
 from minidl.tensor import Tensor
 
@@ -80,7 +80,8 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
 
     A node recorded under :class:`minidl.autograd.saved_tensors_hooks` holds what ``pack``
     returned instead: the arrays found in it (in Tensors, tuples and lists) are counted, and
-    the inputs it packed are not (the node keeps only their edge in the graph, or a leaf).
+    the inputs it packed are not (the node keeps only their edge in the graph, or a leaf),
+    nor the inputs that are edges without values.
     """
     arrays, packed_inputs = [], set()
     if fn._packed is not None:
@@ -91,6 +92,8 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
                     continue
             _arrays_in(packed, arrays)
     for i, x in enumerate(fn.inputs or ()):
+        if type(x) is _SavedEdge and not x.ready:
+            continue  # an edge to the op that made x, without x's values
         if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)
     for name, value in vars(fn).items():
