@@ -390,7 +390,7 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
         return False
 
 
-class _SavedEdge(Tensor):
+class SavedEdge(Tensor):
     """In a node's inputs, a packed input made by an op: the graph's edge (the op that made it,
     which output) without its values; before the node's backward it gets the unpacked array."""
 
@@ -446,7 +446,7 @@ def _pack_saved(fn):
     for i, x in enumerate(inputs):
         maker, edge = x.creator, None
         if maker is not None and (i in saved or maker._packed is not None or not _reads_output(maker)):
-            edge = inputs[i] = _SavedEdge(x)
+            edge = inputs[i] = SavedEdge(x)
             refs = list(maker.outputs)  # a maker recorded without hooks may read x through this edge
             refs[x.output_index] = _OutputRef(refs[x.output_index], edge)
             maker.outputs = tuple(refs)
@@ -532,7 +532,7 @@ def _backward_unpacked(fn, gys):
 
 def _graph_edge(x):
     """The tensor a gradient is delivered to: the original of a packed input while it lives."""
-    if type(x) is _SavedEdge:
+    if type(x) is SavedEdge:
         original = x.original()
         if original is not None:
             return original

@@ -43,7 +43,7 @@ import weakref
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function, FunctionHook, _SavedEdge
+from minidl.autograd import Function, FunctionHook, SavedEdge
 from minidl.nn.module import Parameter
 from minidl.tensor import Tensor
 
@@ -92,7 +92,7 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
                     continue
             _arrays_in(packed, arrays)
     for i, x in enumerate(fn.inputs or ()):
-        if type(x) is _SavedEdge and not x.ready:
+        if type(x) is SavedEdge and not x.ready:
             continue  # an edge to the op that made x, without x's values
         if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)

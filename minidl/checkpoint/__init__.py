@@ -21,6 +21,8 @@ The package, each module importing only those before it:
 
 - :mod:`minidl.checkpoint.replay`: what a recomputation must replay or
   restore (the random generators' state, the stateful layers' buffers);
+- :mod:`minidl.checkpoint.policy`: selective checkpointing, the ops whose
+  outputs a checkpoint keeps (``checkpoint(fn, x, policy="matmul,attention")``);
 - :mod:`minidl.checkpoint.segments`: ``checkpoint``, ``checkpoint_sequential``
   and the node that recomputes a segment during backward;
 - :mod:`minidl.checkpoint.offload`: saved activations in host memory
@@ -39,6 +41,7 @@ from minidl.checkpoint.plan import (
     sqrt_segments,
     storage_report,
 )
+from minidl.checkpoint.policy import OP_FAMILIES, resolve_policy
 from minidl.checkpoint.segments import (
     CheckpointFunction,
     checkpoint,
@@ -49,4 +52,5 @@ from minidl.checkpoint.segments import (
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
-           "profile_layers", "sqrt_segments", "storage_report", "save_on_cpu", "save_as"]
+           "profile_layers", "sqrt_segments", "storage_report", "save_on_cpu", "save_as",
+           "OP_FAMILIES", "resolve_policy"]
