@@ -41,7 +41,7 @@ from minidl.checkpoint.plan import (
     sqrt_segments,
     storage_report,
 )
-from minidl.checkpoint.policy import OP_FAMILIES, resolve_policy
+from minidl.checkpoint.policy import resolve_policy
 from minidl.checkpoint.segments import (
     CheckpointFunction,
     checkpoint,
@@ -53,4 +53,4 @@ from minidl.checkpoint.segments import (
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
            "profile_layers", "sqrt_segments", "storage_report", "save_on_cpu", "save_as",
-           "OP_FAMILIES", "resolve_policy"]
+           "resolve_policy"]
