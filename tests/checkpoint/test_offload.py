@@ -59,10 +59,12 @@ def test_save_on_cpu_without_pinned_memory(standin_or_gpu):
     np.testing.assert_array_equal(mdl.backend.to_numpy(x.grad.data), 2 * mdl.backend.to_numpy(x.data))
 
 
+# Tolerances: 8 units of the storage precision, relative to the largest gradient entry (measured:
+# 3e-4, 4e-3 and 7e-3; each saved value is rounded once, and errors partly cancel in the sums).
 @pytest.mark.parametrize("dtype, ratio, tolerance", [
-    ("float16", 0.5, 2e-2),    # 2⁻¹¹ relative per saved value, a few values per gradient entry
-    ("bfloat16", 0.5, 1e-1),   # 2⁻⁸ relative per saved value
-    ("int8", 0.25, 1e-1),      # s/2 per value with s = max|a| / 127: up to 2⁻⁸ of the largest value
+    ("float16", 0.5, 8 * 2.0**-11),   # 2⁻¹¹ relative per saved value
+    ("bfloat16", 0.5, 8 * 2.0**-8),   # 2⁻⁸ relative per saved value
+    ("int8", 0.25, 8 * 2.0**-8),      # s/2 per value with s = max|a| / 127: 2⁻⁸ of the largest value
 ])
 def test_save_as_stores_fewer_bytes_and_rounds_gradients_to_the_storage_precision(dtype, ratio, tolerance):
     if dtype == "bfloat16":
