@@ -387,6 +387,7 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
     def __exit__(self, *exc):
         global _saved_hooks
         _saved_hooks = tuple(entry for entry in _saved_hooks if entry[2] is not self)
+        _drop_stored_arrays()
         return False
 
 
@@ -441,6 +442,7 @@ def _pack_saved(fn):
     Inputs made by an op become edges without values (what the graph needs to reach their
     maker), saved or not, unless their maker reads its output and did not pack it itself.
     """
+    _drop_stored_arrays()
     pack = _saved_hooks[-1][0]
     inputs, entries, saved = list(fn.inputs), [], set(_saved_positions(fn))
     for i, x in enumerate(inputs):
@@ -456,12 +458,28 @@ def _pack_saved(fn):
         for i, ref in enumerate(fn.outputs):
             y = ref()
             entries.append((("output", i), pack(y), y.shape, y.dtype, backend.device_of(y._data), None, None))
+    stored = []
     for name, value in list(vars(fn).items()):
         if isinstance(value, np.ndarray) or backend.is_device_array(value):
             entries.append((name, pack(Tensor(value)), value.shape, value.dtype, backend.device_of(value),
                             None, None))
-            setattr(fn, name, None)
+            stored.append(name)
     fn.inputs, fn._packed = tuple(inputs), (_saved_hooks[-1][1], entries)  # unpacked by the pair that packed
+    if stored:  # dropped at the next recorded op: the function that called fn may read them first
+        _stored_to_drop.append((weakref.ref(fn), stored))  # (instance_norm reads the batch statistics)
+
+
+_stored_to_drop: list = []  # (node, names of its packed stored arrays) still set on it
+
+
+def _drop_stored_arrays():
+    """Drop from their nodes the stored arrays packed since the last call (the node keeps them packed)."""
+    while _stored_to_drop:
+        ref, names = _stored_to_drop.pop()
+        fn = ref()
+        if fn is not None and fn._packed is not None:
+            for name in names:
+                setattr(fn, name, None)
 
 
 _reads_output_by_class: dict = {}

@@ -83,10 +83,12 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
     the inputs it packed are not (the node keeps only their edge in the graph, or a leaf),
     nor the inputs that are edges without values.
     """
-    arrays, packed_inputs = [], set()
+    arrays, packed_inputs, packed_names = [], set(), set()
     if fn._packed is not None:
         for key, packed, *_ in fn._packed[1]:
-            if type(key) is int:
+            if type(key) is str:
+                packed_names.add(key)  # held packed; the array itself is dropped from the node
+            elif type(key) is int:
                 packed_inputs.add(key)
                 if not include_parameters and isinstance(fn.inputs[key], Parameter):
                     continue
@@ -97,7 +99,7 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
         if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)
     for name, value in vars(fn).items():
-        if name in ("inputs", "_packed"):
+        if name in ("inputs", "_packed") or name in packed_names:
             continue
         if isinstance(value, Tensor):
             value = value.data
