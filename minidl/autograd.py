@@ -489,9 +489,10 @@ def _reads_output(fn) -> bool:
     """Does fn's backward read its own output (``self.output()``)? Asked once per class."""
     cls = type(fn)
     reads = _reads_output_by_class.get(cls)
-    if reads is None:
+    if reads is None:  # a PyTorch-style Function may save its output: its saved_tensors reads it
         code = getattr(cls.backward, "__code__", None)
-        reads = _reads_output_by_class[cls] = code is None or "output" in code.co_names
+        reads = code is None or "output" in code.co_names or issubclass(cls, FunctionCtx)
+        _reads_output_by_class[cls] = reads
     return reads
 
 

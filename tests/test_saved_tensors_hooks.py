@@ -207,3 +207,27 @@ def test_every_op_gives_the_plain_gradient_through_packed_copies(name, fn, input
         assert (plain is None) == (packed is None)
         if plain is not None:
             np.testing.assert_array_equal(packed.numpy(), plain.numpy())
+
+
+class _ExpSavingResult(autograd.Function):
+    """PyTorch's style: forward saves its result, backward reads it through ctx.saved_tensors."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_a_pytorch_style_function_reading_its_saved_result_works_under_the_hooks():
+    x = _leaf((3, 2), 1)
+    with _copying_hooks():
+        loss = (_ExpSavingResult.apply(x) + 1.0).sum()  # Add does not save the result: only the node has it
+    gc.collect()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.numpy()), rtol=1e-15)
