@@ -365,12 +365,12 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
     graph, as the edge to their ``.grad``; their arrays live anyway. The hooks of the innermost
     block are used; ``save_on_cpu`` and ``save_as`` (minidl.checkpoint) are built on this.
 
-    Differences from PyTorch: an op whose backward reads its own output (exp, tanh, sigmoid)
-    reads it through the op that consumed it, so PyTorch's extra pack of the output is not made;
-    Functions written in PyTorch's style keep their ``save_for_backward`` Tensors unpacked; a
-    backward with ``create_graph=True`` through a packed node raises (the unpacked values carry
-    no graph to the leaves). With no hook active the engine pays one check per recorded op and
-    one per node backward.
+    An op whose backward reads its own output (exp, tanh, sigmoid) packs the output, as PyTorch
+    does; so does a Function written in PyTorch's style (its saved result comes back through
+    ``saved_tensors``), whose other ``save_for_backward`` Tensors are held as they are. A backward
+    with ``create_graph=True`` through a packed node raises (the unpacked values carry no graph
+    to the leaves). With no hook active the engine pays one check per recorded op and one per
+    node backward.
     """
 
     def __init__(self, pack_hook, unpack_hook):
