@@ -524,26 +524,33 @@ def _backward_unpacked(fn, gys):
                            "the leaves; record without the hooks to take higher-order gradients")
     unpack, entries = fn._packed
     edges, view, refs = fn.inputs, list(fn.inputs), fn.outputs
-    outputs = list(refs)
-    for key, packed, shape, dtype, device, owner, edge in entries:
-        buffer = owner() if owner is not None else None
-        if buffer is not None and fn._stamp is not None and _changed.get(id(buffer), 0) > fn._stamp:
-            raise _changed_in_place(fn, f"input {key}", _graph_edge(edges[key]))
-        array = _restored(fn, key, unpack(packed), shape, dtype, device)
-        if type(key) is str:
-            setattr(fn, key, array)
-        elif type(key) is tuple:  # an output the backward reads through self.output()
-            outputs[key[1]] = _Held(Tensor(array))
-        elif edge is not None:
-            edge._data, edge.ready = array, True
-            view[key] = edge
-        else:  # a leaf stays the graph's edge to its .grad; backward reads the unpacked values
-            view[key] = Tensor(array, edges[key].requires_grad)
-    fn.inputs, fn.outputs = tuple(view), tuple(outputs)
+    outputs, lent = list(refs), []  # lent: (leaf, its own array) while it holds the unpacked one
     try:
+        for key, packed, shape, dtype, device, owner, edge in entries:
+            buffer = owner() if owner is not None else None
+            if buffer is not None and fn._stamp is not None and _changed.get(id(buffer), 0) > fn._stamp:
+                raise _changed_in_place(fn, f"input {key}", _graph_edge(edges[key]))
+            array = _restored(fn, key, unpack(packed), shape, dtype, device)
+            if type(key) is str:
+                setattr(fn, key, array)
+            elif type(key) is tuple:  # an output the backward reads through self.output()
+                outputs[key[1]] = _Held(Tensor(array))
+            elif edge is not None:
+                edge._data, edge.ready = array, True
+                view[key] = edge
+            else:
+                # A leaf stays itself (a backward may need the very tensor: a checkpoint finds its
+                # parameters by identity) and holds the unpacked values while this backward runs;
+                # the slot is set, not .data, so no in-place change is recorded.
+                leaf = edges[key]
+                lent.append((leaf, leaf._data))
+                leaf._data = array
+        fn.inputs, fn.outputs = tuple(view), tuple(outputs)
         return fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
     finally:
         fn.inputs, fn.outputs = tuple(_graph_edge(x) for x in edges), refs
+        for leaf, array in reversed(lent):
+            leaf._data = array
         for key, *_ in entries:
             if type(key) is str:
                 setattr(fn, key, None)

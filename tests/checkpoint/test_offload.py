@@ -108,3 +108,26 @@ def test_save_as_refuses_values_beyond_float16_and_unknown_dtypes():
             (x * x).sum()
     with pytest.raises(ValueError, match="save_as: dtype must be 'float16', 'bfloat16' or 'int8', got 'int4'"):
         save_as("int4")
+
+
+@pytest.mark.parametrize("policy", [None, "matmul"])
+def test_checkpoints_inside_the_hooks_reach_every_parameter(policy):
+    """A checkpoint's node finds the parameters fn used by identity: under the hooks the leaves stay
+    themselves (holding the unpacked values during that backward), so every parameter gets its
+    plain gradient, exactly under save_on_cpu, to float16's precision under save_as."""
+    from minidl.checkpoint import checkpoint
+    model, x = _model(np.float64), mdl.randn(8, 16, dtype=np.float64)
+
+    def run(hooks):
+        model.zero_grad()
+        with hooks:
+            h = checkpoint(lambda t: model[2](model[1](model[0](t))), x, policy=policy)
+            loss = (model[5](model[4](model[3](h))) ** 2).mean()
+            loss.backward()  # inside the block: the recomputation is packed too
+        return [p.grad.numpy() for p in model.parameters()]
+
+    plain = run(contextlib.nullcontext())
+    for a, b in zip(plain, run(save_on_cpu())):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(plain, run(save_as("float16"))):
+        np.testing.assert_allclose(b, a, rtol=0, atol=8 * 2.0**-11 * np.abs(a).max())
