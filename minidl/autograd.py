@@ -362,7 +362,8 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
     Once packed, the node no longer holds the array: an input that an op made is replaced in
     the node by an edge without values (the op that made it and which output), so what
     ``pack`` returns is all the graph keeps of it. Leaves (parameters, a batch) stay in the
-    graph, as the edge to their ``.grad``; their arrays live anyway. The hooks of the innermost
+    graph, as the edge to their ``.grad`` (their arrays live anyway), and hold the unpacked
+    values while that node's backward runs. The hooks of the innermost
     block are used; ``save_on_cpu`` and ``save_as`` (minidl.checkpoint) are built on this.
 
     An op whose backward reads its own output (exp, tanh, sigmoid) packs the output, as PyTorch
