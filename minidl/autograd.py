@@ -363,8 +363,8 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
     the node by an edge without values (the op that made it and which output), so what
     ``pack`` returns is all the graph keeps of it. Leaves (parameters, a batch) stay in the
     graph, as the edge to their ``.grad`` (their arrays live anyway), and hold the unpacked
-    values while that node's backward runs. The hooks of the innermost
-    block are used; ``save_on_cpu`` and ``save_as`` (minidl.checkpoint) are built on this.
+    values while that node's backward runs. The hooks of the innermost block are used;
+    ``save_on_cpu`` and ``save_as`` (minidl.checkpoint) are built on this.
 
     An op whose backward reads its own output (exp, tanh, sigmoid) packs the output, as PyTorch
     does; so does a Function written in PyTorch's style (its saved result comes back through
@@ -393,8 +393,9 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.
 
 
 class SavedEdge(Tensor):
-    """In a node's inputs, a packed input made by an op: the graph's edge (the op that made it,
-    which output) without its values; before the node's backward it gets the unpacked array."""
+    """In the inputs of a node recorded under saved-tensor hooks, an input made by an op: the
+    graph's edge (the op that made it, which output) without its values; when the node saved
+    that input, the edge gets the unpacked array before the node's backward."""
 
     __slots__ = ("original", "ready")
 
