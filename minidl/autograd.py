@@ -27,11 +27,14 @@ import os
 import traceback
 import weakref
 
+import numpy as np
+
 from minidl import backend
-from minidl.tensor import Tensor, _clock, version_of
+from minidl.tensor import Tensor, _changed, _clock, _owner, version_of
 
 _grad_enabled = True  # is the graph being recorded?
 _hooks: tuple = ()  # the active FunctionHooks, outermost first (see FunctionHook)
+_saved_hooks: tuple = ()  # the active (pack, unpack) pairs, innermost last (see saved_tensors_hooks)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -67,6 +70,7 @@ class Function:
     _stamp = None  # the mutation clock when the op was recorded (see _check_inputs_unchanged)
 
     _node_class = None  # a PyTorch-style subclass's node class (see apply)
+    _packed = None  # what forward saved, packed by saved_tensors_hooks (see _pack_saved)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -133,6 +137,8 @@ class Function:
                 self._stamp = _clock[0]
                 self.outputs = (weakref.ref(out),)
                 out.creator = self
+                if _saved_hooks:
+                    _pack_saved(self)
             return out
         outputs = tuple(Tensor(y, record) for y in ys)
         if record:
@@ -143,6 +149,8 @@ class Function:
                 out.creator = self
                 out.output_index = index
             self.output_meta = [(y.shape, y.dtype) for y in ys]  # to fill missing output grads with zeros
+            if _saved_hooks:
+                _pack_saved(self)
         return outputs
 
     def output(self, index: int = 0) -> Tensor:
@@ -358,6 +366,242 @@ def _each_hook(hooks, method, *args):
             error = error or e
     if error is not None:
         raise error
+
+
+# ---------------------------------------------------------------- saved-tensor hooks
+class saved_tensors_hooks:  # noqa: N801 - PyTorch's name: torch.autograd.graph.saved_tensors_hooks
+    """Context: every array a recorded op saves for backward goes through ``pack`` when the op is
+    recorded and through ``unpack`` when its backward runs (PyTorch's semantics)::
+
+        with mdl.autograd.saved_tensors_hooks(pack, unpack):
+            loss = model(x)              # each saved array a: packed = pack(Tensor a)
+        loss.backward()                  # each node, just before its backward: unpack(packed)
+
+    What a node saves: the inputs its backward reads (``Function.saved_inputs``), and the arrays
+    its forward stored on it (a dropout mask, a norm's statistics). ``pack`` gets a Tensor (an
+    input itself, or an array the node stored, wrapped) and may return anything; ``unpack`` must
+    return a Tensor or array of the shape, dtype and device that was packed (else RuntimeError).
+    Once packed, the node no longer holds the array: an input that an op made is replaced in
+    the node by an edge without values (the op that made it and which output), so what
+    ``pack`` returns is all the graph keeps of it. Leaves (parameters, a batch) stay in the
+    graph, as the edge to their ``.grad`` (their arrays live anyway), and hold the unpacked
+    values while that node's backward runs. The hooks of the innermost block are used;
+    ``save_on_cpu`` and ``save_as`` (minidl.checkpoint) are built on this.
+
+    An op whose backward reads its own output (exp, tanh, sigmoid) packs the output, as PyTorch
+    does; so does a Function written in PyTorch's style (its saved result comes back through
+    ``saved_tensors``), whose other ``save_for_backward`` Tensors are held as they are. A backward
+    with ``create_graph=True`` through a packed node raises (the unpacked values carry no graph
+    to the leaves). With no hook active the engine pays one check per recorded op and one per
+    node backward.
+    """
+
+    def __init__(self, pack_hook, unpack_hook):
+        for name, hook in (("pack_hook", pack_hook), ("unpack_hook", unpack_hook)):
+            if not callable(hook):
+                raise TypeError(f"saved_tensors_hooks: {name} must be callable, got {type(hook).__name__}")
+        self.pack_hook, self.unpack_hook = pack_hook, unpack_hook
+
+    def __enter__(self):
+        global _saved_hooks
+        _saved_hooks = _saved_hooks + ((self.pack_hook, self.unpack_hook, self),)
+        return self
+
+    def __exit__(self, *exc):
+        global _saved_hooks
+        _saved_hooks = tuple(entry for entry in _saved_hooks if entry[2] is not self)
+        _drop_stored_arrays()
+        return False
+
+
+class SavedEdge(Tensor):
+    """In the inputs of a node recorded under saved-tensor hooks, an input made by an op: the
+    graph's edge (the op that made it, which output) without its values; when the node saved
+    that input, the edge gets the unpacked array before the node's backward."""
+
+    __slots__ = ("original", "ready")
+
+    def __init__(self, x: Tensor):
+        super().__init__(_placeholder(x._data), x.requires_grad)
+        self.creator, self.output_index, self.ready = x.creator, x.output_index, False
+        self.original = weakref.ref(x)  # the tensor itself, while someone else keeps it
+
+
+_placeholders: dict = {}  # (array type, dtype) -> one never-freed 0-d zero (its version is always 0)
+
+
+def _placeholder(array):
+    """A read-only zero of ``array``'s shape and dtype, one element in memory (for shapes, dtypes, xp)."""
+    key = (type(array), array.dtype)
+    zero = _placeholders.get(key)
+    if zero is None:
+        with backend.using_array(array):
+            zero = _placeholders[key] = backend.xp_of(array).zeros((), array.dtype)
+    return backend.xp_of(array).broadcast_to(zero, array.shape)
+
+
+class _OutputRef:
+    """A node's weak reference to one of its outputs that also finds a packed stand-in of it once
+    the output itself is gone (for a backward that reads its output: exp, tanh)."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, ref, edge):
+        self.refs = (ref.refs if isinstance(ref, _OutputRef) else (ref,)) + (weakref.ref(edge),)
+
+    def __call__(self):
+        y = self.refs[0]()
+        if y is not None:
+            return y
+        for ref in self.refs[1:]:
+            edge = ref()
+            if edge is not None and edge.ready:
+                return edge
+        return None
+
+
+def _pack_saved(fn):
+    """At record time: pack what fn's backward reads; fn then holds the packed values only.
+
+    Inputs made by an op become edges without values (what the graph needs to reach their
+    maker), saved or not, unless their maker reads its output and did not pack it itself.
+    """
+    _drop_stored_arrays()
+    pack = _saved_hooks[-1][0]
+    inputs, entries, saved = list(fn.inputs), [], set(_saved_positions(fn))
+    for i, x in enumerate(inputs):
+        maker, edge = x.creator, None
+        if maker is not None and (i in saved or maker._packed is not None or not _reads_output(maker)):
+            edge = inputs[i] = SavedEdge(x)
+            refs = list(maker.outputs)  # a maker recorded without hooks may read x through this edge
+            refs[x.output_index] = _OutputRef(refs[x.output_index], edge)
+            maker.outputs = tuple(refs)
+        if i in saved:
+            entries.append((i, pack(x), x.shape, x.dtype, backend.device_of(x._data), _owner_ref(x._data), edge))
+    if _reads_output(fn):  # tanh, exp...: backward reads y, which the graph holds only weakly
+        for i, ref in enumerate(fn.outputs):
+            y = ref()
+            entries.append((("output", i), pack(y), y.shape, y.dtype, backend.device_of(y._data), None, None))
+    stored = []
+    for name, value in list(vars(fn).items()):
+        if isinstance(value, np.ndarray) or backend.is_device_array(value):
+            entries.append((name, pack(Tensor(value)), value.shape, value.dtype, backend.device_of(value),
+                            None, None))
+            stored.append(name)
+    fn.inputs, fn._packed = tuple(inputs), (_saved_hooks[-1][1], entries)  # unpacked by the pair that packed
+    if stored:  # dropped at the next recorded op: the function that called fn may read them first
+        _stored_to_drop.append((weakref.ref(fn), stored))  # (instance_norm reads the batch statistics)
+
+
+_stored_to_drop: list = []  # (node, names of its packed stored arrays) still set on it
+
+
+def _drop_stored_arrays():
+    """Drop from their nodes the stored arrays packed since the last call (the node keeps them packed)."""
+    while _stored_to_drop:
+        ref, names = _stored_to_drop.pop()
+        fn = ref()
+        if fn is not None and fn._packed is not None:
+            for name in names:
+                setattr(fn, name, None)
+
+
+_reads_output_by_class: dict = {}
+
+
+def _reads_output(fn) -> bool:
+    """Does fn's backward read its own output (``self.output()``)? Asked once per class."""
+    cls = type(fn)
+    reads = _reads_output_by_class.get(cls)
+    if reads is None:  # a PyTorch-style Function may save its output: its saved_tensors reads it
+        code = getattr(cls.backward, "__code__", None)
+        reads = code is None or "output" in code.co_names or issubclass(cls, FunctionCtx)
+        _reads_output_by_class[cls] = reads
+    return reads
+
+
+class _Held:
+    """A strong reference with a weak reference's call: a node's unpacked output during its backward."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __call__(self):
+        return self.tensor
+
+
+def _owner_ref(array):
+    """A weak reference to the array owning ``array``'s buffer (for the in-place check), or None."""
+    try:
+        return weakref.ref(_owner(array))
+    except TypeError:  # an array type without weak references: the check is skipped
+        return None
+
+
+def _backward_unpacked(fn, gys):
+    """fn's backward on its unpacked saved values; the graph's edges are put back afterwards."""
+    if _grad_enabled:
+        raise RuntimeError(f"backward through {type(fn).__name__} with create_graph=True: its saved tensors "
+                           "were packed by saved_tensors_hooks, and the unpacked values carry no graph back to "
+                           "the leaves; record without the hooks to take higher-order gradients")
+    unpack, entries = fn._packed
+    edges, view, refs = fn.inputs, list(fn.inputs), fn.outputs
+    outputs, lent = list(refs), []  # lent: (leaf, its own array) while it holds the unpacked one
+    try:
+        for key, packed, shape, dtype, device, owner, edge in entries:
+            buffer = owner() if owner is not None else None
+            if buffer is not None and fn._stamp is not None and _changed.get(id(buffer), 0) > fn._stamp:
+                raise _changed_in_place(fn, f"input {key}", _graph_edge(edges[key]))
+            array = _restored(fn, key, unpack(packed), shape, dtype, device)
+            if type(key) is str:
+                setattr(fn, key, array)
+            elif type(key) is tuple:  # an output the backward reads through self.output()
+                outputs[key[1]] = _Held(Tensor(array))
+            elif edge is not None:
+                edge._data, edge.ready = array, True
+                view[key] = edge
+            else:
+                # A leaf stays itself (a backward may need the very tensor: a checkpoint finds its
+                # parameters by identity) and holds the unpacked values while this backward runs;
+                # the slot is set, not .data, so no in-place change is recorded.
+                leaf = edges[key]
+                lent.append((leaf, leaf._data))
+                leaf._data = array
+        fn.inputs, fn.outputs = tuple(view), tuple(outputs)
+        return fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
+    finally:
+        fn.inputs, fn.outputs = tuple(_graph_edge(x) for x in edges), refs
+        for leaf, array in reversed(lent):
+            leaf._data = array
+        for key, *_ in entries:
+            if type(key) is str:
+                setattr(fn, key, None)
+
+
+def _graph_edge(x):
+    """The tensor a gradient is delivered to: the original of a packed input while it lives."""
+    if type(x) is SavedEdge:
+        original = x.original()
+        if original is not None:
+            return original
+    return x
+
+
+def _restored(fn, key, value, shape, dtype, device):
+    """``unpack``'s result as an array, checked against what was packed."""
+    array = value._data if isinstance(value, Tensor) else value
+    is_array = isinstance(array, (np.ndarray, np.generic)) or backend.is_device_array(array)
+    if is_array and array.shape == shape and array.dtype == dtype and backend.device_of(array) == device:
+        return array
+    what = (f"input {key}" if type(key) is int else f"output {key[1]}" if type(key) is tuple
+            else f"saved array '{key}'")
+    got = (f"shape {tuple(array.shape)}, {array.dtype} on {backend.device_of(array)}" if is_array
+           else f"a {type(value).__name__}")
+    raise RuntimeError(f"saved_tensors_hooks: unpack returned {got} for {type(fn).__name__}'s {what}, "
+                       f"which was packed as shape {tuple(shape)}, {dtype} on {device}; unpack must "
+                       "restore a Tensor (or array) of the packed shape, dtype and device")
 
 
 # ---------------------------------------------------------------- grad modes
@@ -699,7 +943,10 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
             gys = slots if len(slots) == 1 else _fill_missing(fn, slots)
             if fn._stamp != now:
                 _check_inputs_unchanged(fn)
-            gxs = fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
+            if fn._packed is None:
+                gxs = fn.backward(*gys) if not _hooks else _backward_with_hooks(fn, gys)
+            else:
+                gxs = _backward_unpacked(fn, gys)
             if type(gxs) is not tuple:
                 gxs = (gxs,)
             if fn._check_gradients:
@@ -739,19 +986,23 @@ def _check_inputs_unchanged(fn):
     """Raise if an input that fn's backward reads was changed in place after fn was recorded."""
     if fn._stamp is None:
         return
-    inputs, saved = fn.inputs, fn.saved_inputs
-    if saved is None:
-        positions = range(len(inputs))
-    elif saved == "each other":
-        positions = [i for i in (0, 1) if inputs[1 - i].requires_grad]
-    else:
-        positions = saved
-    for i in positions:
+    inputs = fn.inputs
+    for i in _saved_positions(fn):
         if version_of(inputs[i]) > fn._stamp:
             raise _changed_in_place(fn, f"input {i}", inputs[i])
     for t in fn.saved_indices:
         if version_of(t) > fn._stamp:
             raise _changed_in_place(fn, "index, mask or condition", t)
+
+
+def _saved_positions(fn):
+    """The positions of the inputs whose values fn's backward reads (see Function.saved_inputs)."""
+    inputs, saved = fn.inputs, fn.saved_inputs
+    if saved is None:
+        return range(len(inputs))
+    if saved == "each other":
+        return [i for i in (0, 1) if inputs[1 - i].requires_grad]
+    return saved
 
 
 def _checked_gradients(fn, gxs):

@@ -43,7 +43,7 @@ import weakref
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import Function, FunctionHook
+from minidl.autograd import Function, FunctionHook, SavedEdge
 from minidl.nn.module import Parameter
 from minidl.tensor import Tensor
 
@@ -76,13 +76,30 @@ def _buffer(array):
 
 
 def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
-    """The arrays a recorded node holds for backward: its inputs' data and arrays stored on it."""
-    arrays = []
-    for x in fn.inputs or ():
-        if include_parameters or not isinstance(x, Parameter):
+    """The arrays a recorded node holds for backward: its inputs' data and arrays stored on it.
+
+    A node recorded under :class:`minidl.autograd.saved_tensors_hooks` holds what ``pack``
+    returned instead: the arrays found in it (in Tensors, tuples and lists) are counted, and
+    the inputs it packed are not (the node keeps only their edge in the graph, or a leaf),
+    nor the inputs that are edges without values.
+    """
+    arrays, packed_inputs, packed_names = [], set(), set()
+    if fn._packed is not None:
+        for key, packed, *_ in fn._packed[1]:
+            if type(key) is str:
+                packed_names.add(key)  # held packed; the array itself is dropped from the node
+            elif type(key) is int:
+                packed_inputs.add(key)
+                if not include_parameters and isinstance(fn.inputs[key], Parameter):
+                    continue
+            _arrays_in(packed, arrays)
+    for i, x in enumerate(fn.inputs or ()):
+        if type(x) is SavedEdge and not x.ready:
+            continue  # an edge to the op that made x, without x's values
+        if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)
     for name, value in vars(fn).items():
-        if name == "inputs":
+        if name in ("inputs", "_packed") or name in packed_names:
             continue
         if isinstance(value, Tensor):
             value = value.data
@@ -92,6 +109,17 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
             arrays.extend(v.data if isinstance(v, Tensor) else v for v in value
                           if _is_array(v) or (isinstance(v, Tensor)))
     return arrays
+
+
+def _arrays_in(value, arrays: list, depth: int = 0):
+    """Append the arrays in a packed value (an array, a Tensor, tuples and lists of them)."""
+    if isinstance(value, Tensor):
+        value = value.data
+    if _is_array(value):
+        arrays.append(value)
+    elif isinstance(value, (tuple, list)) and depth < 4:
+        for item in value:
+            _arrays_in(item, arrays, depth + 1)
 
 
 class MemoryTracker:

@@ -21,8 +21,12 @@ The package, each module importing only those before it:
 
 - :mod:`minidl.checkpoint.replay`: what a recomputation must replay or
   restore (the random generators' state, the stateful layers' buffers);
+- :mod:`minidl.checkpoint.policy`: selective checkpointing, the ops whose
+  outputs a checkpoint keeps (``checkpoint(fn, x, policy="matmul,attention")``);
 - :mod:`minidl.checkpoint.segments`: ``checkpoint``, ``checkpoint_sequential``
   and the node that recomputes a segment during backward;
+- :mod:`minidl.checkpoint.offload`: saved activations in host memory
+  (``save_on_cpu``) or in fewer bits (``save_as``), on saved-tensor hooks;
 - :mod:`minidl.checkpoint.plan`: where to cut (``balanced_segments``,
   ``choose_segments``, ``flatten_layers``) and what 16-bit storage costs
   (``storage_report``);
@@ -30,6 +34,7 @@ The package, each module importing only those before it:
   of least recomputation under a memory budget (``optimal_schedule``,
   Revolve's ``binomial_schedule``).
 """
+from minidl.checkpoint.offload import save_as, save_on_cpu
 from minidl.checkpoint.plan import (
     SegmentPlan,
     balanced_segments,
@@ -48,6 +53,7 @@ from minidl.checkpoint.schedule import (
     segment_schedule,
     smallest_peak,
 )
+from minidl.checkpoint.policy import resolve_policy
 from minidl.checkpoint.segments import (
     CheckpointFunction,
     checkpoint,
@@ -59,4 +65,5 @@ from minidl.checkpoint.segments import (
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform_boundaries",
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
            "profile_layers", "sqrt_segments", "storage_report", "Schedule", "optimal_schedule", "smallest_peak",
-           "segment_schedule", "binomial_schedule", "revolve_forward_steps", "count_forward_calls"]
+           "segment_schedule", "binomial_schedule", "revolve_forward_steps", "count_forward_calls",
+           "save_on_cpu", "save_as", "resolve_policy"]

@@ -30,6 +30,7 @@ import numpy as np
 
 from minidl import autograd
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled, no_grad
+from minidl.checkpoint.policy import KeptOutputs, ReplayKept, resolve_policy
 from minidl.checkpoint.replay import BufferGuard, RngState, first_draws_recorded
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module
@@ -136,10 +137,14 @@ class CheckpointFunction(Function):
     segment whose input is stored in 16 bits refuses it, as it refuses create_graph.
     """
 
-    def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes):
+    def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes, kept=None):
         self.fn, self.template, self.explicit = fn, template, explicit
         self._results, self.multiple = results, multiple
         self.rng, self.stored_dtypes = rng, stored_dtypes  # rng: the generators fn drew from, or None
+        # A policy's kept ops (see minidl.checkpoint.policy): call index -> (op class, outputs, stored
+        # arrays), and the same arrays as a list, which the memory tracker counts.
+        self.kept = None if kept is None else kept.kept
+        self.kept_arrays = None if kept is None else kept.arrays()
 
     def forward(self, *arrays):
         results, self._results = self._results, None  # fn already ran; do not keep its outputs
@@ -160,7 +165,7 @@ class CheckpointFunction(Function):
         try:
             if now is not None:
                 self.rng.restore()
-            with BufferGuard(), enable_grad():
+            with BufferGuard(), enable_grad(), ReplayKept(self.kept) if self.kept else contextlib.nullcontext():
                 outs = self.fn(*args)
         finally:
             if now is not None:
@@ -202,7 +207,7 @@ class CheckpointFunction(Function):
         return dys if self.multiple else dys[0]
 
 
-def checkpoint(fn, *inputs, preserve_rng_state: bool = True):
+def checkpoint(fn, *inputs, preserve_rng_state: bool = True, policy=None):
     """``fn(*inputs)`` without keeping its activations: they are recomputed during backward.
 
     Tensors among ``inputs`` are kept; other arguments are passed through as
@@ -211,20 +216,27 @@ def checkpoint(fn, *inputs, preserve_rng_state: bool = True):
     gradient. With ``preserve_rng_state`` (default) the recomputation draws
     the same random numbers (dropout masks) as the forward pass. Under
     ``no_grad`` this is just ``fn(*inputs)``.
+
+    ``policy`` (selective checkpointing, :mod:`minidl.checkpoint.policy`): the ops
+    whose outputs are kept instead of recomputed, as op families
+    (``"matmul,conv,attention"``), Function class names, or a callable
+    ``op -> bool``; the rest of ``fn`` is recomputed during backward.
     """
-    return _checkpoint(fn, inputs, preserve_rng_state, None)
+    return _checkpoint(fn, inputs, preserve_rng_state, None, policy)
 
 
-def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
+def _checkpoint(fn, inputs, preserve_rng_state, store_first_as, policy=None):
     if not callable(fn):
         raise TypeError(f"checkpoint: fn must be callable (a Module or a function), got {type(fn).__name__}")
+    keep = resolve_policy(policy)
     if not is_grad_enabled():
         return fn(*inputs)
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     template = [_TENSOR if isinstance(x, Tensor) else x for x in inputs]
     rng = RngState()
     recording = first_draws_recorded(rng) if preserve_rng_state else contextlib.nullcontext()
-    with no_grad(), _TensorsUsed() as used, recording:
+    kept = KeptOutputs(keep) if keep is not None else None
+    with no_grad(), _TensorsUsed() as used, recording, kept if kept is not None else contextlib.nullcontext():
         outputs = fn(*inputs)
     multiple = not isinstance(outputs, Tensor)
     results = [o.data for o in _as_tuple(outputs, "checkpoint")]
@@ -234,7 +246,7 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as):
     if store_first_as is not None and isinstance(tensors[0].creator, CheckpointFunction):
         stored[0] = tensors[0].dtype  # recomputation starts from the 16-bit copy cast back to this
         _compress(tensors[0], store_first_as)  # a boundary made by the previous segment: nobody else holds it
-    node = CheckpointFunction(fn, template, len(tensors), results, multiple, rng if rng else None, stored)
+    node = CheckpointFunction(fn, template, len(tensors), results, multiple, rng if rng else None, stored, kept)
     return node(*tensors, *captured)
 
 

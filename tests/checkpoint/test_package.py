@@ -1,4 +1,4 @@
-"""minidl.checkpoint imports one way: replay, segments, plan, then schedule; no cycle, no private names across."""
+"""minidl.checkpoint imports one way: replay, policy, segments, offload, plan, then schedule; no cycle, no private names across."""
 import ast
 import pathlib
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 import minidl.checkpoint as package
 
 PACKAGE = pathlib.Path(package.__file__).parent
-ORDER = ["replay", "segments", "plan", "schedule"]  # each module may import only the ones before it
+ORDER = ["replay", "policy", "segments", "offload", "plan", "schedule"]  # each module may import only the ones before it
 
 
 def minidl_imports(module):
@@ -53,7 +53,7 @@ def test_each_module_imports_only_earlier_modules_and_no_private_names(index):
 
 def test_plan_builds_on_segments_and_replay():
     assert package_modules_used(minidl_imports("plan")[0]) == {"segments", "replay"}
-    assert package_modules_used(minidl_imports("segments")[0]) == {"replay"}
+    assert package_modules_used(minidl_imports("segments")[0]) == {"replay", "policy"}
 
 
 @pytest.mark.parametrize("module", ORDER)

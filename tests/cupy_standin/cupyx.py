@@ -24,4 +24,9 @@ def scatter_min(a, slices, value):
     _np.minimum.at(a._a, _cp._index(slices), value._a if type(value) is _cp.ndarray else value)
 
 
+def empty_pinned(shape, dtype=float, order="C"):
+    """CuPy's page-locked host array: a NumPy array (pinning changes the copy speed, not the values)."""
+    return _np.empty(shape, dtype=dtype, order=order)
+
+
 scipy = _types.SimpleNamespace(special=_types.SimpleNamespace(erf=_erf))
