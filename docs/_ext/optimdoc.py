@@ -36,7 +36,8 @@ from sphinx import addnodes
 from sphinx.util import logging
 
 FAMILY_ORDER = ["sgd", "adaptive", "adam", "layerwise", "adahessian", "averaging"]
-HELPER_MODULES = {"minidl.optim.optimizer", "minidl.optim.kernels"}  # shared plumbing, not equations
+HELPER_MODULES = {"minidl.optim.optimizer", "minidl.optim.kernels",  # shared plumbing, not equations
+                  "minidl.optim.regularization", "minidl.optim.saved_state", "minidl.optim.wrapper"}
 logger = logging.getLogger(__name__)
 
 

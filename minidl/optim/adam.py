@@ -22,7 +22,8 @@ import math
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_nonnegative, decay_weights_, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_nonnegative
+from minidl.optim.regularization import decay_weights_, l2_gradient
 
 
 def adam_moments(g, m, v, *, beta1, beta2, tmp, d=None):
