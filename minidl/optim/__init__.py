@@ -26,13 +26,13 @@ from minidl.optim.layerwise import LAMB, LARS, NovoGrad
 from minidl.optim.lr_finder import lr_range_test
 from minidl.optim.optimizer import Optimizer
 from minidl.optim.regularization import l1_penalty, weight_decay_groups
-from minidl.optim.schedules import LRScheduler
+from minidl.optim.schedules import ScheduleLR
 from minidl.optim.sgd import NAG, SGD, SGDM
 from minidl.optim.switch import SwitchOptimizer
 
 __all__ = [
     "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adadelta", "Adagrad", "RMSprop", "Adam", "AdamW", "LAMB",
-    "LARS", "LRScheduler",
+    "LARS", "ScheduleLR",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
     "SGD", "SGDM", "SWA", "SwitchOptimizer", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale",
     "hessian_trace",

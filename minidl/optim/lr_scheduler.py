@@ -22,7 +22,7 @@ step by step).
 
 ``state_dict()`` holds numbers, strings and lists only (never a function), so
 it round-trips through ``mdl.save``/``mdl.load``; ``load_state_dict`` checks
-everything before it changes anything. :class:`minidl.optim.LRScheduler` is
+everything before it changes anything. :class:`minidl.optim.ScheduleLR` is
 minidl's other scheduler, driven by any schedule function ``f(t) → lr``.
 """
 from __future__ import annotations

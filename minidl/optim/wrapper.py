@@ -5,7 +5,7 @@ from __future__ import annotations
 class WrapsOptimizer:
     """Mixin for optimizers built around another one (``self.optimizer``): Lookahead, the
     data-parallel wrappers. Schedules and training loops read the inner optimizer's groups
-    and state through these, so one LRScheduler drives the wrapped optimizer too."""
+    and state through these, so one scheduler drives the wrapped optimizer too."""
 
     @property
     def param_groups(self):

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: closed forms, composition, LRScheduler, and torch.optim.lr_scheduler."""
+"""Learning-rate schedules: closed forms, composition, ScheduleLR, and torch.optim.lr_scheduler."""
 import math
 
 import numpy as np
@@ -41,7 +41,7 @@ def _torch_lrs(torch, make_scheduler, base_lr, steps, momentum=0.0):
 
 def _our_lrs(schedule, base_lr, steps):
     opt = optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=base_lr)
-    scheduler = optim.LRScheduler(opt, schedule)
+    scheduler = optim.ScheduleLR(opt, schedule)
     lrs = []
     for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])
@@ -83,12 +83,12 @@ def test_scheduler_keeps_the_ratio_between_groups_and_resumes():
     a = mdl.tensor(np.zeros(1), requires_grad=True)
     b = mdl.tensor(np.zeros(1), requires_grad=True)
     opt = optim.SGD([{"params": [a], "lr": 1e-3}, {"params": [b], "lr": 1e-2}], lr=1e-2)
-    scheduler = optim.LRScheduler(opt, schedules.step_decay(0.2, 0.1, 2))
+    scheduler = optim.ScheduleLR(opt, schedules.step_decay(0.2, 0.1, 2))
     assert scheduler.get_last_lr() == pytest.approx([0.02, 0.2])
     scheduler.step()
     scheduler.step()
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.002, 0.02])
-    again = optim.LRScheduler(opt, schedules.step_decay(0.2, 0.1, 2))
+    again = optim.ScheduleLR(opt, schedules.step_decay(0.2, 0.1, 2))
     again.load_state_dict(scheduler.state_dict())
     assert again.get_last_lr() == pytest.approx([0.002, 0.02])
 
@@ -106,7 +106,7 @@ def test_warmup_follows_the_book():
     (lambda: schedules.exponential(-1.0, 0.5), "a0 must be a number ≥ 0"),
     (lambda: schedules.warmup(schedules.constant(1.0), 10, start_factor=0), "start_factor"),
     (lambda: schedules.sequential([schedules.constant(1.0)], [3]), "milestones"),
-    (lambda: optim.LRScheduler(optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=0.1), 0.1),
+    (lambda: optim.ScheduleLR(optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=0.1), 0.1),
      "function of the step"),
 ])
 def test_bad_schedules_raise(make, message):
