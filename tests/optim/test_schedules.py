@@ -118,3 +118,13 @@ def test_every_schedule_is_positive_and_finite():
     for f in (schedules.cyclical(0.0, 1.0, 3), schedules.cosine_restarts(1.0, 3, 3), schedules.inverse_sqrt(1.0, 5)):
         values = [f(t) for t in range(200)]
         assert all(math.isfinite(v) and v >= 0 for v in values)
+
+
+def test_each_scheduler_has_one_name():
+    """ScheduleLR (a schedule f(t) sets the rates) and PyTorch's LRScheduler (the base of StepLR...) are two
+    concepts with two names: no LRScheduler is left in optim or optim.schedules to be taken for the other."""
+    assert optim.ScheduleLR is schedules.ScheduleLR
+    assert not hasattr(optim, "LRScheduler") and not hasattr(schedules, "LRScheduler")
+    assert all(issubclass(cls, optim.lr_scheduler.LRScheduler)
+               for cls in (optim.lr_scheduler.StepLR, optim.lr_scheduler.LambdaLR, optim.lr_scheduler.OneCycleLR))
+    assert not issubclass(optim.ScheduleLR, optim.lr_scheduler.LRScheduler)
