@@ -54,7 +54,7 @@ def hutchinson_diagonal(params, grads, generator):
 def adahessian_update(w, g, d, m, v, *, t, lr, beta1, beta2, eps, hessian_power, weight_decay, tmp=None):
     """One AdaHessian step, in place on w, m, v; D is the Hessian diagonal estimate.
 
-        m ← β₁m + (1 − β₁)g                          Adam's moments (:func:`~minidl.optim.adam.adam_moments`)
+        m ← β₁m + (1 − β₁)g                          the moments of :func:`minidl.optim.adam.adam_moments`
         v ← β₂v + (1 − β₂)D²                         with D in place of g
         m̂ ← m / (1 − β₁ᵗ);   v̂ ← v / (1 − β₂ᵗ)
         w ← w − lr·(m̂ / ((√v̂)^k + ε) + λw)            k = hessian_power

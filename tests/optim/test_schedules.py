@@ -66,14 +66,12 @@ def _our_lrs(schedule, base_lr, steps):
      lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.25, total_iters=8)),
 ], ids=["step", "exponential", "cosine-restarts", "cosine-restarts-mult", "polynomial2", "polynomial1",
         "warmup", "warmup-quarter"])
-def test_matches_torch(ours, theirs):
-    torch = pytest.importorskip("torch")
+def test_matches_torch(torch, ours, theirs):
     np.testing.assert_allclose(_our_lrs(ours, 0.1, 60), _torch_lrs(torch, lambda o: theirs(torch, o), 0.1, 60),
                                rtol=1e-9, atol=1e-12)
 
 
-def test_cyclical_matches_torch_triangular():
-    torch = pytest.importorskip("torch")
+def test_cyclical_matches_torch_triangular(torch):
     theirs = _torch_lrs(torch, lambda o: torch.optim.lr_scheduler.CyclicLR(
         o, base_lr=0.01, max_lr=0.1, step_size_up=5, mode="triangular"), 0.01, 40, momentum=0.9)
     np.testing.assert_allclose(_our_lrs(schedules.cyclical(0.01, 0.1, 5), 0.01, 40), theirs, rtol=1e-9)
