@@ -42,6 +42,38 @@ def device(request):
     return request.param
 
 
+@pytest.fixture
+def torch():
+    """PyTorch, for the tests that compare with it; each such test skips where PyTorch is not installed."""
+    return pytest.importorskip("torch")
+
+
+def leaf(array, device="cpu"):
+    """A float64 tensor that requires its gradient (gradients are checked in float64): ``leaf(x, device)``.
+
+    A plain function, not a fixture, so helpers can call it: ``from tests.conftest import leaf``.
+    """
+    return minidl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True, device=device)
+
+
+def check_device_against_cpu(op, x, device, exact=False, rtol=1e-12, seed=1):
+    """``op`` on ``device`` gives the CPU's value (equal when ``exact``, else to ``rtol``) and, under one random
+    upstream gradient drawn from ``seed``, the CPU's gradient, on the device: one check for every op's device test.
+    """
+    t, c = leaf(x, device), leaf(x)
+    y, yc = op(t), op(c)
+    assert y.device == t.device
+    if exact:
+        np.testing.assert_array_equal(y.numpy(), yc.numpy())
+    else:
+        np.testing.assert_allclose(y.numpy(), yc.numpy(), rtol=rtol)
+    w = np.random.default_rng(seed).standard_normal(yc.shape)
+    (y * minidl.tensor(w, device=device)).sum().backward()
+    (yc * minidl.tensor(w)).sum().backward()
+    assert t.grad.device == t.device
+    np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=rtol)
+
+
 @pytest.fixture(autouse=True)
 def _seeded():
     """Every test starts from the same seed, so failures reproduce."""

@@ -219,7 +219,7 @@ def test_optimizer_scheduler_and_loader_states_round_trip_exactly(tmp_path):
     mdl.manual_seed(0)
     model = nn.Linear(3, 2)
     opt = optim.Adam(model.parameters(), lr=1e-2, amsgrad=True)
-    scheduler = optim.LRScheduler(opt, optim.schedules.cosine_restarts(1e-2, 10))
+    scheduler = optim.ScheduleLR(opt, optim.schedules.cosine_restarts(1e-2, 10))
     loader = DataLoader((np.zeros((10, 3)), np.zeros(10)), batch_size=3, shuffle=True, seed=4)
     x = mdl.tensor(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32))
     _steps(model, opt, x, 3)

@@ -80,11 +80,11 @@ def test_optimizer_state_round_trips_and_resumes_the_same_trajectory(name, make,
 def test_scheduler_state_round_trips(tmp_path):
     p = mdl.tensor(np.zeros(1), requires_grad=True)
     opt = optim.SGD([p], lr=0.1)
-    scheduler = optim.LRScheduler(opt, schedules.cosine(0.1, 20))
+    scheduler = optim.ScheduleLR(opt, schedules.cosine(0.1, 20))
     for _ in range(7):
         scheduler.step()
     other = optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=0.1)
-    again = optim.LRScheduler(other, schedules.cosine(0.1, 20))
+    again = optim.ScheduleLR(other, schedules.cosine(0.1, 20))
     again.load_state_dict(_through_a_file(scheduler.state_dict(), tmp_path))
     for _ in range(5):
         assert again.get_last_lr() == scheduler.get_last_lr()

@@ -6,11 +6,6 @@ import pytest
 import minidl as mdl
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 # ---------------------------------------------------------------- size, numel, dim, t
 def test_size_is_torch_method_and_numel_counts_elements(torch):
     x, tx = mdl.zeros(2, 3, 4), torch.zeros(2, 3, 4)

@@ -36,7 +36,8 @@ from sphinx import addnodes
 from sphinx.util import logging
 
 FAMILY_ORDER = ["sgd", "adaptive", "adam", "layerwise", "adahessian", "averaging"]
-HELPER_MODULES = {"minidl.optim.optimizer", "minidl.optim.kernels"}  # shared plumbing, not equations
+HELPER_MODULES = {"minidl.optim.optimizer", "minidl.optim.kernels",  # shared plumbing, not equations
+                  "minidl.optim.regularization", "minidl.optim.saved_state", "minidl.optim.wrapper"}
 logger = logging.getLogger(__name__)
 
 
@@ -72,7 +73,7 @@ def optimizer_classes():
     """The classes minidl.optim exports (but the base class and the scheduler), by family, in source order."""
     import minidl.optim as optim
     classes = [getattr(optim, name) for name in optim.__all__
-               if inspect.isclass(getattr(optim, name)) and name not in ("Optimizer", "LRScheduler")]
+               if inspect.isclass(getattr(optim, name)) and name not in ("Optimizer", "ScheduleLR")]
     classes = list(dict.fromkeys(classes))  # an alias (AdaGrad for Adagrad) is the same class: one section
     modules = sorted({cls.__module__ for cls in classes},
                      key=lambda m: (FAMILY_ORDER + [m.rsplit(".", 1)[-1]]).index(m.rsplit(".", 1)[-1]))

@@ -15,6 +15,7 @@ momentum, SWATS). ``schedules`` holds the learning-rate schedules,
 ``lr_finder`` the learning-rate range test, ``curvature`` Hessian tools and
 the gradient noise scale.
 """
+from minidl.nn.utils import clip_grad_norm_, clip_grad_value_  # PyTorch keeps them in nn.utils; here too for the book
 from minidl.optim import lr_scheduler, schedules
 from minidl.optim.adahessian import AdaHessian
 from minidl.optim.adam import Adam, AdamW, AMSGrad, NAdam, RAdam
@@ -23,14 +24,15 @@ from minidl.optim.averaging import SWA, Lookahead, Ranger, RangerLARS, update_bn
 from minidl.optim.curvature import gradient_noise_scale, hessian_trace, hessian_vector_product, top_hessian_eigenvalue
 from minidl.optim.layerwise import LAMB, LARS, NovoGrad
 from minidl.optim.lr_finder import lr_range_test
-from minidl.optim.optimizer import Optimizer, clip_grad_norm_, clip_grad_value_, l1_penalty, weight_decay_groups
-from minidl.optim.schedules import LRScheduler
+from minidl.optim.optimizer import Optimizer
+from minidl.optim.regularization import l1_penalty, weight_decay_groups
+from minidl.optim.schedules import ScheduleLR
 from minidl.optim.sgd import NAG, SGD, SGDM
 from minidl.optim.switch import SwitchOptimizer
 
 __all__ = [
     "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adadelta", "Adagrad", "RMSprop", "Adam", "AdamW", "LAMB",
-    "LARS", "LRScheduler",
+    "LARS", "ScheduleLR",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
     "SGD", "SGDM", "SWA", "SwitchOptimizer", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale",
     "hessian_trace",

@@ -18,6 +18,7 @@ import numpy as np
 from minidl import backend
 from minidl.autograd import grad as autograd_grad
 from minidl.backend import xp_of
+from minidl.optim.adam import adam_moments, bias_corrected
 from minidl.optim.kernels import run_update
 from minidl.optim.optimizer import Optimizer, check_nonnegative
 from minidl.tensor import Tensor
@@ -53,21 +54,18 @@ def hutchinson_diagonal(params, grads, generator):
 def adahessian_update(w, g, d, m, v, *, t, lr, beta1, beta2, eps, hessian_power, weight_decay, tmp=None):
     """One AdaHessian step, in place on w, m, v; D is the Hessian diagonal estimate.
 
-        m ← β₁m + (1 − β₁)g
-        v ← β₂v + (1 − β₂)D²
+        m ← β₁m + (1 − β₁)g                          the moments of :func:`minidl.optim.adam.adam_moments`
+        v ← β₂v + (1 − β₂)D²                         with D in place of g
         m̂ ← m / (1 − β₁ᵗ);   v̂ ← v / (1 − β₂ᵗ)
         w ← w − lr·(m̂ / ((√v̂)^k + ε) + λw)            k = hessian_power
     """
     xp = xp_of(w)
     tmp = xp.empty_like(w) if tmp is None else tmp
-    m *= beta1
-    m += xp.multiply(g, 1 - beta1, out=tmp)
-    v *= beta2
-    v += xp.multiply(1 - beta2, xp.square(d, out=tmp), out=tmp)
-    v_hat = v * (1 / (1 - beta2 ** t))  # a multiply: twice as fast as a divide
+    adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=tmp, d=d)
+    v_hat = bias_corrected(v, beta2, t)
     denom = xp.power(xp.sqrt(v_hat, out=v_hat), hessian_power, out=v_hat)
     denom += eps
-    m_hat = xp.multiply(m, 1 / (1 - beta1 ** t), out=tmp)
+    m_hat = bias_corrected(m, beta1, t, out=tmp)
     step = xp.divide(m_hat, denom, out=tmp)
     if weight_decay:
         step += weight_decay * w

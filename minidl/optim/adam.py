@@ -22,31 +22,52 @@ import math
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_nonnegative, decay_weights_, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_nonnegative
+from minidl.optim.regularization import decay_weights_, l2_gradient
+
+
+def adam_moments(g, m, v, *, beta1, beta2, tmp, d=None):
+    """Adam's two running averages, in place on m and v: the book's lines, shared by the whole family.
+
+        m ← β₁m + (1 − β₁)g             first moment: momentum
+        v ← β₂v + (1 − β₂)g²            second moment: the gradient's running size
+    AdaHessian passes its Hessian diagonal estimate ``d``: v ← β₂v + (1 − β₂)D².
+    ``tmp`` is scratch shaped like g (its contents are overwritten).
+    """
+    xp = xp_of(g)
+    m *= beta1                                      # m ← β₁m + (1 − β₁)g
+    m += xp.multiply(g, 1 - beta1, out=tmp)
+    v *= beta2                                      # v ← β₂v + (1 − β₂)g²
+    v += xp.multiply(1 - beta2, xp.square(g if d is None else d, out=tmp), out=tmp)
+
+
+def bias_corrected(moment, beta, t, out=None):
+    """m̂ = m / (1 − β₁ᵗ) or v̂ = v / (1 − β₂ᵗ): a moment corrected for starting at 0 (into ``out`` or a new array).
+
+    Written as a multiply by 1/(1 − βᵗ), twice as fast as a divide.
+    """
+    return xp_of(moment).multiply(moment, 1 / (1 - beta ** t), out=out)
 
 
 def adam_direction(g, m, v, v_max=None, *, t, beta1, beta2, eps, tmp=None):
     """The book's Adam lines; updates m and v in place and returns r (in ``tmp`` if given).
 
-        m ← β₁m + (1 − β₁)g             first moment: momentum
+        m ← β₁m + (1 − β₁)g             first moment: momentum              (:func:`adam_moments`)
         v ← β₂v + (1 − β₂)g²            second moment: the gradient's running size
-        m̂ ← m / (1 − β₁ᵗ)              bias corrections: m and v start at 0
+        m̂ ← m / (1 − β₁ᵗ)              bias corrections: m and v start at 0 (:func:`bias_corrected`)
         v̂ ← v / (1 − β₂ᵗ)              (AMSGrad: v_max ← max(v_max, v); v̂ ← v_max / (1 − β₂ᵗ))
         r ← m̂ / (√v̂ + ε)
     """
     xp = xp_of(g)
     tmp = xp.empty_like(g) if tmp is None else tmp
-    m *= beta1
-    m += xp.multiply(g, 1 - beta1, out=tmp)
-    v *= beta2
-    v += xp.multiply(1 - beta2, xp.square(g, out=tmp), out=tmp)
+    adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=tmp)
     if v_max is not None:
         xp.maximum(v_max, v, out=v_max)
         v = v_max
-    v_hat = v * (1 / (1 - beta2 ** t))  # a multiply: twice as fast as a divide
+    v_hat = bias_corrected(v, beta2, t)
     denom = xp.sqrt(v_hat, out=v_hat)
     denom += eps
-    m_hat = xp.multiply(m, 1 / (1 - beta1 ** t), out=tmp)
+    m_hat = bias_corrected(m, beta1, t, out=tmp)
     r = xp.divide(m_hat, denom, out=tmp)
     return r
 
@@ -134,11 +155,8 @@ def nadam_update(w, g, m, v, *, t, lr, beta1, beta2, eps, mu, mu_next, mu_produc
     xp = xp_of(w)
     tmp = xp.empty_like(w) if tmp is None else tmp
     g = l2_gradient(g, w, weight_decay)
-    m *= beta1
-    m += xp.multiply(g, 1 - beta1, out=tmp)
-    v *= beta2
-    v += xp.multiply(1 - beta2, xp.square(g, out=tmp), out=tmp)
-    v_hat = v * (1 / (1 - beta2 ** t))  # a multiply: twice as fast as a divide
+    adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=tmp)
+    v_hat = bias_corrected(v, beta2, t)
     denom = xp.sqrt(v_hat, out=v_hat)
     denom += eps
     w -= xp.multiply(lr * (1 - mu) / (1 - mu_product), xp.divide(g, denom, out=tmp), out=tmp)
@@ -198,11 +216,8 @@ def radam_direction(g, m, v, *, t, beta1, beta2, eps, rect, tmp=None):
     """
     xp = xp_of(g)
     tmp = xp.empty_like(g) if tmp is None else tmp
-    m *= beta1
-    m += xp.multiply(g, 1 - beta1, out=tmp)
-    v *= beta2
-    v += xp.multiply(1 - beta2, xp.square(g, out=tmp), out=tmp)
-    m_hat = xp.multiply(m, 1 / (1 - beta1 ** t), out=tmp)
+    adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=tmp)
+    m_hat = bias_corrected(m, beta1, t, out=tmp)
     if rect is None:
         return m_hat
     denom = xp.sqrt(v)

@@ -24,7 +24,9 @@ from minidl.backend import xp_of
 from minidl.optim.adam import RAdam, radam_direction, radam_rectification
 from minidl.optim.kernels import run_update
 from minidl.optim.layerwise import norm, trust_ratio
-from minidl.optim.optimizer import Optimizer, WrapsOptimizer, _on_device, _plain, check_unit
+from minidl.optim.optimizer import Optimizer, check_unit
+from minidl.optim.saved_state import on_device, plain
+from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -69,13 +71,13 @@ class Lookahead(WrapsOptimizer, Optimizer):
         return loss
 
     def state_dict(self):
-        return {"inner": self.optimizer.state_dict(), "slow": {pos: _plain(a) for pos, a in self.slow.items()},
+        return {"inner": self.optimizer.state_dict(), "slow": {pos: plain(a) for pos, a in self.slow.items()},
                 "inner_steps": self.inner_steps, "k": self.k, "alpha": self.alpha}
 
     def load_state_dict(self, state_dict):
         self.optimizer.load_state_dict(state_dict["inner"])
         devices = {pos: p.device for pos, p, _ in self.optimizer.parameters()}
-        self.slow = {int(pos): _on_device(a, devices[int(pos)]) for pos, a in state_dict["slow"].items()}
+        self.slow = {int(pos): on_device(a, devices[int(pos)]) for pos, a in state_dict["slow"].items()}
         self.inner_steps = int(state_dict["inner_steps"])
         self.k, self.alpha = int(state_dict["k"]), float(state_dict["alpha"])
 
@@ -172,10 +174,10 @@ class SWA:
         mark_changed(*self.params)
 
     def state_dict(self):
-        return {"averages": [_plain(a) for a in self.averages], "n_averaged": self.n_averaged}
+        return {"averages": [plain(a) for a in self.averages], "n_averaged": self.n_averaged}
 
     def load_state_dict(self, state_dict):
-        self.averages = [_on_device(a, p.device) for a, p in zip(state_dict["averages"], self.params)]
+        self.averages = [on_device(a, p.device) for a, p in zip(state_dict["averages"], self.params)]
         self.n_averaged = int(state_dict["n_averaged"])
 
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from minidl import backend
-from minidl.optim.schedules import LRScheduler
+from minidl.optim.schedules import ScheduleLR
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -85,7 +85,7 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
     schedule = [lr_min * ratio ** i for i in range(steps)]
     lrs, losses = [], []
     try:
-        scheduler = LRScheduler(optimizer, lambda t: schedule[min(t, steps - 1)])
+        scheduler = ScheduleLR(optimizer, lambda t: schedule[min(t, steps - 1)])
         batches = iter(loader)
         best, average = math.inf, 0.0
         for lr in schedule:

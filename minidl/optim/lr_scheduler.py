@@ -22,7 +22,7 @@ step by step).
 
 ``state_dict()`` holds numbers, strings and lists only (never a function), so
 it round-trips through ``mdl.save``/``mdl.load``; ``load_state_dict`` checks
-everything before it changes anything. :class:`minidl.optim.LRScheduler` is
+everything before it changes anything. :class:`minidl.optim.ScheduleLR` is
 minidl's other scheduler, driven by any schedule function ``f(t) → lr``.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ import weakref
 from bisect import bisect_right
 
 from minidl.optim import schedules
+from minidl.optim.saved_state import plain
 
 __all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR",
            "MultiStepLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR", "StepLR"]
@@ -150,7 +151,7 @@ class LRScheduler:
 
     def state_dict(self) -> dict:
         """The counters, base rates, last rates and settings: numbers and lists only (``mdl.save`` stores it)."""
-        return {key: _plain(getattr(self, key)) for key in self._state_keys()}
+        return {key: plain(getattr(self, key)) for key in self._state_keys()}
 
     def check_state_dict(self, state_dict) -> None:
         """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
@@ -178,7 +179,7 @@ class LRScheduler:
             value, current = state_dict[key], getattr(self, key)
             if not _like(value, current) or (isinstance(current, (list, tuple)) and (
                     len(value) != len(current) or not all(_like(a, b) for a, b in zip(value, current)))):
-                raise ValueError(f"{owner}: {key} must be like this scheduler's {_plain(current)!r}, "
+                raise ValueError(f"{owner}: {key} must be like this scheduler's {plain(current)!r}, "
                                  f"got {repr(value)[:80]}")
             out[key] = type(current)(value) if isinstance(current, (list, tuple)) else value
         groups = len(self.optimizer.param_groups)
@@ -192,10 +193,6 @@ def _like(value, current) -> bool:
     """Whether a saved value may replace ``current``: the same kind (a whole number also for a number)."""
     kind, want = _kind(value), _kind(current)
     return kind == want or (want == "number" and kind == "whole number")
-
-
-def _plain(value):
-    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 class LambdaLR(LRScheduler):

@@ -39,7 +39,8 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import enable_grad, no_grad
-from minidl.optim.optimizer import Optimizer, WrapsOptimizer
+from minidl.optim.optimizer import Optimizer
+from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import mark_changed
 
 __all__ = ["OffloadedOptimizer", "offload", "state_bytes"]

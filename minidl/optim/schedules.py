@@ -6,7 +6,7 @@ such a function; they combine like functions do:
 
     f = warmup(cosine_restarts(0.1, T0=1000), steps=500)       # ramp up, then SGDR
     g = lambda t: 0.5 * step_decay(0.1, 0.1, 30)(t)           # any arithmetic
-    scheduler = LRScheduler(optimizer, f)                      # then scheduler.step() per step
+    scheduler = ScheduleLR(optimizer, f)                      # then scheduler.step() per step
 
 The book's advice: a good default is to decrease the learning rate by 10x
 when the validation error plateaus (``step_decay(a0, 0.1, ...)`` does it on a
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["LRScheduler", "constant", "cosine", "cosine_restarts", "cyclical", "exponential", "inverse_sqrt",
+__all__ = ["ScheduleLR", "constant", "cosine", "cosine_restarts", "cyclical", "exponential", "inverse_sqrt",
            "polynomial", "sequential", "step_decay", "warmup"]
 
 
@@ -144,7 +144,7 @@ def sequential(schedules, milestones):
     return f
 
 
-class LRScheduler:
+class ScheduleLR:
     """Sets each parameter group's lr from ``schedule(t)`` at every ``step()``.
 
     The schedule gives the learning rate of the group with the largest initial
@@ -155,7 +155,7 @@ class LRScheduler:
 
     def __init__(self, optimizer, schedule):
         if not callable(schedule):
-            raise TypeError(f"LRScheduler: schedule must be a function of the step t, got {schedule!r}")
+            raise TypeError(f"ScheduleLR: schedule must be a function of the step t, got {schedule!r}")
         self.optimizer, self.schedule = optimizer, schedule
         initial = [group["lr"] for group in optimizer.param_groups]
         top = max(initial)
@@ -189,7 +189,7 @@ class LRScheduler:
         self._apply()
 
     def _checked(self, state_dict):
-        owner = "LRScheduler.load_state_dict"
+        owner = "ScheduleLR.load_state_dict"
         if not isinstance(state_dict, dict) or set(state_dict) != {"t", "scales"}:
             keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
             raise ValueError(f"{owner}: expected {{'t': steps taken, 'scales': [one per group]}} as "

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from minidl.backend import xp_of
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_unit, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_unit
+from minidl.optim.regularization import l2_gradient
 
 
 def sgd_update(w, g, b=None, *, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, tmp=None):

@@ -26,7 +26,8 @@ import numbers
 from minidl.backend import fetch, xp_of
 from minidl.optim.adam import adam_direction
 from minidl.optim.kernels import run_update
-from minidl.optim.optimizer import Optimizer, check_nonnegative, l2_gradient
+from minidl.optim.optimizer import Optimizer, check_nonnegative
+from minidl.optim.regularization import l2_gradient
 from minidl.optim.sgd import sgdm_update
 
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
 from minidl.nn.module import Module
-from minidl.optim.optimizer import WrapsOptimizer
+from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP

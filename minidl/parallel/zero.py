@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.optim.optimizer import WrapsOptimizer
+from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
 
 

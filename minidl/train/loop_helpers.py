@@ -121,11 +121,11 @@ def needs_create_graph(optimizer) -> bool:
 
 
 def as_scheduler(scheduler, optimizer):
-    """An LRScheduler as given, or a plain schedule f(t) wrapped in one."""
+    """A scheduler as given, or a plain schedule f(t) wrapped in an optim.ScheduleLR."""
     if scheduler is None or callable(getattr(scheduler, "step", None)):
         return scheduler
     if callable(scheduler):
-        from minidl.optim import LRScheduler
-        return LRScheduler(optimizer, scheduler)
-    raise TypeError(f"Trainer: scheduler must be an LRScheduler or a function f(t) -> lr, "
+        from minidl.optim import ScheduleLR
+        return ScheduleLR(optimizer, scheduler)
+    raise TypeError(f"Trainer: scheduler must be a scheduler (optim.ScheduleLR...) or a function f(t) -> lr, "
                     f"got {type(scheduler).__name__}")

@@ -79,7 +79,7 @@ class Trainer:
         metrics: names from ``minidl.train.metrics.METRICS`` ("accuracy",
             "precision", "recall", "f1") or ``{name: fn(y_true, scores)}``;
             computed on validation data. Used only for integer targets.
-        scheduler: an ``LRScheduler``, or a plain schedule ``f(t) -> lr``
+        scheduler: an ``optim.ScheduleLR`` or ``optim.lr_scheduler`` scheduler, or a schedule ``f(t) -> lr``
             (wrapped in one); stepped after every optimizer step. A scheduler whose
             ``step`` needs a metric (``ReduceLROnPlateau``) is stepped instead at
             every validation, with the record's ``scheduler_monitor`` value.

@@ -163,7 +163,7 @@ def test_prose_and_code_hold_no_equation_lines():
     Each factory below returns such a function; they combine like functions do:
 
         f = warmup(cosine_restarts(0.1, T0=1000), steps=500)       # ramp up, then SGDR
-        scheduler = LRScheduler(optimizer, f)                      # then scheduler.step() per step
+        scheduler = ScheduleLR(optimizer, f)                      # then scheduler.step() per step
     """
     assert equation_lines(doc) == []
     assert [kind for kind, _ in docmath.blocks(doc)] == ["para", "para", "code"]

@@ -7,11 +7,6 @@ import minidl.functional as F
 from minidl import nn
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def _data(rng, name):
     """(input, target) suited to the loss ``name``."""
     if name in ("CrossEntropyLoss",):

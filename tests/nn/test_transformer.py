@@ -14,11 +14,6 @@ import minidl as mdl
 from minidl import nn
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def copy_from_torch(module, torch_module):
     module.load_state_dict({k: v.detach().numpy() for k, v in torch_module.state_dict().items()})
     return module.double()

@@ -9,6 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 import minidl as mdl
 import minidl.functional as F
+from tests.conftest import check_device_against_cpu
 
 FEW = settings(max_examples=15, deadline=None)
 seeds = st.integers(0, 2**32 - 1)
@@ -221,14 +222,5 @@ def test_gelu_matches_torch():
 @pytest.mark.parametrize("name", ["relu", "elu", "tanh", "sigmoid", "softplus", "gelu",
                                   "softmax", "log_softmax", "logsumexp"])
 def test_forward_and_backward_on_device(device, name):
-    op = ALL_FLOAT32[name]
     x = away_from_zero(np.random.default_rng(3).standard_normal((3, 4)))
-    t = mdl.tensor(x, requires_grad=True, device=device)
-    c = mdl.tensor(x, requires_grad=True)
-    y, yc = op(t), op(c)
-    assert y.device == t.device
-    np.testing.assert_allclose(y.numpy(), yc.numpy(), rtol=1e-12)
-    w = np.random.default_rng(4).standard_normal(yc.shape)
-    (y * mdl.tensor(w, device=device)).sum().backward()
-    (yc * mdl.tensor(w)).sum().backward()
-    np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=1e-12)
+    check_device_against_cpu(ALL_FLOAT32[name], x, device, rtol=1e-12, seed=4)

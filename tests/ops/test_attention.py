@@ -10,11 +10,6 @@ import minidl.functional as F
 from minidl.ops.attention import AttentionGrad, ScaledDotProductAttention
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def composed_attention(q, k, v, bias=None, scale=None):
     """The teaching version: five recorded ops (matmul, scale, add the mask, softmax, matmul)."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale

@@ -7,6 +7,7 @@ from hypothesis.extra import numpy as hnp
 
 import minidl as mdl
 import minidl.functional as F
+from tests.conftest import leaf
 
 FEW = settings(max_examples=15, deadline=None)
 seeds = st.integers(0, 2**32 - 1)
@@ -23,10 +24,6 @@ def values(rng, shape, kind="any"):
     if kind == "nonzero":
         return np.where(x >= 0, x + 0.3, x - 0.3)
     return x
-
-
-def leaf(array, device="cpu"):
-    return mdl.tensor(array, requires_grad=True, device=device)
 
 
 # name: (minidl op, NumPy formula, kind of a, kind of b, smooth?)

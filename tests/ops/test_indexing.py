@@ -4,25 +4,15 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
+from tests.ops.torch_compare import values_and_gradients
 
 
 def _both(torch, fn_mdl, fn_torch, *arrays, seed=1):
-    """Values and gradients (under one random upstream gradient) of one function in minidl and in PyTorch."""
-    ours = [mdl.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, ty = fn_mdl(*ours), fn_torch(*theirs)
-    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
-    g = np.random.default_rng(seed).standard_normal(y.shape)
-    y.backward(grad=g)
-    ty.backward(torch.tensor(g))
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12, atol=1e-14)
-    return y, g, [a.grad.numpy() for a in ours]
+    """Values (equal) and gradients (under the upstream gradient g drawn from ``seed``) of one function in minidl
+    and in PyTorch: (value, g, gradients)."""
+    y, grads = values_and_gradients(torch, fn_mdl, fn_torch, *arrays, seed=seed, rtol=0, atol=0, grad_rtol=1e-12,
+                                    grad_atol=1e-14)
+    return mdl.tensor(y), np.random.default_rng(seed).standard_normal(y.shape), grads
 
 
 def _x(*shape, seed=0):

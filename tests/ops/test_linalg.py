@@ -6,14 +6,11 @@ from hypothesis import strategies as st
 
 import minidl as mdl
 import minidl.functional as F
+from tests.conftest import leaf
 
 FEW = settings(max_examples=20, deadline=None)
 seeds = st.integers(0, 2**32 - 1)
 side = st.integers(1, 3)
-
-
-def leaf(array, device="cpu"):
-    return mdl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True, device=device)
 
 
 def check_matmul(a, b):

@@ -6,25 +6,13 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
+from tests.ops.torch_compare import values_and_gradients
 
 
 def _both(torch, fn_mdl, fn_torch, *arrays, seed=1, rtol=1e-11):
     """Values and gradients (under one random upstream gradient) of one function in minidl and in PyTorch."""
-    ours = [mdl.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, ty = fn_mdl(*ours), fn_torch(*theirs)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=rtol, atol=1e-12)
-    g = np.random.default_rng(seed).standard_normal(y.shape)
-    y.backward(grad=g)
-    ty.backward(torch.tensor(g))
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=rtol, atol=1e-12)
-    return y, [a.grad.numpy() for a in ours]
+    y, grads = values_and_gradients(torch, fn_mdl, fn_torch, *arrays, seed=seed, rtol=rtol, atol=1e-12)
+    return mdl.tensor(y), grads
 
 
 def _x(*shape, seed=0):

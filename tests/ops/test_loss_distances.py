@@ -8,11 +8,6 @@ import minidl as mdl
 import minidl.functional as F
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def p_norm_np(x, p, axis, keepdims=False):
     if p == math.inf:
         return np.abs(x).max(axis=axis, keepdims=keepdims)

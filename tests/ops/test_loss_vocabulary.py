@@ -7,11 +7,6 @@ import minidl as mdl
 import minidl.functional as F
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def log_softmax_np(x, axis=1):
     m = x.max(axis=axis, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))

@@ -7,15 +7,7 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
-def leaf(array):
-    return mdl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True)
+from tests.conftest import leaf
 
 
 def grads_of(fn, arrays, upstream):

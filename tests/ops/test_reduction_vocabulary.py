@@ -7,25 +7,14 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-
-
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
+from tests.ops.torch_compare import values_and_gradients
 
 
 def _both(torch, fn_mdl, fn_torch, *arrays, seed=1):
     """Values and gradients (under one random upstream gradient) of the same function in minidl and PyTorch."""
-    ours = [mdl.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, ty = fn_mdl(*ours), fn_torch(*theirs)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
-    g = np.random.default_rng(seed).standard_normal(y.shape)
-    y.backward(grad=g)
-    ty.backward(torch.tensor(g))
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
-    return y, [a.grad.numpy() for a in ours]
+    y, grads = values_and_gradients(torch, fn_mdl, fn_torch, *arrays, seed=seed, rtol=1e-12, atol=1e-12,
+                                    grad_rtol=1e-10, grad_atol=1e-12)
+    return mdl.tensor(y), grads
 
 
 def _x(*shape, seed=0):

@@ -9,11 +9,6 @@ import minidl.functional as F
 from tests.ops.torch_compare import values_and_gradients
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def _both(torch, fn_mdl, fn_torch, *arrays, seed=1):
     return values_and_gradients(torch, fn_mdl, fn_torch, *arrays, seed=seed, rtol=1e-13, atol=1e-15,
                                 grad_rtol=1e-12, grad_atol=1e-14)

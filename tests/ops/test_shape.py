@@ -11,14 +11,11 @@ from hypothesis.extra import numpy as hnp
 import minidl as mdl
 import minidl.functional as F
 from minidl.ops.shape import sum_to
+from tests.conftest import check_device_against_cpu, leaf
 
 FEW = settings(max_examples=15, deadline=None)
 seeds = st.integers(0, 2**32 - 1)
 shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
-
-
-def leaf(array, device="cpu"):
-    return mdl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True, device=device)
 
 
 def check(fn, x, expected):
@@ -286,12 +283,4 @@ def test_float32_stays_float32(name):
 @pytest.mark.parametrize("name", SHAPE_OPS)
 def test_forward_and_backward_on_device(device, name):
     x = np.random.default_rng(0).standard_normal((2, 3))
-    t = leaf(x, device)
-    c = leaf(x)
-    y, yc = SHAPE_OPS[name](t), SHAPE_OPS[name](c)
-    assert y.device == t.device
-    np.testing.assert_array_equal(y.numpy(), yc.numpy())
-    w = np.random.default_rng(1).standard_normal(yc.shape)
-    (y * mdl.tensor(w, device=device)).sum().backward()
-    (yc * mdl.tensor(w)).sum().backward()
-    np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=1e-12)
+    check_device_against_cpu(SHAPE_OPS[name], x, device, exact=True, seed=1)

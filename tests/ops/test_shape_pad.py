@@ -10,13 +10,10 @@ from hypothesis import strategies as st
 
 import minidl as mdl
 import minidl.functional as F
+from tests.conftest import leaf
 
 FEW = settings(max_examples=25, deadline=None)
 NUMPY_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-
-
-def leaf(array, device="cpu"):
-    return mdl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True, device=device)
 
 
 def numpy_pad(x, pad, mode="constant", value=0.0):

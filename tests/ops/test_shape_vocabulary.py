@@ -14,12 +14,9 @@ from hypothesis.extra import numpy as hnp
 import minidl as mdl
 import minidl.functional as F
 from minidl import nn
+from tests.conftest import check_device_against_cpu, leaf
 
 FEW = settings(max_examples=15, deadline=None)
-
-
-def leaf(array, device="cpu"):
-    return mdl.tensor(np.asarray(array, dtype=np.float64), requires_grad=True, device=device)
 
 
 def windows(x, dim, size, step):
@@ -402,11 +399,4 @@ def test_float32_stays_float32(name):
 @pytest.mark.parametrize("name", DEVICE_OPS)
 def test_forward_and_backward_on_device(device, name):
     x = np.random.default_rng(0).standard_normal((2, 3))
-    t, c = leaf(x, device), leaf(x)
-    y, yc = DEVICE_OPS[name](t), DEVICE_OPS[name](c)
-    assert y.device == t.device
-    np.testing.assert_array_equal(y.numpy(), yc.numpy())
-    w = np.random.default_rng(1).standard_normal(yc.shape)
-    (y * mdl.tensor(w, device=device)).sum().backward()
-    (yc * mdl.tensor(w)).sum().backward()
-    np.testing.assert_allclose(t.grad.numpy(), c.grad.numpy(), rtol=1e-12)
+    check_device_against_cpu(DEVICE_OPS[name], x, device, exact=True, seed=1)

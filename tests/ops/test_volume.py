@@ -7,11 +7,6 @@ import minidl.functional as F
 from tests.ops.torch_compare import values_and_gradients
 
 
-@pytest.fixture
-def torch():
-    return pytest.importorskip("torch")
-
-
 def _both(torch, fn_mdl, fn_torch, *arrays, rtol=1e-12):
     return values_and_gradients(torch, fn_mdl, fn_torch, *arrays, rtol=rtol, atol=1e-12)[0]
 

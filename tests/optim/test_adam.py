@@ -99,6 +99,5 @@ def test_radam_falls_back_to_momentum_until_rho_exceeds_5():
      lambda t, p: t.optim.RAdam(p, lr=0.05, weight_decay=0.1, decoupled_weight_decay=True)),
 ], ids=["adam", "adam-decay", "adamw", "amsgrad", "adamw-amsgrad", "nadam", "nadam-decay", "radam",
         "radam-decay", "radam-decoupled"])
-def test_matches_torch(ours, theirs):
-    torch = pytest.importorskip("torch")
+def test_matches_torch(torch, ours, theirs):
     assert_same_trajectory(run_minidl(ours, 40), run_torch(lambda p: theirs(torch, p), 40))

@@ -77,8 +77,7 @@ def test_first_three_steps_by_hand(make, hand):
      lambda t, p: t.optim.Adadelta(p, lr=0.5, rho=0.95, weight_decay=0.1)),
 ], ids=["adagrad", "adagrad-decay", "rmsprop", "centered", "momentum", "centered-momentum-decay",
         "adadelta", "adadelta-decay"])
-def test_matches_torch(ours, theirs):
-    torch = pytest.importorskip("torch")
+def test_matches_torch(torch, ours, theirs):
     assert_same_trajectory(run_minidl(ours, 30), run_torch(lambda p: theirs(torch, p), 30))
 
 
@@ -90,9 +89,8 @@ def test_matches_torch(ours, theirs):
      lambda t, p: t.optim.RMSprop(p, lr=0.01, alpha=0.95, centered=True)),
     (lambda p: optim.Adadelta(p, 0.5, 0.95), lambda t, p: t.optim.Adadelta(p, 0.5, 0.95)),
 ], ids=["adagrad-positional-lr_decay-initial", "rmsprop-positional", "rmsprop-alpha", "adadelta"])
-def test_pytorch_names_and_argument_order_give_pytorchs_trajectory(ours, theirs):
+def test_pytorch_names_and_argument_order_give_pytorchs_trajectory(torch, ours, theirs):
     """PyTorch's class names and positional order (RMSprop: lr, alpha, eps, weight_decay, momentum)."""
-    torch = pytest.importorskip("torch")
     assert_same_trajectory(run_minidl(ours, 30), run_torch(lambda p: theirs(torch, p), 30))
 
 

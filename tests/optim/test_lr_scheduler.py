@@ -68,8 +68,7 @@ CASES = [
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 @pytest.mark.parametrize("name,kwargs,steps", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_sequence_matches_torch(name, kwargs, steps, kind):
-    torch = pytest.importorskip("torch")
+def test_sequence_matches_torch(torch, name, kwargs, steps, kind):
     ours_opt, theirs_opt = our_optimizer(kind), torch_optimizer(torch, kind)
     ours = getattr(lr_scheduler, name)(ours_opt, **kwargs)
     theirs = getattr(torch.optim.lr_scheduler, name)(theirs_opt, **kwargs)
@@ -77,8 +76,7 @@ def test_sequence_matches_torch(name, kwargs, steps, kind):
     assert ours.last_epoch == theirs.last_epoch == steps
 
 
-def test_lambda_lr_matches_torch_with_one_and_per_group_functions():
-    torch = pytest.importorskip("torch")
+def test_lambda_lr_matches_torch_with_one_and_per_group_functions(torch):
     for lam in (lambda e: 0.97 ** e, [lambda e: 1 / (1 + e), lambda e: 0.5 * (1 + math.cos(e / 3))]):
         ours_opt, theirs_opt = our_optimizer(), torch_optimizer(torch)
         ours, theirs = lr_scheduler.LambdaLR(ours_opt, lam), torch.optim.lr_scheduler.LambdaLR(theirs_opt, lam)
@@ -93,8 +91,7 @@ SEQUENTIAL = [
 
 
 @pytest.mark.parametrize("make,milestones,steps", SEQUENTIAL)
-def test_sequential_lr_matches_torch(make, milestones, steps):
-    torch = pytest.importorskip("torch")
+def test_sequential_lr_matches_torch(torch, make, milestones, steps):
     ours_opt, theirs_opt = our_optimizer(), torch_optimizer(torch)
     ours = lr_scheduler.SequentialLR(ours_opt, make(lr_scheduler, ours_opt), milestones)
     theirs = torch.optim.lr_scheduler.SequentialLR(theirs_opt, make(torch.optim.lr_scheduler, theirs_opt),
@@ -112,8 +109,7 @@ PLATEAU = [
 
 
 @pytest.mark.parametrize("kwargs", PLATEAU)
-def test_reduce_lr_on_plateau_matches_torch(kwargs):
-    torch = pytest.importorskip("torch")
+def test_reduce_lr_on_plateau_matches_torch(torch, kwargs):
     rng = np.random.default_rng(0)
     # a loss that improves, stalls (with small and larger wiggles), improves, then plateaus for good
     metrics = np.concatenate([np.linspace(1.0, 0.5, 6), 0.5 + rng.uniform(-0.01, 0.015, 8),
@@ -301,8 +297,7 @@ def test_load_state_dict_refuses_a_fractional_step_count():
 
 
 @pytest.mark.parametrize("T_0,T_mult,eta_min", [(3, 2, 0.01), (5, 1, 0.0), (2, 3, 0.001)])
-def test_cosine_annealing_warm_restarts_equals_pytorchs_over_50_steps(T_0, T_mult, eta_min):  # noqa: N803
-    torch = pytest.importorskip("torch")
+def test_cosine_annealing_warm_restarts_equals_pytorchs_over_50_steps(torch, T_0, T_mult, eta_min):  # noqa: N803
     from minidl.optim.lr_scheduler import CosineAnnealingWarmRestarts
     w = mdl.tensor([1.0], requires_grad=True)
     opt = optim.SGD([w], lr=0.1)

@@ -49,7 +49,7 @@ def test_converges_on_a_convex_quadratic(name, dtype):
     params = [mdl.tensor(np.ones(s), requires_grad=True, dtype=dtype) for s in [(3,), (2, 3)]]
     opt = ALL[name](params)
     lr0 = opt.param_groups[0]["lr"]
-    scheduler = optim.LRScheduler(opt, optim.schedules.exponential(lr0, 0.985 if name in DECAYED else 1.0))
+    scheduler = optim.ScheduleLR(opt, optim.schedules.exponential(lr0, 0.985 if name in DECAYED else 1.0))
     for _ in range(400):
         opt.zero_grad()
         quadratic(params).backward(create_graph=name == "AdaHessian")

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: closed forms, composition, LRScheduler, and torch.optim.lr_scheduler."""
+"""Learning-rate schedules: closed forms, composition, ScheduleLR, and torch.optim.lr_scheduler."""
 import math
 
 import numpy as np
@@ -41,7 +41,7 @@ def _torch_lrs(torch, make_scheduler, base_lr, steps, momentum=0.0):
 
 def _our_lrs(schedule, base_lr, steps):
     opt = optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=base_lr)
-    scheduler = optim.LRScheduler(opt, schedule)
+    scheduler = optim.ScheduleLR(opt, schedule)
     lrs = []
     for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])
@@ -66,14 +66,12 @@ def _our_lrs(schedule, base_lr, steps):
      lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.25, total_iters=8)),
 ], ids=["step", "exponential", "cosine-restarts", "cosine-restarts-mult", "polynomial2", "polynomial1",
         "warmup", "warmup-quarter"])
-def test_matches_torch(ours, theirs):
-    torch = pytest.importorskip("torch")
+def test_matches_torch(torch, ours, theirs):
     np.testing.assert_allclose(_our_lrs(ours, 0.1, 60), _torch_lrs(torch, lambda o: theirs(torch, o), 0.1, 60),
                                rtol=1e-9, atol=1e-12)
 
 
-def test_cyclical_matches_torch_triangular():
-    torch = pytest.importorskip("torch")
+def test_cyclical_matches_torch_triangular(torch):
     theirs = _torch_lrs(torch, lambda o: torch.optim.lr_scheduler.CyclicLR(
         o, base_lr=0.01, max_lr=0.1, step_size_up=5, mode="triangular"), 0.01, 40, momentum=0.9)
     np.testing.assert_allclose(_our_lrs(schedules.cyclical(0.01, 0.1, 5), 0.01, 40), theirs, rtol=1e-9)
@@ -83,12 +81,12 @@ def test_scheduler_keeps_the_ratio_between_groups_and_resumes():
     a = mdl.tensor(np.zeros(1), requires_grad=True)
     b = mdl.tensor(np.zeros(1), requires_grad=True)
     opt = optim.SGD([{"params": [a], "lr": 1e-3}, {"params": [b], "lr": 1e-2}], lr=1e-2)
-    scheduler = optim.LRScheduler(opt, schedules.step_decay(0.2, 0.1, 2))
+    scheduler = optim.ScheduleLR(opt, schedules.step_decay(0.2, 0.1, 2))
     assert scheduler.get_last_lr() == pytest.approx([0.02, 0.2])
     scheduler.step()
     scheduler.step()
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.002, 0.02])
-    again = optim.LRScheduler(opt, schedules.step_decay(0.2, 0.1, 2))
+    again = optim.ScheduleLR(opt, schedules.step_decay(0.2, 0.1, 2))
     again.load_state_dict(scheduler.state_dict())
     assert again.get_last_lr() == pytest.approx([0.002, 0.02])
 
@@ -106,7 +104,7 @@ def test_warmup_follows_the_book():
     (lambda: schedules.exponential(-1.0, 0.5), "a0 must be a number ≥ 0"),
     (lambda: schedules.warmup(schedules.constant(1.0), 10, start_factor=0), "start_factor"),
     (lambda: schedules.sequential([schedules.constant(1.0)], [3]), "milestones"),
-    (lambda: optim.LRScheduler(optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=0.1), 0.1),
+    (lambda: optim.ScheduleLR(optim.SGD([mdl.tensor(np.zeros(1), requires_grad=True)], lr=0.1), 0.1),
      "function of the step"),
 ])
 def test_bad_schedules_raise(make, message):
@@ -118,3 +116,13 @@ def test_every_schedule_is_positive_and_finite():
     for f in (schedules.cyclical(0.0, 1.0, 3), schedules.cosine_restarts(1.0, 3, 3), schedules.inverse_sqrt(1.0, 5)):
         values = [f(t) for t in range(200)]
         assert all(math.isfinite(v) and v >= 0 for v in values)
+
+
+def test_each_scheduler_has_one_name():
+    """ScheduleLR (a schedule f(t) sets the rates) and PyTorch's LRScheduler (the base of StepLR...) are two
+    concepts with two names: no LRScheduler is left in optim or optim.schedules to be taken for the other."""
+    assert optim.ScheduleLR is schedules.ScheduleLR
+    assert not hasattr(optim, "LRScheduler") and not hasattr(schedules, "LRScheduler")
+    assert all(issubclass(cls, optim.lr_scheduler.LRScheduler)
+               for cls in (optim.lr_scheduler.StepLR, optim.lr_scheduler.LambdaLR, optim.lr_scheduler.OneCycleLR))
+    assert not issubclass(optim.ScheduleLR, optim.lr_scheduler.LRScheduler)

@@ -16,8 +16,7 @@ def test_cosine_closed_form():
 
 
 @pytest.mark.parametrize("a0, t_max, eta_min, steps", [(0.1, 25, 0.0, 60), (0.05, 7, 0.01, 40)])
-def test_cosine_matches_torch_cosine_annealing_lr(a0, t_max, eta_min, steps):
-    torch = pytest.importorskip("torch")
+def test_cosine_matches_torch_cosine_annealing_lr(torch, a0, t_max, eta_min, steps):
     theirs = _torch_lrs(torch, lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=t_max, eta_min=eta_min),
                         a0, steps)
     # past T_max too: PyTorch's rate climbs back up along the same cosine, and so does ours

@@ -60,15 +60,13 @@ def test_sgdm_is_classic_momentum_with_scaled_lr():
 @pytest.mark.parametrize("kwargs", [dict(lr=0.05), dict(lr=0.05, momentum=0.9), dict(lr=0.02, momentum=0.9,
                                     nesterov=True), dict(lr=0.05, momentum=0.5, weight_decay=0.1)],
                          ids=["plain", "momentum", "nesterov", "decay"])
-def test_matches_torch_sgd(kwargs):
-    torch = pytest.importorskip("torch")
+def test_matches_torch_sgd(torch, kwargs):
     ours = run_minidl(lambda p: optim.SGD(p, **kwargs), 25)
     theirs = run_torch(lambda p: torch.optim.SGD(p, **kwargs), 25)
     assert_same_trajectory(ours, theirs)
 
 
-def test_nag_is_torch_nesterov():
-    torch = pytest.importorskip("torch")
+def test_nag_is_torch_nesterov(torch):
     ours = run_minidl(lambda p: optim.NAG(p, lr=0.02, momentum=0.9), 25)
     theirs = run_torch(lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.9, nesterov=True), 25)
     assert_same_trajectory(ours, theirs)
@@ -82,9 +80,8 @@ def test_nesterov_needs_momentum():
 @pytest.mark.parametrize("kwargs", [dict(lr=0.05, momentum=0.9, dampening=0.3),
                                     dict(lr=0.05, momentum=0.5, dampening=1.0, weight_decay=0.1)],
                          ids=["dampening", "full-dampening-decay"])
-def test_dampening_gives_pytorchs_trajectory(kwargs):
+def test_dampening_gives_pytorchs_trajectory(torch, kwargs):
     """b ← μb + (1 − τ)g after an undamped first step b₁ = g, as torch.optim.SGD."""
-    torch = pytest.importorskip("torch")
     assert_same_trajectory(run_minidl(lambda p: optim.SGD(p, **kwargs), 30),
                            run_torch(lambda p: torch.optim.SGD(p, **kwargs), 30))
 
