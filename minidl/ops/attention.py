@@ -178,7 +178,7 @@ def _probabilities_op(q, k, bias, scale, mask, dead):
 # ---------------------------------------------------------------- the functional form
 def _as_input(op, name, value):
     x = as_tensor(value)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":  # complex: the analytic continuation, for the complex-step gradcheck
         raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
     if x.ndim < 2:
         raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
@@ -245,7 +245,7 @@ def _mask(op, attn_mask, q, scores):
                          f"{scores} (..., L, S)")
     if array.dtype == bool:
         return backend.to_device(array, q.device), None
-    if array.dtype.kind != "f":
+    if array.dtype.kind not in "fc":
         raise TypeError(f"{op}: attn_mask must be boolean (True: take part) or floating point (added to the "
                         f"scores), got dtype {array.dtype}")
     if isinstance(attn_mask, Tensor) and attn_mask.dtype == q.dtype:
