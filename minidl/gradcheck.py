@@ -325,3 +325,138 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=None, atol=1e-5, rtol=1e-3,
 
     return gradcheck(first_derivative, list(inputs) + vs, eps=eps, atol=atol, rtol=rtol, fast=fast, seed=seed,
                      method=method)
+
+
+# ---------------------------------------------------------------- the error against the step
+class ErrorSweep:
+    """The numerical derivative's relative error against the step h, with the theory's lines.
+
+    ``steps`` runs from 1e-1 down to 1e-13; ``central``, ``richardson`` and ``complex``
+    (None where fn is not analytic) are |numeric − analytic| / |analytic| at each step,
+    for one random directional derivative vᵀJu (the analytic value from the backward).
+    ``truncation`` = |g‴|·h²/6 / |g′| and ``rounding`` = ε·Σ|v||f| / h / |g′| are the two
+    terms of the central difference's error, with g(t) = vᵀf(x + t·u); they cross at
+    ``best_step`` = (3ε·Σ|v||f| / |g‴|)^(1/3), where the error is smallest.
+    """
+
+    def __init__(self, name, steps, central, richardson, complex_, truncation, rounding, best_step):
+        self.name, self.steps = name, steps
+        self.central, self.richardson, self.complex = central, richardson, complex_
+        self.truncation, self.rounding, self.best_step = truncation, rounding, best_step
+
+    def __repr__(self):
+        best = int(np.argmin(self.central))
+        return (f"ErrorSweep({self.name!r}: central smallest {self.central[best]:.2g} at h={self.steps[best]:.0e}, "
+                f"theory's best h {self.best_step:.1e})")
+
+
+def error_sweep(fn, inputs, steps=None, seed=0, name="f", complex_step=True) -> ErrorSweep:
+    """Central differences, Richardson and the complex step at every step in ``steps`` (default
+    1e-1 to 1e-13, four per decade), against the backward's vᵀJu for random u and v (``seed``).
+
+    ``complex_step=False`` leaves the complex step out (for fn known not to be analytic: one
+    that drops the imaginary part is detected and left out anyway, but one that keeps it
+    through |x| or a comparison would give a wrong curve, not an error)."""
+    inputs, wrt = _checked_inputs(inputs)
+    steps = np.logspace(-1, -13, 49) if steps is None else np.asarray(steps, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    outputs = _outputs_of(fn, inputs)
+    v = [rng.standard_normal(o.shape) for o in outputs]
+    u = [rng.standard_normal(x.shape) for x in wrt]
+    live = [(o, w) for o, w in zip(outputs, v) if o.requires_grad]
+    grads = grad([o for o, _ in live], wrt, allow_unused=True, retain_graph=True,
+                 grad_outputs=[Tensor(backend.to_device(w, o.device).astype(o.dtype)) for o, w in live])
+    exact = sum(float((backend.to_numpy(g.data) * d).sum()) for g, d in zip(grads, u) if g is not None)
+    if exact == 0:
+        raise ValueError(f"error_sweep: the directional derivative of {name} is 0 at these inputs; a relative "
+                         "error means nothing there (try another seed or inputs)")
+    weights = np.concatenate([w.reshape(-1) for w in v])
+    saved = [x.data.copy() for x in wrt]
+    moves = [backend.to_device(d, x.device).astype(x.dtype) for x, d in zip(wrt, u)]
+
+    def g(t):  # vᵀ f(x + t·u)
+        for x, base, d in zip(wrt, saved, moves):
+            x.data[...] = base + t * d if t else base
+        return float(weights @ _flat_outputs(fn, inputs))
+
+    def central(h):
+        return (g(h) - g(-h)) / (2 * h)
+
+    def richardson(h):
+        d = [central(h / 2 ** k) for k in range(3)]
+        r1 = [(4 * fine - coarse) / 3 for coarse, fine in zip(d, d[1:])]
+        return (16 * r1[1] - r1[0]) / 15
+
+    def relative(values):
+        return np.abs(np.asarray(values) - exact) / abs(exact)
+
+    try:
+        magnitude = float(np.abs(weights) @ np.abs(_flat_outputs(fn, inputs)))
+        a = 1e-2  # g‴(0) by (g(2a) − 2g(a) + 2g(−a) − g(−2a)) / 2a³, error O(a²)
+        third = abs(g(2 * a) - 2 * g(a) + 2 * g(-a) - g(-2 * a)) / (2 * a ** 3)
+        errors_central = relative([central(h) for h in steps])
+        errors_richardson = relative([richardson(h) for h in steps])
+    finally:
+        g(0.0)
+    try:
+        if not complex_step:
+            raise TypeError("not analytic")
+        errors_complex = relative([float(weights @ _complex_step(fn, inputs, wrt, u, h)[0]) for h in steps])
+    except TypeError:  # not analytic: the complex step does not apply
+        errors_complex = None
+    truncation = third * steps ** 2 / 6 / abs(exact)
+    rounding = _ULP * magnitude / steps / abs(exact)
+    best = (3 * _ULP * magnitude / third) ** (1 / 3) if third > 0 else float("nan")
+    return ErrorSweep(name, steps, errors_central, errors_richardson, errors_complex, truncation, rounding, best)
+
+
+def plot_error_sweep(sweep: ErrorSweep, path=None, ax=None):
+    """Draw the sweep on log-log axes: central differences' V between its two theory lines, Richardson and
+    the complex step. Writes a PNG to ``path`` when given (complete or not at all). Returns the figure."""
+    if ax is None:
+        from matplotlib.figure import Figure  # a bare Figure: no pyplot, no GUI backend needed
+        figure = Figure(figsize=(8.6, 4.4), layout="constrained")
+        ax = figure.subplots()
+    figure = ax.figure
+    floor = _ULP / 10  # an error of exactly 0 drawn at the bottom of the axes, not dropped
+    h = sweep.steps
+    ax.loglog(h, np.maximum(sweep.central, floor), "o-", color="C0", ms=3, label="central difference")
+    ax.loglog(h, np.maximum(sweep.richardson, floor), "s-", color="C2", ms=3, label="Richardson (h, h/2, h/4)")
+    if sweep.complex is not None:
+        ax.loglog(h, np.maximum(sweep.complex, floor), "^-", color="C3", ms=3, label="complex step")
+    ax.loglog(h, sweep.truncation, "--", color="0.45", label="truncation |f‴|h²/6")
+    ax.loglog(h, sweep.rounding, ":", color="0.3", label="rounding ε|f|/h")
+    if np.isfinite(sweep.best_step):
+        ax.axvline(sweep.best_step, color="0.6", lw=0.8)
+        ax.annotate(f"best h ≈ {sweep.best_step:.0e}", (sweep.best_step, 1e-2), fontsize=8, ha="left",
+                    xytext=(4, 0), textcoords="offset points", color="0.35")
+    ax.set_ylim(floor / 2, 3)
+    ax.set_xlim(h.max() * 2, h.min() / 2)  # the step shrinks from left to right, as one tries smaller steps
+    ax.set_xlabel("step h")
+    ax.set_ylabel("relative error of the derivative")
+    ax.set_title(f"numerical derivative of {sweep.name}: error against step")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    if path is not None:
+        from minidl.serialization import atomic_write
+        atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=110))
+    return figure
+
+
+def sweep_op_case(name, out_dir, seed=0):
+    """The error sweep of the op case ``name`` (minidl.op_cases), drawn to ``out_dir``/sweep_<name>.png.
+
+    The complex step is drawn only for the cases it can check (minidl.op_cases.NOT_ANALYTIC says which
+    not, and why). Returns the ErrorSweep and the path written.
+    """
+    import os
+
+    from minidl.op_cases import NOT_ANALYTIC, cases
+
+    found = {case[0]: case for case in cases(seed)}
+    if name not in found:
+        raise ValueError(f"error sweep: no op case named {name!r} in minidl.op_cases")
+    _, fn, inputs = found[name]
+    sweep = error_sweep(fn, inputs, seed=seed, name=name, complex_step=name not in NOT_ANALYTIC)
+    path = os.path.join(out_dir, f"sweep_{name}.png")
+    plot_error_sweep(sweep, path)
+    return sweep, path

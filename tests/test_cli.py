@@ -38,3 +38,10 @@ def test_gradcheck_only_with_an_unknown_name_lists_the_closest_op_names(capsys):
     assert captured.err == f"minidl gradcheck: error: no op case named 'relux'; the closest: {', '.join(close)}\n"
     assert main(["gradcheck", "--only", "qqqqqqqq"]) == 2
     assert "the op cases: " + ", ".join(names) in capsys.readouterr().err
+
+
+def test_gradcheck_sweep_draws_the_error_against_the_step(tmp_path, capsys):
+    assert main(["gradcheck", "--sweep", "tanh", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "sweep_tanh.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {tmp_path / 'sweep_tanh.png'}" in capsys.readouterr().out
+    assert main(["gradcheck", "--sweep", "tanx", "--out", str(tmp_path)]) == 2

@@ -252,3 +252,34 @@ def test_method_errors_speak_to_the_user():
 
 def test_gradgradcheck_with_richardson():
     assert mdl.gradgradcheck(lambda t: Cube()(t), [f64(4)], method="richardson", atol=1e-10, rtol=1e-10)
+
+
+# ---------------------------------------------------------------- the error against the step
+def test_error_sweep_follows_the_theory():
+    """tanh: central differences fall as h² (on the truncation line) until rounding, ε|f|/h, takes over near
+    the theory's best step; Richardson gets to 1e-12; the complex step stays at ulps for every small step."""
+    from minidl.gradcheck import error_sweep
+    sweep = error_sweep(lambda t: t.tanh(), [f64(3, 4, seed=5)], name="tanh")
+    h = sweep.steps
+    assert h[0] == pytest.approx(1e-1) and h[-1] == pytest.approx(1e-13)
+    large = (h <= 1e-2) & (h >= 1e-4)
+    np.testing.assert_allclose(sweep.central[large], sweep.truncation[large], rtol=0.05)
+    slope = np.polyfit(np.log(h[large]), np.log(sweep.central[large]), 1)[0]
+    assert slope == pytest.approx(2, abs=0.05)
+    small = h <= 1e-10  # rounding: noise, of the size of its bound
+    assert np.all(sweep.central[small] < 3 * sweep.rounding[small])
+    assert np.median(sweep.central[small] / sweep.rounding[small]) > 0.05
+    best = h[np.argmin(sweep.central)]
+    assert sweep.best_step / 30 < best < sweep.best_step * 30
+    assert sweep.richardson.min() < 1e-12 and sweep.central.min() > 1e-13
+    assert np.all(sweep.complex[h <= 1e-8] < 1e-14)  # a few ulps of the sum vᵀJu, both ways
+
+
+def test_sweep_of_an_op_case_writes_its_figure(tmp_path):
+    from minidl.gradcheck import sweep_op_case
+    sweep, path = sweep_op_case("softplus", tmp_path)  # not analytic: no complex-step curve
+    assert sweep.complex is None and path == str(tmp_path / "sweep_softplus.png")
+    assert (tmp_path / "sweep_softplus.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep_softplus.png"]  # no temporary left behind
+    with pytest.raises(ValueError, match="no op case named 'softplos'"):
+        sweep_op_case("softplos", tmp_path)
