@@ -167,3 +167,12 @@ def test_error_sweep():
     from minidl.tensor import Tensor
     x = Tensor(np.linspace(-1, 1, 6), requires_grad=True)
     assert_nothing_clipped(plot_error_sweep(error_sweep(lambda t: t.tanh(), [x], name="tanh")), "sweep_tanh.png")
+
+
+def test_draw_graph():
+    import minidl as mdl
+    import minidl.functional as F
+    x = mdl.tensor(np.ones((4, 3)))
+    w = mdl.tensor(np.ones((2, 3)), requires_grad=True)
+    loss = F.softmax(F.linear(x, w)).sum()
+    assert_nothing_clipped(mdl.draw_graph(loss, params={"w": w}, order=True, memory=True), "draw_graph")

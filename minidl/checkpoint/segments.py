@@ -119,6 +119,8 @@ class CheckpointFunction(Function):
     forward and backward; the activations inside fn are rematerialized.
     """
 
+    recomputes = True  # its backward runs fn again (mdl.draw_graph marks such a node)
+
     def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes):
         self.fn, self.template, self.explicit = fn, template, explicit
         self._results, self.multiple = results, multiple
