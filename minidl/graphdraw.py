@@ -163,7 +163,9 @@ def draw_graph(y: Tensor, params=None, names=None, order: bool = False, memory: 
     as parameters and named; ``names``: more tensors to name (mapping name → tensor); a tensor's own
     ``name`` is used otherwise. ``order=True`` numbers the ops in backward's visit order;
     ``memory=True`` adds the bytes each op holds for backward and a panel of the bytes held as
-    the walk frees them. ``path`` writes a PNG (complete or not at all); ``ax`` draws into your axes.
+    the walk frees them. ``path`` writes a PNG (complete or not at all; the figure is then made
+    without pyplot); ``ax`` draws into your axes; otherwise the figure is a pyplot one, which a
+    notebook shows (``plt.show()``; close it with ``plt.close(fig)`` in a loop).
     """
     tensors, functions, edges = graph_nodes(y)
     params = {id(t): name for name, t in (params or {}).items()}
@@ -178,8 +180,13 @@ def draw_graph(y: Tensor, params=None, names=None, order: bool = False, memory: 
     width_in = max(4.0, 1.0 * (max(xs) - min(xs) + 1.6))
     height_in = max(2.2, 0.75 * (max(ys) - min(ys) + 1.4))
     if ax is None:
-        from matplotlib.figure import Figure  # a bare Figure: no pyplot, no GUI backend, any thread
-        figure = Figure(figsize=(width_in, height_in + (2.0 if memory else 0.0)), layout="constrained")
+        size = (width_in, height_in + (2.0 if memory else 0.0))
+        if path is not None:  # a bare Figure: no pyplot, no GUI backend, any thread
+            from matplotlib.figure import Figure
+            figure = Figure(figsize=size, layout="constrained")
+        else:  # through pyplot, so that a notebook shows it (as plt.subplots would)
+            import matplotlib.pyplot as plt
+            figure = plt.figure(figsize=size, layout="constrained")
         if memory:
             ax, ax_memory = figure.subplots(2, 1, height_ratios=[height_in, 2.0])
         else:
@@ -187,7 +194,8 @@ def draw_graph(y: Tensor, params=None, names=None, order: bool = False, memory: 
     else:
         figure, ax_memory = ax.figure, None
     _draw_nodes(ax, positions, edges, names, params, visit, order, per_node)
-    ax.set_title(title or f"the graph of {names.get(id(y)) or y.name or 'y'} "
+    named = names.get(id(y)) or y.name
+    ax.set_title(title if title is not None else f"the graph of {named or 'the output'} "
                  f"({len(functions)} ops, {len(tensors)} tensors)", fontsize=10)
     if ax_memory is not None:
         _draw_memory(ax_memory, held, walk)

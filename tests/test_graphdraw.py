@@ -92,3 +92,10 @@ def test_draw_graph_writes_a_png_and_refuses_a_freed_graph(tmp_path):
         mdl.draw_graph(c)
     with pytest.raises(TypeError, match="expected the Tensor"):
         mdl.draw_graph(np.ones(3))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+    plt.close("all")

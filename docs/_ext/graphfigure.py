@@ -42,6 +42,7 @@ def draw(path: Path = OUTPUT) -> Path:
     """Draw the graph with ``mdl.draw_graph`` (the function users call on their own models) into ``path``."""
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     from minidl.graphdraw import draw_graph
 
@@ -50,6 +51,7 @@ def draw(path: Path = OUTPUT) -> Path:
                         title="")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, bbox_inches="tight", metadata={"Date": None})  # no date: the same graph, the same file
+    plt.close(figure)
     return path
 
 
