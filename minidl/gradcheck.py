@@ -1,15 +1,24 @@
-"""Finite-difference checks of hand-written gradients.
+"""Numerical checks of hand-written gradients: central differences, Richardson, the complex step.
 
 For a function f and an input element x_i, the central difference
 
-    ∂f/∂x_i ≈ (f(x + ε e_i) − f(x − ε e_i)) / 2ε
+    ∂f/∂x_i ≈ (f(x + h e_i) − f(x − h e_i)) / 2h
 
-has error O(ε²), so in float64 with ε = 1e-6 it agrees with a correct
-analytic gradient to about 1e-9 relative. ``gradcheck`` builds the whole
-Jacobian both ways and compares; with ``fast=True`` it compares a single
-random directional derivative vᵀJu (two forward passes, one backward), which
-scales to large inputs. ``gradgradcheck`` applies the same test to the
-gradient itself, checking second derivatives.
+has a truncation error |f‴|h²/6 and a rounding error ε|f|/h (ε = 2.2e-16 in
+float64), smallest near h = 1e-5; with h = 1e-6 it agrees with a correct
+analytic gradient to about 1e-10. ``method="richardson"`` combines the steps
+h, h/2, h/4 to cancel the h² and h⁴ terms (error O(h⁶), about 1e-13);
+``method="complex"`` takes Im f(x + ih)/h, which subtracts nothing and is
+exact to a few ulps for f analytic (every op computing the analytic
+continuation on complex128; minidl.op_cases says which do). Each check
+reports its method's own error estimate: how far it can see.
+
+``gradcheck`` builds the whole Jacobian both ways and compares; with
+``fast=True`` it compares a single random directional derivative vᵀJu (one
+backward, a few forward passes), which scales to large inputs.
+``gradgradcheck`` applies the same test to the gradient itself, checking
+second derivatives. ``error_sweep`` measures the error against the step
+(the V of truncation and rounding), and ``plot_error_sweep`` draws it.
 """
 from __future__ import annotations
 

@@ -55,8 +55,34 @@ def draw(path: Path = OUTPUT) -> Path:
     return path
 
 
+SWEEP = OUTPUT.parent / "error_sweep.svg"
+
+
+def draw_sweep(path: Path = SWEEP) -> Path:
+    """The error against the step for tanh(layer_norm(x)), as ``minidl gradcheck --sweep`` draws it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    import minidl as mdl
+    import minidl.functional as F
+    from minidl.gradcheck import error_sweep, plot_error_sweep
+
+    rng = np.random.default_rng(0)
+    x = mdl.tensor(rng.standard_normal((4, 6)), requires_grad=True)
+    w = mdl.tensor(rng.standard_normal(6), requires_grad=True)
+    sweep = error_sweep(lambda x, w: F.layer_norm(x, (6,), weight=w).tanh(), [x, w], name="tanh(layer_norm(x))")
+    figure = Figure(figsize=(8.6, 4.4), layout="constrained")
+    plot_error_sweep(sweep, ax=figure.subplots())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, metadata={"Date": None})
+    return path
+
+
 def _on_builder_inited(app):
     draw()
+    draw_sweep()
 
 
 def setup(app):
