@@ -128,7 +128,7 @@ def _held_bytes(functions, visit):
     return per_node, held
 
 
-def _label(node, names, params, visit, order, per_node):
+def _label(node, names, visit, order, per_node):
     if isinstance(node, Function):
         text = type(node).__name__
         notes = []
@@ -210,7 +210,7 @@ def _draw_nodes(ax, positions, edges, names, params, visit, order, per_node):
 
     height, widths = 0.62, {}
     for node, (x, y) in positions.items():
-        label, notes = _label(node, names, params, visit, order, per_node)
+        label, notes = _label(node, names, visit, order, per_node)
         face, edge = _style(node, params)
         width = widths[node] = max(0.85, 0.095 * max(len(part) for part in label.split("\n")) + 0.25)
         recomputed = isinstance(node, Function) and getattr(type(node), "recomputes", False)
