@@ -74,6 +74,7 @@ from minidl.functional import max as max  # noqa: A004
 from minidl.functional import min as min  # noqa: A004
 from minidl.functional import sum as sum  # noqa: A004
 from minidl.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from minidl.graphdraw import draw_graph
 from minidl.ops.einsum import einsum
 from minidl.ops.elementwise import abs as abs  # noqa: A004 - mdl.abs, as torch.abs (not in __all__)
 from minidl.ops.elementwise import (
@@ -197,6 +198,7 @@ __all__ = [
     "is_grad_enabled", "load", "manual_seed", "maximum", "minimum", "no_grad", "ones", "ones_like", "rand",
     "rand_like", "randn", "randn_like", "save", "set_grad_enabled", "stack", "tensor", "where", "zeros",
     "zeros_like", "__version__",
+    "draw_graph",
     "empty", "empty_like", "eye", "from_numpy", "full_like", "linspace", "logspace", "randint",
     "float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8",
     # the math ops (abs, pow and round too are here, as mdl.abs..., but not in __all__: a star import

@@ -108,7 +108,8 @@ def gradcheck_command(args) -> int:
 
     rows, failed = [], 0
     every = cases(args.seed)
-    unknown = [name for name in args.only or () if name not in {c[0] for c in every}]
+    asked = list(args.only or ()) + ([args.sweep] if args.sweep else [])
+    unknown = [name for name in asked if name not in {c[0] for c in every}]
     if unknown:
         names = sorted({c[0] for c in every})
         for name in unknown:
@@ -117,6 +118,11 @@ def gradcheck_command(args) -> int:
                   + (f"the closest: {', '.join(close)}" if close else f"the op cases: {', '.join(names)}"),
                   file=sys.stderr)
         return 2
+    if args.sweep:  # the error against the step for one op, drawn
+        from minidl.gradcheck import sweep_op_case
+        sweep, path = sweep_op_case(args.sweep, args.out, args.seed)
+        print(f"{sweep}\nwrote {path}")
+        return 0
     for name, fn, inputs in every:
         if args.only and name not in args.only:
             continue
@@ -156,6 +162,10 @@ def _add_gradcheck(sub):
                    "against central differences, and the adjoint test ⟨u, J v⟩ = ⟨Jᵀu, v⟩ against the backward")
     p.add_argument("--only", nargs="*", metavar="OP", help="check only these ops; an unknown name exits 2 with "
                    "the closest names (default: every op)")
+    p.add_argument("--sweep", metavar="OP", help="instead of the table: draw OP's derivative error against the "
+                   "step h (1e-1 to 1e-13) for central differences, Richardson and the complex step, with the "
+                   "theory's lines, to OUT/sweep_OP.png")
+    p.add_argument("--out", default=".", metavar="DIR", help="folder for the --sweep figure (default: here)")
     p.set_defaults(run=gradcheck_command)
 
 

@@ -623,3 +623,74 @@ def _quantization_cases(rng):
          [grid_input(0.02 * -128, 0.02 * 127, 0.02, (3, 4))]),
         ("fake_quantize_per_channel", straight_through(per_channel_scale, per_channel_zero, -8, 7), [x_channels]),
     ]
+
+
+# ---------------------------------------------------------------- which cases the complex step can check
+# The complex-step derivative Im f(x + ih)/h needs f analytic at x: every op on the way takes complex128
+# and computes the analytic continuation. PIECEWISE_ANALYTIC cases select among analytic pieces by
+# comparisons, which NumPy makes on the real part first; the case's inputs keep away from the kinks,
+# so the step stays on one piece and the check is as exact there. Every other case is listed in
+# NOT_ANALYTIC with the reason; tests/test_op_cases.py checks that each case is in exactly one place.
+_NO_COMPLEX_LOOP = "NumPy has no complex {} (a comparison or rounding that has no analytic continuation)"
+_ABS = "uses |x|, which is not analytic (|x + ih| = |x| to first order: the complex step sees 0)"
+_STABLE_SOFTPLUS = "the overflow-safe softplus is max(x, 0) + log1p(e^−|x|): it uses |x|"
+NOT_ANALYTIC = {
+    "abs": _ABS,
+    "l1_loss": _ABS,
+    "softsign": "x / (1 + |x|): " + _ABS,
+    "norm_p3_dim": "the p-norm (Σ|x|ᵖ)^(1/p) " + _ABS,
+    "norm_p_half": "the p-norm (Σ|x|ᵖ)^(1/p) " + _ABS,
+    "norm_p1": "the 1-norm Σ|x| " + _ABS,
+    "norm_inf": "the ∞-norm max|x| " + _ABS,
+    "normalize_p3": "divides by the p-norm, which " + _ABS,
+    "normalize_p_negative": "divides by the p-norm, which " + _ABS,
+    "pairwise_distance_p1_keepdim": "the 1-norm of the difference " + _ABS,
+    "pairwise_distance_inf": "the ∞-norm of the difference " + _ABS,
+    "smooth_l1_loss": "|x − y| picks the branch and enters the value: " + _ABS,
+    "huber_loss": "|x − y| picks the branch and enters the value: " + _ABS,
+    "norm_nuc": "the sum of singular values: NumPy's complex SVD is of the Hermitian kind (real singular "
+                "values of A Aᴴ), not the analytic continuation of the real SVD",
+    "svd": "NumPy's complex SVD factors with the conjugate transpose (A = U S Vᴴ): not the analytic "
+           "continuation of the real SVD",
+    "sign": "NumPy's complex sign is z/|z|: " + _ABS,
+    "softplus": _STABLE_SOFTPLUS,
+    "softplus_beta_threshold": _STABLE_SOFTPLUS,
+    "logsigmoid": "the overflow-safe form min(x, 0) − log1p(e^−|x|) " + _ABS,
+    "mish": "x·tanh(softplus(x)) with " + _STABLE_SOFTPLUS,
+    "binary_cross_entropy_with_logits": "softplus(x) − t·x with " + _STABLE_SOFTPLUS,
+    "logaddexp": _NO_COMPLEX_LOOP.format("logaddexp"),
+    "logcumsumexp": _NO_COMPLEX_LOOP.format("logaddexp (its scan)"),
+    "logcumsumexp_grad": _NO_COMPLEX_LOOP.format("logaddexp (its scan)"),
+    "atan2": _NO_COMPLEX_LOOP.format("arctan2") + "; atan2(y, x) is the angle of x + iy, a real function",
+    "copysign": _NO_COMPLEX_LOOP.format("copysign"),
+    "floor": _NO_COMPLEX_LOOP.format("floor"),
+    "ceil": _NO_COMPLEX_LOOP.format("ceil"),
+    "trunc": _NO_COMPLEX_LOOP.format("trunc"),
+    "div_trunc": _NO_COMPLEX_LOOP.format("trunc"),
+    "floor_divide": _NO_COMPLEX_LOOP.format("floor_divide"),
+    "fmod": _NO_COMPLEX_LOOP.format("fmod"),
+    "remainder": _NO_COMPLEX_LOOP.format("remainder"),
+    "interpolate_linear": "the sample positions are computed in the input's dtype and floored "
+                          "(no complex floor); the weights would be linear",
+    "interpolate_bilinear": "as interpolate_linear: positions floored in the input's dtype",
+    "interpolate_bilinear_align_corners": "as interpolate_linear: positions floored in the input's dtype",
+    "interpolate_trilinear": "as interpolate_linear: positions floored in the input's dtype",
+    "cross_entropy_differentiable_probabilities": "the target's dtype says what it is (integer classes or "
+                                                  "floating probabilities): a complex target is refused",
+}
+PIECEWISE_ANALYTIC = frozenset({
+    "clip", "maximum", "minimum", "relu", "leaky_relu", "elu", "max", "min", "max_pool2d", "max_dim", "min_dim",
+    "sort", "topk", "scatter_reduce_amax", "scatter_reduce_amin_exclude_self", "cummax", "cummin",
+    "round", "round_decimals", "clamp", "clamp_min_tensor", "clamp_crossed", "selu", "celu", "relu6",
+    "hardtanh", "hardtanh_bounds", "hardswish", "hardsigmoid", "prelu", "prelu_one_slope", "max_pool1d",
+    "max_pool2d_dilation_ceil", "max_pool2d_ceil_wide_kernel", "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "adaptive_max_pool2d_equal_bins", "max_pool3d", "fake_quantize", "fake_quantize_uint8",
+    "fake_quantize_per_channel",
+})
+
+
+def complex_step_status(name: str) -> str:
+    """'analytic', 'piecewise analytic', or why the complex step cannot check the case ``name``."""
+    if name in NOT_ANALYTIC:
+        return NOT_ANALYTIC[name]
+    return "piecewise analytic" if name in PIECEWISE_ANALYTIC else "analytic"

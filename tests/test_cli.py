@@ -47,3 +47,10 @@ def test_gradcheck_adjoint_checks_the_tangent_rules(capsys):
     lines = [line for line in out.splitlines() if line.split()[:1] in (["matmul"], ["tanh"], ["cumprod"])]
     assert len(lines) == 3 and all(" yes " in line and " ulps " in line for line in lines)
     assert "3 passed, 0 failed" in out and "⟨u, J v⟩ = ⟨Jᵀu, v⟩" in out
+
+
+def test_gradcheck_sweep_draws_the_error_against_the_step(tmp_path, capsys):
+    assert main(["gradcheck", "--sweep", "tanh", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "sweep_tanh.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {tmp_path / 'sweep_tanh.png'}" in capsys.readouterr().out
+    assert main(["gradcheck", "--sweep", "tanx", "--out", str(tmp_path)]) == 2

@@ -160,3 +160,19 @@ def test_landscape_and_inspection_figures():
     for fig in (show_batch([(x, y)], n=10), plot_mispredictions(model, x, y, k=10)):
         assert_nothing_clipped(fig, "image grid")
         plt.close(fig)
+
+
+def test_error_sweep():
+    from minidl.gradcheck import error_sweep, plot_error_sweep
+    from minidl.tensor import Tensor
+    x = Tensor(np.linspace(-1, 1, 6), requires_grad=True)
+    assert_nothing_clipped(plot_error_sweep(error_sweep(lambda t: t.tanh(), [x], name="tanh")), "sweep_tanh.png")
+
+
+def test_draw_graph():
+    import minidl as mdl
+    import minidl.functional as F
+    x = mdl.tensor(np.ones((4, 3)))
+    w = mdl.tensor(np.ones((2, 3)), requires_grad=True)
+    loss = F.softmax(F.linear(x, w)).sum()
+    assert_nothing_clipped(mdl.draw_graph(loss, params={"w": w}, order=True, memory=True), "draw_graph")

@@ -4,7 +4,7 @@ import pytest
 
 import minidl as mdl
 from minidl.autograd import Function
-from minidl.gradcheck import max_relative_error
+from minidl.gradcheck import max_relative_error, numerical_derivative
 from minidl.tensor import Tensor
 
 
@@ -158,3 +158,128 @@ def test_gradcheck_works_whatever_the_input_memory_layout(layout):
     assert mdl.gradcheck(lambda a: a.exp() * a, [x])
     assert mdl.gradgradcheck(lambda a: a.exp() * a, [x])
     np.testing.assert_array_equal(x.numpy(), before)
+
+
+# ---------------------------------------------------------------- the three numerical references
+class CubeOffByOnePart(Function):
+    """y = x³ with dx = 3x²·(1 + 1e-9) dy: a backward wrong by 1e-9, below what central differences see."""
+
+    def forward(self, x):
+        return x * x * x
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        return gy * 3 * x * x * (1 + 1e-9)
+
+
+def smooth(x):
+    """exp(sin x)·x, elementwise and mixed: analytic everywhere."""
+    return mdl.exp(mdl.sin(x)) * x.sum()
+
+
+@pytest.mark.parametrize("method", ["central", "richardson", "complex"])
+def test_each_method_passes_a_correct_op_and_reports_how_far_it_sees(method):
+    result = mdl.gradcheck(smooth, [f64(5)], method=method, atol=1e-8, rtol=1e-8)
+    assert result and result.method == method
+    assert result.max_error <= result.error_estimate  # the estimate bounds the error it made
+    bound = {"central": 1e-8, "richardson": 1e-11, "complex": 1e-14}[method]
+    assert result.error_estimate < bound
+
+
+def test_the_estimates_order_the_methods():
+    """central (≈ ε/h at h = 1e-6) sees less far than Richardson, which sees less far than the complex step."""
+    est = {m: mdl.gradcheck(smooth, [f64(4)], method=m).error_estimate for m in ("central", "richardson", "complex")}
+    assert est["complex"] < est["richardson"] / 10 < est["central"] / 100
+
+
+def test_central_error_falls_as_h_squared_and_richardson_as_h_to_the_sixth():
+    """Halving h divides the truncation error by 4 (central) and by 64 (Richardson), where truncation dominates."""
+    x = [f64(3, seed=2)]
+    central = [max_relative_error(smooth, x, eps=h) for h in (4e-3, 2e-3)]
+    richardson = [max_relative_error(smooth, x, eps=h, method="richardson") for h in (0.2, 0.1)]
+    assert 3.5 < central[0] / central[1] < 4.5
+    assert 45 < richardson[0] / richardson[1] < 80
+
+
+def test_the_complex_step_sees_a_backward_wrong_by_1e_9_that_central_differences_miss():
+    x = f64(6, seed=3)
+    central = mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x])  # passes: the error is below what it sees
+    assert central.error_estimate > 1e-9 * 0.3
+    with pytest.raises(mdl.GradcheckError, match=r"complex"):
+        mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x], method="complex", atol=1e-13, rtol=1e-13)
+    assert mdl.gradcheck(lambda t: Cube()(t), [x], method="complex", atol=1e-13, rtol=1e-13)
+
+
+def squire_trapp(x):
+    """f(x) = eˣ / √(sin³x + cos³x), the complex step's classic test function (Squire & Trapp 1998)."""
+    return mdl.exp(x) / mdl.sqrt(mdl.sin(x) ** 3 + mdl.cos(x) ** 3)
+
+
+def test_the_complex_step_takes_no_difference_so_a_tiny_step_loses_nothing():
+    """At h = 1e-10, f(x + h) − f(x − h) cancels all but ~6 of f's 16 digits; Im f(x + ih) cancels nothing.
+    Reference: f' = f·(1 − 3 sin x cos x (sin x − cos x) / (2 (sin³x + cos³x))), by hand."""
+    x0 = 1.5
+    s, c = np.sin(x0), np.cos(x0)
+    f0 = np.exp(x0) / np.sqrt(s ** 3 + c ** 3)
+    exact = f0 * (1 - 3 * s * c * (s - c) / (2 * (s ** 3 + c ** 3)))
+    x = Tensor(np.array([x0]), requires_grad=True)
+
+    def error(method, h):
+        return abs(numerical_derivative(squire_trapp, [x], [np.ones(1)], method=method, eps=h)[0][0] - exact) / exact
+
+    assert error("complex", 1e-20) < 4e-16 and error("complex", 1e-10) < 4e-16
+    assert error("complex", 1e-200) < 4e-16  # any step: the truncation h²f‴/6 underflows
+    assert error("central", 1e-10) > 1e-8  # rounding ε|f|/h dominates
+    assert error("central", 1e-6) < 1e-9 and error("richardson", 1e-2) < 1e-12
+
+
+def test_fast_mode_with_each_method():
+    x = f64(4, 3, seed=4)
+    for method in ("central", "richardson", "complex"):
+        assert mdl.gradcheck(smooth, [x], fast=True, method=method)
+    with pytest.raises(mdl.GradcheckError, match=r"fast, complex"):
+        mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x], fast=True, method="complex", atol=0, rtol=1e-13)
+
+
+def test_method_errors_speak_to_the_user():
+    with pytest.raises(ValueError, match="unknown method 'forward'"):
+        mdl.gradcheck(smooth, [f64(3)], method="forward")
+    with pytest.raises(TypeError, match="not analytic"):  # |x| drops the imaginary part
+        mdl.gradcheck(lambda t: t.abs(), [f64(3)], method="complex")
+    with pytest.raises(ValueError, match="gradgradcheck: method='complex'"):
+        mdl.gradgradcheck(smooth, [f64(3)], method="complex")
+
+
+def test_gradgradcheck_with_richardson():
+    assert mdl.gradgradcheck(lambda t: Cube()(t), [f64(4)], method="richardson", atol=1e-10, rtol=1e-10)
+
+
+# ---------------------------------------------------------------- the error against the step
+def test_error_sweep_follows_the_theory():
+    """tanh: central differences fall as h² (on the truncation line) until rounding, ε|f|/h, takes over near
+    the theory's best step; Richardson gets to 1e-12; the complex step stays at ulps for every small step."""
+    from minidl.gradcheck import error_sweep
+    sweep = error_sweep(lambda t: t.tanh(), [f64(3, 4, seed=5)], name="tanh")
+    h = sweep.steps
+    assert h[0] == pytest.approx(1e-1) and h[-1] == pytest.approx(1e-13)
+    large = (h <= 1e-2) & (h >= 1e-4)
+    np.testing.assert_allclose(sweep.central[large], sweep.truncation[large], rtol=0.05)
+    slope = np.polyfit(np.log(h[large]), np.log(sweep.central[large]), 1)[0]
+    assert slope == pytest.approx(2, abs=0.05)
+    small = h <= 1e-10  # rounding: noise, of the size of its bound
+    assert np.all(sweep.central[small] < 3 * sweep.rounding[small])
+    assert np.median(sweep.central[small] / sweep.rounding[small]) > 0.05
+    best = h[np.argmin(sweep.central)]
+    assert sweep.best_step / 30 < best < sweep.best_step * 30
+    assert sweep.richardson.min() < 1e-12 and sweep.central.min() > 1e-13
+    assert np.all(sweep.complex[h <= 1e-8] < 1e-14)  # a few ulps of the sum vᵀJu, both ways
+
+
+def test_sweep_of_an_op_case_writes_its_figure(tmp_path):
+    from minidl.gradcheck import sweep_op_case
+    sweep, path = sweep_op_case("softplus", tmp_path)  # not analytic: no complex-step curve
+    assert sweep.complex is None and path == str(tmp_path / "sweep_softplus.png")
+    assert (tmp_path / "sweep_softplus.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep_softplus.png"]  # no temporary left behind
+    with pytest.raises(ValueError, match="no op case named 'softplos'"):
+        sweep_op_case("softplos", tmp_path)

@@ -27,6 +27,7 @@ PUBLIC_MODULES = [
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
     "minidl.nn.structured_prune",
     "minidl.optim.offload",
+    "minidl.graphdraw",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)

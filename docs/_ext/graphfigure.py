@@ -1,8 +1,8 @@
 """Draw the graph minidl records for a two-layer network, from the graph itself.
 
 At the start of every build this extension runs a two-layer classifier's
-forward pass with minidl, walks the recorded graph (each Tensor's
-``creator``, each Function's ``inputs``) and draws it with matplotlib into
+forward pass with minidl and draws the recorded graph with ``mdl.draw_graph``
+(which walks each Tensor's ``creator`` and each Function's ``inputs``) into
 ``docs/_generated/two_layer_graph.svg``, which engine.md shows. The numbers on
 the ops are the order in which ``loss.backward()`` visits them, taken from
 the engine's own topological sort: if the engine changes, the figure does.
@@ -38,85 +38,51 @@ def record_two_layer_net():
     return named["loss"], named
 
 
-def layout(loss):
-    """Positions {node: (column, row)}: the loss on the right, each op one column left of its output,
-    its first input on the same row and the other inputs above and below it."""
-    positions, edges = {}, []
-
-    def place_tensor(tensor, column, row):
-        positions[tensor] = (column, row)
-        fn = tensor.creator
-        if fn is None or fn in positions:
-            return
-        positions[fn] = (column - 1, row)
-        edges.append((fn, tensor))
-        offsets = [0, 1, -1, 2, -2]
-        for index, x in enumerate(fn.inputs):
-            edges.append((x, fn))
-            if x not in positions:
-                place_tensor(x, column - 2, row + offsets[index % len(offsets)])
-
-    place_tensor(loss, 0, 0)
-    first = min(column for column, _ in positions.values())
-    return {node: (column - first, row) for node, (column, row) in positions.items()}, edges
-
-
 def draw(path: Path = OUTPUT) -> Path:
+    """Draw the graph with ``mdl.draw_graph`` (the function users call on their own models) into ``path``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
 
-    from minidl.autograd import Function, _topological_order
-    from minidl.tensor import Tensor
+    from minidl.graphdraw import draw_graph
 
-    loss, _ = record_two_layer_net()
-    positions, edges = layout(loss)
-    visit = {fn: index + 1 for index, fn in enumerate(_topological_order({loss.creator}))}
-    positions = {node: (1.45 * column, 1.05 * row) for node, (column, row) in positions.items()}
-    right = max(x for x, _ in positions.values())
-    fig, ax = plt.subplots(figsize=(0.95 * (right + 1.2), 3.2))
-    height = 0.55
-    widths = {}
-    for node, (x, y) in positions.items():
-        if isinstance(node, Function):
-            label, face, edge = type(node).__name__, "#fde7c8", "#c2710c"
-            ax.text(x, y - height / 2 - 0.1, f"backward #{visit[node]}", ha="center", va="top",
-                    fontsize=7.5, color="#b3261e")
-        else:
-            assert isinstance(node, Tensor)
-            shape = "×".join(map(str, node.shape)) or "scalar"
-            label = f"{node.name}\n{shape}"
-            face = "#d6e6fb" if node.requires_grad and node.is_leaf else "#eeeeee" if node.is_leaf else "white"
-            edge = "#2f5d9e" if node.requires_grad else "#777777"
-        width = widths[node] = max(0.8, 0.095 * max(len(part) for part in label.split("\n")) + 0.2)
-        ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                    boxstyle="round,pad=0.02,rounding_size=0.12", facecolor=face, edgecolor=edge,
-                                    linewidth=1.2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=8.5)
-    for source, target in edges:
-        (x0, y0), (x1, y1) = positions[source], positions[target]
-        start = (x0 + widths[source] / 2, y0)
-        if y0 == y1:
-            end = (x1 - widths[target] / 2, y1)
-        else:  # a side input enters the op's left side near the corner it comes from
-            end = (x1 - widths[target] / 2, y1 + (height / 4 if y0 > y1 else -height / 4))
-        ax.annotate("", xy=end, xytext=start,
-                    arrowprops={"arrowstyle": "-|>", "color": "#444444", "lw": 1.0, "shrinkA": 1, "shrinkB": 1})
-    columns = right
-    rows = [row for _, row in positions.values()]
-    ax.set_xlim(-0.7, columns + 0.7)
-    ax.set_ylim(min(rows) - 0.45, max(rows) + 0.45)
-    ax.set_aspect("equal")
-    ax.axis("off")
+    loss, named = record_two_layer_net()
+    figure = draw_graph(loss, params={name: named[name] for name in ("W1", "b1", "W2", "b2")}, order=True,
+                        title="")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight", metadata={"Date": None})  # no date: the same graph, the same file
-    plt.close(fig)
+    figure.savefig(path, bbox_inches="tight", metadata={"Date": None})  # no date: the same graph, the same file
+    plt.close(figure)
+    return path
+
+
+SWEEP = OUTPUT.parent / "error_sweep.svg"
+
+
+def draw_sweep(path: Path = SWEEP) -> Path:
+    """The error against the step for tanh(layer_norm(x)), as ``minidl gradcheck --sweep`` draws it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    import minidl as mdl
+    import minidl.functional as F
+    from minidl.gradcheck import error_sweep, plot_error_sweep
+
+    rng = np.random.default_rng(0)
+    x = mdl.tensor(rng.standard_normal((4, 6)), requires_grad=True)
+    w = mdl.tensor(rng.standard_normal(6), requires_grad=True)
+    sweep = error_sweep(lambda x, w: F.layer_norm(x, (6,), weight=w).tanh(), [x, w], name="tanh(layer_norm(x))")
+    figure = Figure(figsize=(8.6, 4.4), layout="constrained")
+    plot_error_sweep(sweep, ax=figure.subplots())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, metadata={"Date": None})
     return path
 
 
 def _on_builder_inited(app):
     draw()
+    draw_sweep()
 
 
 def setup(app):

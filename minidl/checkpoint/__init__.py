@@ -44,6 +44,7 @@ from minidl.checkpoint.plan import (
     sqrt_segments,
     storage_report,
 )
+from minidl.checkpoint.policy import resolve_policy
 from minidl.checkpoint.schedule import (
     Schedule,
     binomial_schedule,
@@ -53,7 +54,6 @@ from minidl.checkpoint.schedule import (
     segment_schedule,
     smallest_peak,
 )
-from minidl.checkpoint.policy import resolve_policy
 from minidl.checkpoint.segments import (
     CheckpointFunction,
     checkpoint,

@@ -137,6 +137,8 @@ class CheckpointFunction(Function):
     segment whose input is stored in 16 bits refuses it, as it refuses create_graph.
     """
 
+    recomputes = True  # its backward runs fn again (mdl.draw_graph marks such a node)
+
     def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes, kept=None):
         self.fn, self.template, self.explicit = fn, template, explicit
         self._results, self.multiple = results, multiple

@@ -103,7 +103,7 @@ def _scores_tangent(q, k, dq, dk, dbias, scale):
 
 def _as_input(op, name, value):
     x = as_tensor(value)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":  # complex: the analytic continuation, for the complex-step gradcheck
         raise TypeError(f"{op}: {name} must be floating point, got dtype {x.dtype}")
     if x.ndim < 2:
         raise ValueError(f"{op}: {name} must be (..., length, features), at least 2-D, got shape {x.shape}")
@@ -452,7 +452,7 @@ def _mask(op, attn_mask, q, scores):
                          f"{scores} (..., L, S)")
     if array.dtype == bool:
         return backend.to_device(array, q.device), None
-    if array.dtype.kind != "f":
+    if array.dtype.kind not in "fc":
         raise TypeError(f"{op}: attn_mask must be boolean (True: take part) or floating point (added to the "
                         f"scores), got dtype {array.dtype}")
     if isinstance(attn_mask, Tensor) and attn_mask.dtype == q.dtype:

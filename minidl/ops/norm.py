@@ -276,7 +276,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None) -> Tensor:
         raise ValueError(f"rms_norm: normalized_shape {shape} must equal the trailing axes of the input, "
                          f"got input of shape {x.shape}")
     if eps is None:
-        eps = float(np.finfo(x.dtype).eps) if x.dtype.kind == "f" else float(np.finfo(np.float32).eps)
+        eps = float(np.finfo(x.dtype).eps) if x.dtype.kind in "fc" else float(np.finfo(np.float32).eps)
     axes = tuple(range(x.ndim - len(shape), x.ndim))
     y = x * (mean(x * x, axis=axes, keepdims=True) + eps) ** -0.5
     return _affine("rms_norm", y, weight, None, shape, shape)

@@ -177,6 +177,9 @@ class Var(Reduction):
 
     def forward(self, x):
         self.prepare(x)
+        if x.dtype.kind == "c":  # NumPy's is E|x − x̄|²; the analytic continuation (complex-step gradcheck):
+            centered = x - x.mean(axis=self.axes, keepdims=True)
+            return (centered * centered).sum(axis=self.axes, keepdims=self.keepdims) / (self.count - self.ddof)
         return x.var(axis=self.axes, keepdims=self.keepdims, ddof=self.ddof)
 
     def backward(self, gy):

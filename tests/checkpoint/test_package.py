@@ -1,4 +1,5 @@
-"""minidl.checkpoint imports one way: replay, policy, segments, offload, plan, then schedule; no cycle, no private names across."""
+"""minidl.checkpoint imports one way: replay, policy, segments, offload, plan, then schedule; no cycle,
+no private names across."""
 import ast
 import pathlib
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 import minidl.checkpoint as package
 
 PACKAGE = pathlib.Path(package.__file__).parent
-ORDER = ["replay", "policy", "segments", "offload", "plan", "schedule"]  # each module may import only the ones before it
+ORDER = ["replay", "policy", "segments", "offload", "plan", "schedule"]  # each imports only those before it
 
 
 def minidl_imports(module):
