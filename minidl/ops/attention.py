@@ -112,8 +112,7 @@ def _as_input(op, name, value):
 
 class ScaledDotProductAttention(Function):
     """O = (P ⊙ D) V with P = softmax(s·Q Kᵀ + B);  dV = (P ⊙ D)ᵀ dO,  dZ = P ⊙ (dP − Σ_j dP_j P_j),
-    dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ  with dP = (dO Vᵀ) ⊙ D;
-    Ȯ = (Ṗ ⊙ D) V + (P ⊙ D) V̇  with Ṗ = P ⊙ (Ż − Σ_j Ż_j P_j),  Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ.
+    dQ = s·dZ K,  dK = s·dZᵀ Q,  dB = dZ  with dP = (dO Vᵀ) ⊙ D.
 
     Inputs (Q, K, V) or (Q, K, V, B) for an additive float mask B (which then gets
     a gradient too); a boolean mask (True: the key takes part) and the causal mask
@@ -141,6 +140,7 @@ class ScaledDotProductAttention(Function):
         return tuple(g if x.requires_grad else None for g, x in zip(grads, self.inputs))
 
     def jvp(self, dq, dk, dv, dbias=None):
+        """Ȯ = (Ṗ ⊙ D) V + (P ⊙ D) V̇  with Ṗ = P ⊙ (Ż − Σ_j Ż_j P_j),  Ż = s·(Q̇ Kᵀ + Q K̇ᵀ) + Ḃ."""
         q, k, v = self.inputs[:3]
         bias = self.inputs[3] if len(self.inputs) == 4 else None
         d = None if self.dropout is None else Tensor(self.dropout)
@@ -163,11 +163,6 @@ class AttentionGrad(Function):
 
     Its backward recomputes P from (Q, K, B) with differentiable ops, so third
     derivatives work too; the first-order backward never does (it reads the saved P).
-
-    Tangent: with Ż and Ṗ as in ScaledDotProductAttention and dP, dZ as in its backward,
-    dV̇ = (Ṗ ⊙ D)ᵀ dO + (P ⊙ D)ᵀ ḋO,   dṖ = (ḋO Vᵀ + dO V̇ᵀ) ⊙ D,
-    dŻ = P ⊙ (dṖ − Σ_j dṖ_j P_j) + Ṗ ⊙ (dP − Σ_j dP_j P_j) − P ⊙ Σ_j dP_j Ṗ_j,
-    dQ̇ = s·(dŻ K + dZ K̇),  dK̇ = s·(dŻᵀ Q + dZᵀ Q̇),  dḂ = dŻ  (each summed to its input's shape).
     """
 
     def __init__(self, scale, mask, dead, probs, dropout):
@@ -224,6 +219,14 @@ class AttentionGrad(Function):
 
 
     def jvp(self, dgy, dq, dk, dv, dbias=None):
+        """With Ż and Ṗ as in ScaledDotProductAttention's tangent and dP, dZ as in its backward:
+
+            dV̇ = (Ṗ ⊙ D)ᵀ dO + (P ⊙ D)ᵀ ḋO,   dṖ = (ḋO Vᵀ + dO V̇ᵀ) ⊙ D,
+            dŻ = P ⊙ (dṖ − Σ_j dṖ_j P_j) + Ṗ ⊙ (dP − Σ_j dP_j P_j) − P ⊙ Σ_j dP_j Ṗ_j,
+            dQ̇ = s·(dŻ K + dZ K̇),  dK̇ = s·(dŻᵀ Q + dZᵀ Q̇),  dḂ = dŻ
+
+        each summed to its input's shape.
+        """
         gy, q, k, v = self.inputs[:4]
         bias = self.inputs[4] if len(self.inputs) == 5 else None
         s, d = self.scale, (None if self.dropout is None else Tensor(self.dropout))
@@ -277,14 +280,14 @@ def _score_blocks(q, k, scale, mask, causal, block):
 class TiledAttention(Function):
     """FlashAttention's tiling (Dao et al., 2022): O = softmax(s·Q Kᵀ) V computed over blocks of keys
     with an online softmax, keeping per query row only the running maximum m, the running sum ℓ and
-    the output; for each block j of keys:
+    the output; for each block j of keys (k runs over the block's keys, c over the value features):
 
-        Z_j = s·Q K_jᵀ (masked: −∞),  m' = max(m, rowmax Z_j),  α = e^{m − m'},  P̃_j = e^{Z_j − m'}
-        ℓ ← α ℓ + rowsum P̃_j,  A ← α A + P̃_j V_j,  m ← m';   finally O = A / ℓ,  λ = m + log ℓ
+        Z_j = s·Q K_jᵀ (masked: −∞),  m′ = max(m, max_k Z_jk),  α = e^(m − m′),  P̃_j = e^(Z_j − m′)
+        ℓ ← α ℓ + Σ_k P̃_jk,  A ← α A + P̃_j V_j,  m ← m′;   finally O = A / ℓ,  λ = m + log ℓ
 
     What backward keeps is O and the log-sum-exp λ per row: O(L·Ev + L) numbers, not the L × S
-    probabilities. The gradient (TiledAttentionGrad) recomputes each block's P_j = e^{Z_j − λ}
-    from them: with Δ = rowsum(dO ⊙ O),
+    probabilities. The gradient (TiledAttentionGrad) recomputes each block's P_j = e^(Z_j − λ)
+    from them: with Δ = Σ_c (dO ⊙ O)_c,
 
         dV_j = P_jᵀ dO,   dZ_j = P_j ⊙ (dO V_jᵀ − Δ),   dQ = s·Σ_j dZ_j K_j,   dK_j = s·dZ_jᵀ Q
 
@@ -334,12 +337,13 @@ class TiledAttention(Function):
 
 
 class TiledAttentionGrad(Function):
-    """(dQ, dK, dV) of TiledAttention as an op of (dO, Q, K, V), over the same blocks of keys;
-    O and λ saved by the forward:  P_j = e^{Z_j − λ},  Δ = rowsum(dO ⊙ O),
-    dV_j = P_jᵀ dO,  dZ_j = P_j ⊙ (dO V_jᵀ − Δ),  dQ = s·Σ_j dZ_j K_j,  dK_j = s·dZ_jᵀ Q.
+    """(dQ, dK, dV) of TiledAttention as an op of (dO, Q, K, V), over the same blocks of keys, from the O
+    and λ that the forward saved:  P_j = e^(Z_j − λ),  Δ = Σ_c (dO ⊙ O)_c,  dV_j = P_jᵀ dO,
+    dZ_j = P_j ⊙ (dO V_jᵀ − Δ),  dQ = s·Σ_j dZ_j K_j,  dK_j = s·dZ_jᵀ Q;  AttentionGrad's backward.
 
-    It computes the same function as AttentionGrad (no bias, no dropout), so its own backward and
-    tangent are AttentionGrad's, taken through a plain node (second order holds L × S again).
+    c runs over the value features. It computes the same function as AttentionGrad (no bias, no
+    dropout), so its own backward and tangent are AttentionGrad's, taken through a plain node
+    (second order holds L × S again).
     """
 
     def __init__(self, scale, mask, causal, block, out, lse):

@@ -139,7 +139,7 @@ def col2im_array(cols, in_shape, kernel, stride, padding, dilation=(1, 1)):
 
 class Im2Col(Function):
     """y[n, i, j, p, q, c] = x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with zero borders);
-    dx = col2im(dy): every window's gradient added back where it was read;  ẏ = im2col(ẋ) (linear).
+    dx = col2im(dy): every window's gradient added back where it was read.
     """
     saved_inputs = ()
 
@@ -155,6 +155,7 @@ class Im2Col(Function):
         return Col2Im(self.in_shape, self.kernel, self.stride, self.padding, self.dilation)(gy)
 
     def jvp(self, dx):
+        """ẏ = im2col(ẋ) (linear)."""
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(dx)
 
 
@@ -167,8 +168,7 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1) -> Tensor:
 
 class Col2Im(Function):
     """y = col2im(x): windows (N, OH, OW, KH, KW, C) summed back into an image (N, C, H, W);
-    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient);
-    ẏ = col2im(ẋ) (linear).
+    dx = im2col(dy) (col2im is im2col's transpose, so the two are each other's gradient).
     """
     saved_inputs = ()
 
@@ -184,13 +184,13 @@ class Col2Im(Function):
         return Im2Col(self.kernel, self.stride, self.padding, self.dilation, self.out_size)(gy)
 
     def jvp(self, dx):
+        """ẏ = col2im(ẋ) (linear)."""
         return Col2Im(self.image_shape, self.kernel, self.stride, self.padding, self.dilation)(dx)
 
 
 class ChannelsLast(Function):
     """y = x (N, C, H, W) as a contiguous (N, H, W, C) array: x's own memory when it is laid out so
-    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W);
-    ẏ = ẋ laid out alike.
+    already (a conv's output is), else the channels_last copy;  dx = dy viewed as (N, C, H, W).
     """
     saved_inputs = ()
 
@@ -202,6 +202,7 @@ class ChannelsLast(Function):
         return transpose(gy, (0, 3, 1, 2))
 
     def jvp(self, dx):
+        """ẏ = ẋ laid out alike."""
         return ChannelsLast()(dx)
 
 
@@ -327,8 +328,7 @@ def _stride1_fits(stride, padding, dilation, kernel, groups) -> bool:
 
 class Conv2dStride1(Function):
     """y = im2col(x) W_colᵀ + b  (stride 1, one group, padding ≤ d·(k − 1) on every side);
-    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy;
-    tangent (y is linear in x, in W and in b): ẏ = conv(ẋ, W) + conv(x, Ẇ) + ḃ.
+    dx = im2col(dy) V_colᵀ;  dW = dYᵀ im2col(x),  db = Σ dy.
 
     V is W flipped in both spatial axes with its two channel axes swapped,
     V[c, o, p, q] = W[o, c, KH − 1 − p, KW − 1 − q], and dy is padded by d·(k − 1) minus the
@@ -372,6 +372,7 @@ class Conv2dStride1(Function):
         return gx, gw, gb
 
     def jvp(self, dx, dweight, dbias=None):
+        """ẏ = conv(ẋ, W) + conv(x, Ẇ) + ḃ  (y is linear in x, in W and in b)."""
         x, weight = self.inputs[0], self.inputs[1]
         (n, _, h, w), (o, _, kh, kw) = x.shape, weight.shape
         (pt, pb), (pl, pr), (dh, dw) = *self.padding, self.dilation

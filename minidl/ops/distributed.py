@@ -34,8 +34,7 @@ def _check_comm(op: str, comm) -> None:
 
 
 class CopyToGroup(Function):
-    """y = x on every rank of the group;  dx = Σ_r dy_r (an all-reduce of the gradients);
-    ẏ = ẋ, copied alike (so that the tangent's own gradient is all-reduced too).
+    """y = x on every rank of the group;  dx = Σ_r dy_r (an all-reduce of the gradients).
 
     Megatron-LM's f: placed where a replicated activation enters a
     column-parallel layer, whose ranks each use it with their own slice.
@@ -51,6 +50,7 @@ class CopyToGroup(Function):
         return (sum_over_group(gy, self.comm),)
 
     def jvp(self, dx):
+        """ẏ = ẋ, copied alike (so that the tangent's own gradient is all-reduced too)."""
         return CopyToGroup(self.comm)(dx)
 
 
@@ -61,8 +61,7 @@ def copy_to_group(x, comm):
 
 
 class SumOverGroup(Function):
-    """y = Σ_r x_r, the same on every rank of the group;  dx = dy (the identity);
-    ẏ = Σ_r ẋ_r (an all-reduce of the tangents: y is linear in x).
+    """y = Σ_r x_r, the same on every rank of the group;  dx = dy (the identity).
 
     Megatron-LM's g: placed after a row-parallel layer, whose ranks each hold
     a partial product of the same output.
@@ -79,6 +78,7 @@ class SumOverGroup(Function):
         return (copy_to_group(gy, self.comm),)
 
     def jvp(self, dx):
+        """ẏ = Σ_r ẋ_r (an all-reduce of the tangents: y is linear in x)."""
         return SumOverGroup(self.comm)(dx)
 
 

@@ -116,8 +116,7 @@ def _source(op, x, dim, index, src, value):
 
 
 class Gather(Function):
-    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add);
-    ẏ[i][j] = ẋ[i][index[i][j]].
+    """y[i][j] = x[i][index[i][j]] (dim = 1);  dx = zeros with dy added at x[i][index[i][j]] (a scatter_add).
 
     ``index`` has x's number of dims and is no larger than x outside ``dim``
     (PyTorch's rule): y takes index's shape.
@@ -138,6 +137,7 @@ class Gather(Function):
         return ScatterAdd(self.dim, self.index)(zeros, gy)
 
     def jvp(self, dx):
+        """ẏ[i][j] = ẋ[i][index[i][j]]."""
         return Gather(self.dim, self.index)(dx)
 
 
@@ -150,7 +150,7 @@ def gather(x: Tensor, dim: int, index) -> Tensor:
 class ScatterAdd(Function):
     """y = x;  y[i][index[i][j]] += s[i][j] (dim = 1; repeats add up);  dx = dy,  ds[i][j] = dy[i][index[i][j]].
 
-    s is ``src``; its gradient ds is a gather of dy. Tangent: ẏ = ẋ;  ẏ[i][index[i][j]] += ṡ[i][j].
+    s is ``src``; its gradient ds is a gather of dy.
     """
     saved_inputs = ()
 
@@ -168,6 +168,7 @@ class ScatterAdd(Function):
                 Gather(self.dim, self.index)(gy) if src.requires_grad else None)
 
     def jvp(self, dx, dsrc):
+        """ẏ = ẋ;  ẏ[i][index[i][j]] += ṡ[i][j]."""
         if dsrc is None:
             return dx
         return ScatterAdd(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))
@@ -185,9 +186,7 @@ class Scatter(Function):
 
     s is ``src``, or the number ``value`` (then there is no ds). dx is a
     scatter of 0 into dy, ds a gather of dy. Where an index repeats, which write lands is unspecified (as in PyTorch);
-    dsrc then reads the same dy for each of the repeats. Tangent: ẏ = ẋ, then ẏ[i][index[i][j]] = ṡ[i][j]
-    (0 for a number), the same places written; with repeats the tangent of the write that landed, so
-    there (only) the backward is not the tangent rule's transpose.
+    dsrc then reads the same dy for each of the repeats.
     """
     saved_inputs = ()
 
@@ -206,6 +205,11 @@ class Scatter(Function):
         return gx, Gather(self.dim, self.index)(gy) if self.inputs[1].requires_grad else None
 
     def jvp(self, dx, dsrc=None):
+        """ẏ = ẋ, then ẏ[i][index[i][j]] = ṡ[i][j] (0 for a number), the same places written.
+
+        With repeats this is the tangent of the write that landed, so there (only) the backward is
+        not the tangent rule's transpose.
+        """
         if dsrc is None:
             return None if dx is None else Scatter(self.dim, self.index, 0)(dx)
         return Scatter(self.dim, self.index)(*filled_tangents((dx, dsrc), self.inputs))

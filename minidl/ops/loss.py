@@ -151,8 +151,7 @@ def _is_probabilities(target, x):
 # ---------------------------------------------------------------- classification
 class CrossEntropy(Function):
     """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
-    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets);
-    ℓ̇_n = Σ_c ẋ_nc (softmax(x_n)_c · Σ_c' A_nc' − A_nc)   (the same row, dotted with the tangent).
+    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets).
 
     ``target`` is the Tensor A was made from (class indices or probabilities): backward
     does not read it, but PyTorch's does, so a change to it in place is refused alike.
@@ -177,6 +176,7 @@ class CrossEntropy(Function):
         return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
 
     def jvp(self, dx):
+        """ℓ̇_n = Σ_c ẋ_nc (softmax(x_n)_c · Σ_c' A_nc' − A_nc)   (the same row, dotted with the tangent)."""
         coefficients = Tensor(self.coefficients)
         probs = softmax(self.inputs[0], axis=1)  # an op of x, so this rule can be differentiated again
         return reduce_sum(dx * (probs * reduce_sum(coefficients, axis=1, keepdims=True) - coefficients), axis=1)
@@ -186,8 +186,7 @@ class CrossEntropyGrad(Function):
     """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
     and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
     d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
-    (the softmax Jacobian applied to dz: a SoftmaxGrad);
-    ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)   (ṗ: the softmax Jacobian on ẋ).
+    (the softmax Jacobian applied to dz: a SoftmaxGrad).
     """
 
     def __init__(self, probs, coefficients):
@@ -206,6 +205,8 @@ class CrossEntropyGrad(Function):
         return gx, ggy
 
     def jvp(self, dx, dgy):
+        """ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)
+        (ṗ: the softmax Jacobian on ẋ)."""
         x, gy = self.inputs
         totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
         probs = softmax(x, axis=1)
@@ -457,8 +458,7 @@ def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # n
 
 class BinaryCrossEntropy(Function):
     """ℓ = −(t·max(ln x, −100) + (1 − t)·max(ln(1 − x), −100));
-    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12);
-    ℓ̇ = ẋ · (x − t) / max(x(1 − x), ε) + ṫ · (ln(1 − x) − ln x)   (the same derivatives).
+    dx = dℓ · (x − t) / max(x(1 − x), ε),  dt = dℓ · (ln(1 − x) − ln x)   (ε = 1e-12).
 
     The clamp at −100 and the floor ε are PyTorch's: a probability of exactly 0
     or 1 gives a loss of at most 100 and a large but finite gradient. dx is the
@@ -480,6 +480,7 @@ class BinaryCrossEntropy(Function):
         return gx, gt
 
     def jvp(self, dx, dt):
+        """ℓ̇ = ẋ · (x − t) / max(x(1 − x), ε) + ṫ · (ln(1 − x) − ln x)   (the same derivatives)."""
         x, t = self.inputs
         dl = None if dx is None else dx * (x - t) / maximum(x * (1 - x), _BCE_EPSILON)
         if dt is not None:

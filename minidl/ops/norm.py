@@ -51,12 +51,10 @@ def _check_running_stats(op, shape, running_mean, running_var):
 
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
-    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad);
-    ẏ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩)  (the same map: the Jacobian is symmetric).
+    dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
 
     The variance is the biased one (divided by n), as every normalization
-    layer uses. The backward reuses the saved x̂ and s. The tangent follows from
-    ṡ = −s² ⟨x̂ · ẋ⟩ (the variance's tangent is 2⟨(x − μ) ẋ⟩) and ẏ = s (ẋ − ⟨ẋ⟩) + (x − μ) ṡ.
+    layer uses. The backward reuses the saved x̂ and s.
     """
 
     def __init__(self, axes, eps):
@@ -74,6 +72,11 @@ class Normalize(Function):
         return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], gy)
 
     def jvp(self, dx):
+        """ẏ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩)  (the backward's map: the Jacobian is symmetric).
+
+        It follows from ṡ = −s² ⟨x̂ · ẋ⟩ (the variance's tangent is 2⟨(x − μ) ẋ⟩) and
+        ẏ = s (ẋ − ⟨ẋ⟩) + (x − μ) ṡ.
+        """
         return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], dx)
 
     def _x_hat(self):
@@ -92,11 +95,6 @@ class NormalizeGrad(Function):
     dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
     The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
     from x with Tensor ops, so that it can be differentiated again.
-
-    Tangent: ż = s · (ḋy − ⟨ḋy⟩ − x̂ ⟨ḋy · x̂⟩) + the dx formula above with dz replaced by ẋ.
-    z is the gradient of the scalar Σ dy · x̂(x) with respect to x, so its
-    derivative along x is that scalar's Hessian, symmetric: the map ẋ → ż is the map
-    dz → dx, and the dy part is z's own linear map.
     """
 
     def __init__(self, axes, eps, x_hat, inv_std):
@@ -114,6 +112,12 @@ class NormalizeGrad(Function):
         return (self._second_derivative(x, gy, gz) if x.requires_grad else None), ggy
 
     def jvp(self, dx, dgy):
+        """ż = s · (ḋy − ⟨ḋy⟩ − x̂ ⟨ḋy · x̂⟩) + the dx formula of the class with dz replaced by ẋ.
+
+        z is the gradient of the scalar Σ dy · x̂(x) with respect to x, so its
+        derivative along x is that scalar's Hessian, symmetric: the map ẋ → ż is the map
+        dz → dx, and the dy part is z's own linear map.
+        """
         x, gy = self.inputs
         dz = None if dgy is None else NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dgy)
         if dx is not None:

@@ -111,9 +111,7 @@ def _max_pool(op, x, kernel_size, stride, padding, dilation, ceil_mode, return_i
 
 class MaxPool2d(Function):
     """y[n, c, i, j] = max_{p,q} x_pad[n, c, i·sh + p·dh, j·sw + q·dw]  (x_pad: x with −inf borders);
-    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding;
-    ẏ = ẋ read at each window's argmax (MaxPoolGather): where the maximum is unique, a small
-    change of x moves y only through the winner.
+    dx = dy routed to each window's argmax (MaxPoolScatter), windows that overlap adding.
 
     Forward records which window offset k = p·KW + q won, one small integer per output
     (``choice``), rather than flat positions: the backward then needs no index arithmetic
@@ -155,6 +153,8 @@ class MaxPool2d(Function):
         return MaxPoolScatter(self)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ read at each window's argmax (MaxPoolGather): where the maximum is unique, a small
+        change of x moves y only through the winner."""
         return MaxPoolGather(self)(dx)
 
     # ------------------------------------------------------------ the routing both gradients share
@@ -194,8 +194,7 @@ class MaxPool2d(Function):
 
 class MaxPoolScatter(Function):
     """Max pooling's gradient as an op of dy, the winners fixed:
-    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes;
-    ż = the same routing of the tangent ḋy (z is linear in dy).
+    z = zeros like x, with dy[i, j] added at window (i, j)'s argmax;  d(dy) = dz read at the argmaxes.
 
     For each window offset k, the outputs whose maximum sat at offset k add their dy into
     one strided view of the (padded) image: KH·KW additions, each a regular grid. Windows
@@ -226,13 +225,13 @@ class MaxPoolScatter(Function):
         return MaxPoolGather(self.pool)(gz)
 
     def jvp(self, dgy):
+        """ż = the same routing of the tangent ḋy (z is linear in dy)."""
         return MaxPoolScatter(self.pool)(dgy)
 
 
 class MaxPoolGather(Function):
     """z[n, c, i, j] = x at window (i, j)'s recorded argmax (no new maximum is taken);
-    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose;
-    ż = ẋ at the same argmaxes.
+    dx = dz routed back there (MaxPoolScatter): the two are each other's transpose.
     """
     saved_inputs = ()
 
@@ -251,6 +250,7 @@ class MaxPoolGather(Function):
         return MaxPoolScatter(self.pool)(gz)
 
     def jvp(self, dx):
+        """ż = ẋ at the same argmaxes."""
         return MaxPoolGather(self.pool)(dx)
 
 

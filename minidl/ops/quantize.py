@@ -30,9 +30,7 @@ TENSOR_METHODS = ()
 
 
 class FakeQuantize(Function):
-    """y = s · (clip(round(x/s) + z, q_min, q_max) − z);  dx = dy · [q_min ≤ round(x/s) + z ≤ q_max];
-    ẏ = ẋ · [q_min ≤ round(x/s) + z ≤ q_max]  (straight through, as the backward: the rounding's own
-    derivative is 0 almost everywhere).
+    """y = s · (clip(round(x/s) + z, q_min, q_max) − z);  dx = dy · [q_min ≤ round(x/s) + z ≤ q_max].
 
     ``scale`` and ``zero_point`` are constants (numbers, or arrays that
     broadcast against x: one per channel); they get no gradient. round is
@@ -53,6 +51,8 @@ class FakeQuantize(Function):
         return gy * Tensor(self.inside.astype(gy.dtype))
 
     def jvp(self, dx):
+        """ẏ = ẋ · [q_min ≤ round(x/s) + z ≤ q_max]  (straight through, as the backward: the rounding's
+        own derivative is 0 almost everywhere)."""
         return dx * Tensor(self.inside.astype(dx.dtype))
 
 

@@ -34,8 +34,7 @@ def _dims(op, x, dims):
 
 # ---------------------------------------------------------------- flip, roll
 class Flip(Function):
-    """y = x with its elements in reverse order along ``dims``;  dx = dy flipped along the same dims;
-    ẏ = ẋ flipped alike."""
+    """y = x with its elements in reverse order along ``dims``;  dx = dy flipped along the same dims."""
     saved_inputs = ()
 
     def __init__(self, dims):
@@ -48,6 +47,7 @@ class Flip(Function):
         return Flip(self.dims)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ flipped alike."""
         return Flip(self.dims)(dx)
 
 
@@ -61,8 +61,7 @@ def flip(x: Tensor, *args, dims=None) -> Tensor:
 
 
 class Roll(Function):
-    """y[(i + s) % n] = x[i] along each of ``dims`` (x shifted cyclically by s);  dx = dy rolled back by −s;
-    ẏ = ẋ rolled by s.
+    """y[(i + s) % n] = x[i] along each of ``dims`` (x shifted cyclically by s);  dx = dy rolled back by −s.
 
     With ``dims`` None the tensor is rolled as if flattened, then given its
     shape back (PyTorch's and NumPy's rule).
@@ -80,6 +79,7 @@ class Roll(Function):
         return Roll(negated, self.dims)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ rolled by s."""
         return Roll(self.shifts, self.dims)(dx)
 
 
@@ -101,8 +101,7 @@ def roll(x: Tensor, shifts, dims=None) -> Tensor:
 
 # ---------------------------------------------------------------- repeat, repeat_interleave
 class Repeat(Function):
-    """y[i] = x[i % n] along each axis (x tiled, ``sizes`` copies along each);  dx = the sum of dy over the copies;
-    ẏ = ẋ tiled alike.
+    """y[i] = x[i % n] along each axis (x tiled, ``sizes`` copies along each);  dx = the sum of dy over the copies.
 
     As ``np.tile``: when ``sizes`` names more axes than x has, x counts as
     having leading axes of size 1. The backward views dy of shape
@@ -124,6 +123,7 @@ class Repeat(Function):
         return reshape(summed, self.in_shape)
 
     def jvp(self, dx):
+        """ẏ = ẋ tiled alike."""
         return Repeat(self.sizes)(dx)
 
 
@@ -143,7 +143,7 @@ def repeat(x: Tensor, *sizes) -> Tensor:
 
 class RepeatInterleave(Function):
     """y = x with element i along ``axis`` repeated r_i times in place;
-    dx_i = the sum of dy over the r_i copies of x_i;  ẏ = ẋ repeated alike.
+    dx_i = the sum of dy over the r_i copies of x_i.
 
     With one count r for every element, the backward views dy's axis of size
     n·r as (n, r) and sums over r. With a count per element, y = x[index]
@@ -167,6 +167,7 @@ class RepeatInterleave(Function):
         return GetItemGrad((slice(None),) * axis + (index,), shape)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ repeated alike."""
         return RepeatInterleave(self.axis, self.repeats)(dx)
 
 
@@ -202,8 +203,7 @@ def _triangle(op, x, diagonal, lower):
 
 
 class Triangle(Function):
-    """y = x on one side of a diagonal of the last two axes, 0 on the other;  dx = dy with the same zeros;
-    ẏ = ẋ with the same zeros.
+    """y = x on one side of a diagonal of the last two axes, 0 on the other;  dx = dy with the same zeros.
 
     tril keeps x[i, j] where j − i ≤ ``diagonal``, triu where j − i ≥ ``diagonal``
     (0 is the main diagonal, positive ones lie above it).
@@ -224,6 +224,7 @@ class Triangle(Function):
         return Triangle(self.lower, self.diagonal)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ with the same zeros."""
         return Triangle(self.lower, self.diagonal)(dx)
 
 
@@ -239,7 +240,7 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 class Diagonal(Function):
     """y[…, k] = x[…, i + k, …, j + k, …] along ``dim1`` and ``dim2``, i = max(−offset, 0), j = max(offset, 0);
-    dx = dy put back on that diagonal, 0 elsewhere;  ẏ = the same diagonal of ẋ.
+    dx = dy put back on that diagonal, 0 elsewhere.
 
     The two dims are removed and the diagonal becomes the last axis, as in
     PyTorch and NumPy. The backward is the scatter of dy (its diagonal axis
@@ -264,6 +265,7 @@ class Diagonal(Function):
         return GetItemGrad(tuple(key), self.in_shape)(movedim(gy, -1, place))
 
     def jvp(self, dx):
+        """ẏ = the same diagonal of ẋ."""
         return Diagonal(self.offset, self.dim1, self.dim2)(dx)
 
 
@@ -299,7 +301,7 @@ def diag(x: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002 - PyTorch's name
 # ---------------------------------------------------------------- unfold
 class Unfold(Function):
     """y[…, w, …, k] = x[…, w·step + k, …] along ``axis``: windows of ``size`` elements, ``step`` apart;
-    dx = the sum of dy over every window holding x;  ẏ = the same windows of ẋ.
+    dx = the sum of dy over every window holding x.
 
     Windows w = 0 … (n − size) // step replace the axis, and the positions k
     inside a window become a new last axis. The forward is a strided view of
@@ -326,6 +328,7 @@ class Unfold(Function):
         return GetItemGrad(key, self.in_shape)(movedim(gy, -1, self.axis + 1))
 
     def jvp(self, dx):
+        """ẏ = the same windows of ẋ."""
         return Unfold(self.axis, self.size, self.step)(dx)
 
 

@@ -27,8 +27,7 @@ def _check_p(op, p, what="an element"):
 
 
 class Dropout(Function):
-    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p);
-    ẏ = ẋ · m / (1 − p), the same mask.
+    """y = x · m / (1 − p), m_i ~ Bernoulli(1 − p) drawn once per call;  dx = dy · m / (1 − p).
 
     ``mask_shape`` (default: x's shape) draws fewer m_i and broadcasts them over x: channel
     dropout draws one per (sample, channel), shape (N, C, 1, ..., 1).
@@ -50,6 +49,7 @@ class Dropout(Function):
         return gy * Tensor(self.scale)
 
     def jvp(self, dx):
+        """ẏ = ẋ · m / (1 − p), the same mask."""
         return dx * Tensor(self.scale)
 
 

@@ -79,12 +79,6 @@ class ScatterReduce(Function):
     (ties share, as in PyTorch). dx_p = dy_p at the places src does not reach, and 0 at
     the places it does when not ``include_self``. The table has one row per place
     reached and one column per member of the largest group.
-
-    Tangent: the same derivatives, summed over each row instead of handed out,
-
-        ẏ_p = Σ_m ∂R/∂m · ṁ  at a place p that src reaches,   ẏ_p = ẋ_p elsewhere,
-
-    with ṁ the members' tangents (ẋ_p and the ṡ_j) laid out in the table as the members are.
     """
 
     def __init__(self, dim, index: Tensor, reduce, include_self):
@@ -154,6 +148,12 @@ class ScatterReduce(Function):
         return gx, gsrc
 
     def jvp(self, dx, dsrc):
+        """The same derivatives as the backward, summed over each row instead of handed out:
+
+            ẏ_p = Σ_m ∂R/∂m · ṁ  at a place p that src reaches,   ẏ_p = ẋ_p elsewhere,
+
+        with ṁ the members' tangents (ẋ_p and the ṡ_j) laid out in the table as the members are.
+        """
         dx, dsrc = filled_tangents((dx, dsrc), self.inputs)
         rows = reduce_sum(self._derivatives(dx.dtype) * self._table(dx, dsrc, empty=0.0), axis=1)
         return reshape(Scatter(0, Tensor(self.places))(reshape(dx, (-1,)), rows), dx.shape)

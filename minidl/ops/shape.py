@@ -53,11 +53,7 @@ def dim_index(op: str, x: Tensor, dim, new: int = 0) -> int:
 
 
 class Reshape(Function):
-    """y = x viewed with a new shape;  dx = dy reshaped to x's shape;  tangent: ẏ = ẋ viewed with the new shape.
-
-    Every op of this module is linear in its inputs, so each tangent rule is the op itself
-    applied to the tangents (ẋ is the tangent of x: the change of x along a direction).
-    """
+    """y = x viewed with a new shape;  dx = dy reshaped to x's shape."""
     saved_inputs = ()
 
     def __init__(self, shape):
@@ -75,6 +71,11 @@ class Reshape(Function):
         return reshape(gy, self.in_shape)
 
     def jvp(self, dx):
+        """ẏ = ẋ viewed with the new shape.
+
+        Every op of this module is linear in its inputs, so each tangent rule is the op itself
+        applied to the tangents (ẋ is the tangent of x: the change of x along a direction).
+        """
         return Reshape(self.shape)(dx)
 
 
@@ -174,8 +175,7 @@ def _varargs(values):
 
 
 class Transpose(Function):
-    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation;
-    ẏ = ẋ permuted alike.
+    """y = x with axes permuted, y.shape[i] = x.shape[axes[i]];  dx = dy with the inverse permutation.
 
     ``axes`` is a permutation of 0..ndim−1 (negative axes count from the end),
     or None to reverse the axes. The inverse permutation p⁻¹ satisfies
@@ -198,6 +198,7 @@ class Transpose(Function):
         return Transpose(tuple(inverse))(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ permuted alike."""
         return Transpose(self.axes)(dx)
 
 
@@ -272,7 +273,7 @@ def swap_last_axes(x: Tensor) -> Tensor:
 
 
 class BroadcastTo(Function):
-    """y = x repeated along broadcast axes;  dx = dy summed back to x's shape;  ẏ = ẋ broadcast alike."""
+    """y = x repeated along broadcast axes;  dx = dy summed back to x's shape."""
     saved_inputs = ()
 
     def __init__(self, shape):
@@ -289,6 +290,7 @@ class BroadcastTo(Function):
         return sum_to(gy, self.in_shape)
 
     def jvp(self, dx):
+        """ẏ = ẋ broadcast alike."""
         return BroadcastTo(self.shape)(dx)
 
 
@@ -320,8 +322,7 @@ def expand(x: Tensor, *sizes) -> Tensor:
 
 
 class SumTo(Function):
-    """y = x summed over the axes that broadcasting added or stretched;  dx = dy broadcast back;
-    ẏ = ẋ summed alike.
+    """y = x summed over the axes that broadcasting added or stretched;  dx = dy broadcast back.
 
     This is the one helper every broadcasting backward uses: if y = f(a, b)
     broadcast a from shape s, then dL/da = sum over the broadcast axes of
@@ -344,6 +345,7 @@ class SumTo(Function):
         return broadcast_to(gy, self.in_shape)
 
     def jvp(self, dx):
+        """ẏ = ẋ summed alike."""
         return SumTo(self.shape)(dx)
 
 
@@ -360,8 +362,7 @@ def _has_integer_array(key) -> bool:
 
 
 class GetItem(Function):
-    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros;
-    ẏ = ẋ[key].
+    """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros.
 
     ``select`` (None, or a basic key applied first) gives PyTorch's order of indexing
     (see :func:`minidl.tensor.index_key`); ``index_tensors`` are the key's integer and
@@ -382,12 +383,12 @@ class GetItem(Function):
         return GetItemGrad(self.key, self.in_shape, self.select, self.saved_indices)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ[key]."""
         return GetItem(self.key, self.select, self.saved_indices)(dx)
 
 
 class GetItemGrad(Function):
-    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key];
-    ẏ = zeros(shape) with ḋy added at x[key]."""
+    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
     saved_inputs = ()
 
     def __init__(self, key, shape, select=None, index_tensors=()):
@@ -407,6 +408,7 @@ class GetItemGrad(Function):
         return GetItem(self.key, self.select, self.saved_indices)(ggx)
 
     def jvp(self, dgy):
+        """ẏ = zeros(shape) with ḋy (the tangent of dy) added at x[key]."""
         return GetItemGrad(self.key, self.shape, self.select, self.saved_indices)(dgy)
 
 
@@ -417,7 +419,7 @@ def getitem(x: Tensor, key) -> Tensor:
 
 
 class Contiguous(Function):
-    """y = x laid out in row-major order (a copy, unless x already is);  dx = dy;  ẏ = ẋ (row-major)."""
+    """y = x laid out in row-major order (a copy, unless x already is);  dx = dy."""
     saved_inputs = ()
 
     def forward(self, x):
@@ -427,6 +429,7 @@ class Contiguous(Function):
         return gy
 
     def jvp(self, dx):
+        """ẏ = ẋ (row-major)."""
         return Contiguous()(dx)
 
 
@@ -450,8 +453,7 @@ def expand_as(x: Tensor, other: Tensor) -> Tensor:
 
 
 class Concatenate(Function):
-    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled (a split of dy);
-    ẏ = [ẋ1, ẋ2, ...] joined alike (a zero tangent as zeros)."""
+    """y = [x1, x2, ...] joined along ``axis``;  dx_i = the slice of dy that x_i filled (a split of dy)."""
     saved_inputs = ()
 
     def __init__(self, axis):
@@ -469,6 +471,7 @@ class Concatenate(Function):
         return Split(self.axis % gy.ndim, self.sizes)(gy)
 
     def jvp(self, *dxs):
+        """ẏ = [ẋ1, ẋ2, ...] joined alike (a zero tangent as zeros)."""
         return Concatenate(self.axis)(*filled_tangents(dxs, self.inputs))
 
 
@@ -485,7 +488,7 @@ def cat(tensors, dim: int = 0, *, axis: int | None = None) -> Tensor:
 
 class Split(Function):
     """y_1, y_2, ... = consecutive pieces of x along ``axis``, of the given sizes;
-    dx = [dy_1, dy_2, ...] joined along axis;  ẏ_1, ẏ_2, ... = the same pieces of ẋ.
+    dx = [dy_1, dy_2, ...] joined along axis.
 
     Each piece is a view of x. An output that the loss does not use gets a zero
     gradient from the engine, so dx always has x's shape.
@@ -504,6 +507,7 @@ class Split(Function):
         return concatenate(gys, axis=self.axis)
 
     def jvp(self, dx):
+        """ẏ_1, ẏ_2, ... = the same pieces of ẋ."""
         return Split(self.axis, self.sizes)(dx)
 
 
@@ -556,8 +560,7 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
 
 
 class Stack(Function):
-    """y = tensors stacked along a new ``axis``;  dx_i = dy taken at index i of that axis;
-    ẏ = the tangents stacked alike (a zero tangent as zeros)."""
+    """y = tensors stacked along a new ``axis``;  dx_i = dy taken at index i of that axis."""
     saved_inputs = ()
 
     def __init__(self, axis):
@@ -575,6 +578,7 @@ class Stack(Function):
         return tuple(gy[lead + (i,)] for i in range(gy.shape[axis]))
 
     def jvp(self, *dxs):
+        """ẏ = the tangents stacked alike (a zero tangent as zeros)."""
         return Stack(self.axis)(*filled_tangents(dxs, self.inputs))
 
 
@@ -618,8 +622,7 @@ def _source_index(n, before, after, mode):
 
 class Pad(Function):
     """y = x with borders, a constant or copies of x's own values;
-    dx = the interior of dy (constant mode), or dy added back onto the sources;
-    ẏ = ẋ padded alike, with zero borders in constant mode (the fill value is a constant).
+    dx = the interior of dy (constant mode), or dy added back onto the sources.
 
     ``widths`` holds one (before, after) pair of widths per axis, non-negative but in reflect and
     replicate modes, where a negative width crops (p then starts or ends inside x).
@@ -652,6 +655,7 @@ class Pad(Function):
         return GetItemGrad(self.key, self.in_shape)(gy)
 
     def jvp(self, dx):
+        """ẏ = ẋ padded alike, with zero borders in constant mode (the fill value is a constant)."""
         return Pad(self.widths, self.mode, 0 if self.mode == "constant" else None, self.key)(dx)
 
 
