@@ -1,10 +1,20 @@
-"""DataLoader: batches of NumPy arrays, shuffled reproducibly, resumable mid-epoch.
+"""DataLoader: batches of Tensors, shuffled reproducibly, resumable mid-epoch (PyTorch's ``DataLoader``).
 
     loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, seed=0)
-    for xb, yb in loader:          # one tuple of arrays per batch, one array per field
+    for xb, yb in loader:          # Tensors, one per field: xb.shape == (64, ...), yb.size(0) == 64
         ...
     state = loader.state_dict()    # save with the checkpoint
     loader.load_state_dict(state)  # a resumed run sees exactly the same batches
+
+It takes PyTorch's arguments (``sampler=``, ``batch_sampler=``, ``collate_fn=``,
+``drop_last=``, ``generator=``, ``worker_init_fn=``, ``num_workers=``...) and
+raises PyTorch's errors for the combinations PyTorch refuses. Items are
+collated by :func:`~minidl.data.collate.default_collate`, so a dataset that
+returns Tensors, arrays, numbers, tuples or dicts gives what PyTorch's loader
+gives. A dataset that can gather a whole batch at once (``TensorDataset``,
+anything with ``get_batch(indices)``) is read with one indexing call per field
+and its arrays are wrapped as Tensors without a copy: that is the fast path
+the Trainer uses.
 
 Why it is reproducible: the order of epoch ``e`` is a pure function of
 ``(seed, e)`` -- a fresh generator seeded with both -- and not the leftover
@@ -14,78 +24,152 @@ resumed from ``state_dict()`` continues with the batch the uninterrupted run
 would have seen next. Random augmentation (``transform``) gets its own
 generator per batch, seeded with ``(seed, epoch, batch)``, for the same reason.
 
-The loader returns NumPy arrays and never creates Tensors: the training loop
-moves each batch to its device.
+``num_workers > 0`` differs from PyTorch: the workers are threads of this
+process, not processes. They build the next ``num_workers * prefetch_factor``
+batches while the model trains on the current one (NumPy's copies and most
+array work release the GIL), and batches still come out in order. Nothing is
+pickled and nothing is forked, so a dataset needs no care to be shared, and
+``worker_init_fn(worker_id)`` runs once in each thread; but Python code in a
+dataset's ``__getitem__`` runs one thread at a time, so a slow pure-Python
+dataset gains less than it would from worker processes.
 """
 from __future__ import annotations
 
+import itertools
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from minidl import backend
+from minidl.data.collate import batch_to, default_collate, default_convert
 from minidl.data.dataset import Dataset, TensorDataset
+from minidl.data.samplers import BatchSampler, RandomSampler, SequentialSampler, _draw_seed
+from minidl.tensor import Tensor
 
 _STATE_KEYS = ("seed", "epoch", "batch", "num_samples", "batch_size")
 
 
 class DataLoader:
-    """Iterate over a dataset in batches.
+    """Iterate over a dataset in batches of Tensors.
 
     Args:
         dataset: a ``Dataset`` (or anything with ``__len__`` and ``__getitem__``);
             a tuple/list of arrays is wrapped in ``TensorDataset``.
-        batch_size: samples per batch (a positive integer).
+        batch_size: samples per batch (a positive integer), or ``None`` to serve
+            single items (converted to Tensors, not batched), as in PyTorch.
         shuffle: ``True``, a new random order every epoch; ``"once"``, one random
             order kept for every epoch (to test the textbook's remark that
             reshuffling each epoch usually does not help); ``False``, in order.
+        sampler: the indices of an epoch (``RandomSampler``, ``SubsetRandomSampler``,
+            any iterable of indices); mutually exclusive with ``shuffle``.
+        batch_sampler: the index lists of an epoch's batches (``BatchSampler``);
+            mutually exclusive with ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``.
+        num_workers: threads that prepare the next batches ahead (see the module
+            docstring: threads, not PyTorch's processes); 0 prepares each batch when asked.
+        collate_fn: makes one batch from a list of items (default: ``default_collate``).
+        pin_memory: accepted for PyTorch's sake; no effect (batches move to ``device`` directly).
         drop_last: skip the last, smaller batch when ``len(dataset)`` is not a
             multiple of ``batch_size``.
-        seed: seed of the shuffle and of ``transform``. ``None`` draws one from
-            minidl's generator, so ``minidl.manual_seed(s)`` fixes it too.
-        transform: an optional callable ``transform(x, rng)`` applied to the
+        timeout: seconds to wait for a worker's batch (0: no limit).
+        worker_init_fn: called as ``worker_init_fn(worker_id)`` once in each worker thread.
+        generator: a ``numpy.random.Generator``; the shuffle's seed is drawn from it.
+        prefetch_factor: batches each worker prepares ahead (default 2 with workers).
+        persistent_workers: accepted for PyTorch's sake (threads are cheap to start each epoch).
+        seed: (minidl) seed of the shuffle and of ``transform``. ``None`` draws one from
+            ``generator``, or from minidl's generator, so ``minidl.manual_seed(s)`` fixes it too.
+        transform: (minidl) an optional callable ``transform(x, rng)`` applied to the
             first field of every batch (see ``minidl.data.transforms``).
+        device: (minidl) the device the batches' Tensors are put on (default: where
+            the dataset's arrays are, the CPU for NumPy).
 
     Each iteration (``for batch in loader``) is one epoch. ``len(loader)`` is
     the number of batches per epoch.
     """
 
-    def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
-                 seed: int | None = None, transform=None):
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | str | None = None, sampler=None,
+                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator=None, *,
+                 prefetch_factor: int | None = None, persistent_workers: bool = False,
+                 seed: int | None = None, transform=None, device=None):
         if isinstance(dataset, (tuple, list)):
             dataset = TensorDataset(*dataset)
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise TypeError(
                 f"DataLoader: dataset must have __len__ and __getitem__, got {type(dataset).__name__}; "
                 "wrap arrays as TensorDataset(x, y)")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-            raise TypeError(f"DataLoader: batch_size must be an int, got {batch_size!r}")
-        if batch_size <= 0:
+        # PyTorch's checks, with PyTorch's messages.
+        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable "
+                             "multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
+                             "to enable multiprocessing, otherwise set prefetch_factor to None.")
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                                 "and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with "
+                                 "drop_last")
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"DataLoader: batch_size must be an int or None, got {batch_size!r}")
+        elif batch_size <= 0:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size}")
-        if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"DataLoader: seed must be a non-negative int or None, got {seed!r}")
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        if shuffle not in (True, False, "once"):
+        if shuffle not in (True, False, None, "once"):
             raise ValueError(f"DataLoader: shuffle must be True, False or 'once', got {shuffle!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"DataLoader: seed must be a non-negative int or None, got {seed!r}")
+        if seed is not None and generator is not None:
+            raise ValueError("DataLoader: give seed= or generator=, not both")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn must be callable, got {type(collate_fn).__name__}")
+        self.dataset = dataset
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.shuffle = bool(shuffle)
         self.shuffle_once = shuffle == "once"
         self.drop_last = bool(drop_last)
         self.transform = transform
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self.num_workers, self.timeout, self.worker_init_fn = int(num_workers), timeout, worker_init_fn
+        self.prefetch_factor = (2 if prefetch_factor is None else int(prefetch_factor)) if num_workers else None
+        self.pin_memory, self.persistent_workers = bool(pin_memory), bool(persistent_workers)
+        self.device = device
+        self.generator = generator
         if seed is None:
             # Draw only when randomness is used, so an unshuffled loader does not
             # shift minidl's global random stream (and with it the model's init).
             needs_seed = self.shuffle or transform is not None
-            seed = int(backend.rng("cpu").integers(0, 2**63 - 1)) if needs_seed else 0
+            seed = _draw_seed(generator, "DataLoader") if needs_seed else 0
         self.seed = int(seed)
+        self._own_sampler = sampler is None
+        if sampler is None:
+            sampler = RandomSampler(dataset, seed=self.seed) if self.shuffle else SequentialSampler(dataset)
+        self.sampler = sampler
+        if batch_sampler is None and self.batch_size is not None:
+            batch_sampler = BatchSampler(sampler, self.batch_size, self.drop_last)
+        self.batch_sampler = batch_sampler
         self._epoch = 0
         self._batch = 0          # batches of the current epoch already handed out
         self._fresh = True       # the next __iter__ continues (epoch, batch) instead of starting anew
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        if self.batch_sampler is None:
+            return len(self.sampler)
+        if self._own_batches():
+            n = len(self.sampler)
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return len(self.batch_sampler)
 
     @property
     def epoch(self) -> int:
@@ -99,12 +183,45 @@ class DataLoader:
         self._epoch, self._batch, self._fresh = int(epoch), 0, True
 
     # ------------------------------------------------------------------ order
+    def _own_batches(self) -> bool:
+        """Are the batches cut by the loader's own BatchSampler from a sampler with ``epoch_order``?"""
+        return (type(self.batch_sampler) is BatchSampler and self.batch_sampler.sampler is self.sampler
+                and callable(getattr(self.sampler, "epoch_order", None)))
+
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The sample indices of epoch ``epoch`` in the order they are served."""
-        n = len(self.dataset)
-        if not self.shuffle:
-            return np.arange(n)
-        return np.random.default_rng([self.seed, 0 if self.shuffle_once else int(epoch)]).permutation(n)
+        """The sample indices of epoch ``epoch`` in the order they are served (samplers with ``epoch_order``)."""
+        order = getattr(self.sampler, "epoch_order", None)
+        if order is None:
+            raise TypeError(f"DataLoader.epoch_order: the sampler {type(self.sampler).__name__} cannot tell an "
+                            "epoch's order in advance; iterate the loader instead")
+        return order(0 if self.shuffle_once else int(epoch))
+
+    def _index_batches(self, epoch: int, first: int):
+        """The index batches of epoch ``epoch`` from batch ``first`` on (arrays, or the sampler's lists)."""
+        if self._own_batches():
+            order = self.epoch_order(epoch)
+            size = self.batch_size
+            return (order[b * size:(b + 1) * size] for b in range(first, len(self)))
+        source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        if callable(getattr(source, "set_epoch", None)):
+            source.set_epoch(0 if self.shuffle_once else epoch)
+        return itertools.islice(iter(source), first, None)
+
+    def _make_batch(self, indices, b: int, epoch: int):
+        """Batch number ``b`` of epoch ``epoch``: gathered, collated, transformed, put on the device."""
+        if self.batch_sampler is None:  # batch_size=None: one item, converted, not batched
+            batch = default_convert(self.dataset[indices])
+        else:
+            get_batch = getattr(self.dataset, "get_batch", None)
+            if get_batch is not None and self.collate_fn is default_collate \
+                    and getattr(type(self.dataset), "get_batch", None) is not Dataset.get_batch:
+                # The fast path: one gather per field; arrays become Tensors without a copy.
+                batch = default_convert(get_batch(np.asarray(indices)))
+            else:
+                batch = self.collate_fn([self.dataset[int(i)] for i in indices])
+        if self.transform is not None:
+            batch = _transformed(batch, self.transform, np.random.default_rng([self.seed, epoch, b, 1]))
+        return batch if self.device is None else batch_to(batch, self.device)
 
     def __iter__(self):
         num_batches = len(self)
@@ -113,22 +230,41 @@ class DataLoader:
                 self._epoch += 1
             self._batch = 0
         self._fresh = False
-        order = self.epoch_order(self._epoch)
-        get_batch = getattr(self.dataset, "get_batch", None)
-        if get_batch is None:
-            get_batch = lambda idx: Dataset.get_batch(self.dataset, idx)  # noqa: E731
-        for b in range(self._batch, num_batches):
-            indices = order[b * self.batch_size:(b + 1) * self.batch_size]
-            batch = get_batch(indices)
-            if not isinstance(batch, tuple):
-                batch = tuple(batch) if isinstance(batch, list) else (batch,)
-            if self.transform is not None:
-                rng = np.random.default_rng([self.seed, self._epoch, b, 1])
-                batch = (self.transform(batch[0], rng=rng),) + batch[1:]
+        epoch, first = self._epoch, self._batch
+        batches = self._index_batches(epoch, first)
+        made = (self._make_batch(indices, b, epoch) for b, indices in enumerate(batches, first))
+        if self.num_workers:
+            made = self._prefetched(batches, first, epoch)
+        for b, batch in enumerate(made, first):
             # Count the batch as served before handing it out: a state_dict taken
             # while the caller holds it must resume with the batch after it.
             self._batch = b + 1
             yield batch
+
+    def _prefetched(self, batches, first: int, epoch: int):
+        """The batches of ``batches``, built by worker threads up to ``num_workers * prefetch_factor`` ahead."""
+        ids = itertools.count()
+        init = self.worker_init_fn
+
+        def start_worker():
+            worker_id = next(ids)  # itertools.count's next is atomic under the GIL
+            if init is not None:
+                init(worker_id)
+
+        ahead = self.num_workers * self.prefetch_factor
+        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="minidl-loader", initializer=start_worker)
+        try:
+            pending = []
+            numbered = enumerate(batches, first)
+            for b, indices in itertools.islice(numbered, ahead):
+                pending.append(pool.submit(self._make_batch, indices, b, epoch))
+            while pending:
+                batch = pending.pop(0).result(timeout=self.timeout or None)
+                for b, indices in itertools.islice(numbered, 1):
+                    pending.append(pool.submit(self._make_batch, indices, b, epoch))
+                yield batch
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
@@ -139,7 +275,7 @@ class DataLoader:
         resume with a different dataset or batch size.
         """
         return {"seed": self.seed, "epoch": self._epoch, "batch": self._batch,
-                "num_samples": len(self.dataset), "batch_size": self.batch_size}
+                "num_samples": len(self.dataset), "batch_size": self.batch_size or 0}
 
     def check_state_dict(self, state) -> None:
         """Raise ValueError saying what is wrong when ``load_state_dict(state)`` would fail; change nothing."""
@@ -149,6 +285,8 @@ class DataLoader:
         """Continue from ``state``: the next iteration serves the batch after the last one served."""
         values = self._checked(state)
         self.seed, self._epoch, self._batch = values["seed"], values["epoch"], values["batch"]
+        if self._own_sampler and isinstance(self.sampler, RandomSampler):
+            self.sampler.seed = self.seed  # the loader's own sampler shuffles with the loader's seed
         self._fresh = True
 
     def _checked(self, state) -> dict:
@@ -170,7 +308,7 @@ class DataLoader:
                 raise ValueError(f"{owner}: {k} must be a whole number from 0 to 2**{top.bit_length() - 1} - 1, "
                                  f"got {repr(value)[:80]}")
             values[k] = int(value)
-        if values["num_samples"] != len(self.dataset) or values["batch_size"] != self.batch_size:
+        if values["num_samples"] != len(self.dataset) or values["batch_size"] != (self.batch_size or 0):
             raise ValueError(
                 f"{owner}: the state was saved for {values['num_samples']} samples in "
                 f"batches of {values['batch_size']}, but this loader has {len(self.dataset)} samples in "
@@ -181,5 +319,15 @@ class DataLoader:
         return values
 
     def __repr__(self) -> str:
+        sampler = "" if self._own_sampler else f", sampler={type(self.sampler).__name__}"
         return (f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
-                f"drop_last={self.drop_last}, seed={self.seed})")
+                f"drop_last={self.drop_last}, seed={self.seed}{sampler})")
+
+
+def _transformed(batch, transform, rng):
+    """``batch`` with ``transform(x, rng)`` applied to the array of its first field."""
+    if isinstance(batch, (list, tuple)):
+        return type(batch)([_transformed(batch[0], transform, rng), *batch[1:]])
+    array = batch.data if isinstance(batch, Tensor) else batch
+    out = transform(array, rng=rng)
+    return Tensor(out) if isinstance(batch, Tensor) else out
