@@ -4,19 +4,19 @@
 
 By the type of the first item, recursively:
 
-==========================  =============================================
-item                        batch
-==========================  =============================================
-Tensor, NumPy array         a Tensor, the items stacked on a new axis 0
-Python float                a float64 Tensor (as PyTorch)
-Python int / bool           an int64 / bool Tensor
-NumPy scalar                a Tensor of its dtype
-str, bytes                  the list as it is
-dict                        a dict of batches, key by key
-namedtuple                  the same namedtuple of batches, field by field
-tuple, list                 a list of batches, field by field (PyTorch
-                            turns a tuple into a list too)
-==========================  =============================================
+    ==========================  =============================================
+    item                        batch
+    ==========================  =============================================
+    Tensor, NumPy array         a Tensor, the items stacked on a new axis 0
+    Python float                a float64 Tensor (as PyTorch)
+    Python int / bool           an int64 / bool Tensor
+    NumPy scalar                a Tensor of its dtype
+    str, bytes                  the strings as they are, not a Tensor
+    dict                        a dict of batches, key by key
+    namedtuple                  the same namedtuple of batches, field by field
+    tuple, list                 a list of batches, field by field (PyTorch
+                                turns a tuple into a list too)
+    ==========================  =============================================
 
 ``default_convert`` is what a loader with ``batch_size=None`` applies to each
 item: arrays become Tensors, containers are walked, the rest stays as it is.

@@ -1,7 +1,8 @@
 """Datasets: anything with a length and an item per index.
 
-A dataset item is a tuple of NumPy arrays, one per field (for example
-``(image, label)``). ``DataLoader`` stacks items into batches. A dataset that
+A dataset item is a tuple of NumPy arrays (or Tensors, or numbers), one per
+field (for example ``(image, label)``). ``DataLoader`` stacks items into
+batches of Tensors (see ``minidl.data.collate``). A dataset that
 can gather many items at once (``TensorDataset``) offers ``get_batch(indices)``
 so that a batch is one fancy-indexing call per field instead of a Python loop.
 

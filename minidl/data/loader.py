@@ -224,7 +224,10 @@ class DataLoader:
         return batch if self.device is None else batch_to(batch, self.device)
 
     def __iter__(self):
-        num_batches = len(self)
+        try:
+            num_batches = len(self)
+        except TypeError:  # a sampler without a length: served until it ends
+            num_batches = math.inf
         if not self._fresh or self._batch >= num_batches:
             if not (self._fresh and self._batch == 0):
                 self._epoch += 1

@@ -89,7 +89,9 @@ class SequentialSampler(Sampler):
 class RandomSampler(_EpochSeeded):
     """Random indices of ``data_source``: a permutation per epoch, or ``num_samples`` draws with replacement.
 
-    Args (PyTorch's):
+    PyTorch's arguments, and ``seed`` besides.
+
+    Args:
         data_source: the dataset (only its length is used).
         replacement: draw with replacement (``num_samples`` independent uniform draws).
         num_samples: indices per epoch (default ``len(data_source)``). Without
