@@ -36,6 +36,11 @@ from minidl.tensor import Tensor
 _ERROR = "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
 
 
+def _convertible(dtype) -> bool:
+    """Numbers, not strings or objects (bfloat16 is a 'V' dtype, and a number)."""
+    return dtype.kind not in "OSUV" or backend.is_bfloat16(dtype)
+
+
 def _is_array(value) -> bool:
     return isinstance(value, np.ndarray) or backend.is_device_array(value)
 
@@ -47,7 +52,7 @@ def _is_namedtuple(value) -> bool:
 def _stack(arrays) -> Tensor:
     arrays = [a.data if isinstance(a, Tensor) else a for a in arrays]
     first = arrays[0]
-    if first.dtype.kind in "OSUV":
+    if not _convertible(first.dtype):
         raise TypeError(_ERROR.format(first.dtype))
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
@@ -66,7 +71,7 @@ def default_collate(batch):
     if isinstance(elem, Tensor) or _is_array(elem):
         return _stack(batch)
     if isinstance(elem, np.generic):
-        if elem.dtype.kind in "OSUV":
+        if not _convertible(elem.dtype):
             raise TypeError(_ERROR.format(elem.dtype))
         return Tensor(np.asarray(batch))
     if isinstance(elem, float):
@@ -98,9 +103,9 @@ def default_convert(data):
     if isinstance(data, Tensor):
         return data
     if _is_array(data):
-        return data if data.dtype.kind in "OSUV" else Tensor(data)
+        return Tensor(data) if _convertible(data.dtype) else data
     if isinstance(data, np.generic):
-        return data if data.dtype.kind in "OSUV" else Tensor(np.asarray(data))
+        return Tensor(np.asarray(data)) if _convertible(data.dtype) else data
     if isinstance(data, (str, bytes)):
         return data
     if isinstance(data, collections.abc.Mapping):

@@ -35,9 +35,9 @@ dataset gains less than it would from worker processes.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -199,29 +199,43 @@ class DataLoader:
     def _index_batches(self, epoch: int, first: int):
         """The index batches of epoch ``epoch`` from batch ``first`` on (arrays, or the sampler's lists)."""
         if self._own_batches():
-            order = self.epoch_order(epoch)
-            size = self.batch_size
-            return (order[b * size:(b + 1) * size] for b in range(first, len(self)))
+            order, size = self.epoch_order(epoch), self.batch_size
+            return [order[start:start + size] for start in range(first * size, len(self) * size, size)]
         source = self.batch_sampler if self.batch_sampler is not None else self.sampler
         if callable(getattr(source, "set_epoch", None)):
             source.set_epoch(0 if self.shuffle_once else epoch)
         return itertools.islice(iter(source), first, None)
 
-    def _make_batch(self, indices, b: int, epoch: int):
-        """Batch number ``b`` of epoch ``epoch``: gathered, collated, transformed, put on the device."""
+    def _batch_maker(self, epoch: int):
+        """``make(indices, b)``: batch ``b`` of epoch ``epoch`` gathered, collated, transformed, put on the device.
+
+        The route is chosen once per epoch, so that each batch costs a few Python operations.
+        """
+        dataset, collate_fn, transform, device, seed = (self.dataset, self.collate_fn, self.transform,
+                                                        self.device, self.seed)
         if self.batch_sampler is None:  # batch_size=None: one item, converted, not batched
-            batch = default_convert(self.dataset[indices])
+            def gather(index):
+                return default_convert(dataset[index])
+        elif collate_fn is default_collate and callable(getattr(dataset, "get_batch", None)) \
+                and getattr(type(dataset), "get_batch", None) is not Dataset.get_batch:
+            # The fast path: one gather per field; its arrays become Tensors without a copy.
+            get_batch = dataset.get_batch
+
+            def gather(indices):
+                return _as_tensors(get_batch(np.asarray(indices)))
         else:
-            get_batch = getattr(self.dataset, "get_batch", None)
-            if get_batch is not None and self.collate_fn is default_collate \
-                    and getattr(type(self.dataset), "get_batch", None) is not Dataset.get_batch:
-                # The fast path: one gather per field; arrays become Tensors without a copy.
-                batch = default_convert(get_batch(np.asarray(indices)))
-            else:
-                batch = self.collate_fn([self.dataset[int(i)] for i in indices])
-        if self.transform is not None:
-            batch = _transformed(batch, self.transform, np.random.default_rng([self.seed, epoch, b, 1]))
-        return batch if self.device is None else batch_to(batch, self.device)
+            def gather(indices):
+                return collate_fn([dataset[int(i)] for i in indices])
+
+        if transform is None and device is None:
+            return lambda indices, b: gather(indices)
+
+        def make(indices, b):
+            batch = gather(indices)
+            if transform is not None:
+                batch = _transformed(batch, transform, np.random.default_rng([seed, epoch, b, 1]))
+            return batch if device is None else batch_to(batch, device)
+        return make
 
     def __iter__(self):
         try:
@@ -234,18 +248,20 @@ class DataLoader:
             self._batch = 0
         self._fresh = False
         epoch, first = self._epoch, self._batch
-        batches = self._index_batches(epoch, first)
-        made = (self._make_batch(indices, b, epoch) for b, indices in enumerate(batches, first))
+        batches, make = self._index_batches(epoch, first), self._batch_maker(epoch)
         if self.num_workers:
-            made = self._prefetched(batches, first, epoch)
-        for b, batch in enumerate(made, first):
+            yield from self._prefetched(make, batches, first)
+            return
+        for b, indices in enumerate(batches, first):
+            batch = make(indices, b)
             # Count the batch as served before handing it out: a state_dict taken
             # while the caller holds it must resume with the batch after it.
             self._batch = b + 1
             yield batch
 
-    def _prefetched(self, batches, first: int, epoch: int):
+    def _prefetched(self, make, batches, first: int):
         """The batches of ``batches``, built by worker threads up to ``num_workers * prefetch_factor`` ahead."""
+        from concurrent.futures import ThreadPoolExecutor  # here: only loaders with workers pay for its import
         ids = itertools.count()
         init = self.worker_init_fn
 
@@ -254,17 +270,18 @@ class DataLoader:
             if init is not None:
                 init(worker_id)
 
-        ahead = self.num_workers * self.prefetch_factor
+        ahead = max(1, self.num_workers * self.prefetch_factor)
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="minidl-loader", initializer=start_worker)
         try:
-            pending = []
             numbered = enumerate(batches, first)
-            for b, indices in itertools.islice(numbered, ahead):
-                pending.append(pool.submit(self._make_batch, indices, b, epoch))
+            pending = collections.deque(pool.submit(make, indices, b) for b, indices in
+                                        itertools.islice(numbered, ahead))
+            b = first
             while pending:
-                batch = pending.pop(0).result(timeout=self.timeout or None)
-                for b, indices in itertools.islice(numbered, 1):
-                    pending.append(pool.submit(self._make_batch, indices, b, epoch))
+                batch = pending.popleft().result(timeout=self.timeout or None)
+                for later, indices in itertools.islice(numbered, 1):
+                    pending.append(pool.submit(make, indices, later))
+                self._batch = b = b + 1
                 yield batch
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -325,6 +342,14 @@ class DataLoader:
         sampler = "" if self._own_sampler else f", sampler={type(self.sampler).__name__}"
         return (f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
                 f"drop_last={self.drop_last}, seed={self.seed}{sampler})")
+
+
+def _as_tensors(batch):
+    """A gathered batch as Tensors: a tuple of plain arrays (the common case) is wrapped field by field."""
+    if type(batch) is tuple:
+        return [Tensor(field) if type(field) is np.ndarray and field.dtype.kind in "biuf" else default_convert(field)
+                for field in batch]
+    return default_convert(batch)
 
 
 def _transformed(batch, transform, rng):
