@@ -42,7 +42,14 @@ from minidl.data.imbalance import (
 from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
-from minidl.data.samplers import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
+from minidl.data.samplers import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
 from minidl.data.transforms import (
     Compose,
@@ -59,8 +66,8 @@ from minidl.data.transforms import (
 )
 
 __all__ = [
-    "BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler", "default_collate",
-    "default_convert",
+    "BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+    "default_collate", "default_convert",
     "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold", "RandomCrop",
     "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
     "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",

@@ -4,6 +4,7 @@
     RandomSampler(ds)                                       # a permutation, a new one every epoch
     RandomSampler(ds, replacement=True, num_samples=1000)   # 1000 draws with replacement
     SubsetRandomSampler([3, 7, 9])                          # these indices, shuffled
+    WeightedRandomSampler(class_weights(y)[y], len(y))      # every class equally often
     BatchSampler(RandomSampler(ds), batch_size=32, drop_last=False)   # lists of indices
     DataLoader(ds, sampler=RandomSampler(ds), batch_size=32)
 
@@ -144,6 +145,42 @@ class SubsetRandomSampler(_EpochSeeded):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+class WeightedRandomSampler(_EpochSeeded):
+    """``num_samples`` indices drawn with probability ``p_i = w_i / Σ_j w_j`` (PyTorch's ``WeightedRandomSampler``).
+
+    With per-sample weights ``class_weights(y)[y]`` every class is drawn equally
+    often on average: oversampling the small classes without copying them.
+    Without replacement, no index comes twice in an epoch (so ``num_samples``
+    can be at most the number of non-zero weights).
+    """
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None, *,
+                 seed: int | None = None):
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
+        weights = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, dtype=np.float64)
+        if weights.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape {weights.shape}")
+        if weights.size == 0 or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
+            raise ValueError("WeightedRandomSampler: weights must be finite, non-negative and not all zero, got "
+                             f"{weights.size} weights summing to {weights.sum() if weights.size else 0}")
+        if not replacement and num_samples > np.count_nonzero(weights):
+            raise ValueError(f"WeightedRandomSampler: cannot draw {num_samples} samples without replacement from "
+                             f"{np.count_nonzero(weights)} non-zero weights; lower num_samples or set "
+                             "replacement=True")
+        self.weights, self.num_samples, self.replacement = weights, int(num_samples), replacement
+        self._start(generator, seed, "WeightedRandomSampler")
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        p = self.weights / self.weights.sum()
+        return self._rng(epoch).choice(len(p), size=self.num_samples, replace=self.replacement, p=p)
+
+    def __len__(self) -> int:
+        return self.num_samples
 
 
 class BatchSampler(Sampler):

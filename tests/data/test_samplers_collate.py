@@ -14,6 +14,7 @@ from minidl.data import (
     SequentialSampler,
     SubsetRandomSampler,
     TensorDataset,
+    WeightedRandomSampler,
     default_collate,
     default_convert,
 )
@@ -136,6 +137,25 @@ def test_random_sampler_draws_permutations_and_with_replacement():
     assert sorted(picked) == sorted(subset) and len(SubsetRandomSampler(subset)) == 4
 
 
+def test_weighted_sampler_draws_in_proportion_to_the_weights():
+    weights = np.array([1.0, 3.0, 0.0, 6.0])
+    drawn = np.array(list(WeightedRandomSampler(weights, 20000, seed=0)))
+    counts = np.bincount(drawn, minlength=4)
+    # expected 2000, 6000, 0, 12000; each count's sd is at most sqrt(20000 / 4) ~ 71, so 6 sd is 430
+    assert counts[2] == 0 and np.all(np.abs(counts - 20000 * weights / weights.sum()) < 430)
+    unique = list(WeightedRandomSampler(weights, 3, replacement=False, seed=1))
+    assert sorted(unique) == [0, 1, 3]  # without replacement: the three indices of non-zero weight, once each
+    with pytest.raises(ValueError, match="cannot draw 4 samples without replacement from 3 non-zero weights"):
+        WeightedRandomSampler(weights, 4, replacement=False)
+
+
+def test_weighted_sampler_balances_classes_with_class_weights():
+    y = np.array([0] * 90 + [1] * 10)
+    sampler = WeightedRandomSampler(minidl.data.class_weights(y)[y], 10000, seed=2)
+    share = np.mean(y[np.array(list(sampler))] == 1)
+    assert abs(share - 0.5) < 0.03  # a 10% class drawn half the time: sd of the share is 0.005
+
+
 def test_same_seed_same_order():
     data = range(50)
     a = [list(RandomSampler(data, generator=np.random.default_rng(5))) for _ in range(2)]
@@ -155,6 +175,9 @@ def test_samplers_refuse_what_pytorch_refuses():
     cases = [(lambda m: m.RandomSampler(range(3), replacement=1)),
              (lambda m: m.RandomSampler(range(3), num_samples=0)),
              (lambda m: m.BatchSampler(range(3), 0, False)),
+             (lambda m: m.WeightedRandomSampler([1.0, 2.0], 0)),
+             (lambda m: m.WeightedRandomSampler([1.0, 2.0], 2, replacement=0)),
+             (lambda m: m.WeightedRandomSampler([[1.0, 2.0]], 2)),
              (lambda m: m.BatchSampler(range(3), 2, 1))]
     for case in cases:
         with pytest.raises((TypeError, ValueError)) as theirs:
@@ -241,6 +264,7 @@ def test_batches_go_to_the_loaders_device():
 
 
 def test_samplers_are_reachable_under_pytorchs_path():
-    for name in ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "BatchSampler", "Sampler",
+    for name in ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+                 "BatchSampler", "Sampler",
                  "default_collate", "DataLoader"):
         assert getattr(minidl.utils.data, name) is getattr(minidl.data, name)
