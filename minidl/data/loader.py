@@ -9,7 +9,7 @@
 It takes PyTorch's arguments (``sampler=``, ``batch_sampler=``, ``collate_fn=``,
 ``drop_last=``, ``generator=``, ``worker_init_fn=``, ``num_workers=``...) and
 raises PyTorch's errors for the combinations PyTorch refuses. Items are
-collated by :func:`~minidl.data.collate.default_collate`, so a dataset that
+collated by ``default_collate`` (``minidl.data.collate``), so a dataset that
 returns Tensors, arrays, numbers, tuples or dicts gives what PyTorch's loader
 gives. A dataset that can gather a whole batch at once (``TensorDataset``,
 anything with ``get_batch(indices)``) is read with one indexing call per field
@@ -26,12 +26,16 @@ generator per batch, seeded with ``(seed, epoch, batch)``, for the same reason.
 
 ``num_workers > 0`` differs from PyTorch: the workers are threads of this
 process, not processes. They build the next ``num_workers * prefetch_factor``
-batches while the model trains on the current one (NumPy's copies and most
-array work release the GIL), and batches still come out in order. Nothing is
-pickled and nothing is forked, so a dataset needs no care to be shared, and
-``worker_init_fn(worker_id)`` runs once in each thread; but Python code in a
-dataset's ``__getitem__`` runs one thread at a time, so a slow pure-Python
-dataset gains less than it would from worker processes.
+batches while the model trains on the current one (NumPy releases the GIL
+inside many array operations, and file reads release it), and batches still
+come out in order. Nothing is pickled and nothing is forked, so a dataset
+needs no care to be shared, and ``worker_init_fn(worker_id)`` runs once in each
+thread. But Python code in a dataset's ``__getitem__`` runs one thread at a
+time, so a slow pure-Python dataset gains less than from worker processes; a
+``TensorDataset``, whose batch is one gather, gains nothing; and a dataset that
+draws random numbers from a shared generator in ``__getitem__`` draws them in
+the threads' order, not the batches' (``transform=`` is seeded per batch and
+stays reproducible).
 """
 from __future__ import annotations
 
