@@ -57,8 +57,9 @@ class DataLoader:
     """Iterate over a dataset in batches of Tensors.
 
     Args:
-        dataset: a ``Dataset`` (or anything with ``__len__`` and ``__getitem__``);
-            a tuple/list of arrays is wrapped in ``TensorDataset``.
+        dataset: a ``Dataset`` (or anything with ``__len__`` and ``__getitem__``, a
+            list of items too, as in PyTorch); a tuple of arrays ``(x, y)`` is
+            minidl's shorthand for ``TensorDataset(x, y)``.
         batch_size: samples per batch (a positive integer), or ``None`` to serve
             single items (converted to Tensors, not batched), as in PyTorch.
         shuffle: ``True``, a new random order every epoch; ``"once"``, one random
@@ -95,7 +96,7 @@ class DataLoader:
                  drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator=None, *,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  seed: int | None = None, transform=None, device=None):
-        if isinstance(dataset, (tuple, list)):
+        if isinstance(dataset, tuple):  # minidl's shorthand: (x, y) is TensorDataset(x, y)
             dataset = TensorDataset(*dataset)
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise TypeError(
@@ -265,7 +266,10 @@ class DataLoader:
 
     def _prefetched(self, make, batches, first: int):
         """The batches of ``batches``, built by worker threads up to ``num_workers * prefetch_factor`` ahead."""
-        from concurrent.futures import ThreadPoolExecutor  # here: only loaders with workers pay for its import
+        # Imported here: only loaders with workers pay for it. (Before Python 3.11 its
+        # TimeoutError is not the builtin one.)
+        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import TimeoutError as WorkerTimeout
         ids = itertools.count()
         init = self.worker_init_fn
 
@@ -282,7 +286,10 @@ class DataLoader:
                                         itertools.islice(numbered, ahead))
             b = first
             while pending:
-                batch = pending.popleft().result(timeout=self.timeout or None)
+                try:
+                    batch = pending.popleft().result(timeout=self.timeout or None)
+                except WorkerTimeout:
+                    raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from None
                 for later, indices in itertools.islice(numbered, 1):
                     pending.append(pool.submit(make, indices, later))
                 self._batch = b = b + 1
@@ -358,8 +365,12 @@ def _as_tensors(batch):
 
 def _transformed(batch, transform, rng):
     """``batch`` with ``transform(x, rng)`` applied to the array of its first field."""
-    if isinstance(batch, (list, tuple)):
-        return type(batch)([_transformed(batch[0], transform, rng), *batch[1:]])
+    if isinstance(batch, (list, tuple)) and batch:
+        fields = [_transformed(batch[0], transform, rng), *batch[1:]]
+        return type(batch)(*fields) if hasattr(batch, "_fields") else type(batch)(fields)
+    if not isinstance(batch, Tensor) and not hasattr(batch, "shape"):
+        raise TypeError(f"DataLoader: transform= applies to the first field of a tuple batch or to a batch array, "
+                        f"got a {type(batch).__name__} batch; apply it in the dataset or in a collate_fn")
     array = batch.data if isinstance(batch, Tensor) else batch
     out = transform(array, rng=rng)
     return Tensor(out) if isinstance(batch, Tensor) else out

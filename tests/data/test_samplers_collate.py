@@ -268,3 +268,42 @@ def test_samplers_are_reachable_under_pytorchs_path():
                  "BatchSampler", "Sampler",
                  "default_collate", "DataLoader"):
         assert getattr(minidl.utils.data, name) is getattr(minidl.data, name)
+
+
+def test_a_worker_that_takes_too_long_times_out_as_in_pytorch():
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            release.wait(5)
+            return np.float32(i)
+
+    release = threading.Event()
+    loader = DataLoader(Slow(), batch_size=2, num_workers=1, timeout=0.05)
+    try:
+        with pytest.raises(RuntimeError, match="DataLoader timed out after 0.05 seconds"):
+            next(iter(loader))
+    finally:
+        release.set()
+
+
+def test_transform_needs_a_batch_with_a_first_field():
+    class Dicts(Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return {"x": np.zeros(2, np.float32)}
+
+    loader = DataLoader(Dicts(), batch_size=2, transform=lambda x, rng: x)
+    with pytest.raises(TypeError, match="got a dict batch; apply it in the dataset or in a collate_fn"):
+        next(iter(loader))
+
+
+def test_batch_size_none_serves_converted_items_as_pytorch():
+    torch_data = pytest.importorskip("torch.utils.data")
+    data = [(np.arange(2, dtype=np.float32) + i, i) for i in range(3)]
+    ours = list(DataLoader(data, batch_size=None))
+    theirs = list(torch_data.DataLoader(data, batch_size=None))
+    assert [as_plain(b) for b in ours] == [as_plain(b) for b in theirs]
