@@ -257,10 +257,16 @@ def test_worker_threads_give_the_same_batches_in_order():
     assert threaded.state_dict()["batch"] == 1
 
 
-def test_batches_go_to_the_loaders_device():
-    loader = DataLoader(TensorDataset(np.ones((3, 2), np.float32)), batch_size=2, device="cpu")
-    (xb,) = next(iter(loader))
-    assert isinstance(xb, minidl.Tensor) and xb.device == "cpu" and xb.shape == (2, 2)
+def test_batches_go_to_the_loaders_device(device):
+    x, y = np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, 0, 1])
+    loader = DataLoader(TensorDataset(x, y), batch_size=2, device=device)
+    items = DataLoader([{"x": x[i], "y": int(y[i])} for i in range(3)], batch_size=2, device=device)
+    for (xb, yb), item in zip(loader, items):
+        for got in (xb, yb, item["x"], item["y"]):
+            assert isinstance(got, minidl.Tensor) and got.device.type == device.split(":")[0]
+        np.testing.assert_array_equal(xb.numpy(), item["x"].numpy())
+        np.testing.assert_array_equal(yb.numpy(), item["y"].numpy())
+    np.testing.assert_array_equal(np.concatenate([b[0].numpy() for b in loader]), x)
 
 
 def test_samplers_are_reachable_under_pytorchs_path():
