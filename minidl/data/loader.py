@@ -77,6 +77,7 @@ class DataLoader:
             multiple of ``batch_size``.
         timeout: seconds to wait for a worker's batch (0: no limit).
         worker_init_fn: called as ``worker_init_fn(worker_id)`` once in each worker thread.
+        multiprocessing_context: accepted for PyTorch's sake; no effect (the workers are threads).
         generator: a ``numpy.random.Generator``; the shuffle's seed is drawn from it.
         prefetch_factor: batches each worker prepares ahead (default 2 with workers).
         persistent_workers: accepted for PyTorch's sake (threads are cheap to start each epoch).
@@ -93,7 +94,8 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | str | None = None, sampler=None,
                  batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator=None, *,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
+                 generator=None, *,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  seed: int | None = None, transform=None, device=None):
         if isinstance(dataset, tuple):  # minidl's shorthand: (x, y) is TensorDataset(x, y)
@@ -115,6 +117,9 @@ class DataLoader:
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
+        if multiprocessing_context is not None and num_workers == 0:
+            raise ValueError("multiprocessing_context can only be used with multi-process loading (num_workers > 0), "
+                             f"but got num_workers={num_workers}")
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:

@@ -196,6 +196,7 @@ def test_samplers_refuse_what_pytorch_refuses():
     {"num_workers": -1},
     {"prefetch_factor": 2},
     {"persistent_workers": True},
+    {"multiprocessing_context": "spawn"},
 ])
 def test_loader_refuses_the_combinations_pytorch_refuses(kwargs):
     torch_data = pytest.importorskip("torch.utils.data")
@@ -313,3 +314,15 @@ def test_batch_size_none_serves_converted_items_as_pytorch():
     ours = list(DataLoader(data, batch_size=None))
     theirs = list(torch_data.DataLoader(data, batch_size=None))
     assert [as_plain(b) for b in ours] == [as_plain(b) for b in theirs]
+
+
+def test_the_loaders_positional_arguments_are_pytorchs():
+    import inspect
+    torch_data = pytest.importorskip("torch.utils.data")
+
+    def positional(fn):
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert positional(DataLoader.__init__) == positional(torch_data.DataLoader.__init__)
+    for name in ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler"):
+        assert positional(getattr(minidl.data, name).__init__) == positional(getattr(torch_data, name).__init__)
