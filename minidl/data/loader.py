@@ -285,6 +285,7 @@ class DataLoader:
 
         ahead = max(1, self.num_workers * self.prefetch_factor)
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="minidl-loader", initializer=start_worker)
+        stuck = False
         try:
             numbered = enumerate(batches, first)
             pending = collections.deque(pool.submit(make, indices, b) for b, indices in
@@ -294,13 +295,14 @@ class DataLoader:
                 try:
                     batch = pending.popleft().result(timeout=self.timeout or None)
                 except WorkerTimeout:
+                    stuck = True  # a thread cannot be stopped: leave it to finish on its own
                     raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from None
                 for later, indices in itertools.islice(numbered, 1):
                     pending.append(pool.submit(make, indices, later))
                 self._batch = b = b + 1
                 yield batch
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=not stuck, cancel_futures=True)
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
