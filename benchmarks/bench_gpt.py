@@ -190,8 +190,8 @@ def same_recipe(s, steps: int) -> dict:
     step = 0
     while step < steps:
         for x, y in train_loader:
-            loss = torch.nn.functional.cross_entropy(model(torch.tensor(x)).reshape(-1, 66),
-                                                     torch.tensor(y).reshape(-1))
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x.numpy())).reshape(-1, 66),
+                                                     torch.from_numpy(y.numpy()).reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), s["clip_norm"])
             opt.step()
@@ -205,8 +205,8 @@ def same_recipe(s, steps: int) -> dict:
     total, count = 0.0, 0
     with torch.no_grad():
         for x, y in val_loader:
-            total += torch.nn.functional.cross_entropy(model(torch.tensor(x)).reshape(-1, 66),
-                                                       torch.tensor(y).reshape(-1)).item() * len(y)
+            total += torch.nn.functional.cross_entropy(model(torch.from_numpy(x.numpy())).reshape(-1, 66),
+                                                       torch.from_numpy(y.numpy()).reshape(-1)).item() * len(y)
             count += len(y)
     theirs = total / count
     return {"steps": steps, "minidl_val_loss": ours["val_loss"], "torch_val_loss": theirs,

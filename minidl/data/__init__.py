@@ -7,13 +7,16 @@
     scaler = data.Standardizer().fit(x_tr)                             # training split only
     loader = data.DataLoader(data.TensorDataset(scaler.transform(x_tr), y_tr),
                              batch_size=64, shuffle=True, seed=0)
-    for xb, yb in loader: ...                                          # NumPy arrays
+    for xb, yb in loader: ...                                          # Tensors, as PyTorch's loader
+    data.DataLoader(ds, sampler=data.RandomSampler(ds, replacement=True), batch_size=64)
     data.check_leakage(x_tr, x_va, x_te)                               # raises if a sample is in two splits
     for tr, va in data.StratifiedKFold(5).split(x, y): ...             # scikit-learn's folds
 
-Everything here is NumPy: float32 features, int64 labels. The training loop
-moves batches to the device.
+Datasets and splits are NumPy: float32 features, int64 labels. The loader
+yields Tensors (on its ``device=`` when one is given); the Trainer moves
+batches to the model's device.
 """
+from minidl.data.collate import default_collate, default_convert
 from minidl.data.dataset import Dataset, TensorDataset
 from minidl.data.datasets import (
     digits,
@@ -39,6 +42,14 @@ from minidl.data.imbalance import (
 from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
 from minidl.data.preprocess import Standardizer
+from minidl.data.samplers import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
 from minidl.data.transforms import (
     Compose,
@@ -55,6 +66,8 @@ from minidl.data.transforms import (
 )
 
 __all__ = [
+    "BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+    "default_collate", "default_convert",
     "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold", "RandomCrop",
     "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
     "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",

@@ -1,7 +1,8 @@
 """Datasets: anything with a length and an item per index.
 
-A dataset item is a tuple of NumPy arrays, one per field (for example
-``(image, label)``). ``DataLoader`` stacks items into batches. A dataset that
+A dataset item is a tuple of NumPy arrays (or Tensors, or numbers), one per
+field (for example ``(image, label)``). ``DataLoader`` stacks items into
+batches of Tensors (see ``minidl.data.collate``). A dataset that
 can gather many items at once (``TensorDataset``) offers ``get_batch(indices)``
 so that a batch is one fancy-indexing call per field instead of a Python loop.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl import backend
+from minidl.tensor import Tensor
 
 
 class Dataset:
@@ -38,7 +40,12 @@ class Dataset:
             raise ValueError(f"{type(self).__name__}.get_batch: no indices given")
         if not isinstance(items[0], tuple):
             items = [(item,) for item in items]
-        return tuple(np.stack([np.asarray(item[f]) for item in items]) for f in range(len(items[0])))
+        return tuple(np.stack([_array(item[f]) for item in items]) for f in range(len(items[0])))
+
+
+def _array(value) -> np.ndarray:
+    """A field of an item as a NumPy array (a Tensor's array is taken as it is)."""
+    return backend.to_numpy(value.data) if isinstance(value, Tensor) else np.asarray(value)
 
 
 def _as_numpy(array, position: int) -> np.ndarray:

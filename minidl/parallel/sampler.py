@@ -93,8 +93,11 @@ def shard_loader(loader, comm):
         raise ValueError(f"shard_loader: the global batch size {loader.batch_size} is smaller than the "
                          f"{comm.size} ranks, so some ranks would get no samples; use a batch of at least "
                          f"{comm.size} (B/N samples per rank)")
+    if not loader._own_sampler or loader.batch_size is None:
+        raise TypeError("shard_loader: the loader must cut its own batches (shuffle= and batch_size=, no sampler= "
+                        "or batch_sampler=): each rank takes its slice of the batches that order gives")
     sharded = DataLoader(ShardedDataset(loader.dataset, comm.rank, comm.size), batch_size=loader.batch_size,
-                         shuffle=loader.shuffle, drop_last=loader.drop_last, seed=loader.seed,
-                         transform=loader.transform)
+                         shuffle="once" if loader.shuffle_once else loader.shuffle, drop_last=loader.drop_last,
+                         seed=loader.seed, transform=loader.transform, device=loader.device)
     sharded.load_state_dict(loader.state_dict())
     return sharded

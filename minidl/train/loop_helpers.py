@@ -49,18 +49,19 @@ def default_loss(logits, target, label_smoothing=0.0):
 
 
 def batch_to_tensors(batch, device: str, dtype=None):
-    """A loader batch ``(x, y)`` of NumPy arrays as Tensors on ``device``; float arrays cast to ``dtype``."""
+    """A loader batch ``(x, y)`` (Tensors or arrays) as Tensors on ``device``; float arrays cast to ``dtype``."""
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         size = len(batch) if hasattr(batch, "__len__") else "?"
         raise ValueError(f"Trainer: every batch must be a tuple (inputs, targets); got {type(batch).__name__} "
                          f"of length {size}")
     out = []
-    for array in batch[:2]:
-        array = array.data if isinstance(array, Tensor) else array
+    for value in batch[:2]:
+        array = value.data if isinstance(value, Tensor) else value
         array = backend.to_device(array if hasattr(array, "dtype") else np.asarray(array), device)
         if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
             array = array.astype(dtype)
-        out.append(Tensor(array))
+        # A loader's Tensor already on the device, in the dtype, goes in as it is.
+        out.append(value if isinstance(value, Tensor) and array is value.data else Tensor(array))
     return out[0], out[1]
 
 

@@ -68,8 +68,8 @@ class Trainer:
     """Train ``model`` with ``optimizer`` on ``train_loader``; validate on ``val_loader``.
 
     Args:
-        model: a Module. Moved to ``device`` when one is given; batches (NumPy
-            arrays from the loader) are moved to the model's device.
+        model: a Module. Moved to ``device`` when one is given; batches (Tensors
+            from the loader, or arrays) are moved to the model's device.
         optimizer: anything with ``step()``, ``zero_grad()`` and ``param_groups``
             (``state_dict()``/``load_state_dict()`` for checkpoints).
         train_loader, val_loader: iterables of ``(x, y)`` batches; a

@@ -17,7 +17,7 @@ def make_data(n=23):
 
 
 def collect(loader, epochs):
-    return [[tuple(a.copy() for a in batch) for batch in loader] for _ in range(epochs)]
+    return [[tuple(a.numpy().copy() for a in batch) for batch in loader] for _ in range(epochs)]
 
 
 @given(n=st.integers(0, 40), batch_size=st.integers(1, 12), drop_last=st.booleans(), shuffle=st.booleans())
@@ -25,7 +25,9 @@ def collect(loader, epochs):
 def test_batches_cover_the_epoch(n, batch_size, drop_last, shuffle):
     x, y = make_data(n)
     loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=3)
-    batches = list(loader)
+    tensors = list(loader)
+    assert all(isinstance(field, minidl.Tensor) for batch in tensors for field in batch)
+    batches = [tuple(field.numpy() for field in batch) for batch in tensors]
     expected_batches = n // batch_size if drop_last else -(-n // batch_size)
     assert len(loader) == expected_batches == len(batches)
     seen = np.concatenate([yb for _, yb in batches]) if batches else np.zeros(0, np.int64)
@@ -65,9 +67,9 @@ def test_seeded_shuffle_is_reproducible_and_changes_every_epoch():
 def test_seed_none_follows_manual_seed():
     x, y = make_data(30)
     minidl.manual_seed(11)
-    first = [yb for _, yb in DataLoader((x, y), batch_size=30, shuffle=True)][0]
+    first = [yb.numpy() for _, yb in DataLoader((x, y), batch_size=30, shuffle=True)][0]
     minidl.manual_seed(11)
-    again = [yb for _, yb in DataLoader((x, y), batch_size=30, shuffle=True)][0]
+    again = [yb.numpy() for _, yb in DataLoader((x, y), batch_size=30, shuffle=True)][0]
     np.testing.assert_array_equal(first, again)
 
 
@@ -92,7 +94,7 @@ def test_resume_from_state_dict_sees_the_same_batches(stop_epoch, stop_batch):
     loader = make(123)
     for epoch in range(4):
         for b, batch in enumerate(loader):
-            served.append(tuple(a.copy() for a in batch))
+            served.append(tuple(a.numpy().copy() for a in batch))
             if (epoch, b) == (stop_epoch, stop_batch):
                 state = json.loads(json.dumps(loader.state_dict()))
                 break
@@ -101,7 +103,7 @@ def test_resume_from_state_dict_sees_the_same_batches(stop_epoch, stop_batch):
     resumed = make(999)  # another seed: the state must bring back the original one
     resumed.load_state_dict(state)
     while len(served) < len(reference):
-        served.extend(tuple(a.copy() for a in batch) for batch in resumed)
+        served.extend(tuple(a.numpy().copy() for a in batch) for batch in resumed)
     assert len(served) == len(reference)
     for (xs, ys), (xr, yr) in zip(served, reference):
         np.testing.assert_array_equal(ys, yr)
@@ -114,7 +116,7 @@ def test_resume_after_a_complete_epoch_starts_the_next_one():
     list(loader)
     state = loader.state_dict()
     assert state["epoch"] == 0 and state["batch"] == 3
-    second = [yb for _, yb in loader]
+    second = [yb.numpy() for _, yb in loader]
     other = DataLoader((x, y), batch_size=5, shuffle=True, seed=4)
     other.load_state_dict(state)
     assert [yb.tolist() for _, yb in other] == [yb.tolist() for yb in second]
@@ -125,7 +127,7 @@ def test_abandoned_epoch_is_not_continued_without_load():
     x, y = make_data(20)
     loader = DataLoader((x, y), batch_size=5, shuffle=True, seed=2)
     next(iter(loader))
-    epoch1 = np.concatenate([yb for _, yb in loader])
+    epoch1 = np.concatenate([yb.numpy() for _, yb in loader])
     assert loader.epoch == 1 and len(epoch1) == 20
     np.testing.assert_array_equal(epoch1, loader.epoch_order(1))
 

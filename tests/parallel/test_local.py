@@ -37,12 +37,13 @@ def test_shard_bounds_rejects_a_bad_rank():
         parallel.shard_bounds(10, 3, 3)
 
 
-@pytest.mark.parametrize("size, batch, drop_last", [(2, 8, False), (3, 8, False), (4, 10, True)])
-def test_sharded_loaders_together_yield_the_original_batches(size, batch, drop_last):
+@pytest.mark.parametrize("size, batch, drop_last, shuffle", [(2, 8, False, True), (3, 8, False, True),
+                                                              (4, 10, True, True), (2, 8, False, "once")])
+def test_sharded_loaders_together_yield_the_original_batches(size, batch, drop_last, shuffle):
     x = np.arange(53 * 2, dtype=np.float32).reshape(53, 2)
     y = np.arange(53)
-    original = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, seed=4, drop_last=drop_last)
-    shards = [parallel.shard_loader(DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, seed=4,
+    original = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=shuffle, seed=4, drop_last=drop_last)
+    shards = [parallel.shard_loader(DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=shuffle, seed=4,
                                                drop_last=drop_last), FakeComm(r, size)) for r in range(size)]
     for epoch in range(2):
         want = list(original)
@@ -71,6 +72,12 @@ def test_shard_loader_refuses_a_batch_smaller_than_the_world():
     loader = DataLoader((np.zeros((10, 1)),), batch_size=2)
     with pytest.raises(ValueError, match="smaller than the 4 ranks"):
         parallel.shard_loader(loader, FakeComm(0, 4))
+
+
+def test_shard_loader_refuses_a_loader_with_its_own_sampler():
+    loader = DataLoader((np.zeros((10, 1)),), batch_size=4, sampler=[0, 1, 2, 3, 4])
+    with pytest.raises(TypeError, match="no sampler= or batch_sampler="):
+        parallel.shard_loader(loader, FakeComm(0, 2))
 
 
 # ---------------------------------------------------------------- the world of one
