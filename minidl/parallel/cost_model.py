@@ -237,7 +237,8 @@ def zero_step_payloads(elements: float, ranks: int, stage: int, param_bytes: flo
     """What one training step hands each collective on each rank, in bytes (``Communicator.traffic``).
 
     Stage 0: one all-reduce of the gradients (g Ψ). Stages 2 and 3 (``ShardedDataParallel``, Ψ the padded
-    element count): a reduce-scatter of the gradients (g Ψ) and an all-gather of the shards (p Ψ/N).
+    element count): a reduce-scatter of the gradients (g Ψ) and an all-gather of the shards (p Ψ/N), which
+    stage 3 does twice (before each unit's forward and again before its backward).
     Stage 1 (``ZeroRedundancyOptimizer``) shards whole parameters: its all-gather depends on the partition.
     """
     _check_zero("zero_step_payloads", stage, ranks)
@@ -246,11 +247,13 @@ def zero_step_payloads(elements: float, ranks: int, stage: int, param_bytes: flo
                          "partition; count it with ZeroRedundancyOptimizer's communicator")
     if stage == 0:
         return {"allreduce": grad_bytes * elements}
-    return {"reduce_scatter": grad_bytes * elements, "allgather": param_bytes * elements / ranks}
+    gathers = 2 if stage == 3 else 1
+    return {"reduce_scatter": grad_bytes * elements, "allgather": gathers * param_bytes * elements / ranks}
 
 
 def zero_step_bytes(elements: float, ranks: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2) -> float:
-    """Bytes each rank sends per step on a ring: 2(N−1)/N·gΨ for stage 0; (N−1)/N·(g + p)Ψ for stages 2 and 3."""
+    """Bytes each rank sends per step on a ring: 2(N−1)/N·gΨ for stage 0; (N−1)/N·(g + p)Ψ for stage 2;
+    (N−1)/N·(g + 2p)Ψ for stage 3 (the paper's 3Ψ with p = g)."""
     return float(sum(ring_bytes(op, n, ranks)
                      for op, n in zero_step_payloads(elements, ranks, stage, param_bytes, grad_bytes).items()))
 

@@ -27,15 +27,17 @@ the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
 Units: stage 2 has one, the whole model; stage 3 shards an ``nn.Sequential``
 layer by layer (each layer with parameters is a unit), so only the layers
 whose forward has started and whose backward has not finished hold full weights.
-One departure from the paper's stage 3: a unit's weights stay gathered from
-its forward to its backward, where ZeRO frees them after the forward and
-gathers them again before the backward. minidl's ops keep the parameter
-Tensors they read in backward, version-checked, so releasing their storage in
-between would need a seam the engine does not have. The peak therefore holds
-all the weights during a training step; between steps, in evaluation (no
-backward: each unit is freed right after its forward) and in the optimizer,
-a rank holds 1/N. It also all-gathers the weights once per step instead of
-twice: 2(N−1)/N·Ψ bytes per step (as DataParallel), not the paper's 3.
+As in the paper, a unit's whole weights live only while it computes: freed
+right after its forward, and gathered again when its backward first needs
+them. The ops inside the unit record under saved-tensor hooks
+(:class:`minidl.autograd.saved_tensors_hooks`) that pack each of the unit's
+weights as its place in the unit rather than its values, and unpack it by
+all-gathering the shards again; freeing storage is not a change of value, so
+the weights keep their versions and the recorded graph stays valid. So only the
+units whose forward or backward is running hold whole weights, and a step
+all-gathers the weights twice: (N−1)/N·(g + 2p)Ψ bytes per rank, the paper's
+3Ψ against data parallelism's 2Ψ (p = g). Inside a unit these hooks take the
+place of any hooks around the model (``save_on_cpu``, ``save_as``).
 
 The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
 momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
@@ -60,7 +62,7 @@ import math
 
 import numpy as np
 
-from minidl.autograd import Function, is_grad_enabled
+from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.parallel.data_parallel import DataParallel
@@ -87,6 +89,7 @@ class FlatShard:
         full = self.xp.zeros(self.padded, self.dtype)
         self._pack(full, [p.data for p in params])
         mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
+        self.whole = True  # whether the parameters hold their whole values now
         if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
             self.full = full
             self._point_params_at(full)
@@ -107,27 +110,51 @@ class FlatShard:
         out[offset:] = 0
         return out
 
-    def _point_params_at(self, full):
+    def _point_params_at(self, full, changed=True):
         offset = 0
         for p, shape, size in zip(self.params, self.shapes, self.sizes):
-            p.data = full[offset:offset + size].reshape(shape)
+            if changed:
+                p.data = full[offset:offset + size].reshape(shape)
+            else:  # the same values again (see unpack): not an in-place change
+                p._data = full[offset:offset + size].reshape(shape)
             offset += size
 
-    def gather(self) -> None:
-        """Every rank's shard, all-gathered: the unit's parameters whole again."""
+    def gather(self, changed: bool = True) -> None:
+        """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
+        values they had when freed, so their versions stay)."""
         gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
         if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
             self.full[...] = gathered
             mark_changed(*self.params)
         else:
-            self._point_params_at(gathered)
+            self._point_params_at(gathered, changed)
+        self.whole = True
 
     def release(self) -> None:
-        """Free the whole parameters (stage 3): each keeps an empty array until the next gather."""
+        """Free the whole parameters (stage 3): each keeps an empty array until the next gather.
+
+        Storage is freed, no value changes: the parameters keep their versions, so a graph
+        recorded with them still runs its backward (which gathers them again: :meth:`unpack`).
+        """
         empty = self.xp.empty(0, self.dtype)
         for p in self.params:
-            p.data = empty
+            p._data = empty  # not .data =, which would count as an in-place change
             p.grad = None
+        self.whole = False
+
+    # saved-tensor hooks of the unit's forward: a weight is saved as its place, not its values
+    def pack(self, tensor):
+        for index, p in enumerate(self.params):
+            if tensor is p:
+                return (self, index)
+        return tensor
+
+    def unpack(self, packed):
+        if type(packed) is tuple and packed[0] is self:
+            if not self.whole:  # the first of the unit's ops to run backward: gather the unit again
+                self.gather(changed=False)
+            return self.params[packed[1]]._data
+        return packed
 
     def reduce_gradients(self, weight: float):
         """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
@@ -224,10 +251,11 @@ class ShardedDataParallel(DataParallel):
                 if not isinstance(x, Tensor):
                     x = Tensor(x)
                 x = _UnitBoundary(unit, self)(x, unit.shard)
-                x = layer(x)
+                with saved_tensors_hooks(unit.pack, unit.unpack):  # the weights saved as places, not values
+                    x = layer(x)
             else:
                 x = layer(x)
-                unit.release()  # no backward will come: free at once
+            unit.release()  # freed until its backward (or the next forward) gathers it again
         return x
 
     def _count_samples(self, x):

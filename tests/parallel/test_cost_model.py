@@ -102,8 +102,10 @@ def test_ring_bytes_and_the_zero_step_by_hand():
     assert ring_bytes("allgather", 250, 4) == pytest.approx(750)        # the 3 other shards
     assert ring_bytes("allreduce", 1000, 1) == 0.0
     assert zero_step_payloads(1000, 4, 2, 2, 2) == {"reduce_scatter": 2000, "allgather": 500}
-    # stages 2 and 3 here send what an all-reduce of the gradients sends (the paper's stage 3 sends 1.5×)
-    assert zero_step_bytes(1000, 4, 3, 2, 2) == pytest.approx(zero_step_bytes(1000, 4, 0, 2, 2)) == 3000
+    assert zero_step_payloads(1000, 4, 3, 2, 2) == {"reduce_scatter": 2000, "allgather": 1000}  # gathered twice
+    # stage 2 sends what an all-reduce of the gradients sends; stage 3 1.5× that, as in the paper
+    assert zero_step_bytes(1000, 4, 2, 2, 2) == pytest.approx(zero_step_bytes(1000, 4, 0, 2, 2)) == 3000
+    assert zero_step_bytes(1000, 4, 3, 2, 2) == pytest.approx(1.5 * 3000)
     with pytest.raises(ValueError, match="depends on the partition"):
         zero_step_payloads(1000, 4, 1)
     with pytest.raises(ValueError, match="unknown operation 'gather'"):

@@ -60,3 +60,26 @@ def test_reduce_scatter_needs_a_flat_array_that_divides():
     with pytest.raises(ValueError, match=r"divides by the 1 ranks; got shape \(2, 2\)"):
         parallel.LocalComm().reduce_scatter(np.zeros((2, 2)))
     np.testing.assert_array_equal(parallel.LocalComm().reduce_scatter(np.arange(4.0)), np.arange(4.0))
+
+
+def test_stage_3_frees_each_unit_after_its_forward_and_gathers_it_again_for_its_backward():
+    """Only the shards are held between the forward and the backward; the backward all-gathers each unit
+    again (twice the all-gather payload of a step) and gives the plain model's gradients."""
+    x = np.random.default_rng(0).standard_normal((4, 6))
+    plain = make_sequential()
+    (plain(x) ** 2).mean().backward()
+    comm = parallel.LocalComm()
+    model = make_sequential()
+    sharded = parallel.ShardedDataParallel(model, comm, stage=3)
+    comm.reset_traffic()
+    loss = (sharded(x) ** 2).mean()
+    assert all(p.data.size == 0 for p in model.parameters())  # after the forward: the shards only
+    gathered_for_forward = comm.traffic["allgather"]
+    loss.backward()
+    assert gathered_for_forward == 163 * 8  # every weight, float64, once before its unit's forward
+    assert comm.traffic["allgather"] == 2 * gathered_for_forward  # and once more before its backward
+    assert all(p.data.size == 0 for p in model.parameters())  # freed again after the backward
+    units = [[plain[0].weight], [plain[2].weight, plain[2].bias], [plain[4].weight]]
+    for (_, unit), params in zip(sharded.units[::2], units):
+        want = np.concatenate([p.grad.data.ravel() for p in params])
+        np.testing.assert_allclose(unit.shard.grad.data[:want.size], want, rtol=1e-15, atol=1e-16)
