@@ -349,17 +349,45 @@ def seed_gpus(seed: int) -> None:
 
 
 def rng(device="cpu"):
-    """The generator for a device: ``numpy.random.Generator`` or CuPy's."""
+    """The generator for a device: ``numpy.random.Generator`` or CuPy's.
+
+    Every random draw in minidl asks here first, so this is the random
+    generator's hook point: see :func:`rng_hook`.
+    """
     kind, index = parse_device(device)
     if kind == "cpu":
-        return _cpu_rng
-    if index not in _gpu_rngs:
-        cp = cupy_module()
-        with cp.cuda.Device(index):
-            seed = None if _gpu_seed is None else _gpu_seed + index
-            bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
-            _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
-    return _gpu_rngs[index]
+        generator = _cpu_rng
+    else:
+        if index not in _gpu_rngs:
+            cp = cupy_module()
+            with cp.cuda.Device(index):
+                seed = None if _gpu_seed is None else _gpu_seed + index
+                bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
+                _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
+        generator = _gpu_rngs[index]
+    if _rng_hooks:  # the common case costs this one check
+        for hook in _rng_hooks:
+            hook(device, generator)
+    return generator
+
+
+_rng_hooks: tuple = ()  # the active rng_hook functions, outermost first
+
+
+@contextlib.contextmanager
+def rng_hook(hook):
+    """Inside the block, ``hook(device, generator)`` runs each time a generator is asked for.
+
+    It runs before the caller draws, so a hook can record the generator's
+    state first (gradient checkpointing does, to draw the same dropout masks
+    again when it recomputes). Hooks nest; each is removed when its block ends.
+    """
+    global _rng_hooks
+    _rng_hooks = _rng_hooks + (hook,)
+    try:
+        yield hook
+    finally:
+        _rng_hooks = tuple(h for h in _rng_hooks if h is not hook)
 
 
 def get_rng_state() -> dict:

@@ -23,6 +23,12 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from minidl import backend
+from minidl.hooks import (  # noqa: F401 - PyTorch's torch.nn.modules.module names
+    RemovableHandle,
+    module_call_hooks,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from minidl.tensor import Tensor, mark_changed, tensor
 
 
@@ -56,14 +62,20 @@ _hook_ids = itertools.count()
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
-class _HookHandle:
-    """Returned by ``register_forward_hook``; ``remove()`` takes the hook off."""
-
-    def __init__(self, hooks: OrderedDict, key: int):
-        self.hooks, self.key = hooks, key
-
-    def remove(self):
-        self.hooks.pop(self.key, None)
+def _call_with_global_hooks(module, args, kwargs):
+    """``module(*args, **kwargs)`` between the global hooks and then the module's own forward hooks."""
+    hooks = list(module_call_hooks.values())
+    for when, hook in hooks:
+        if when == "pre":
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    out = module.forward(*args, **kwargs)
+    for hook in [hook for when, hook in hooks if when == "post"] + list(module._forward_hooks.values()):
+        result = hook(module, args, out)
+        if result is not None:
+            out = result
+    return out
 
 
 class Module:
@@ -95,6 +107,8 @@ class Module:
             if not isinstance(arg, Tensor):  # the common case costs this one check per input
                 args = tuple(self._as_input(a) for a in args)
                 break
+        if module_call_hooks:  # a hook for every module (minidl.hooks): the same call, announced to it
+            return _call_with_global_hooks(self, args, kwargs)
         out = self.forward(*args, **kwargs)
         if not self._forward_hooks:  # the common case: one dict check, nothing else
             return out
@@ -122,14 +136,14 @@ class Module:
                             "e.g. mdl.tensor(np.asarray(x)) (for a torch tensor: mdl.tensor(x.numpy()))")
         return value
 
-    def register_forward_hook(self, hook) -> _HookHandle:
+    def register_forward_hook(self, hook) -> RemovableHandle:
         """Call ``hook(module, inputs, output)`` after every forward (for activation statistics).
 
         A hook that returns a value replaces the output. Returns a handle with ``remove()``.
         """
         key = next(_hook_ids)
         self._forward_hooks[key] = hook
-        return _HookHandle(self._forward_hooks, key)
+        return RemovableHandle(self._forward_hooks, key)
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):

@@ -29,6 +29,9 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import enable_grad, no_grad
+from minidl.hooks import StepHooks
+from minidl.hooks import register_optimizer_step_post_hook as register_optimizer_step_post_hook  # PyTorch's path
+from minidl.hooks import register_optimizer_step_pre_hook as register_optimizer_step_pre_hook  # PyTorch's path
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -87,7 +90,7 @@ def decay_weights_(w, lr: float, weight_decay: float):
 
 
 # ---------------------------------------------------------------- the base class
-class Optimizer:
+class Optimizer(StepHooks):
     """Base of every optimizer: ``Optimizer(params, defaults)``.
 
     ``params`` is an iterable of Tensors (with ``requires_grad=True``) or of
@@ -95,6 +98,8 @@ class Optimizer:
     missing hyperparameters come from ``defaults``. Subclasses define
     ``update(w, g, state, group)`` on raw arrays (the parameter's data and
     gradient) and, optionally, ``check_group(group)`` to validate a group.
+    ``register_step_pre_hook`` / ``register_step_post_hook`` (PyTorch's) come
+    from :class:`minidl.hooks.StepHooks`.
     """
 
     def __init__(self, params, defaults: dict):
@@ -493,7 +498,7 @@ def weight_decay_groups(params, weight_decay: float, no_decay_names=NO_DECAY_NAM
     return [g for g in groups if g["params"]]
 
 
-class WrapsOptimizer:
+class WrapsOptimizer(StepHooks):
     """Mixin for optimizers built around another one (``self.optimizer``): Lookahead, the
     data-parallel wrappers. Schedules and training loops read the inner optimizer's groups
     and state through these, so one LRScheduler drives the wrapped optimizer too."""
