@@ -29,26 +29,7 @@ from minidl.hooks import (  # noqa: F401 - PyTorch's torch.nn.modules.module nam
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from minidl.tensor import Tensor, mark_changed, tensor
-
-
-class Parameter(Tensor):
-    """A Tensor that is a trainable parameter of a Module (``requires_grad=True`` by default).
-
-    ``Parameter(t)`` shares ``t``'s array; ``Parameter(array)`` wraps the array itself.
-    """
-
-    def __init__(self, data=None, requires_grad: bool = True):
-        if data is None:
-            data = np.zeros((0,), np.float32)
-        if isinstance(data, Tensor):
-            data = data.data
-        elif not hasattr(data, "dtype"):
-            data = np.asarray(data, dtype=np.float32)
-        super().__init__(data, requires_grad=requires_grad)
-
-    def __repr__(self):
-        return "Parameter containing:\n" + super().__repr__()
+from minidl.tensor import Parameter, Tensor, mark_changed, tensor  # noqa: F401 - nn.Parameter
 
 
 class StateDictError(ValueError, RuntimeError):
