@@ -32,11 +32,7 @@ def _low_dtype(dtype, device_type: str):
     """autocast's dtype argument as a NumPy dtype: float16 or bfloat16, else a TypeError."""
     if dtype is None:  # PyTorch's defaults: bfloat16 on the CPU, float16 on the GPU
         dtype = "bfloat16" if device_type == "cpu" else "float16"
-    try:
-        name = np.dtype(dtype).name  # mdl.float16, np.float16, "float16", "half"; bfloat16 once ml_dtypes is loaded
-    except TypeError:
-        name = str(dtype)
-    name = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}.get(name, name)
+    name = backend.sixteen_bit_name(dtype)
     if name == "bfloat16":
         if device_type == "cuda":
             raise TypeError("autocast('cuda', dtype=bfloat16): CuPy has no bfloat16 arrays; use "

@@ -508,15 +508,36 @@ def is_floating(dtype) -> bool:
     return dtype.kind in "fc" or is_bfloat16(dtype)
 
 
-def bfloat16():
-    """The bfloat16 dtype from the ml_dtypes package, with an error that says how to get it."""
+def bfloat16(what: str = "bfloat16", error: type = TypeError, instead: str = ", or use float16"):
+    """The bfloat16 dtype from the ml_dtypes package; without it, ``error`` says how to get it.
+
+    The one place minidl looks bfloat16 up. The message reads "``what`` needs
+    the ml_dtypes package ... (how to install it)``instead``": each caller names
+    what asked for it, the exception its users expect, and what to do otherwise.
+    """
     try:
         import ml_dtypes
     except ImportError:
-        raise TypeError("bfloat16 needs the ml_dtypes package, which is not installed: NumPy has no "
-                        "bfloat16 type (pip install ml_dtypes, or pip install 'minidl[bf16]'), "
-                        "or use float16") from None
+        raise error(f"{what} needs the ml_dtypes package, which is not installed: NumPy has no bfloat16 "
+                    f"type (pip install ml_dtypes, or pip install 'minidl[bf16]'){instead}") from None
     return np.dtype(ml_dtypes.bfloat16)
+
+
+def sixteen_bit_name(dtype) -> str | None:
+    """'float16' or 'bfloat16' for any spelling of a 16-bit float; None for anything else.
+
+    Spellings: ``mdl.float16``, ``np.float16``, ``"float16"``, ``"half"``, ``"fp16"``;
+    ``mdl.bfloat16`` (ml_dtypes'), ``"bfloat16"``, ``"bf16"``. The one parser of these
+    names (autocast's dtype, checkpointing's storage dtype); it needs no ml_dtypes.
+    """
+    if dtype is None:
+        return None
+    try:
+        name = np.dtype(dtype).name
+    except (TypeError, ValueError):  # "bf16", "fp16", or "bfloat16" before ml_dtypes is loaded
+        name = str(dtype)
+    name = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}.get(name, name)
+    return name if name in ("float16", "bfloat16") else None
 
 
 def matmul(a, b):
