@@ -18,7 +18,7 @@ from minidl import backend
 from minidl.autograd import Cast, is_grad_enabled
 from minidl.tensor import Tensor, version_of
 
-__all__ = ["OPS", "autocast", "autocast_to", "get_autocast_dtype", "is_autocast_enabled"]
+__all__ = ["autocast", "autocast_to", "get_autocast_dtype", "is_autocast_enabled"]
 
 # The autocast table, op name -> "lower" or "float32", filled by the ops themselves as their modules
 # load (``autocast_to``). ``minidl.amp.OPS`` is the complete table (it loads every op module first).

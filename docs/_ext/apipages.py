@@ -24,7 +24,7 @@ PUBLIC_MODULES = [
     "minidl.optim", "minidl.optim.schedules", "minidl.optim.lr_scheduler", "minidl.data", "minidl.train",
     "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.models", "minidl.profiler", "minidl.parallel",
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
-    "minidl.nn.structured_prune",
+    "minidl.nn.structured_prune", "minidl.hooks",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)
