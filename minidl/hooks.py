@@ -79,14 +79,15 @@ def register_module_forward_hook(hook) -> RemovableHandle:
 def register_optimizer_step_pre_hook(hook) -> RemovableHandle:
     """Call ``hook(optimizer, args, kwargs)`` before every optimizer's ``step``.
 
-    A hook that returns ``(new_args, new_kwargs)`` replaces the arguments of
-    the step. Hooks for all optimizers run before one optimizer's own.
+    ``args`` starts with the optimizer, as in PyTorch; a hook that returns
+    ``(new_args, new_kwargs)`` replaces them. Hooks for all optimizers run
+    before one optimizer's own (see :class:`StepHooks`).
     """
     return add_hook(optimizer_step_hooks, "pre", hook)
 
 
 def register_optimizer_step_post_hook(hook) -> RemovableHandle:
-    """Call ``hook(optimizer, args, kwargs)`` after every optimizer's ``step``."""
+    """Call ``hook(optimizer, args, kwargs)`` after every optimizer's ``step`` (after its own post-hooks)."""
     return add_hook(optimizer_step_hooks, "post", hook)
 
 
@@ -94,14 +95,15 @@ class StepHooks:
     """Base of the classes with a ``step`` (the optimizers and their wrappers): step hooks.
 
     ``register_step_pre_hook(hook)`` calls ``hook(optimizer, args, kwargs)``
-    before each ``step`` of this object (returning ``(new_args, new_kwargs)``
-    replaces the arguments); ``register_step_post_hook(hook)`` calls it after.
-    Each returns a :class:`RemovableHandle`. The ``step`` a subclass defines
-    runs between the hooks for every optimizer and this object's own, in the
-    order they were registered; with none registered it costs one check.
-    Once the pre-hooks have run, the post-hooks run too, even when the step
-    raises, so a tool's state opens and closes with each step. A wrapper's
-    step calls its inner optimizer's, so both announce themselves.
+    before each ``step`` of this object, ``register_step_post_hook(hook)``
+    after it; each returns a :class:`RemovableHandle`. As in PyTorch, ``args``
+    starts with the optimizer itself (the step's positional arguments as the
+    method receives them), a pre-hook may return ``(new_args, new_kwargs)`` to
+    replace them, the pre-hooks for every optimizer run before this one's own
+    and the post-hooks after its own, and the post-hooks do not run when the
+    step raises. The ``step`` any subclass defines runs between the hooks;
+    with none registered it costs one check. A wrapper's step calls its inner
+    optimizer's, so both announce themselves.
     """
 
     _step_hooks = None  # this object's own step hooks, once it has one
@@ -129,22 +131,25 @@ def _runs_step_hooks(step):
     """``step`` between the step hooks (see :class:`StepHooks`)."""
 
     @functools.wraps(step)
-    def hooked_step(self, *args, **kwargs):
+    def hooked_step(*args, **kwargs):
+        self = args[0]
         own = self._step_hooks
         if not (optimizer_step_hooks or own):
-            return step(self, *args, **kwargs)
-        hooks = list(optimizer_step_hooks.values()) + list((own or {}).values())
-        for when, hook in hooks:
+            return step(*args, **kwargs)
+        everyone, own = list(optimizer_step_hooks.values()), list((own or {}).values())
+        for when, hook in everyone + own:
             if when == "pre":
                 result = hook(self, args, kwargs)
                 if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2):
+                        raise RuntimeError(f"a step pre-hook must return None or a tuple (new_args, new_kwargs), "
+                                           f"got {result!r}")
                     args, kwargs = result
-        try:
-            return step(self, *args, **kwargs)
-        finally:
-            for when, hook in hooks:
-                if when == "post":
-                    hook(self, args, kwargs)
+        out = step(*args, **kwargs)
+        for when, hook in own + everyone:
+            if when == "post":
+                hook(self, args, kwargs)
+        return out
 
     hooked_step.runs_step_hooks = True
     return hooked_step

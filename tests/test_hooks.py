@@ -49,18 +49,24 @@ def _sgd_problem():
     return w, optim.SGD([w], lr=0.1)
 
 
+def _record_step_hooks(opt, register_pre, register_post, calls):
+    """Four hooks, one of each kind, each noting what it was given."""
+    def note(name):
+        return lambda o, a, k: calls.append((name, o is opt, a[0] is opt, len(a), sorted(k)))
+    return [register_pre(note("all pre")), opt.register_step_post_hook(note("own post")),
+            opt.register_step_pre_hook(note("own pre")), register_post(note("all post"))]
+
+
 def test_step_hooks_run_in_order_and_can_replace_the_arguments():
     w, opt = _sgd_problem()
     calls = []
-    handles = [
-        hooks.register_optimizer_step_pre_hook(lambda o, a, k: calls.append(("all pre", o is opt))),
-        opt.register_step_post_hook(lambda o, a, k: calls.append(("own post", a, k))),
-        opt.register_step_pre_hook(lambda o, a, k: calls.append(("own pre",))),
-        hooks.register_optimizer_step_post_hook(lambda o, a, k: calls.append(("all post",))),
-    ]
+    handles = _record_step_hooks(opt, hooks.register_optimizer_step_pre_hook,
+                                 hooks.register_optimizer_step_post_hook, calls)
     loss = opt.step(lambda: mdl.tensor(7.0))
-    assert [c[0] for c in calls] == ["all pre", "own pre", "all post", "own post"]
-    assert calls[0][1] is True and float(loss.item()) == 7.0
+    # PyTorch's order and arguments: args starts with the optimizer, then the step's own
+    assert calls == [("all pre", True, True, 2, []), ("own pre", True, True, 2, []),
+                     ("own post", True, True, 2, []), ("all post", True, True, 2, [])]
+    assert float(loss.item()) == 7.0
     np.testing.assert_allclose(w.numpy(), [1.0 - 0.1 * 2.0, -2.0 + 0.1 * 4.0], rtol=1e-6)
     for h in handles:
         h.remove()
@@ -68,9 +74,34 @@ def test_step_hooks_run_in_order_and_can_replace_the_arguments():
     opt.step()
     assert calls == []  # removed: nothing runs
     # A pre-hook that returns (args, kwargs) replaces them: here the closure.
-    handle = opt.register_step_pre_hook(lambda o, a, k: ((lambda: mdl.tensor(3.0),), {}))
+    handle = opt.register_step_pre_hook(lambda o, a, k: ((o, lambda: mdl.tensor(3.0)), {}))
     assert float(opt.step(lambda: mdl.tensor(7.0)).item()) == 3.0
     handle.remove()
+    handle = opt.register_step_pre_hook(lambda o, a, k: "not a pair")
+    with pytest.raises(RuntimeError, match="must return None or a tuple"):
+        opt.step()
+    handle.remove()
+
+
+def test_step_hooks_as_pytorch_calls_them():
+    torch = pytest.importorskip("torch")
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    theirs, ours = [], []
+    t = torch.tensor([1.0, -2.0], requires_grad=True)
+    (t * t).sum().backward()
+    t_opt = torch.optim.SGD([t], lr=0.1)
+    handles = _record_step_hooks(t_opt, register_optimizer_step_pre_hook, register_optimizer_step_post_hook, theirs)
+    t_opt.step(closure=lambda: torch.tensor(7.0))
+    for h in handles:
+        h.remove()
+    w, opt = _sgd_problem()
+    handles = _record_step_hooks(opt, hooks.register_optimizer_step_pre_hook,
+                                 hooks.register_optimizer_step_post_hook, ours)
+    opt.step(closure=lambda: mdl.tensor(7.0))
+    for h in handles:
+        h.remove()
+    assert ours == theirs
+    np.testing.assert_allclose(w.numpy(), t.detach().numpy(), rtol=1e-6)
 
 
 def test_step_hooks_of_a_wrapper_and_its_inner_optimizer():
@@ -85,16 +116,17 @@ def test_step_hooks_of_a_wrapper_and_its_inner_optimizer():
     assert seen == ["Lookahead", "SGD", "lookahead post"]
 
 
-def test_post_hooks_run_when_the_step_raises():
+def test_post_hooks_do_not_run_when_the_step_raises():
     w, opt = _sgd_problem()
     seen = []
+    opt.register_step_pre_hook(lambda o, a, k: seen.append("pre"))
     opt.register_step_post_hook(lambda o, a, k: seen.append("post"))
 
     def closure():
         raise ValueError("the closure failed")
     with pytest.raises(ValueError, match="the closure failed"):
         opt.step(closure)
-    assert seen == ["post"]
+    assert seen == ["pre"]  # as PyTorch: the step did not happen
 
 
 def test_global_module_hooks_wrap_every_call_before_the_modules_own():
