@@ -6,7 +6,9 @@ function-local imports included, and the only import cycle is tensor ↔ autogra
 Extensions go through hook points (FunctionHook, the walk's and the step's
 hooks, module hooks, ``backend.rng_hook``), so no module assigns to an
 attribute of another module or of a class at run time; attaching Tensor's
-methods when the ops load is the one exception.
+methods when the ops load is the one exception. (``minidl.hooks.StepHooks``
+wraps the ``step`` a subclass defines while that class is being created, in
+``__init_subclass__``: part of defining the class, as a decorator would be.)
 """
 import ast
 import functools
