@@ -170,3 +170,22 @@ def test_rng_hook_sees_each_generator_before_the_draw():
     assert seen[0][1] == before  # the state before the draw
     np.testing.assert_array_equal(mdl.rand(3).numpy(), a)
     assert not np.array_equal(a, b)
+
+
+def test_checkpointing_replay_attaches_only_while_its_blocks_are_open():
+    from minidl.checkpoint.replay import BufferGuard, RngState, first_draws_recorded
+    bn = nn.BatchNorm1d(2)
+    x = mdl.tensor(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
+    before = bn.running_mean.numpy().copy()
+    with BufferGuard(), BufferGuard():
+        assert len(hooks.module_call_hooks) == 1  # one module hook shared by the open guards
+        bn(x)
+        np.testing.assert_allclose(bn.running_mean.numpy(), 0.9 * before + 0.1 * np.array([2.0, 4.0]), rtol=1e-6)
+    assert len(hooks.module_call_hooks) == 0
+    np.testing.assert_array_equal(bn.running_mean.numpy(), before)  # put back
+    mdl.manual_seed(3)
+    with first_draws_recorded(RngState()) as state:
+        first = mdl.rand(4).numpy()
+    assert backend._rng_hooks == () and state.cpu is not None
+    state.restore()
+    np.testing.assert_array_equal(mdl.rand(4).numpy(), first)  # the recorded state draws the same numbers
