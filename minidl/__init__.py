@@ -239,10 +239,6 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(f"minidl.{name}")
     if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise AttributeError("minidl.bfloat16 needs the ml_dtypes package, which is not installed: NumPy has "
-                                 "no bfloat16 type (pip install ml_dtypes), or use mdl.float16") from None
-        return _np.dtype(ml_dtypes.bfloat16)
+        from minidl import backend
+        return backend.bfloat16("minidl.bfloat16", AttributeError, ", or use mdl.float16")
     raise AttributeError(f"module 'minidl' has no attribute {name!r}")

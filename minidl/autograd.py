@@ -291,6 +291,11 @@ class FunctionHook:
     - ``backward_postprocess(function, grad_outputs, grad_inputs)``: it returned
       ``grad_inputs``, a tuple with one Tensor (or None) per input.
 
+    - ``walk_preprocess(outputs)``: a backward walk (``loss.backward()``,
+      :func:`grad`) starts from ``outputs`` (a list of Tensors); the node
+      backwards it runs come next.
+    - ``walk_postprocess(outputs)``: that walk has ended.
+
     Each preprocess call is followed by its postprocess even when the op or
     its backward raised (``outputs`` or ``grad_inputs`` is then None), so a hook
     can keep state that opens and closes with each call. Ops that a backward
@@ -311,6 +316,12 @@ class FunctionHook:
         pass
 
     def backward_postprocess(self, function, grad_outputs, grad_inputs):
+        pass
+
+    def walk_preprocess(self, outputs):
+        pass
+
+    def walk_postprocess(self, outputs):
         pass
 
     def __enter__(self):
@@ -886,7 +897,23 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
     With ``inputs=None`` gradients accumulate into every leaf's ``.grad``.
     With a list of ``inputs`` nothing's ``.grad`` changes and the gradient with
     respect to each input (None where it does not depend on it) is returned.
+    Active FunctionHooks see the walk start and end (``walk_preprocess``,
+    ``walk_postprocess``); with none active this costs one check.
     """
+    if not _hooks:
+        return _walk(outputs, grad_outputs, retain_graph, create_graph, inputs)
+    hooks, entered = _hooks, 0
+    try:
+        for hook in hooks:
+            hook.walk_preprocess(outputs)
+            entered += 1
+        return _walk(outputs, grad_outputs, retain_graph, create_graph, inputs)
+    finally:
+        _each_hook(hooks[:entered], "walk_postprocess", outputs)
+
+
+def _walk(outputs, grad_outputs, retain_graph, create_graph, inputs):
+    """The backward walk itself (see :func:`backward`)."""
     grad_outputs = grad_outputs or [None] * len(outputs)
     for out in outputs:
         if not out.requires_grad:

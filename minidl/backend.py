@@ -349,17 +349,45 @@ def seed_gpus(seed: int) -> None:
 
 
 def rng(device="cpu"):
-    """The generator for a device: ``numpy.random.Generator`` or CuPy's."""
+    """The generator for a device: ``numpy.random.Generator`` or CuPy's.
+
+    Every random draw in minidl asks here first, so this is the random
+    generator's hook point: see :func:`rng_hook`.
+    """
     kind, index = parse_device(device)
     if kind == "cpu":
-        return _cpu_rng
-    if index not in _gpu_rngs:
-        cp = cupy_module()
-        with cp.cuda.Device(index):
-            seed = None if _gpu_seed is None else _gpu_seed + index
-            bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
-            _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
-    return _gpu_rngs[index]
+        generator = _cpu_rng
+    else:
+        if index not in _gpu_rngs:
+            cp = cupy_module()
+            with cp.cuda.Device(index):
+                seed = None if _gpu_seed is None else _gpu_seed + index
+                bits = cp.random.XORWOW(seed)  # what cp.random.default_rng(seed) builds, kept for its state
+                _gpu_bit_generators[index], _gpu_rngs[index] = bits, cp.random.Generator(bits)
+        generator = _gpu_rngs[index]
+    if _rng_hooks:  # the common case costs this one check
+        for hook in _rng_hooks:
+            hook(device, generator)
+    return generator
+
+
+_rng_hooks: tuple = ()  # the active rng_hook functions, outermost first
+
+
+@contextlib.contextmanager
+def rng_hook(hook):
+    """Inside the block, ``hook(device, generator)`` runs each time a generator is asked for.
+
+    It runs before the caller draws, so a hook can record the generator's
+    state first (gradient checkpointing does, to draw the same dropout masks
+    again when it recomputes). Hooks nest; each is removed when its block ends.
+    """
+    global _rng_hooks
+    _rng_hooks = _rng_hooks + (hook,)
+    try:
+        yield hook
+    finally:
+        _rng_hooks = tuple(h for h in _rng_hooks if h is not hook)
 
 
 def get_rng_state() -> dict:
@@ -480,15 +508,36 @@ def is_floating(dtype) -> bool:
     return dtype.kind in "fc" or is_bfloat16(dtype)
 
 
-def bfloat16():
-    """The bfloat16 dtype from the ml_dtypes package, with an error that says how to get it."""
+def bfloat16(what: str = "bfloat16", error: type = TypeError, instead: str = ", or use float16"):
+    """The bfloat16 dtype from the ml_dtypes package; without it, ``error`` says how to get it.
+
+    The one place minidl looks bfloat16 up. The message reads "``what`` needs
+    the ml_dtypes package ... (how to install it)``instead``": each caller names
+    what asked for it, the exception its users expect, and what to do otherwise.
+    """
     try:
         import ml_dtypes
     except ImportError:
-        raise TypeError("bfloat16 needs the ml_dtypes package, which is not installed: NumPy has no "
-                        "bfloat16 type (pip install ml_dtypes, or pip install 'minidl[bf16]'), "
-                        "or use float16") from None
+        raise error(f"{what} needs the ml_dtypes package, which is not installed: NumPy has no bfloat16 "
+                    f"type (pip install ml_dtypes, or pip install 'minidl[bf16]'){instead}") from None
     return np.dtype(ml_dtypes.bfloat16)
+
+
+def sixteen_bit_name(dtype) -> str | None:
+    """'float16' or 'bfloat16' for any spelling of a 16-bit float; None for anything else.
+
+    Spellings: ``mdl.float16``, ``np.float16``, ``"float16"``, ``"half"``, ``"fp16"``;
+    ``mdl.bfloat16`` (ml_dtypes'), ``"bfloat16"``, ``"bf16"``. The one parser of these
+    names (autocast's dtype, checkpointing's storage dtype); it needs no ml_dtypes.
+    """
+    if dtype is None:
+        return None
+    try:
+        name = np.dtype(dtype).name
+    except (TypeError, ValueError):  # "bf16", "fp16", or "bfloat16" before ml_dtypes is loaded
+        name = str(dtype)
+    name = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}.get(name, name)
+    return name if name in ("float16", "bfloat16") else None
 
 
 def matmul(a, b):

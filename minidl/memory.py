@@ -44,8 +44,7 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import Function, FunctionHook, SavedEdge
-from minidl.nn.module import Parameter
-from minidl.tensor import Tensor
+from minidl.tensor import Parameter, Tensor
 
 __all__ = ["MemoryTracker", "track", "saved_arrays", "format_bytes"]
 

@@ -47,19 +47,19 @@ Zero cost when not profiling: nothing is installed outside the ``with``
 block. A profile is a :class:`minidl.autograd.FunctionHook`: the engine calls
 it around every op call and every node's backward. Each op's own ``forward``
 on arrays is timed by handing that op object, for that one call, a forward
-that times itself (no class is changed). The backward walk
-(``minidl.autograd.backward``) and the optimizers' ``step`` have no hook
-point, so they are wrapped for the block and restored on exit. Not
-thread-safe: profile one thread at a time.
+that times itself (no class is changed). The same hook sees each backward
+walk start and end (``walk_preprocess``, ``walk_postprocess``), and the
+optimizers' steps are timed by a step hook for every optimizer
+(:func:`minidl.hooks.register_optimizer_step_pre_hook`), removed on exit.
+Not thread-safe: profile one thread at a time.
 """
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import dataclass
 from time import perf_counter
 
-from minidl import autograd, backend
+from minidl import autograd, backend, hooks
 
 _active = None  # the running profile, or None
 ENGINE = "autograd engine"  # the row for the backward walk's own work
@@ -135,7 +135,9 @@ class profile(autograd.FunctionHook):
         self._nodes = []  # frames of the node backwards in progress (a walk may run inside one)
         self._walk_nodes = [0.0, 0.0]  # node backward (total, forward work) inside the current walk
         self._events = []  # (key, start event, end event) to read after the block (GPU)
-        self._restore = []  # (owner, attribute, original) to put back on exit
+        self._walks = []  # per backward walk in progress: None (inside an op) or (saved node sums, frame)
+        self._steps = []  # per optimizer step in progress: None (inside another step) or its frame
+        self._handles = []  # the step hooks, removed on exit
         self._cp = None
 
     # ------------------------------------------------------------ install / uninstall
@@ -150,8 +152,8 @@ class profile(autograd.FunctionHook):
             self._cp = backend.cupy_module()
             self._cp.cuda.Device().synchronize()  # earlier queued work is not ours
         super().__enter__()
-        self._swap(autograd, "backward", _profiled_walk)
-        self._watch_optimizers()
+        self._handles = [hooks.register_optimizer_step_pre_hook(self._step_starts),
+                         hooks.register_optimizer_step_post_hook(self._step_ends)]
         _active = self
         self._started = perf_counter()
         return self
@@ -163,32 +165,13 @@ class profile(autograd.FunctionHook):
         self.wall = perf_counter() - self._started
         _active = None
         super().__exit__(*exc)
-        for owner, attribute, original in reversed(self._restore):
-            setattr(owner, attribute, original)
-        self._restore.clear()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
         self._read_events()
         if self.show:
             self.print_table()
         return False
-
-    def _swap(self, owner, attribute, replacement):
-        self._restore.append((owner, attribute, owner.__dict__[attribute]))
-        setattr(owner, attribute, replacement)
-
-    def _watch_optimizers(self):
-        """Time ``step()`` of every optimizer class, if minidl.optim is in use (never imported here)."""
-        module = sys.modules.get("minidl.optim.optimizer")
-        base = getattr(module, "Optimizer", None)
-        if base is None:
-            return
-        classes, stack = [], [base]
-        while stack:
-            cls = stack.pop()
-            classes.append(cls)
-            stack.extend(cls.__subclasses__())
-        for cls in classes:
-            if "step" in cls.__dict__ and not any(o is cls and a == "step" for o, a, _ in self._restore):
-                self._swap(cls, "step", _timed_step(cls.__dict__["step"]))
 
     # ------------------------------------------------------------ the engine's hook
     def forward_preprocess(self, fn, inputs):
@@ -234,6 +217,45 @@ class profile(autograd.FunctionHook):
         total, work = self._finish(self._nodes.pop(), type(fn).__name__, "backward")
         self._walk_nodes[0] += total
         self._walk_nodes[1] += work
+
+    def walk_preprocess(self, outputs):
+        """A backward walk starts: what its nodes do not account for will be the engine's own row."""
+        if self._depth:  # a walk inside an op (a grad() in a backward) belongs to that op
+            self._walks.append(None)
+            return
+        self._depth += 1
+        saved_nodes, self._walk_nodes = self._walk_nodes, [0.0, 0.0]
+        self._walks.append((saved_nodes, _Frame(self)))
+
+    def walk_postprocess(self, outputs):
+        entry = self._walks.pop()
+        if entry is None:
+            return
+        saved_nodes, frame = entry
+        self._depth -= 1
+        elapsed = perf_counter() - frame.start
+        work = self._work
+        self._overhead, self._work = frame.saved[0] + self._overhead, frame.saved[1] + work
+        nodes_total, nodes_work = self._walk_nodes
+        self._walk_nodes = saved_nodes
+        engine = max(elapsed - nodes_total, 0.0)
+        # the engine's own time is machinery, except the gradient sums it runs between nodes
+        self._add(ENGINE, "backward", engine, max(engine - (work - nodes_work), 0.0))
+
+    # ------------------------------------------------------------ the optimizers' step hooks
+    def _step_starts(self, optimizer, args, kwargs):
+        """An optimizer step starts: one "update" row per optimizer type (a wrapper's step holds its inner one's)."""
+        if self._depth:
+            self._steps.append(None)
+            return
+        self._depth += 1
+        self._steps.append(_Frame(self))
+
+    def _step_ends(self, optimizer, args, kwargs):
+        frame = self._steps.pop()
+        if frame is not None:
+            self._depth -= 1
+            self._finish(frame, f"{type(optimizer).__name__}.step", "update")
 
     # ------------------------------------------------------------ timing
     def _start_event(self):
@@ -357,40 +379,3 @@ class profile(autograd.FunctionHook):
 
     def __str__(self):
         return self.table()
-
-
-# ---------------------------------------------------------------- the wrapped versions
-_original_walk = autograd.backward
-
-
-def _profiled_walk(*args, **kwargs):
-    """The backward walk; what its nodes do not account for is the engine's own row."""
-    prof = _active
-    if prof is None or prof._depth:  # a walk inside an op (a grad() in a backward) belongs to that op
-        return _original_walk(*args, **kwargs)
-    prof._depth += 1
-    saved_nodes, prof._walk_nodes = prof._walk_nodes, [0.0, 0.0]
-    frame = _Frame(prof)
-    try:
-        return _original_walk(*args, **kwargs)
-    finally:
-        prof._depth -= 1
-        elapsed = perf_counter() - frame.start
-        work = prof._work
-        prof._overhead, prof._work = frame.saved[0] + prof._overhead, frame.saved[1] + work
-        nodes_total, nodes_work = prof._walk_nodes
-        prof._walk_nodes = saved_nodes
-        engine = max(elapsed - nodes_total, 0.0)
-        # the engine's own time is machinery, except the gradient sums it runs between nodes
-        prof._add(ENGINE, "backward", engine, max(engine - (work - nodes_work), 0.0))
-
-
-def _timed_step(original):
-    def step(self, *args, **kwargs):
-        prof = _active
-        if prof is None or prof._depth:  # a wrapper's step calling the inner optimizer's: one row
-            return original(self, *args, **kwargs)
-        with prof.region(f"{type(self).__name__}.step", "update"):
-            return original(self, *args, **kwargs)
-    step.__wrapped__ = original
-    return step

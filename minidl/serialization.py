@@ -321,13 +321,8 @@ def _dtype_code(dtype) -> str | None:
 
 def _bfloat16(path: str, name: str):
     """ml_dtypes' bfloat16, to read the BF16 array ``name`` of ``path``; an ImportError that says how to get it."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise ImportError(f"load: {path} holds the bfloat16 (BF16) array {name!r}, and NumPy has no bfloat16 "
-                          "type; install the ml_dtypes package to read it: pip install 'minidl[bf16]' "
-                          "(or pip install ml_dtypes). Nothing was read.") from None
-    return np.dtype(ml_dtypes.bfloat16)
+    return backend.bfloat16(f"load: {path} holds the bfloat16 (BF16) array {name!r}; reading it", ImportError,
+                            ". Nothing was read.")
 
 
 def _safetensors_header(tensors: dict, metadata: dict) -> bytes:

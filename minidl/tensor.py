@@ -626,6 +626,28 @@ class HookHandle:
         self._tensor._hooks = tuple(hooks) or None
 
 
+class Parameter(Tensor):
+    """A Tensor that is a trainable parameter of a Module (``requires_grad=True`` by default).
+
+    ``minidl.nn.Parameter``; defined here, beside Tensor, so that the tools below
+    ``nn`` (the memory tracker) can tell parameters from activations.
+
+    ``Parameter(t)`` shares ``t``'s array; ``Parameter(array)`` wraps the array itself.
+    """
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        if data is None:
+            data = np.zeros((0,), np.float32)
+        if isinstance(data, Tensor):
+            data = data.data
+        elif not hasattr(data, "dtype"):
+            data = np.asarray(data, dtype=np.float32)
+        super().__init__(data, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
 # ---------------------------------------------------------------- factories
 def _dtype_for(data, dtype):
     """PyTorch's choice: Python floats become float32, arrays keep their dtype."""

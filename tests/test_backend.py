@@ -217,3 +217,24 @@ def test_sampling_runs_with_one_blas_thread():
         assert seen == [1, 1, 1] and backend.get_num_threads() == 2
     finally:
         backend.set_num_threads(before)
+
+
+def test_one_parser_reads_every_spelling_of_the_16_bit_floats():
+    for spelling in (np.float16, np.dtype("float16"), "float16", "half", "fp16", mdl.float16):
+        assert backend.sixteen_bit_name(spelling) == "float16", spelling
+    for spelling in ("bfloat16", "bf16"):
+        assert backend.sixteen_bit_name(spelling) == "bfloat16", spelling
+    for other in (None, np.float32, "float64", "int8", "fp8", "bfloat"):
+        assert backend.sixteen_bit_name(other) is None, other
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert backend.sixteen_bit_name(ml_dtypes.bfloat16) == "bfloat16"
+    assert backend.bfloat16() == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_the_bfloat16_lookup_says_what_to_install_in_the_callers_terms(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # as on a machine without ml_dtypes
+    with pytest.raises(ValueError, match=r"^storage_dtype='bfloat16' needs the ml_dtypes package.*"
+                                         r"pip install 'minidl\[bf16\]'\), or use float32$"):
+        backend.bfloat16("storage_dtype='bfloat16'", ValueError, ", or use float32")
+    with pytest.raises(TypeError, match="bfloat16 needs the ml_dtypes package"):
+        backend.bfloat16()

@@ -124,7 +124,13 @@ def test_optimizer_steps_are_rows():
         (w * w).sum().backward()
         opt.step()
     assert prof.stats[("SGD.step", "update")].calls == 1
-    assert not hasattr(vars(optim.Optimizer)["step"], "__wrapped__")  # restored on exit
+    opt.step()  # outside the block: the profile's step hooks are gone
+    assert prof.stats[("SGD.step", "update")].calls == 1
+    wrapped = optim.Lookahead(optim.SGD([w], lr=0.1), k=2)
+    with profiler.profile() as prof:
+        wrapped.step()
+    assert prof.stats[("Lookahead.step", "update")].calls == 1  # the inner SGD's step is part of its row
+    assert ("SGD.step", "update") not in prof.stats
 
 
 def test_table_lists_rows_largest_first(capsys):

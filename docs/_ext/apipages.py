@@ -28,6 +28,7 @@ PUBLIC_MODULES = [
     "minidl.nn.structured_prune",
     "minidl.optim.offload",
     "minidl.graphdraw",
+    "minidl.hooks",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)

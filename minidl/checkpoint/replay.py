@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from minidl import backend
-from minidl.nn.module import Module
+from minidl.nn.module import register_module_forward_pre_hook
 
 __all__ = ["RngState", "first_draws_recorded", "BufferGuard"]
 
@@ -75,29 +75,19 @@ class RngState:
 @contextlib.contextmanager
 def first_draws_recorded(state: RngState):
     """Inside: the first time a device's generator is asked for, its state is recorded first."""
-    inner = backend.rng
-
-    def recording_rng(device="cpu"):
-        generator = inner(device)
-        state.take(device, generator)
-        return generator
-
-    backend.rng = recording_rng
-    try:
+    with backend.rng_hook(state.take):
         yield state
-    finally:
-        backend.rng = inner
 
 
 # ---------------------------------------------------------------- stateful layers
 _guards: list = []  # buffer guards open now (recomputations in progress)
-_unguarded_call = Module.__call__  # the method the guard wraps, taken when the first guard opens
+_hook = None  # the handle of the module hook the guards share, while any is open
 
 
-def _guarded_module_call(module, *args, **kwargs):
+def _remember_buffers(module, inputs):
+    """A module is about to run: each open guard copies its buffers (once)."""
     for guard in _guards:
         guard.remember(module)
-    return _unguarded_call(module, *args, **kwargs)
 
 
 class BufferGuard:
@@ -105,14 +95,17 @@ class BufferGuard:
 
     Recomputing a BatchNorm in training mode would update its running
     statistics a second time; this undoes that (the recomputed output uses the
-    batch statistics, so it does not depend on them).
+    batch statistics, so it does not depend on them). The guards watch the
+    module calls through one global forward pre-hook
+    (:func:`minidl.nn.module.register_module_forward_pre_hook`), registered
+    while any guard is open.
     """
 
     def __enter__(self):
-        global _unguarded_call
+        global _hook
         self.saved = {}
         if not _guards:
-            _unguarded_call, Module.__call__ = Module.__call__, _guarded_module_call
+            _hook = register_module_forward_pre_hook(_remember_buffers)
         _guards.append(self)
         return self
 
@@ -123,9 +116,11 @@ class BufferGuard:
                                   for name, t in module._buffers.items() if t is not None]
 
     def __exit__(self, *exc):
+        global _hook
         _guards.remove(self)
         if not _guards:
-            Module.__call__ = _unguarded_call
+            _hook.remove()
+            _hook = None
         for entries in self.saved.values():
             for module, name, tensor, array, copy in entries:
                 module._buffers[name] = tensor

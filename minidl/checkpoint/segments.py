@@ -28,7 +28,7 @@ import contextlib
 
 import numpy as np
 
-from minidl import autograd
+from minidl import autograd, backend
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled, no_grad
 from minidl.checkpoint.policy import KeptOutputs, ReplayKept, resolve_policy
 from minidl.checkpoint.replay import BufferGuard, RngState, first_draws_recorded
@@ -80,15 +80,11 @@ def resolve_storage_dtype(name, xp=np):
     """
     if name is None:
         return None
-    if str(name) in ("float16", "half") or name is np.float16:
+    kind = backend.sixteen_bit_name(name)
+    if kind == "float16":
         return np.dtype(np.float16)
-    if str(name) == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise ValueError("storage_dtype='bfloat16': NumPy has no bfloat16 type; install the ml_dtypes "
-                             "package (pip install ml_dtypes) or use storage_dtype='float16'") from None
-        dtype = np.dtype(ml_dtypes.bfloat16)
+    if kind == "bfloat16":
+        dtype = backend.bfloat16("storage_dtype='bfloat16'", ValueError, ", or use storage_dtype='float16'")
         if xp is not np:
             try:
                 xp.zeros(1, dtype=dtype)

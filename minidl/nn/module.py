@@ -23,26 +23,13 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from minidl import backend
-from minidl.tensor import Tensor, mark_changed, tensor
-
-
-class Parameter(Tensor):
-    """A Tensor that is a trainable parameter of a Module (``requires_grad=True`` by default).
-
-    ``Parameter(t)`` shares ``t``'s array; ``Parameter(array)`` wraps the array itself.
-    """
-
-    def __init__(self, data=None, requires_grad: bool = True):
-        if data is None:
-            data = np.zeros((0,), np.float32)
-        if isinstance(data, Tensor):
-            data = data.data
-        elif not hasattr(data, "dtype"):
-            data = np.asarray(data, dtype=np.float32)
-        super().__init__(data, requires_grad=requires_grad)
-
-    def __repr__(self):
-        return "Parameter containing:\n" + super().__repr__()
+from minidl.hooks import (  # noqa: F401 - PyTorch's torch.nn.modules.module names
+    RemovableHandle,
+    module_call_hooks,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from minidl.tensor import Parameter, Tensor, mark_changed, tensor  # noqa: F401 - nn.Parameter
 
 
 class StateDictError(ValueError, RuntimeError):
@@ -56,14 +43,20 @@ _hook_ids = itertools.count()
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
-class _HookHandle:
-    """Returned by ``register_forward_hook``; ``remove()`` takes the hook off."""
-
-    def __init__(self, hooks: OrderedDict, key: int):
-        self.hooks, self.key = hooks, key
-
-    def remove(self):
-        self.hooks.pop(self.key, None)
+def _call_with_global_hooks(module, args, kwargs):
+    """``module(*args, **kwargs)`` between the global hooks and then the module's own forward hooks."""
+    hooks = list(module_call_hooks.values())
+    for when, hook in hooks:
+        if when == "pre":
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    out = module.forward(*args, **kwargs)
+    for hook in [hook for when, hook in hooks if when == "post"] + list(module._forward_hooks.values()):
+        result = hook(module, args, out)
+        if result is not None:
+            out = result
+    return out
 
 
 class Module:
@@ -95,6 +88,8 @@ class Module:
             if not isinstance(arg, Tensor):  # the common case costs this one check per input
                 args = tuple(self._as_input(a) for a in args)
                 break
+        if module_call_hooks:  # a hook for every module (minidl.hooks): the same call, announced to it
+            return _call_with_global_hooks(self, args, kwargs)
         out = self.forward(*args, **kwargs)
         if not self._forward_hooks:  # the common case: one dict check, nothing else
             return out
@@ -122,14 +117,14 @@ class Module:
                             "e.g. mdl.tensor(np.asarray(x)) (for a torch tensor: mdl.tensor(x.numpy()))")
         return value
 
-    def register_forward_hook(self, hook) -> _HookHandle:
+    def register_forward_hook(self, hook) -> RemovableHandle:
         """Call ``hook(module, inputs, output)`` after every forward (for activation statistics).
 
         A hook that returns a value replaces the output. Returns a handle with ``remove()``.
         """
         key = next(_hook_ids)
         self._forward_hooks[key] = hook
-        return _HookHandle(self._forward_hooks, key)
+        return RemovableHandle(self._forward_hooks, key)
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):

@@ -221,19 +221,15 @@ class Pruning:
     def attach(self, optimizer):
         """Make every ``optimizer.step()`` mask the gradients before and the weights after the update.
 
-        Works under the Trainer (and its GradScaler) since they call ``optimizer.step()``.
-        Returns a handle whose ``remove()`` restores the optimizer's own step.
+        Works under the Trainer (and its GradScaler) since they call ``optimizer.step()``: the
+        masks ride on the optimizer's step hooks (``register_step_pre_hook``). Returns a handle
+        whose ``remove()`` takes them off.
         """
-        original = optimizer.step
-
-        def step(*args, **kwargs):
-            self.mask_grads_()
-            result = original(*args, **kwargs)
-            self.apply_()
-            return result
-
-        optimizer.step = step
-        handle = _StepHandle(optimizer, original, step)
+        if not hasattr(optimizer, "register_step_pre_hook"):
+            raise TypeError(f"Pruning.attach: expected a minidl optimizer (with step hooks), "
+                            f"got {type(optimizer).__name__}")
+        handle = _StepHandle(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.mask_grads_()),
+                             optimizer.register_step_post_hook(lambda opt, args, kwargs: self.apply_()))
         self._handles.append(handle)
         return handle
 
@@ -265,15 +261,11 @@ class Pruning:
 
 
 class _StepHandle:
-    def __init__(self, optimizer, original, wrapper):
-        self.optimizer, self.original, self.wrapper = optimizer, original, wrapper
+    """What :meth:`Pruning.attach` returns: ``remove()`` takes its two step hooks off."""
+
+    def __init__(self, pre, post):
+        self.pre, self.post = pre, post
 
     def remove(self) -> None:
-        """Give the optimizer the ``step`` it had before :meth:`Pruning.attach`."""
-        if self.optimizer.__dict__.get("step") is not self.wrapper:
-            raise RuntimeError("Pruning: remove the handles in the reverse order of attach()")
-        if getattr(self.original, "__self__", None) is self.optimizer and \
-                getattr(self.original, "__func__", None) is getattr(type(self.optimizer), "step", None):
-            del self.optimizer.__dict__["step"]   # back to the class's own method
-        else:
-            self.optimizer.step = self.original
+        self.pre.remove()
+        self.post.remove()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from minidl import autograd, backend
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.elementwise import abs, exp, where

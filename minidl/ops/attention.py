@@ -31,7 +31,7 @@ import numbers
 import numpy as np
 
 from minidl import backend
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, softmax

@@ -33,7 +33,7 @@ Hessian-vector products, all come free).
 from __future__ import annotations
 
 from minidl import backend
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.linalg import matmul

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.ops.elementwise import maximum
 from minidl.ops.linalg import norm
 from minidl.ops.reduction import _normalize_axis

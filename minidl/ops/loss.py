@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl import backend
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, log_softmax, softmax, softplus

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.reduction import mean

@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from minidl import backend
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.elementwise import maximum, minimum, where

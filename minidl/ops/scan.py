@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.indexing import Gather, ValuesIndices, _dim

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from minidl.amp import autocast_to
+from minidl.autocast_mode import autocast_to
 from minidl.ops.conv import conv2d, conv_transpose2d
 from minidl.ops.pool import _avg_divisors, _windows_along, avg_pool2d, max_pool2d
 from minidl.ops.reduction import max as reduce_max

@@ -27,6 +27,9 @@ import numbers
 
 from minidl import backend
 from minidl.autograd import enable_grad, no_grad
+from minidl.hooks import StepHooks
+from minidl.hooks import register_optimizer_step_post_hook as register_optimizer_step_post_hook  # PyTorch's path
+from minidl.hooks import register_optimizer_step_pre_hook as register_optimizer_step_pre_hook  # PyTorch's path
 from minidl.optim.saved_state import checked_state, on_device, plain
 from minidl.tensor import Tensor, mark_changed
 
@@ -71,7 +74,7 @@ def check_nonnegative(owner: str, name: str, value) -> float:
 
 
 # ---------------------------------------------------------------- the base class
-class Optimizer:
+class Optimizer(StepHooks):
     """Base of every optimizer: ``Optimizer(params, defaults)``.
 
     ``params`` is an iterable of Tensors (with ``requires_grad=True``) or of
@@ -79,6 +82,8 @@ class Optimizer:
     missing hyperparameters come from ``defaults``. Subclasses define
     ``update(w, g, state, group)`` on raw arrays (the parameter's data and
     gradient) and, optionally, ``check_group(group)`` to validate a group.
+    ``register_step_pre_hook`` / ``register_step_post_hook`` (PyTorch's) come
+    from :class:`minidl.hooks.StepHooks`.
     """
 
     def __init__(self, params, defaults: dict):

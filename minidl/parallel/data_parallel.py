@@ -85,7 +85,7 @@ class DataParallel(Module):
         if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
             raise ValueError(f"DataParallel: bucket_bytes must be a positive int, got {bucket_bytes!r}")
         if comm is None:
-            from minidl.parallel import init
+            from minidl.parallel.world import init
             comm = init()
         self.module = module
         self.comm, self.bucket_bytes, self.reduction = comm, bucket_bytes, reduction
@@ -452,8 +452,8 @@ def prepare_data_parallel(model, optimizer, loader=None, comm=None):
     ``comm`` defaults to ``parallel.init()``. The loader (if given) must be a
     DataLoader over the whole dataset with the *global* batch size.
     """
-    from minidl.parallel import init
     from minidl.parallel.sampler import shard_loader
+    from minidl.parallel.world import init
     comm = init() if comm is None else comm
     dp = model if isinstance(model, DataParallel) else DataParallel(model, comm)
     opt = optimizer if isinstance(optimizer, DistributedOptimizer) else DistributedOptimizer(optimizer, dp)

@@ -72,7 +72,7 @@ class Mesh:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
                 raise ValueError(f"Mesh: the size of axis {name!r} must be a positive int, got {size!r}")
         if comm is None:
-            from minidl.parallel import init
+            from minidl.parallel.world import init
             comm = init()
         self.world = comm
         self.sizes = {name: int(size) for name, size in sizes.items()}

@@ -41,7 +41,7 @@ from minidl.ops.distributed import copy_to_group, sum_over_group
 
 def _group(comm):
     if comm is None:
-        from minidl.parallel import init
+        from minidl.parallel.world import init
         comm = init()
     if not callable(getattr(comm, "allreduce_", None)) or not hasattr(comm, "size"):
         raise TypeError(f"tensor parallelism needs a communicator of minidl.parallel (parallel.init() or "

@@ -58,7 +58,7 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
 
     def __init__(self, params, optimizer_class, comm=None, **options):
         if comm is None:
-            from minidl.parallel import init
+            from minidl.parallel.world import init
             comm = init()
         self.comm, self.optimizer_class = comm, optimizer_class
         if isinstance(params, Tensor):

@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 
+from minidl.selftest.stage_timeout import StageTimeout
+
 # (name, seconds allowed, seconds allowed with quick=True): 270 s in all, so that the whole run stays
 # inside benchmarks/gpu_run.sh's 300 s for it; on one H100 the stages take less (docs/gpu.md).
 STAGES = (
@@ -42,10 +44,6 @@ STAGES = (
     ("speed", 110, 40),
     ("results", 20, 20),
 )
-
-
-class StageTimeout(BaseException):
-    """Raised inside a stage when its time is up (a BaseException: the stage's own handlers let it pass)."""
 
 
 class Unavailable(RuntimeError):

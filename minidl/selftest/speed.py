@@ -322,7 +322,7 @@ def run(stage) -> dict:
     # the roofline last: the longest part, and the only one that cannot stop at the deadline by itself
     parts = (("mlp", mlp), ("cnn", cnn), ("gpt", gpt), ("optimizer", optimizer_update), ("launch", launch),
              ("roofline", roofline))
-    from minidl.selftest import StageTimeout
+    from minidl.selftest.stage_timeout import StageTimeout
     for name, measure in parts:
         if stage.expired(3):
             break

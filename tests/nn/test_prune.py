@@ -157,28 +157,38 @@ def test_without_the_hook_momentum_would_revive_pruned_weights():
     assert revived > 0
 
 
+def _pruned_nonzero(pruning, masks):
+    return sum(int((p.numpy()[~masks[n]] != 0).sum()) for n, p in pruning.params.items())
+
+
 def test_mask_grads_and_remove_restores_the_step():
     x, y = _batch()
     model = _model()
     opt = optim.SGD(model.parameters(), lr=0.1)
     pruning = Pruning(model).prune(0.5)
+    masks = {n: m.copy() for n, m in pruning.masks.items()}
     handle = pruning.attach(opt)
-    assert "step" in vars(opt)
     mdl.functional.cross_entropy(model(x), y).backward()
     pruning.mask_grads_()
     for n, p in pruning.params.items():
         assert (p.grad.numpy()[~pruning.masks[n]] == 0).all()
         assert (p.grad.numpy()[pruning.masks[n]] != 0).any()
+    second, third = pruning.attach(opt), pruning.attach(opt)  # attached three times: each one masks alone
+    _train(model, opt, 2, x, y)
+    assert _pruned_nonzero(pruning, masks) == 0
     handle.remove()
-    assert "step" not in vars(opt)
-    opt.step()  # the optimizer's own step again
-    second = Pruning(model).attach(opt)
-    third = Pruning(model).attach(opt)
-    with pytest.raises(RuntimeError, match="reverse order"):
-        second.remove()
+    second.remove()  # the handles come off in any order
+    _train(model, opt, 2, x, y)
+    assert _pruned_nonzero(pruning, masks) == 0  # the third attachment still masks
     third.remove()
-    second.remove()
-    assert "step" not in vars(opt)
+    _train(model, opt, 2, x, y)  # the optimizer's own step again: the pruned weights get gradients
+    assert _pruned_nonzero(pruning, masks) > 0
+
+
+def test_attach_refuses_what_has_no_step_hooks():
+    pruning = Pruning(_model())
+    with pytest.raises(TypeError, match="Pruning.attach: expected a minidl optimizer"):
+        pruning.attach(object())
 
 
 def test_iterative_pruning_under_the_trainer():

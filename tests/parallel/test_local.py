@@ -89,7 +89,7 @@ def _model(dtype=np.float64):
 def test_init_without_mpiexec_is_a_world_of_one(monkeypatch):
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(parallel, "_world", None)
+    monkeypatch.setattr(parallel.world, "_world", None)
     comm = parallel.init()
     assert isinstance(comm, parallel.LocalComm) and (comm.rank, comm.size) == (0, 1)
     assert parallel.init() is comm and parallel.is_root()
