@@ -11,12 +11,11 @@ changes nothing.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from typing import NamedTuple
 
 import numpy as np
 
+import minidl.functional as F
 from minidl import backend
 from minidl.optim.schedules import LRScheduler
 from minidl.tensor import Tensor, mark_changed
@@ -146,50 +145,24 @@ def plot_lr_range(result: LRRangeResult, path: str | None = None, ax=None):
 
 
 def save_figure(figure, path: str, dpi: int = 110) -> str:
-    """Write a matplotlib figure as PNG to a temporary file beside ``path``, then rename it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix=".png", dir=directory)
-    os.close(handle)
-    try:
-        figure.savefig(temporary, dpi=dpi, format="png")
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    """Write a matplotlib figure as PNG through :func:`minidl.serialization.atomic_write` (a temporary, renamed)."""
+    from minidl.serialization import atomic_write
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format="png"))
     return path
 
 
 # ---------------------------------------------------------------- the `minidl lr-find` command
-class _MLP:
-    """A two-layer perceptron made of bare tensors (so the command needs nothing from nn)."""
-
-    def __init__(self, sizes, rng):
-        self.layers = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            w = rng.standard_normal((fan_out, fan_in)).astype(np.float32) * np.float32(math.sqrt(2 / fan_in))
-            self.layers.append((Tensor(w, requires_grad=True), Tensor(np.zeros(fan_out, np.float32),
-                                                                       requires_grad=True)))
-
-    def parameters(self):
-        return [t for layer in self.layers for t in layer]
-
-    def __call__(self, x):
-        from minidl.ops.linalg import linear
-        for i, (w, b) in enumerate(self.layers):
-            x = linear(x, w, b)
-            if i < len(self.layers) - 1:
-                x = x.relu()
-        return x
-
-
-def _cross_entropy(logits, y):
-    """Mean of −log softmax(logits)[y], written with log_softmax (targets are class indices)."""
-    labels = y.data.astype(np.int64)
-    onehot = np.zeros(logits.shape, logits.dtype)
-    onehot[np.arange(len(labels)), labels] = 1
-    return -(logits.log_softmax(axis=-1) * Tensor(onehot)).sum() / len(labels)
+def _mlp(sizes, rng):
+    """Linear → ReLU → … → Linear of ``sizes``, He-initialized (Var(w) = 2 / fan_in) from ``rng``, zero biases."""
+    from minidl import nn
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        linear = nn.Linear(fan_in, fan_out)
+        linear.weight.data[...] = rng.standard_normal((fan_out, fan_in)).astype(np.float32) \
+            * np.float32(math.sqrt(2 / fan_in))
+        linear.bias.data[...] = 0
+        layers += [linear, nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
 
 
 def _digits_or_blobs(rng):
@@ -215,7 +188,7 @@ def lr_find_command(out_path: str = "lr_find.png", steps: int = 100, lr_min: flo
     """
     rng = np.random.default_rng(seed)
     x, y = _digits_or_blobs(rng)
-    model = _MLP([x.shape[1], hidden, int(y.max()) + 1], rng)
+    model = _mlp([x.shape[1], hidden, int(y.max()) + 1], rng)
     if optimizer == "adam":
         from minidl.optim.adam import Adam
         opt = Adam(model.parameters(), lr=lr_min)
@@ -235,7 +208,7 @@ def lr_find_command(out_path: str = "lr_find.png", steps: int = 100, lr_min: flo
         def __iter__(self):
             return loader()
 
-    result = lr_range_test(model, _cross_entropy, Batches(), lr_min=lr_min, lr_max=lr_max, steps=steps,
+    result = lr_range_test(model, F.cross_entropy, Batches(), lr_min=lr_min, lr_max=lr_max, steps=steps,
                            optimizer=opt, plot=out_path)
     print(f"learning-rate range test: {len(result.lrs)} steps from {lr_min:g} to {result.lrs[-1]:.3g}; "
           f"suggested lr {result.suggestion:.3g} (figure: {out_path})")

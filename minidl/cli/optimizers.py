@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from minidl.cli import add_command, add_overwrite, out_folder, positive_float, positive_int
+from minidl.cli.args import add_command, add_overwrite, out_folder, positive_float, positive_int
 from minidl.train.run_folder import write_failure
 
 
