@@ -120,6 +120,7 @@ def train_command(args) -> int:
     from minidl.data import DataLoader, TensorDataset
     from minidl.train.classifiers import build_model
     from minidl.train.run_state import read_checkpoint
+    from minidl.train.trainer import seed_everything
 
     started = time.perf_counter()
     saved, checkpoint, tensorboard = None, None, getattr(args, "tensorboard", False)
@@ -134,6 +135,7 @@ def train_command(args) -> int:
     s = _settings(args, saved)
     comm = None
     try:
+        seed_everything(s["seed"])  # a bad seed is refused before any data is read (build_run seeds again)
         if getattr(args, "data_parallel", False):  # one replica per MPI rank, each on its slice of every batch
             from minidl import parallel
             comm = parallel.init(device=s["device"])

@@ -6,7 +6,8 @@
     trainer.fit(epochs=20)
     plot_curves(trainer.history, "runs/exp/curves.png", steps=trainer.steps)
 
-The command line does all of it in one go: ``minidl train`` (see docs/training.md).
+The command line does all of it in one go: ``minidl train`` (see docs/training.md), which builds
+its run from settings with :func:`minidl.train.recipe.build_run`.
 """
 from minidl.train.batch_scaling import (
     BatchScalingStudy,
