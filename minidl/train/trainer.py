@@ -570,7 +570,7 @@ class Trainer:
     def save_checkpoint(self, path, extra=None) -> None:
         """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
         run_state.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                             self.state_dict(), extra=self.extra if extra is None else extra)
+                                  self.state_dict(), extra=self.extra if extra is None else extra)
 
     def load_checkpoint(self, path) -> dict:
         """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.
@@ -580,7 +580,7 @@ class Trainer:
         this loop are left as they were.
         """
         return run_state.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                                    trainer=self)
+                                         trainer=self)
 
     # ------------------------------------------------------------ helpers
     def _param_groups(self):
