@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import errno as errno_codes
 import json
+import math
 import os
 import re
 import secrets
@@ -155,11 +156,11 @@ def _decode(value, tensors, depth=0):
         (marker, inner), = value.items()
         if marker == _TENSOR:
             if not isinstance(inner, str) or inner not in tensors:
-                raise _Damaged(f"a tensor reference {_short(inner)} names no tensor of the file")
+                raise _Damaged(f"a tensor reference {short_repr(inner)} names no tensor of the file")
             return tensors[inner]
         if marker == _TUPLE:
             if not isinstance(inner, list):
-                raise _Damaged(f"a tuple marker holds {_short(inner)}, not a list")
+                raise _Damaged(f"a tuple marker holds {short_repr(inner)}, not a list")
             return tuple(_decode(v, tensors, depth + 2) for v in inner)
         if marker == _ITEMS:
             return _decode_items(inner, tensors, depth)
@@ -168,12 +169,12 @@ def _decode(value, tensors, depth=0):
 
 def _decode_items(items, tensors, depth):
     if not isinstance(items, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in items):
-        raise _Damaged(f"a dict-items marker holds {_short(items)}, not a list of [key, value] pairs")
+        raise _Damaged(f"a dict-items marker holds {short_repr(items)}, not a list of [key, value] pairs")
     out = {}
     for k, v in items:
         key = _decode_key(k, depth + 3)
         if key in out:
-            raise _Damaged(f"the key {_short(key)} appears twice in one dict")
+            raise _Damaged(f"the key {short_repr(key)} appears twice in one dict")
         out[key] = _decode(v, tensors, depth + 3)
     return out
 
@@ -185,12 +186,39 @@ def _decode_key(k, depth):
         if depth > MAX_DEPTH:
             raise _Damaged(f"nested more than {MAX_DEPTH} levels deep")
         return tuple(_decode_key(v, depth + 2) for v in k[_TUPLE])
-    raise _Damaged(f"a dict key {_short(k)} is not a string, number, bool, None or tuple")
+    raise _Damaged(f"a dict key {short_repr(k)} is not a string, number, bool, None or tuple")
 
 
-def _short(value, limit: int = 60) -> str:
+# ---------------------------------------------------------------- helpers of the modules that write or check state
+def short_repr(value, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (then "..."): a damaged value named in an error message."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+
+def is_number(value) -> bool:
+    """Is ``value`` a real number: a Python or NumPy int or float, not a bool?"""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def plain(value, *, strict: bool = False, other=None):
+    """A plain Python copy of one value, for JSON and CSV: a NumPy scalar becomes the number or bool it holds,
+    a tuple or a set a list.
+
+    ``strict``: a NaN or infinite float becomes None (strict JSON has no NaN). ``other``: a function for a
+    value of any other type (``str``, as ``json.dump``'s ``default=``, which must not return what it got);
+    without it such a value is returned as it is.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    elif isinstance(value, (tuple, set)):
+        return list(value)
+    elif other is not None and not isinstance(value, (int, float, str, bool, type(None), list, dict)):
+        return other(value)
+    if strict and isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _clip(text: str, limit: int = 200) -> str:

@@ -43,21 +43,6 @@ LAYERS = [
 ]
 ALLOWED_CYCLE = {"minidl.tensor", "minidl.autograd"}
 
-# Temporary: imports that go away when the command modules move into the minidl/cli/ package
-# (a command module importing minidl.cli's helpers; a demo the lr-find command will build from
-# minidl.nn and minidl.data). Empty this list when that move lands.
-CLI_MOVE = {
-    ("minidl.models.gpt_cli", "minidl.cli"),
-    ("minidl.optim.cli", "minidl.cli"),
-    ("minidl.optim.cli", "minidl.train.run_folder"),
-    ("minidl.optim.lr_finder", "minidl.data"),
-    ("minidl.roofline.cli", "minidl.cli"),
-    ("minidl.selftest.cli", "minidl.cli"),
-    ("minidl.train.cli", "minidl.cli"),
-    ("minidl.train.predict", "minidl.cli"),
-    ("minidl.tune.cli", "minidl.cli"),
-}
-
 # Assignments that set a documented switch, not another module's code: (file, what is assigned).
 SETTINGS = {
     ("minidl/ops/__init__.py", "T"),  # Tensor's operators and methods, attached when the ops load
@@ -142,7 +127,7 @@ def upward_imports(graph) -> list[str]:
         for target, line in imported:
             if target == module or (module, target) == ("minidl.tensor", "minidl.autograd"):
                 continue
-            if layer_of(target) > layer_of(module) and (module, target) not in CLI_MOVE:
+            if layer_of(target) > layer_of(module):
                 bad.append(f"{module}:{line} imports {target} (layer {layer_of(target)} > {layer_of(module)})")
     return bad
 
@@ -255,13 +240,7 @@ def test_nothing_imports_the_command_line():
     importers = {(module, target) for module, imported in graph.items() for target, _ in imported
                  if target.split(".")[:2] == ["minidl", "cli"] and module.split(".")[:2] != ["minidl", "cli"]
                  and module != "minidl.__main__"}
-    assert importers <= CLI_MOVE
-
-
-def test_the_temporary_allowance_lists_only_imports_that_exist():
-    graph = import_graph()
-    edges = {(module, target) for module, imported in graph.items() for target, _ in imported}
-    assert CLI_MOVE <= edges  # an entry whose import is gone must leave the list
+    assert not importers, importers
 
 
 def test_the_parallel_package_face_only_hands_names_on():

@@ -516,7 +516,7 @@ def test_damaged_files_raise_only_documented_errors_in_bounded_time_and_memory(d
     import time
     import tracemalloc
 
-    from minidl.train.checkpoint import CheckpointError, read_checkpoint
+    from minidl.train.run_state import CheckpointError, read_checkpoint
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "c.safetensors")
@@ -558,3 +558,23 @@ def test_every_load_error_is_a_value_error_and_an_os_error_carrying_the_path(tmp
         assert words in str(error.value) and "\n" not in str(error.value)
     with pytest.raises(FileNotFoundError):                     # a missing file is still a FileNotFoundError
         mdl.load(tmp_path / "none.safetensors")
+
+
+def test_the_small_helpers_of_state_writing_modules():
+    import math
+
+    from minidl.serialization import is_number, plain, short_repr
+    assert short_repr("x" * 10) == repr("x" * 10)
+    assert short_repr(list(range(100)), limit=10) == "[0, 1, 2, ..."
+    assert [is_number(v) for v in (1, 2.5, np.int8(3), np.float32(0.5), True, np.bool_(True), "1", None)] == \
+        [True, True, True, True, False, False, False, False]
+    assert plain(np.float32(0.5)) == 0.5 and type(plain(np.float32(0.5))) is float
+    assert type(plain(np.int64(3))) is int and plain(np.bool_(True)) is True
+    assert plain((1, 2)) == [1, 2] and plain({3}) == [3]
+    assert math.isnan(plain(float("nan"))) and plain(float("nan"), strict=True) is None
+    assert plain(np.float64("inf"), strict=True) is None and plain(2.0, strict=True) == 2.0
+    assert plain(object) is object and plain(object, other=str) == str(object)
+    # as json.dump's default=: NumPy scalars and sets become JSON, anything else its text
+    text = json.dumps({"a": np.float32(0.25), "b": {2}, "c": np.bool_(False), "d": complex(1, 2)},
+                      default=lambda v: plain(v, other=str))
+    assert json.loads(text) == {"a": 0.25, "b": [2], "c": False, "d": "(1+2j)"}

@@ -2,7 +2,7 @@
 
 - :mod:`minidl.models.gpt`: a small GPT (decoder-only transformer), ``GPT`` and ``GPTConfig``;
 - :mod:`minidl.models.gpt_train`: its training recipe and saved runs (``minidl gpt train``);
-- :mod:`minidl.models.gpt_cli`: the ``minidl gpt`` command.
+- the ``minidl gpt`` command is :mod:`minidl.cli.gpt`.
 """
 from minidl.models.gpt import GPT, GPTConfig, composed_attention
 

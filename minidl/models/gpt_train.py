@@ -33,8 +33,8 @@ from minidl.data.text import CharTokenizer, next_token_windows, shakespeare, spl
 from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
 
-__all__ = ["DEFAULTS", "GPTProgress", "build", "decay_groups", "lm_loss", "load_run", "longest_block", "lr_schedule",
-           "train", "warmup_steps"]
+__all__ = ["DEFAULTS", "GPTProgress", "build", "build_run", "decay_groups", "lm_loss", "load_run", "longest_block",
+           "lr_schedule", "train", "warmup_steps"]
 
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
@@ -82,8 +82,15 @@ def lr_schedule(lr: float, min_lr: float, warmup: int, steps: int):
 
 def build(s: dict, comm=None):
     """(model, optimizer, schedule, train_loader, val_loader, tokenizer) for the settings ``s``."""
-    from minidl import optim
-    from minidl.data import DataLoader, TensorDataset
+    run, tok = build_run(s, comm)
+    return run.model, run.optimizer, run.schedule, run.train_loader, run.val_loader, tok
+
+
+def build_run(s: dict, comm=None, device=None):
+    """(the :class:`~minidl.train.recipe.Run` of the settings ``s``, the tokenizer): the recipe of
+    :func:`minidl.train.recipe.build_run` with AdamW over :func:`decay_groups` and :func:`lr_schedule`."""
+    from minidl.data import TensorDataset
+    from minidl.train import recipe
     text = shakespeare()
     tok = CharTokenizer.from_text(text)
     train_ids, val_ids = split_ids(tok.encode(text), val_fraction=0.1)
@@ -91,16 +98,13 @@ def build(s: dict, comm=None):
     vx, vy = next_token_windows(val_ids, s["block_size"], limit=s["val_windows"])
     cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=s["block_size"], n_layer=s["n_layer"],
                     n_head=s["n_head"], n_embd=s["n_embd"], dropout=s["dropout"])
-    model = GPT(cfg, checkpoint_blocks=s["checkpoint_blocks"])
-    optimizer = optim.AdamW(decay_groups(model, s["weight_decay"]), lr=s["lr"], betas=tuple(s["betas"]))
-    train_loader = DataLoader(TensorDataset(x, y), batch_size=s["batch_size"], shuffle=True, drop_last=True,
-                              seed=s["seed"])
-    if comm is not None:
-        from minidl import parallel
-        model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
-    val_loader = DataLoader(TensorDataset(vx, vy), batch_size=64)
-    return model, optimizer, lr_schedule(s["lr"], s["min_lr"], s["warmup"], s["steps"]), train_loader, \
-        val_loader, tok
+    run = recipe.build_run(s, TensorDataset(x, y), TensorDataset(vx, vy),
+                           model=lambda: GPT(cfg, checkpoint_blocks=s["checkpoint_blocks"]),
+                           params=lambda model: decay_groups(model, s["weight_decay"]), optimizer="adamw",
+                           optimizer_options={"betas": tuple(s["betas"])},
+                           schedule=lambda lr, steps: lr_schedule(lr, s["min_lr"], s["warmup"], steps),
+                           steps=s["steps"], device=device, comm=comm, drop_last=True, val_batch_size=64)
+    return run, tok
 
 
 class GPTProgress(Callback):
@@ -171,24 +175,22 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
     validations validates once more at its last step, so ``last.safetensors``
     and ``metrics.jsonl`` always hold where it ended.
     """
-    from minidl.train import JSONLLogger, Trainer, plot_curves
-    from minidl.train.trainer import seed_everything
+    from minidl.train import JSONLLogger, plot_curves
 
-    seed_everything(s["seed"])
-    model, optimizer, schedule, train_loader, val_loader, tok = build(s, comm)
+    run, tok = build_run(s, comm)
+    model, val_loader = run.model, run.val_loader
     root = comm is None or comm.rank == 0
     callbacks = [GPTProgress(s["steps"], s["batch_size"] * s["block_size"] * s["accumulate"], tok,
                              out if root else None, s["sample_every"], show=show and root)]
     if root and out is not None:
         os.makedirs(out, exist_ok=True)
         callbacks.append(JSONLLogger(os.path.join(out, "metrics.jsonl")))
-    trainer = Trainer(model, optimizer, train_loader, val_loader, loss_fn=lm_loss, metrics=None,
-                      scheduler=schedule, max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
-                      eval_every=s["eval_every"], callbacks=callbacks, progress=False, amp=s["amp"], device=device)
+    trainer = run.trainer(loss_fn=lm_loss, metrics=None, eval_every=s["eval_every"], callbacks=callbacks,
+                          progress=False, amp=s["amp"], device=device)
     trainer.extra = {"settings": s}
     if resume:
         trainer.load_checkpoint(resume)
-    epochs = math.ceil(s["steps"] * s["accumulate"] / len(train_loader))
+    epochs = math.ceil(s["steps"] * s["accumulate"] / len(run.train_loader))
     started = time.perf_counter()
     trainer.fit(epochs, max_steps=s["steps"] if stop_after is None else min(stop_after, s["steps"]))
     seconds = time.perf_counter() - started

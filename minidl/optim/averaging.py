@@ -25,7 +25,7 @@ from minidl.optim.adam import RAdam, radam_direction, radam_rectification
 from minidl.optim.kernels import run_update
 from minidl.optim.layerwise import norm, trust_ratio
 from minidl.optim.optimizer import Optimizer, check_unit
-from minidl.optim.saved_state import on_device, plain
+from minidl.optim.saved_state import host_copy, on_device
 from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
 
@@ -71,7 +71,7 @@ class Lookahead(WrapsOptimizer, Optimizer):
         return loss
 
     def state_dict(self):
-        return {"inner": self.optimizer.state_dict(), "slow": {pos: plain(a) for pos, a in self.slow.items()},
+        return {"inner": self.optimizer.state_dict(), "slow": {pos: host_copy(a) for pos, a in self.slow.items()},
                 "inner_steps": self.inner_steps, "k": self.k, "alpha": self.alpha}
 
     def load_state_dict(self, state_dict):
@@ -174,7 +174,7 @@ class SWA:
         mark_changed(*self.params)
 
     def state_dict(self):
-        return {"averages": [plain(a) for a in self.averages], "n_averaged": self.n_averaged}
+        return {"averages": [host_copy(a) for a in self.averages], "n_averaged": self.n_averaged}
 
     def load_state_dict(self, state_dict):
         self.averages = [on_device(a, p.device) for a, p in zip(state_dict["averages"], self.params)]

@@ -11,8 +11,6 @@ changes nothing.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from typing import NamedTuple
 
 import numpy as np
@@ -146,97 +144,7 @@ def plot_lr_range(result: LRRangeResult, path: str | None = None, ax=None):
 
 
 def save_figure(figure, path: str, dpi: int = 110) -> str:
-    """Write a matplotlib figure as PNG to a temporary file beside ``path``, then rename it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix=".png", dir=directory)
-    os.close(handle)
-    try:
-        figure.savefig(temporary, dpi=dpi, format="png")
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    """Write a matplotlib figure as PNG through :func:`minidl.serialization.atomic_write` (a temporary, renamed)."""
+    from minidl.serialization import atomic_write
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format="png"))
     return path
-
-
-# ---------------------------------------------------------------- the `minidl lr-find` command
-class _MLP:
-    """A two-layer perceptron made of bare tensors (so the command needs nothing from nn)."""
-
-    def __init__(self, sizes, rng):
-        self.layers = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            w = rng.standard_normal((fan_out, fan_in)).astype(np.float32) * np.float32(math.sqrt(2 / fan_in))
-            self.layers.append((Tensor(w, requires_grad=True), Tensor(np.zeros(fan_out, np.float32),
-                                                                       requires_grad=True)))
-
-    def parameters(self):
-        return [t for layer in self.layers for t in layer]
-
-    def __call__(self, x):
-        from minidl.ops.linalg import linear
-        for i, (w, b) in enumerate(self.layers):
-            x = linear(x, w, b)
-            if i < len(self.layers) - 1:
-                x = x.relu()
-        return x
-
-
-def _cross_entropy(logits, y):
-    """Mean of −log softmax(logits)[y], written with log_softmax (targets are class indices)."""
-    labels = y.data.astype(np.int64)
-    onehot = np.zeros(logits.shape, logits.dtype)
-    onehot[np.arange(len(labels)), labels] = 1
-    return -(logits.log_softmax(axis=-1) * Tensor(onehot)).sum() / len(labels)
-
-
-def _digits_or_blobs(rng):
-    try:
-        from minidl.data import digits
-        x, y = digits(flatten=True)
-        x = (x / 16.0).astype(np.float32)
-    except Exception:  # noqa: BLE001 - no dataset bundled: a synthetic 10-class problem instead
-        centers = rng.standard_normal((10, 64)).astype(np.float32)
-        y = rng.integers(0, 10, 1797)
-        x = centers[y] + 0.8 * rng.standard_normal((1797, 64)).astype(np.float32)
-    return x.astype(np.float32), np.asarray(y, np.int64)
-
-
-def lr_find_command(out_path: str = "lr_find.png", steps: int = 100, lr_min: float = 1e-5, lr_max: float = 1.0,
-                    batch_size: int = 64, hidden: int = 64, optimizer: str = "sgd", seed: int = 0) -> str:
-    """Run the range test for a small MLP on the digits and save the figure (what `minidl lr-find` does).
-
-    Arguments: ``out_path`` the PNG to write; ``steps`` mini-batches in the sweep;
-    ``lr_min``/``lr_max`` its ends; ``batch_size``; ``hidden`` units of the MLP
-    (64 → hidden → 10); ``optimizer`` "sgd" (momentum 0.9) or "adam"; ``seed``.
-    Prints the suggested rate and returns ``out_path``.
-    """
-    rng = np.random.default_rng(seed)
-    x, y = _digits_or_blobs(rng)
-    model = _MLP([x.shape[1], hidden, int(y.max()) + 1], rng)
-    if optimizer == "adam":
-        from minidl.optim.adam import Adam
-        opt = Adam(model.parameters(), lr=lr_min)
-    elif optimizer == "sgd":
-        from minidl.optim.sgd import SGD
-        opt = SGD(model.parameters(), lr=lr_min, momentum=0.9)
-    else:
-        raise ValueError(f"lr-find: optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-
-    def loader():
-        order = rng.permutation(len(x))
-        for start in range(0, len(x) - batch_size + 1, batch_size):
-            batch = order[start:start + batch_size]
-            yield x[batch], y[batch]
-
-    class Batches:
-        def __iter__(self):
-            return loader()
-
-    result = lr_range_test(model, _cross_entropy, Batches(), lr_min=lr_min, lr_max=lr_max, steps=steps,
-                           optimizer=opt, plot=out_path)
-    print(f"learning-rate range test: {len(result.lrs)} steps from {lr_min:g} to {result.lrs[-1]:.3g}; "
-          f"suggested lr {result.suggestion:.3g} (figure: {out_path})")
-    return out_path

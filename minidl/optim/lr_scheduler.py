@@ -34,7 +34,7 @@ import weakref
 from bisect import bisect_right
 
 from minidl.optim import schedules
-from minidl.optim.saved_state import plain
+from minidl.optim.saved_state import host_copy
 
 __all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR",
            "MultiStepLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR", "StepLR"]
@@ -151,7 +151,7 @@ class LRScheduler:
 
     def state_dict(self) -> dict:
         """The counters, base rates, last rates and settings: numbers and lists only (``mdl.save`` stores it)."""
-        return {key: plain(getattr(self, key)) for key in self._state_keys()}
+        return {key: host_copy(getattr(self, key)) for key in self._state_keys()}
 
     def check_state_dict(self, state_dict) -> None:
         """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
@@ -179,7 +179,7 @@ class LRScheduler:
             value, current = state_dict[key], getattr(self, key)
             if not _like(value, current) or (isinstance(current, (list, tuple)) and (
                     len(value) != len(current) or not all(_like(a, b) for a, b in zip(value, current)))):
-                raise ValueError(f"{owner}: {key} must be like this scheduler's {plain(current)!r}, "
+                raise ValueError(f"{owner}: {key} must be like this scheduler's {host_copy(current)!r}, "
                                  f"got {repr(value)[:80]}")
             out[key] = type(current)(value) if isinstance(current, (list, tuple)) else value
         groups = len(self.optimizer.param_groups)

@@ -30,7 +30,7 @@ from minidl.autograd import enable_grad, no_grad
 from minidl.hooks import StepHooks
 from minidl.hooks import register_optimizer_step_post_hook as register_optimizer_step_post_hook  # PyTorch's path
 from minidl.hooks import register_optimizer_step_pre_hook as register_optimizer_step_pre_hook  # PyTorch's path
-from minidl.optim.saved_state import checked_state, on_device, plain
+from minidl.optim.saved_state import checked_state, host_copy, on_device
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -193,11 +193,11 @@ class Optimizer(StepHooks):
         """{"state": {position: {...}}, "param_groups": [{..., "params": [positions]}]} of plain values."""
         groups, position = [], 0
         for group in self.param_groups:
-            entry = {k: plain(v) for k, v in group.items() if k != "params"}
+            entry = {k: host_copy(v) for k, v in group.items() if k != "params"}
             entry["params"] = list(range(position, position + len(group["params"])))
             position += len(group["params"])
             groups.append(entry)
-        state = {pos: {k: plain(v) for k, v in s.items()} for pos, s in self.state.items()}
+        state = {pos: {k: host_copy(v) for k, v in s.items()} for pos, s in self.state.items()}
         return {"state": state, "param_groups": groups}
 
     def check_state_dict(self, state_dict) -> None:

@@ -1,7 +1,7 @@
 """An optimizer's state dict: plain values out, checked values in.
 
 ``Optimizer.state_dict()`` turns hyperparameters and per-parameter state into
-NumPy arrays and Python values (:func:`plain`), so a checkpoint can be written
+NumPy arrays and Python values (:func:`host_copy`), so a checkpoint can be written
 without pickle. ``Optimizer.load_state_dict()`` first checks everything
 (:func:`checked_state`): the groups' sizes and hyperparameters, each
 hyperparameter of the kind this optimizer holds and passing its own
@@ -22,15 +22,17 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import no_grad
+from minidl.serialization import is_number
 from minidl.tensor import Tensor
 
 
-def plain(value):
-    """A copy of ``value`` made of NumPy arrays and Python values only (CuPy arrays come to the host)."""
+def host_copy(value):
+    """A copy of ``value`` made of NumPy arrays and Python values only (CuPy arrays come to the host):
+    what a state dict holds."""
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: host_copy(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
+        return type(value)(host_copy(v) for v in value)
     if isinstance(value, Tensor):
         value = value.data
     if hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -41,7 +43,7 @@ def plain(value):
 
 
 def on_device(value, device):
-    """A copy of a state value with its NumPy arrays on ``device`` (the inverse of :func:`plain`)."""
+    """A copy of a state value with its NumPy arrays on ``device`` (the inverse of :func:`host_copy`)."""
     if isinstance(value, dict):
         return {k: on_device(v, device) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -132,9 +134,6 @@ def _is_array(value) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
 
 def _same_kind(where: str, name: str, value, current):
     """``value`` (a saved hyperparameter) if it is of the kind of ``current`` (this optimizer's), else ValueError."""
@@ -143,7 +142,7 @@ def _same_kind(where: str, name: str, value, current):
     elif isinstance(current, numbers.Integral):
         ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
     elif isinstance(current, numbers.Real):
-        ok = _is_number(value) and math.isfinite(value)
+        ok = is_number(value) and math.isfinite(value)
     elif isinstance(current, (tuple, list)):
         ok = isinstance(value, (tuple, list)) and len(value) == len(current)
         if ok:
@@ -186,7 +185,7 @@ def _check_state_entry(where: str, saved: dict, template, p) -> None:
         for key, value in saved.items():
             ok = ((_is_array(value) and tuple(value.shape) in (tuple(p.shape), ())
                    and np.dtype(value.dtype).kind in "biuf")
-                  or (_is_number(value) and math.isfinite(value)) or isinstance(value, (bool, np.bool_)))
+                  or (is_number(value) and math.isfinite(value)) or isinstance(value, (bool, np.bool_)))
             if not ok:
                 raise ValueError(f"{where}: {key} is {_describe(value)}, neither a number nor an array of the "
                                  "parameter's shape")
@@ -213,7 +212,7 @@ def _check_like(where: str, value, expected) -> None:
             raise ValueError(f"{where} must be a count (an int from 0 to 2**63 - 1), the state has "
                              f"{_describe(value)}")
     elif isinstance(expected, numbers.Real):
-        if not (_is_number(value) and math.isfinite(value)):
+        if not (is_number(value) and math.isfinite(value)):
             raise ValueError(f"{where} must be a finite number, the state has {_describe(value)}")
     elif isinstance(expected, dict):
         if not isinstance(value, dict) or set(value) != set(expected):

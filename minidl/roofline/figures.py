@@ -166,10 +166,9 @@ def step_profile_figure(results: dict):
 
 
 def save_figure(fig, path: str) -> str:
-    """Save as PNG atomically (a temporary file, then a rename) and close the figure."""
-    tmp = path + ".tmp"
-    fig.savefig(tmp, format="png", dpi=110)
-    os.replace(tmp, path)
+    """Save as PNG atomically (:func:`minidl.serialization.atomic_write`) and close the figure."""
+    from minidl.serialization import atomic_write
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     _pyplot().close(fig)
     return path
 

@@ -390,20 +390,15 @@ def run(device: str = "cpu", quick: bool = False, out_dir: str | None = "benchma
 
 
 def write_json(results: dict, path: str) -> str:
-    """Write ``results`` to ``path`` atomically (a temporary file, then a rename)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1, default=_plain)
-    os.replace(tmp, path)
+    """Write ``results`` to ``path`` atomically (:func:`minidl.serialization.atomic_write`)."""
+    from minidl.serialization import atomic_write, plain
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1, default=lambda value: plain(value, other=str))
+
+    atomic_write(path, write)
     return path
-
-
-def _plain(value):
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    if isinstance(value, (tuple, set)):
-        return list(value)
-    return str(value)
 
 
 def summary_table(results: dict) -> str:

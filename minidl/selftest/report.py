@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
+from minidl.serialization import atomic_write, plain
 
 MAX_FILES = 8
 MAX_BYTES = 16 << 20
@@ -21,19 +21,13 @@ JSON_NAME, SUMMARY_NAME = "selftest.json", "summary.txt"
 RESULT_FILES = (JSON_NAME, SUMMARY_NAME, "roofline.png", "step_profile.png")  # what a run writes into --out
 
 
-def _plain(value):
-    if isinstance(value, (np.integer, np.floating, np.bool_)):
-        return value.item()
-    if isinstance(value, (tuple, set)):
-        return list(value)
-    return str(value)
-
-
 def _write_text(path: str, text: str) -> str:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write ``text`` (UTF-8) to ``path`` through :func:`minidl.serialization.atomic_write`."""
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write)
     return path
 
 
@@ -41,7 +35,8 @@ def write_json(results: dict, out: str) -> str:
     """``out/selftest.json``: the stages' records (the roofline suite's raw rows left out: the PNGs hold them)."""
     os.makedirs(out, exist_ok=True)
     kept = {k: v for k, v in results.items() if k != "roofline"}
-    return _write_text(os.path.join(out, JSON_NAME), json.dumps(kept, indent=1, default=_plain))
+    text = json.dumps(kept, indent=1, default=lambda value: plain(value, other=str))
+    return _write_text(os.path.join(out, JSON_NAME), text)
 
 
 def write_summary(results: dict, out: str) -> str:

@@ -6,7 +6,8 @@
     trainer.fit(epochs=20)
     plot_curves(trainer.history, "runs/exp/curves.png", steps=trainer.steps)
 
-The command line does all of it in one go: ``minidl train`` (see docs/training.md).
+The command line does all of it in one go: ``minidl train`` (see docs/training.md), which builds
+its run from settings with :func:`minidl.train.recipe.build_run`.
 """
 from minidl.train.batch_scaling import (
     BatchScalingStudy,
@@ -19,7 +20,7 @@ from minidl.train.batch_scaling import (
     steps_to_target,
 )
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
-from minidl.train.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from minidl.train.classifiers import build_model
 from minidl.train.clipping import PercentileClipping, clip_loss
 from minidl.train.curves import make_figure, plot_curves
 from minidl.train.diagnostics import (
@@ -61,8 +62,8 @@ from minidl.train.metrics import (
     smallest_difference,
     wilson_interval,
 )
-from minidl.train.models import build_model
 from minidl.train.predict import Run, load_run
+from minidl.train.run_state import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from minidl.train.tensorboard import TensorBoardLogger
 from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
 

@@ -307,5 +307,6 @@ def plot_batch_scaling(study: BatchScalingStudy, path=None, ax=None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        from minidl.serialization import atomic_write
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
     return fig

@@ -33,9 +33,7 @@ import json
 import math
 import os
 
-import numpy as np
-
-from minidl.serialization import atomic_write
+from minidl.serialization import atomic_write, plain
 
 
 class Callback:
@@ -275,13 +273,6 @@ class ModelCheckpoint(Callback):
 
 
 # ---------------------------------------------------------------- loggers
-def _plain(value):
-    """A JSON/CSV-friendly copy of a logged value (NumPy scalars become Python numbers)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _step_of(record):
     """The step a logged record belongs to, or None."""
     try:
@@ -362,7 +353,7 @@ class JSONLLogger(Callback):
     def write(self, record: dict) -> None:
         try:
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+                f.write(json.dumps({k: plain(v) for k, v in record.items()}) + "\n")
         except OSError as exc:
             if exc.errno is None or exc.filename is not None:
                 raise
@@ -398,4 +389,4 @@ class CSVLogger(Callback):
             writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore", restval="")
             if new_file:
                 writer.writeheader()
-            writer.writerow({k: _plain(v) for k, v in logs.items()})
+            writer.writerow({k: plain(v) for k, v in logs.items()})

@@ -1,4 +1,4 @@
-"""Apply a trained run to new inputs: ``minidl predict`` and :func:`load_run`.
+"""Apply a trained run to new inputs: :func:`load_run` (the ``minidl predict`` command is :mod:`minidl.cli.predict`).
 
 A run folder of ``minidl train`` holds everything a prediction needs: the
 weights (``model.safetensors``), the input statistics of the training split
@@ -21,11 +21,8 @@ the run's standardizer is applied to them, as in training.
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
-
-from minidl.train.metrics import accuracy_interval, bootstrap_interval, format_interval, macro_f1
 
 # one sample's shape for each data set of ``minidl train --data``
 SAMPLE_SHAPES = {"digits": (1, 8, 8), "spirals": (2,), "mnist": (1, 28, 28)}
@@ -85,8 +82,8 @@ def load_run(folder) -> Run:
     """The trained run in ``folder`` (a ``minidl train`` run folder), ready to predict."""
     import minidl as mdl
     from minidl.data import Standardizer
-    from minidl.train.checkpoint import read_checkpoint
-    from minidl.train.models import build_model
+    from minidl.train.classifiers import build_model
+    from minidl.train.run_state import read_checkpoint
 
     folder = os.fspath(folder)
     files = {name: os.path.join(folder, name)
@@ -140,73 +137,3 @@ def check_labels(y: np.ndarray, num_classes: int, source: str) -> np.ndarray:
         raise ValueError(f"predict: {source} has {len(rows)} labels that are not classes of the run (integers "
                          f"0 to {num_classes - 1}): {first}{', ...' if len(rows) > 3 else ''} (rows counted from 1)")
     return y.astype(np.int64)
-
-
-def _read_array(path: str) -> np.ndarray:
-    if path.endswith(".npy"):
-        return np.load(path, allow_pickle=False)
-    if path.endswith(".csv"):
-        return np.loadtxt(path, delimiter=",", ndmin=2, comments="#")
-    raise ValueError(f"predict: {path} must be a .npy or a .csv file")
-
-
-def predict_command(args) -> int:
-    from minidl.cli import out_folder
-    from minidl.serialization import atomic_write
-    from minidl.train.run_folder import write_failure
-    try:
-        run = load_run(args.folder)
-        if args.inputs:
-            x = _read_array(args.inputs)
-            check_inputs(x, args.inputs)
-            y = check_labels(_read_array(args.labels), run.num_classes, args.labels) if args.labels else None
-            source = args.inputs
-        else:
-            from minidl.train import data_sources
-            data = data_sources.load(run.settings["data"], seed=int(run.settings.get("seed", 0)))
-            x, y = data.standardizer.inverse_transform(data.x_test), data.y_test  # raw, as a new file would be
-            source = f"the test split of {data.name} (seed {run.settings.get('seed', 0)})"
-        if y is not None and len(y) != len(x):
-            raise ValueError(f"predict: {len(x)} inputs but {len(y)} labels")
-        predictions = run.predict(x)
-    except (OSError, ValueError) as exc:  # minidl.load's LoadError is both
-        print(f"minidl predict: error: {exc}", file=sys.stderr)
-        return 2
-    with out_folder("predict", args.out, overwrite=args.overwrite, run_files=("predictions.csv",)) as folder:
-        path = os.path.join(folder.path, "predictions.csv")
-        try:
-            atomic_write(path, lambda tmp: np.savetxt(tmp, predictions, fmt="%d", header="predicted class",
-                                                      comments=""))
-        except OSError as exc:
-            print(write_failure("predict", exc), file=sys.stderr)
-            return 2
-    shown = " ".join(map(str, predictions[:args.show]))
-    print(f"{run.settings['model']} of {run.folder} on {len(predictions)} samples of {source}")
-    print(f"predicted classes: {shown}{' ...' if len(predictions) > args.show else ''}")
-    if y is not None:
-        print(f"accuracy: {float((predictions == y).mean()):.2%} ({int((predictions == y).sum())} of {len(y)})")
-        print(f"with 95 % intervals: accuracy {format_interval(*accuracy_interval(y, predictions))}, macro F1 "
-              f"{format_interval(*bootstrap_interval(macro_f1, y, predictions, seed=0))} (bootstrap)")
-    print(f"wrote {path}")
-    return 0
-
-
-def add_commands(subparsers) -> None:
-    """Register ``predict`` with the ``minidl`` command's subparsers."""
-    from minidl.cli import add_command
-    p = add_command(subparsers, "predict", help="apply a trained run (model and standardizer) to new inputs",
-                    description="Apply the model of a minidl train run folder, with its standardizer, to raw "
-                                "inputs from a .npy or .csv file\n(one sample per row), or to the run's own "
-                                "test split; print the predicted classes, and the accuracy\nwhen labels are "
-                                "known; write predictions.csv into --out.")
-    p.add_argument("folder", metavar="RUN", help="the run folder that minidl train wrote (model.safetensors, "
-                               "standardizer.safetensors, last.safetensors)")
-    p.add_argument("--inputs", help="a .npy or .csv file of raw inputs, one sample per row "
-                                    "(default: the run's test split)")
-    p.add_argument("--labels", help="a .npy or .csv file of the true classes of --inputs, for the accuracy "
-                                    "(default: none)")
-    p.add_argument("--show", type=int, default=20, help="how many predictions to print")
-    p.add_argument("--out", help="folder for predictions.csv (default: runs/predict-<time>)")
-    from minidl.cli import add_overwrite
-    add_overwrite(p)
-    p.set_defaults(run=predict_command)

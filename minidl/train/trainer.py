@@ -43,8 +43,9 @@ import numpy as np
 from minidl import amp as mixed
 from minidl import backend
 from minidl.autograd import no_grad
+from minidl.serialization import is_number, short_repr
 from minidl.tensor import Tensor
-from minidl.train import checkpoint as ckpt
+from minidl.train import run_state
 from minidl.train.callbacks import Callback, ModelCheckpoint
 from minidl.train.loop_helpers import (
     NON_FINITE_HINT,
@@ -258,8 +259,7 @@ class Trainer:
 
     def _micro_batch(self, batch, k: int) -> None:
         x, y = self._to_device(batch)
-        with mixed.autocast(self.device.partition(":")[0], dtype={"fp16": "float16"}.get(self.amp, "bfloat16"),
-                            enabled=self.amp is not None):
+        with mixed.autocast(self.device.partition(":")[0], dtype=self.amp, enabled=self.amp is not None):
             out = self.model(x)
             loss = self._loss(out, y, smoothing=self.label_smoothing)
         if loss.xp is np:  # a free read on the host: stop before the update, weights intact
@@ -493,7 +493,7 @@ class Trainer:
         done = []
         try:
             for cb, cb_state in pairs:
-                if ckpt.own_check(cb) is None:
+                if run_state.own_check(cb) is None:
                     done.append((cb, cb.state_dict()))  # before the load: a failing load may change it half-way
                     cb.load_state_dict(cb_state)
         except BaseException:
@@ -501,7 +501,7 @@ class Trainer:
                 cb.load_state_dict(snapshot)
             raise
         for cb, cb_state in pairs:
-            if ckpt.own_check(cb) is not None:
+            if run_state.own_check(cb) is not None:
                 cb.load_state_dict(cb_state)
         self.step, self.epoch, self._batches_in_epoch = values["step"], values["epoch"], values["batches_in_epoch"]
         self.history, self.steps = values["history"], values["steps"]
@@ -529,13 +529,13 @@ class Trainer:
         if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
             fail("history must be a list of records (dicts)")
         for i, record in enumerate(history):
-            if not all(isinstance(k, str) and _is_number(v) for k, v in record.items()) or "step" not in record:
-                fail(f"history record {i} must map names to numbers and hold a step, got {_short(record)}")
+            if not all(isinstance(k, str) and is_number(v) for k, v in record.items()) or "step" not in record:
+                fail(f"history record {i} must map names to numbers and hold a step, got {short_repr(record)}")
             _count(record["step"], f"history record {i}'s step", fail)
         out["history"] = [dict(r) for r in history]
         steps = state["steps"]
         if not isinstance(steps, dict) or set(steps) != {"step", "loss", "lr"}:
-            fail(f"steps must be a dict of the curves 'step', 'loss' and 'lr', got {_short(steps)}")
+            fail(f"steps must be a dict of the curves 'step', 'loss' and 'lr', got {short_repr(steps)}")
         out["steps"] = {k: _numbers(v, f"steps[{k!r}]", fail) for k, v in steps.items()}
         if len({len(v) for v in out["steps"].values()}) != 1:
             fail("the curves in steps must have one entry per step each (their lengths differ)")
@@ -544,20 +544,20 @@ class Trainer:
         running = state["running"]
         defaults = fresh_running()
         if not isinstance(running, dict) or not set(running) <= set(defaults) or not all(
-                _is_number(v) and math.isfinite(v) for v in running.values()):
-            fail(f"running must map {sorted(defaults)} to finite numbers, got {_short(running)}")
+                is_number(v) and math.isfinite(v) for v in running.values()):
+            fail(f"running must map {sorted(defaults)} to finite numbers, got {short_repr(running)}")
         out["running"] = {**defaults, **running}
         elapsed = state.get("elapsed", 0.0)
-        if not (_is_number(elapsed) and math.isfinite(elapsed) and elapsed >= 0):
-            fail(f"elapsed must be a number of seconds ≥ 0, got {_short(elapsed)}")
+        if not (is_number(elapsed) and math.isfinite(elapsed) and elapsed >= 0):
+            fail(f"elapsed must be a number of seconds ≥ 0, got {short_repr(elapsed)}")
         out["elapsed"] = float(elapsed)
         saved = state.get("callbacks", [])
         if not isinstance(saved, list) or len(saved) != len(self.callbacks):
-            count = len(saved) if isinstance(saved, list) else _short(saved)
+            count = len(saved) if isinstance(saved, list) else short_repr(saved)
             fail(f"the checkpoint has {count} callback states but this trainer has {len(self.callbacks)} "
                  "callbacks; resume with the same callbacks")
         for i, (cb, cb_state) in enumerate(zip(self.callbacks, saved)):
-            check = ckpt.own_check(cb)
+            check = run_state.own_check(cb)
             if check is not None:
                 try:
                     check(cb_state, trainer=self)
@@ -568,8 +568,8 @@ class Trainer:
 
     def save_checkpoint(self, path, extra=None) -> None:
         """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
-        ckpt.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                             self.state_dict(), extra=self.extra if extra is None else extra)
+        run_state.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
+                                  self.state_dict(), extra=self.extra if extra is None else extra)
 
     def load_checkpoint(self, path) -> dict:
         """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.
@@ -578,8 +578,8 @@ class Trainer:
         naming it, and model, optimizer, schedule, loader, random states and
         this loop are left as they were.
         """
-        return ckpt.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                                    trainer=self)
+        return run_state.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
+                                         trainer=self)
 
     # ------------------------------------------------------------ helpers
     def _param_groups(self):
@@ -639,18 +639,9 @@ def _takes_metric(scheduler) -> bool:
     return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _short(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _count(value, name: str, fail) -> int:
     if not (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < 2**63):
-        fail(f"{name} must be a whole number from 0 to 2**63 - 1, got {_short(value)}")
+        fail(f"{name} must be a whole number from 0 to 2**63 - 1, got {short_repr(value)}")
     return int(value)
 
 
@@ -660,8 +651,8 @@ def _numbers(values, name: str, fail) -> list:
         if len(values.shape) != 1 or np.dtype(values.dtype).kind not in "iuf":
             fail(f"{name} must be a 1-D array of numbers, got shape {tuple(values.shape)} and dtype {values.dtype}")
         return backend.to_numpy(values).tolist()
-    if not isinstance(values, list) or not all(_is_number(v) for v in values):
-        fail(f"{name} must be a list of numbers, got {_short(values)}")
+    if not isinstance(values, list) or not all(is_number(v) for v in values):
+        fail(f"{name} must be a list of numbers, got {short_repr(values)}")
     return list(values)
 
 

@@ -1,4 +1,5 @@
-"""The objective every search strategy calls: one seeded Trainer run, built as ``minidl train`` builds it.
+"""The objective every search strategy calls: one seeded Trainer run, built by the recipe of ``minidl train``
+(:func:`minidl.train.recipe.build_run`).
 
     objective = TrainerObjective(data="digits", model="mlp", optimizer="sgd", batch_size=64, seed=0)
     objective({"lr": 0.1, "weight_decay": 1e-4}, epochs=3)   # {"score": val accuracy, "diverged": False, ...}
@@ -31,7 +32,7 @@ import math
 import numpy as np
 
 from minidl.train import data_sources
-from minidl.train.cli import DEFAULTS, make_optimizer, make_schedule
+from minidl.train.recipe import DEFAULTS, SCHEDULES, build_run, optimizer_classes
 
 __all__ = ["DOMAINS", "TUNABLE", "TrainerObjective", "check_space"]
 
@@ -55,7 +56,6 @@ DOMAINS = {
 
 def _in_domain(name: str, value) -> bool:
     """Is ``value`` a valid value of the tunable setting ``name``?"""
-    from minidl.train.cli import SCHEDULES, optimizer_classes
     kind = DOMAINS[name][0]
     if kind == "name":
         if not isinstance(value, str):
@@ -142,24 +142,15 @@ class TrainerObjective:
 
     def build(self, config: dict, epochs: int):
         """A fresh, seeded Trainer for ``config`` (the schedule spanning ``horizon or epochs`` epochs)."""
-        from minidl.data import DataLoader, TensorDataset
-        from minidl.train import Trainer, build_model, seed_everything
+        from minidl.data import TensorDataset
+        from minidl.train.classifiers import build_model
 
         s, data = self.settings_for(config), self.data
-        seed_everything(s["seed"])
-        model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
-        if self.device:
-            model.to(self.device)
-        opt = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
-        lr = float(opt.param_groups[0]["lr"])
-        train = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=int(s["batch_size"]),
-                           shuffle=True, seed=s["seed"])
-        val = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
-        steps = math.ceil(len(train) / int(s["accumulate"])) * (self.horizon or epochs)
-        return Trainer(model, opt, train, val, scheduler=make_schedule(s["schedule"], lr, steps),
-                       max_grad_norm=s["clip_norm"], accumulation_steps=int(s["accumulate"]),
-                       label_smoothing=s["label_smoothing"], progress=False,
-                       metrics=("accuracy", "f1") if self.metric == "val_f1" else ("accuracy",))
+        run = build_run(s, TensorDataset(data.x_train, data.y_train), TensorDataset(data.x_val, data.y_val),
+                        model=lambda: build_model(s["model"], data.sample_shape, data.num_classes,
+                                                  dropout=s["dropout"]),
+                        epochs=self.horizon or epochs, device=self.device)
+        return run.trainer(progress=False, metrics=("accuracy", "f1") if self.metric == "val_f1" else ("accuracy",))
 
     def __call__(self, config: dict, epochs: int, key=None) -> dict:
         from minidl.train import NonFiniteLossError

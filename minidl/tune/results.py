@@ -10,10 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 
-from minidl.serialization import atomic_write
+from minidl.serialization import atomic_write, is_number, plain
 
 __all__ = ["SearchResult", "Trial"]
 
@@ -43,14 +42,6 @@ class Trial:
     @property
     def diverged(self) -> bool:
         return self.status == "diverged"
-
-
-def _plain(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN
-    if hasattr(value, "item"):
-        return value.item()
-    return value
 
 
 @dataclass
@@ -100,8 +91,9 @@ class SearchResult:
             names += [k for k in t.config if k not in names]
         out = []
         for t in self.trials:
-            row = {"number": t.number, **{k: _plain(t.config.get(k)) for k in names}, "epochs": t.epochs,
-                   self.metric: _plain(t.score), "status": t.status, "epochs_trained": t.epochs_trained,
+            row = {"number": t.number, **{k: plain(t.config.get(k), strict=True) for k in names},
+                   "epochs": t.epochs, self.metric: plain(t.score, strict=True), "status": t.status,
+                   "epochs_trained": t.epochs_trained,
                    "rung": t.rung, "bracket": t.bracket, "seconds": round(t.seconds, 3)}
             out.append(row)
         return out
@@ -116,7 +108,6 @@ class SearchResult:
                 writer.writeheader()
                 writer.writerows(rows)
 
-        _parent(path)
         atomic_write(path, write)
 
     def to_jsonl(self, path) -> None:
@@ -124,10 +115,9 @@ class SearchResult:
         def write(tmp):
             with open(tmp, "w") as f:
                 for t, row in zip(self.trials, self.rows()):
-                    f.write(json.dumps({**row, "config": {k: _plain(v) for k, v in t.config.items()},
-                                        "info": {k: _plain(v) for k, v in t.info.items()}}) + "\n")
+                    f.write(json.dumps({**row, "config": {k: plain(v, strict=True) for k, v in t.config.items()},
+                                        "info": {k: plain(v, strict=True) for k, v in t.info.items()}}) + "\n")
 
-        _parent(path)
         atomic_write(path, write)
 
     def table(self, limit: int | None = None) -> str:
@@ -173,7 +163,7 @@ class SearchResult:
                 return t.number if name == "number" else t.config.get(name)
 
             values = dim.options if isinstance(dim, Choice) else [value_of(t) for t in self.trials]
-            categorical = not all(_is_number(v) for v in values)
+            categorical = not all(is_number(v) for v in values)
             labels = list(dict.fromkeys(values))
             log = getattr(dim, "log", False) or (isinstance(dim, Choice) and not categorical and min(values) > 0
                                                  and max(values) >= 100 * min(values))
@@ -202,20 +192,10 @@ class SearchResult:
         fig.suptitle(title or f"{self.strategy}: {len(self.trials)} trials, {self.epochs_trained} epochs",
                      fontsize=10)
         if path is not None:
-            _parent(path)
-            fig.savefig(path, dpi=100)
+            atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100))
         return fig
 
     def to_dict(self) -> dict:
         return {"strategy": self.strategy, "mode": self.mode, "metric": self.metric,
                 "trials": [asdict(t) for t in self.trials]}
 
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _parent(path) -> None:
-    folder = os.path.dirname(os.fspath(path))
-    if folder:
-        os.makedirs(folder, exist_ok=True)

@@ -297,7 +297,7 @@ def test_a_resumed_pruned_run_keeps_its_sparsity(tmp_path):
 
 def test_minidl_train_resume_keeps_a_pruned_checkpoints_sparsity(tmp_path, capsys):
     from minidl.cli import main
-    from minidl.train.models import build_model
+    from minidl.train.classifiers import build_model
     assert main(["train", "--data", "spirals", "--epochs", "1", "--quiet", "--out", str(tmp_path / "dense")]) == 0
     state = mdl.load(tmp_path / "dense" / "last.safetensors")
     model = build_model("mlp", (2,), 2)

@@ -29,9 +29,9 @@ def test_optimizers_default_folder_and_progress(tmp_path, capsys, monkeypatch):
 
 def test_lr_find_command(tmp_path, monkeypatch):
     """The wiring only: the command itself is tested in test_lr_finder.py."""
-    from minidl.optim import lr_finder
+    from minidl.cli import optimizers
     calls = []
-    monkeypatch.setattr(lr_finder, "lr_find_command", lambda out, **kw: calls.append((out, kw)) or out)
+    monkeypatch.setattr(optimizers, "lr_find_command", lambda out, **kw: calls.append((out, kw)) or out)
     assert main(["lr-find", "--out", str(tmp_path / "lr"), "--steps", "20", "--optimizer", "adam"]) == 0
     out, kw = calls[0]
     assert out == str(tmp_path / "lr" / "lr_find.png") and kw["steps"] == 20 and kw["optimizer"] == "adam"

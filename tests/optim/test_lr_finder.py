@@ -4,7 +4,8 @@ import pytest
 
 import minidl as mdl
 from minidl import optim
-from minidl.optim.lr_finder import lr_find_command, suggest_lr
+from minidl.cli.optimizers import lr_find_command
+from minidl.optim.lr_finder import suggest_lr
 
 
 class Linear:

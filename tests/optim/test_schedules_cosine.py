@@ -31,7 +31,7 @@ def test_cosine_rejects_bad_arguments():
 
 
 def test_train_command_cosine_schedule_is_cosine_annealing():
-    from minidl.train.cli import make_schedule
+    from minidl.train.recipe import make_schedule
     f = make_schedule("cosine", 0.3, 100)
     g = schedules.cosine(0.3, 100)
     assert [f(t) for t in range(0, 101, 10)] == pytest.approx([g(t) for t in range(0, 101, 10)])

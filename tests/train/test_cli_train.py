@@ -33,7 +33,7 @@ def test_default_run_reaches_95_percent_and_writes_its_files(tmp_path, capsys, m
     assert run.startswith("train-digits-mlp-") and f"writing to runs/{run}" in out
     assert len(records) == 21 and records[-2]["epoch"] == 20.0
     assert (folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from minidl.train.models import build_model
+    from minidl.train.classifiers import build_model
     model = build_model("mlp", (1, 8, 8), 10)
     model.load_state_dict(mdl.load(folder / "model.safetensors"))   # a plain state dict
 

@@ -79,8 +79,8 @@ def test_diagnose_trained_weights_runs_init_checks_on_a_fresh_model(run_folder, 
 
 
 def test_diagnose_without_a_fresh_model_skips_the_init_checks():
+    from minidl.train.classifiers import build_model
     from minidl.train.diagnostics import diagnose
-    from minidl.train.models import build_model
     images, labels = digits()
     model = build_model("mlp", (1, 8, 8), 10)
     report = diagnose(model, images[:200, None] / 16, labels[:200], images[200:300, None] / 16, labels[200:300],

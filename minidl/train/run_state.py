@@ -1,4 +1,6 @@
-"""Training checkpoints: everything a run needs to continue exactly where it stopped.
+"""A run's saved state (a training checkpoint): everything a run needs to continue exactly where it stopped.
+
+(Not :mod:`minidl.checkpoint`, which is gradient checkpointing: recomputing activations in backward.)
 
     save_checkpoint("run/last.safetensors", model, optimizer, scheduler, loader, trainer_state)
     state = load_checkpoint("run/last.safetensors", model, optimizer, scheduler, loader)
@@ -40,7 +42,7 @@ import random
 import numpy as np
 
 from minidl import backend
-from minidl.serialization import load, save
+from minidl.serialization import load, save, short_repr
 
 FORMAT = "minidl.training-checkpoint"
 VERSION = 1
@@ -185,14 +187,14 @@ def read_checkpoint(path, device="cpu") -> dict:
             f"(no '{FORMAT}' marker). If it holds model weights only, load them with "
             "model.load_state_dict(minidl.load(path)).")
     if state.get("version") != VERSION:
-        raise CheckpointError(f"load_checkpoint: {path} has checkpoint version {_short(state.get('version'))}; "
+        raise CheckpointError(f"load_checkpoint: {path} has checkpoint version {short_repr(state.get('version'))}; "
                               f"this minidl reads version {VERSION}")
     if not isinstance(state.get("model"), dict):
         raise CheckpointError(f"load_checkpoint: {path} has no model state")
     for part in _PARTS:
         if not isinstance(state.get(part), (dict, type(None))):
             raise CheckpointError(f"load_checkpoint: {path} is damaged: its {part} state is "
-                                  f"{_short(state.get(part))}, not a dict")
+                                  f"{short_repr(state.get(part))}, not a dict")
     return state
 
 
@@ -274,8 +276,3 @@ def _as_checkpoint_error(path, part: str, fn, value):
         kind = "" if isinstance(exc, ValueError) else f"{type(exc).__name__}: "
         raise CheckpointError(f"load_checkpoint: {path}: the {part} state does not fit ({kind}{text}); "
                               "nothing was changed") from None
-
-
-def _short(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from minidl.cli import add_command, add_overwrite, positive_float, positive_int
+from minidl.cli.args import add_command, add_overwrite, positive_float, positive_int
 
 DEFAULT_OUT = os.path.join("runs", "gpt")   # taken by the first run; then runs/gpt-2, runs/gpt-3...
 RUN_FILES = ("gpt.safetensors", "last.safetensors", "loss.png", "metrics.jsonl")
@@ -56,7 +56,7 @@ def _gpu_usable() -> bool:
 
 def train_command(args) -> int:
     from minidl.models.gpt_train import DEFAULTS, train, warmup_steps
-    from minidl.train.checkpoint import read_checkpoint
+    from minidl.train.run_state import read_checkpoint
 
     s = dict(DEFAULTS)
     if args.device == "cuda" and not _gpu_usable():

@@ -10,10 +10,16 @@ Each writes its PNG into ``--out`` (by default ``runs/optimizers-<time>`` or
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 
-from minidl.cli import add_command, add_overwrite, out_folder, positive_float, positive_int
+import numpy as np
+
+import minidl.functional as F
+from minidl import nn, optim
+from minidl.cli.args import add_command, add_overwrite, out_folder, positive_float, positive_int
+from minidl.data import digits
 from minidl.train.run_folder import write_failure
 
 
@@ -31,7 +37,6 @@ def optimizers(args) -> int:
 
 
 def lr_find(args) -> int:
-    from minidl.optim.lr_finder import lr_find_command
     if not args.lr_min < args.lr_max:
         print(f"minidl lr-find: --lr-min ({args.lr_min:g}) must be below --lr-max ({args.lr_max:g})")
         return 2
@@ -44,6 +49,66 @@ def lr_find(args) -> int:
             print(write_failure("lr-find", exc), file=sys.stderr)
             return 2
     return 0
+
+
+# ---------------------------------------------------------------- the lr-find demo: a small MLP on the digits
+def _mlp(sizes, rng):
+    """Linear → ReLU → … → Linear of ``sizes``, He-initialized (Var(w) = 2 / fan_in) from ``rng``, zero biases."""
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        linear = nn.Linear(fan_in, fan_out)
+        linear.weight.data[...] = rng.standard_normal((fan_out, fan_in)).astype(np.float32) \
+            * np.float32(math.sqrt(2 / fan_in))
+        linear.bias.data[...] = 0
+        layers += [linear, nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def _digits_or_blobs(rng):
+    try:
+        x, y = digits(flatten=True)
+        x = (x / 16.0).astype(np.float32)
+    except Exception:  # noqa: BLE001 - no dataset bundled: a synthetic 10-class problem instead
+        centers = rng.standard_normal((10, 64)).astype(np.float32)
+        y = rng.integers(0, 10, 1797)
+        x = centers[y] + 0.8 * rng.standard_normal((1797, 64)).astype(np.float32)
+    return x.astype(np.float32), np.asarray(y, np.int64)
+
+
+def lr_find_command(out_path: str = "lr_find.png", steps: int = 100, lr_min: float = 1e-5, lr_max: float = 1.0,
+                    batch_size: int = 64, hidden: int = 64, optimizer: str = "sgd", seed: int = 0) -> str:
+    """Run the range test for a small MLP on the digits and save the figure (what `minidl lr-find` does).
+
+    Arguments: ``out_path`` the PNG to write; ``steps`` mini-batches in the sweep;
+    ``lr_min``/``lr_max`` its ends; ``batch_size``; ``hidden`` units of the MLP
+    (64 → hidden → 10); ``optimizer`` "sgd" (momentum 0.9) or "adam"; ``seed``.
+    Prints the suggested rate and returns ``out_path``.
+    """
+    rng = np.random.default_rng(seed)
+    x, y = _digits_or_blobs(rng)
+    model = _mlp([x.shape[1], hidden, int(y.max()) + 1], rng)
+    if optimizer == "adam":
+        opt = optim.Adam(model.parameters(), lr=lr_min)
+    elif optimizer == "sgd":
+        opt = optim.SGD(model.parameters(), lr=lr_min, momentum=0.9)
+    else:
+        raise ValueError(f"lr-find: optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+
+    def loader():
+        order = rng.permutation(len(x))
+        for start in range(0, len(x) - batch_size + 1, batch_size):
+            batch = order[start:start + batch_size]
+            yield x[batch], y[batch]
+
+    class Batches:
+        def __iter__(self):
+            return loader()
+
+    result = optim.lr_range_test(model, F.cross_entropy, Batches(), lr_min=lr_min, lr_max=lr_max, steps=steps,
+                           optimizer=opt, plot=out_path)
+    print(f"learning-rate range test: {len(result.lrs)} steps from {lr_min:g} to {result.lrs[-1]:.3g}; "
+          f"suggested lr {result.suggestion:.3g} (figure: {out_path})")
+    return out_path
 
 
 def add_commands(subparsers) -> None:

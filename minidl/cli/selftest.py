@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from minidl.cli import add_command, add_overwrite, out_folder
+from minidl.cli.args import add_command, add_overwrite, out_folder
 
 
 def selftest_command(args) -> int:

@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
-from minidl.cli import add_command, add_overwrite, out_folder, positive_int
-from minidl.train.cli import SCHEDULES
+from minidl.cli.args import add_command, add_overwrite, out_folder, positive_int
+from minidl.train.recipe import SCHEDULES
 
 STRATEGIES = ("grid", "random", "halving", "hyperband", "tpe", "lr-sweep")
 RUN_FILES = ("trials.csv", "trials.jsonl", "scores.png")

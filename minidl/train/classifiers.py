@@ -1,4 +1,4 @@
-"""The named models of ``minidl train --model NAME``, built for an input shape and a class count.
+"""The named classifiers of ``minidl train --model NAME``, built for an input shape and a class count.
 
     model = build_model("mlp", input_shape=(1, 8, 8), num_classes=10)
     model = build_model("cnn", input_shape=(1, 28, 28), num_classes=10)
@@ -13,8 +13,6 @@ keeps the small default initialization, so the initial loss is close to ln K.
 MLP head. It needs images ``(channels, height, width)``.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -92,8 +90,3 @@ def build_model(name: str, input_shape, num_classes: int, **options) -> nn.Seque
     if name not in builders:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     return builders[name](input_shape, int(num_classes), **options)
-
-
-def expected_initial_loss(num_classes: int) -> float:
-    """ln K: the cross-entropy of a model that gives every one of K classes probability 1/K."""
-    return math.log(num_classes)

@@ -1,10 +1,9 @@
-"""``minidl train`` and ``minidl diagnose``.
+"""``minidl train``: a run built by :func:`minidl.train.recipe.build_run`, trained, written to its folder.
 
     minidl train                                   # an MLP on the bundled digits, about 10 seconds
     minidl train --data spirals --epochs 200 --lr 0.01
     minidl train --data mnist:~/data/mnist --model cnn --device cuda
     minidl train --resume runs/train-digits-mlp-.../last.safetensors --epochs 40
-    minidl diagnose --data digits --model mlp      # the debugging recipe on a fresh model
 
 A run writes into its folder (``--out``, by default ``runs/train-<data>-<model>-<time>``):
 ``metrics.jsonl`` (one line per validation, then the test result),
@@ -15,94 +14,15 @@ and the resumable checkpoints ``last.safetensors`` and ``best.safetensors``.
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import sys
 import time
 
-from minidl.cli import add_command, add_overwrite, positive_float, positive_int
+from minidl.cli.args import add_command, add_overwrite, data_spec, nonnegative_float, positive_float, positive_int
 from minidl.train import data_sources
 from minidl.train.metrics import interval_note
-
-DEFAULTS = {"data": "digits", "model": "mlp", "optimizer": "adam", "lr": None, "schedule": "cosine",
-            "epochs": 20, "batch_size": 32, "seed": 0, "weight_decay": 0.0, "label_smoothing": 0.0,
-            "clip_norm": None, "accumulate": 1, "dropout": 0.0}
-SCHEDULES = ("constant", "cosine", "warmup-cosine", "step", "exponential", "polynomial", "cyclical",
-             "inverse-sqrt")
-# Settings that define a run, and the device it runs on: a resumed run takes them from its
-# checkpoint unless given again (a checkpoint without a device, from before it was kept, runs on
-# the CPU). DEFAULTS alone are what a tuning trial may set (minidl.tune.objective).
-RUN_DEFAULTS = {**DEFAULTS, "device": "cpu"}
-RUN_SETTINGS = tuple(RUN_DEFAULTS)
-
-
-# ---------------------------------------------------------------- argument types
-def _nonnegative_float(text):
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _data_spec(text):
-    if text in ("digits", "spirals") or (text.startswith("mnist:") and len(text) > len("mnist:")):
-        return text
-    raise argparse.ArgumentTypeError(f"expected digits, spirals or mnist:PATH (a folder with the MNIST IDX "
-                                     f"files), got {text!r}")
-
-
-# ---------------------------------------------------------------- optimizers and schedules
-def optimizer_classes() -> dict:
-    """Lower-case name -> optimizer class, for every minidl.optim optimizer built from ``params``."""
-    from minidl import optim
-    found = {}
-    for name in getattr(optim, "__all__", dir(optim)):
-        cls = getattr(optim, name, None)
-        if not (isinstance(cls, type) and issubclass(cls, optim.Optimizer)) or cls is optim.Optimizer:
-            continue
-        params = list(inspect.signature(cls.__init__).parameters)
-        if len(params) > 1 and params[1] == "params":  # wrappers (Lookahead) take an optimizer instead
-            found[name.lower()] = cls
-    return found
-
-
-def make_optimizer(name: str, parameters, lr: float | None, weight_decay: float = 0.0):
-    classes = optimizer_classes()
-    key = name.lower().replace("-", "").replace("_", "")
-    if key not in classes:
-        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(sorted(classes))}")
-    cls = classes[key]
-    signature = inspect.signature(cls.__init__).parameters
-    if lr is None:
-        default = signature["lr"].default if "lr" in signature else inspect.Parameter.empty
-        lr = default if default is not inspect.Parameter.empty else 0.05
-    options = {"lr": lr}
-    if weight_decay:
-        if "weight_decay" not in signature:
-            raise ValueError(f"optimizer {name!r} has no weight_decay option")
-        options["weight_decay"] = weight_decay
-    return cls(parameters, **options)
-
-
-def make_schedule(name: str, lr: float, total_steps: int):
-    """The schedule ``f(t)`` called ``name`` over ``total_steps`` optimizer steps (None for constant)."""
-    from minidl.optim import schedules as S
-    total = max(int(total_steps), 1)
-    tenth = max(total // 10, 1)
-    builders = {
-        "constant": lambda: None,
-        "cosine": lambda: S.cosine(lr, total),
-        "warmup-cosine": lambda: S.warmup(S.cosine(lr, total), tenth),
-        "step": lambda: S.step_decay(lr, 0.1, max(total // 3, 1)),
-        "exponential": lambda: S.exponential(lr, 0.01 ** (1.0 / total)),
-        "polynomial": lambda: S.polynomial(lr, total, 2),
-        "cyclical": lambda: S.cyclical(lr / 10, lr, max(total // 8, 1)),
-        "inverse-sqrt": lambda: S.inverse_sqrt(lr, tenth),
-    }
-    if name not in builders:
-        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-    return builders[name]()
+from minidl.train.recipe import RUN_DEFAULTS, RUN_SETTINGS, SCHEDULES, build_run
 
 
 # ---------------------------------------------------------------- minidl train
@@ -137,7 +57,7 @@ def _saved_settings(extra) -> dict:
     def whole(value, low):
         return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**63
 
-    checks = {"data": lambda v: isinstance(v, str) and _valid(_data_spec, v),
+    checks = {"data": lambda v: isinstance(v, str) and _valid(data_spec, v),
               "model": lambda v: v in ("mlp", "cnn"), "optimizer": lambda v: isinstance(v, str),
               "lr": lambda v: number(v, allow_none=True, positive=True), "schedule": lambda v: v in SCHEDULES,
               "epochs": lambda v: whole(v, 1), "batch_size": lambda v: whole(v, 1), "seed": lambda v: whole(v, 0),
@@ -198,8 +118,8 @@ def _end(comm, code: int) -> int:
 
 def train_command(args) -> int:
     from minidl.data import DataLoader, TensorDataset
-    from minidl.train.checkpoint import read_checkpoint
-    from minidl.train.models import build_model
+    from minidl.train.classifiers import build_model
+    from minidl.train.run_state import read_checkpoint
     from minidl.train.trainer import seed_everything
 
     started = time.perf_counter()
@@ -215,28 +135,21 @@ def train_command(args) -> int:
     s = _settings(args, saved)
     comm = None
     try:
-        seed_everything(s["seed"])
+        seed_everything(s["seed"])  # a bad seed is refused before any data is read (build_run seeds again)
         if getattr(args, "data_parallel", False):  # one replica per MPI rank, each on its slice of every batch
             from minidl import parallel
             comm = parallel.init(device=s["device"])
         data = data_sources.load(s["data"], seed=s["seed"])
-        model = build_model(s["model"], data.sample_shape, data.num_classes, dropout=s["dropout"])
-        model.to(comm.device if comm is not None and comm.name == "nccl" else s["device"])
-        optimizer = make_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
-        lr = float(optimizer.param_groups[0]["lr"])
-        train_loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=s["batch_size"],
-                                  shuffle=True, seed=s["seed"])
-        if comm is not None:
-            model, optimizer, train_loader = parallel.prepare_data_parallel(model, optimizer, train_loader, comm)
+        run = build_run(s, TensorDataset(data.x_train, data.y_train), TensorDataset(data.x_val, data.y_val),
+                        model=lambda: build_model(s["model"], data.sample_shape, data.num_classes,
+                                                  dropout=s["dropout"]),
+                        device=comm.device if comm is not None and comm.name == "nccl" else s["device"], comm=comm)
         if checkpoint is not None:  # a pruned run: its masks (<name>_mask) are in the checkpoint; keep them
             from minidl.nn.prune import Pruning
-            pruning = Pruning.for_state_dict(model, checkpoint["model"])
+            pruning = Pruning.for_state_dict(run.model, checkpoint["model"])
             if pruning is not None:
-                pruning.attach(optimizer)
-        val_loader = DataLoader(TensorDataset(data.x_val, data.y_val), batch_size=512)
+                pruning.attach(run.optimizer)
         test_loader = DataLoader(TensorDataset(data.x_test, data.y_test), batch_size=512)
-        steps_per_epoch = math.ceil(len(train_loader) / s["accumulate"])
-        schedule = make_schedule(s["schedule"], lr, s["epochs"] * steps_per_epoch)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         message = str(exc)
         if isinstance(exc, RuntimeError) and args.device is None and s["device"] != "cpu":  # no GPU here?
@@ -250,8 +163,8 @@ def train_command(args) -> int:
     except RunFolderError as exc:
         return _end(comm, _fail(str(exc)))
     try:
-        return _train(args, s, comm, root, folder.path if root else None, data, model, optimizer, lr,
-                      train_loader, val_loader, test_loader, schedule, tensorboard, started)
+        return _train(args, s, comm, root, folder.path if root else None, data, run, test_loader, tensorboard,
+                      started)
     except OSError as exc:  # a write of the run failed (a full disk): one line, the written files are kept
         print(write_failure("train", exc), file=sys.stderr)
         return _end(comm, 2)
@@ -260,11 +173,10 @@ def train_command(args) -> int:
             folder.release()
 
 
-def _train(args, s, comm, root, out, data, model, optimizer, lr, train_loader, val_loader, test_loader,
-           schedule, tensorboard, started) -> int:
+def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, started) -> int:
     """Train in the claimed folder ``out`` (None on ranks other than 0) and write the run's files."""
     import minidl as mdl
-    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, Trainer, plot_curves
+    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, plot_curves
     from minidl.train.callbacks import EarlyStopping
 
     callbacks = []
@@ -278,10 +190,9 @@ def _train(args, s, comm, root, out, data, model, optimizer, lr, train_loader, v
                 return _end(comm, _fail(str(exc)))
     if args.patience:
         callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
-    trainer = Trainer(model, optimizer, train_loader, val_loader, scheduler=schedule, callbacks=callbacks,
-                      max_grad_norm=s["clip_norm"], accumulation_steps=s["accumulate"],
-                      label_smoothing=s["label_smoothing"], progress=not args.quiet and root,
-                      metrics=("accuracy", "f1"), amp=args.amp)
+    trainer = run.trainer(callbacks=callbacks, progress=not args.quiet and root, metrics=("accuracy", "f1"),
+                          amp=args.amp)
+    model, lr, train_loader = run.model, run.lr, run.train_loader
     trainer.extra = {"settings": s, "tensorboard": bool(tensorboard)}
     if args.resume:
         try:
@@ -335,7 +246,7 @@ def _add_train(sub):
                                 "Writes model.safetensors, standardizer.safetensors, curves.png, metrics.jsonl and "
                                 "the checkpoints\nlast.safetensors and best.safetensors into --out. A resumed run "
                                 "takes every setting not given\nagain from its checkpoint.")
-    p.add_argument("--data", type=_data_spec, help="digits (bundled), spirals, or mnist:PATH (default: digits)")
+    p.add_argument("--data", type=data_spec, help="digits (bundled), spirals, or mnist:PATH (default: digits)")
     p.add_argument("--model", choices=("mlp", "cnn"), help="mlp, or cnn for images (default: mlp)")
     p.add_argument("--optimizer", help="any minidl.optim optimizer by name: adam, sgd, adamw, ... (default: adam)")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the optimizer's own, 0.05 for SGD)")
@@ -343,11 +254,11 @@ def _add_train(sub):
                    "(default: cosine, from lr to 0)")
     p.add_argument("--epochs", type=positive_int, help="total epochs, counting a resumed run's (default: 20)")
     p.add_argument("--batch-size", dest="batch_size", type=positive_int, help="samples per batch (default: 32)")
-    p.add_argument("--weight-decay", dest="weight_decay", type=_nonnegative_float,
+    p.add_argument("--weight-decay", dest="weight_decay", type=nonnegative_float,
                    help="L2 weight decay (default: 0)")
-    p.add_argument("--label-smoothing", dest="label_smoothing", type=_nonnegative_float,
+    p.add_argument("--label-smoothing", dest="label_smoothing", type=nonnegative_float,
                    help="weight of the uniform distribution mixed into the targets (default: 0)")
-    p.add_argument("--dropout", type=_nonnegative_float, help="dropout after each hidden layer (default: 0)")
+    p.add_argument("--dropout", type=nonnegative_float, help="dropout after each hidden layer (default: 0)")
     p.add_argument("--clip-norm", dest="clip_norm", type=positive_float,
                    help="clip gradients to this global norm (default: no clipping)")
     p.add_argument("--accumulate", type=positive_int, help="micro-batches per optimizer step (default: 1)")
@@ -376,64 +287,6 @@ def _add_train(sub):
     p.set_defaults(run=train_command)
 
 
-# ---------------------------------------------------------------- minidl diagnose
-def diagnose_command(args) -> int:
-    import minidl as mdl
-    from minidl.train.diagnostics import diagnose, format_report
-    from minidl.train.models import build_model
-    from minidl.train.trainer import seed_everything
-
-    seed_everything(args.seed)
-    try:
-        data = data_sources.load(args.data, seed=args.seed)
-        model = build_model(args.model, data.sample_shape, data.num_classes, dropout=args.dropout)
-        fresh = None
-        if args.weights:
-            fresh = model  # the seeded fresh model: the initialization checks run on it
-            model = build_model(args.model, data.sample_shape, data.num_classes, dropout=args.dropout)
-            model.load_state_dict(mdl.load(args.weights))
-        if args.device:
-            for m in (model, fresh):
-                if m is not None:
-                    m.to(args.device)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"minidl diagnose: error: {exc}", file=sys.stderr)
-        return 2
-    if args.weights:
-        print(f"diagnosing {args.model} on {data.name} ({model.num_parameters():,} parameters) with the trained "
-              f"weights of {args.weights};\nthe checks meant for an untrained model run on a fresh {args.model} of "
-              f"the same architecture (seed {args.seed})\n")
-    else:
-        print(f"diagnosing a freshly initialized {args.model} on {data.name} ({model.num_parameters():,} "
-              f"parameters, seed {args.seed})\n")
-    report = diagnose(model, data.x_train, data.y_train, data.x_val, data.y_val, num_classes=data.num_classes,
-                      overfit_steps=args.steps, baseline_steps=args.steps, seed=args.seed,
-                      fresh_model=fresh, trained=bool(args.weights))
-    print(format_report(report))
-    failed = [c.name for c in report["checks"] if c.passed is False]
-    print(f"\n{len(report['checks']) - len(failed)} of {len(report['checks'])} checks passed"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
-
-
-def _add_diagnose(sub):
-    p = add_command(sub, "diagnose", help="the textbook's debugging recipe on a model",
-                    description="The debugging recipe: initial loss vs ln K, overfitting two samples, real vs "
-                                "zeroed inputs,\nper-layer statistics, the dropout-with-BatchNorm warning. With "
-                                "--weights, the checks meant for an\nuntrained model run on a fresh model of the "
-                                "same architecture, and the trained weights are\nchecked against chance on the "
-                                "validation split and get the per-layer statistics.\nExits 1 if a check fails.")
-    p.add_argument("--data", type=_data_spec, default="digits", help="digits, spirals, or mnist:PATH")
-    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="the architecture, as in minidl train")
-    p.add_argument("--dropout", type=_nonnegative_float, default=0.0, help="dropout after each hidden layer")
-    p.add_argument("--weights", help="a trained model.safetensors to check (default: fresh weights only)")
-    p.add_argument("--steps", type=positive_int, default=150, help="steps of the overfit and baseline runs")
-    p.add_argument("--device", help="cpu or cuda (default: cpu)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split and the fresh model")
-    p.set_defaults(run=diagnose_command)
-
-
 def add_commands(subparsers) -> None:
-    """Register ``train`` and ``diagnose`` with the ``minidl`` command's subparsers."""
+    """Register ``train`` with the ``minidl`` command's subparsers."""
     _add_train(subparsers)
-    _add_diagnose(subparsers)
