@@ -71,3 +71,13 @@ def test_train_cli_refuses_zero_with_what_a_sharded_run_cannot_do_yet(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("minidl train: error: ") and refused in err, err
     assert not (tmp_path / "run").exists()  # refused before any folder, data or model
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_train_cli_ends_the_whole_job_when_a_zero_stage_refuses_the_optimizer(tmp_path):
+    # LAMB needs each layer's whole norm; a stage-2 shard is a slice of several layers
+    job = launch.run(2, ["-m", "minidl", "train", "--data-parallel", "--zero", "2", "--optimizer", "lamb",
+                         "--epochs", "1", "--quiet", "--out", str(tmp_path / "run")], timeout=60)
+    assert job.returncode != 0, job.stderr[-3000:]                  # ended, not hung in a collective
+    assert "minidl train: error: ShardedDataParallel: LAMB needs whole tensors" in job.stderr
+    assert not (tmp_path / "run").exists()
