@@ -212,7 +212,7 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
     from minidl.train.callbacks import EarlyStopping
 
     callbacks, zero = [], getattr(args, "zero", None) or 0
-    if root:  # a sharded run (--zero) writes no resumable checkpoint: rank 0 holds one shard of its state
+    if root:  # a sharded run (--zero) writes no resumable checkpoint: rank 0 holds one shard of the state
         callbacks = ([] if zero else [ModelCheckpoint(out, monitor="val_accuracy")]) + [
             JSONLLogger(os.path.join(out, "metrics.jsonl"))]
         if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
@@ -253,6 +253,9 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
         return 0
     JSONLLogger(os.path.join(out, "metrics.jsonl")).write({"split": "test", "step": trainer.step, **test})
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
+    if zero:  # the settings minidl predict reads, beside the whole weights; no optimizer state: not resumable
+        from minidl.train.run_state import save_checkpoint
+        save_checkpoint(os.path.join(out, "last.safetensors"), model, extra=trainer.extra)
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
     plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
                 title=f"{s['model']} on {data.name}", test=test)
@@ -332,8 +335,9 @@ def _add_train(sub):
     p.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
                    help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
                         "gradients too, 3 the weights too (stage 2 and 3 need an elementwise optimizer: adam, "
-                        "sgd, rmsprop...); writes model.safetensors, metrics and curves, but no resumable "
-                        "checkpoint yet (see docs/parallelism.md; default: off, every rank holds everything)")
+                        "sgd, rmsprop...); writes the run's files, but its last.safetensors holds the weights "
+                        "and settings only: not resumable yet (see docs/parallelism.md; default: off, every rank "
+                        "holds everything)")
     p.set_defaults(run=train_command)
 
 
