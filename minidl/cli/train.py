@@ -108,6 +108,32 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _refused_with_zero(args, zero: int) -> str | None:
+    """Why ``--zero`` cannot run with the other options given, or None.
+
+    A sharded run's optimizer state (and from stage 2 its gradients, from stage 3 its weights) is
+    spread over the ranks, while the training loop's checkpoints are written by rank 0 alone and
+    its clipping, loss scaling and histograms see only this rank's part: those options wait for
+    collective versions.
+    """
+    if not getattr(args, "data_parallel", False):
+        return (f"--zero {zero} shards the training state across the ranks of a data-parallel job; add "
+                f"--data-parallel and start it with mpiexec (mpiexec -n 2 python -m mpi4py -m minidl train "
+                f"--data-parallel --zero {zero})")
+    given = [flag for flag, value in (("--resume", args.resume), ("--clip-norm", args.clip_norm),
+                                      ("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
+             if value]
+    if zero >= 2 and args.patience:  # EarlyStopping restores whole weights, not the shards the optimizer steps
+        given.append("--patience")
+    if given:
+        return (f"--zero {zero} does not run with {', '.join(given)} yet: a sharded run writes no resumable "
+                "checkpoint, and clipping, loss scaling, histograms" + (" and early stopping's restore"
+                                                                        if zero >= 2 else "")
+                + f" would see one rank's shard only; drop {' and '.join(given)}, or drop --zero "
+                "(plain --data-parallel runs them all)")
+    return None
+
+
 def _end(comm, code: int) -> int:
     """With --data-parallel a failing rank ends the whole job: the others would wait in a collective."""
     if code and comm is not None and comm.size > 1:
@@ -124,6 +150,11 @@ def train_command(args) -> int:
 
     started = time.perf_counter()
     saved, checkpoint, tensorboard = None, None, getattr(args, "tensorboard", False)
+    zero = getattr(args, "zero", None) or 0
+    if zero:
+        refused = _refused_with_zero(args, zero)
+        if refused:
+            return _fail(refused)
     if args.resume:
         try:
             checkpoint = read_checkpoint(args.resume)
@@ -143,7 +174,8 @@ def train_command(args) -> int:
         run = build_run(s, TensorDataset(data.x_train, data.y_train), TensorDataset(data.x_val, data.y_val),
                         model=lambda: build_model(s["model"], data.sample_shape, data.num_classes,
                                                   dropout=s["dropout"]),
-                        device=comm.device if comm is not None and comm.name == "nccl" else s["device"], comm=comm)
+                        device=comm.device if comm is not None and comm.name == "nccl" else s["device"], comm=comm,
+                        zero=zero)
         if checkpoint is not None:  # a pruned run: its masks (<name>_mask) are in the checkpoint; keep them
             from minidl.nn.prune import Pruning
             pruning = Pruning.for_state_dict(run.model, checkpoint["model"])
@@ -179,9 +211,10 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
     from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, plot_curves
     from minidl.train.callbacks import EarlyStopping
 
-    callbacks = []
-    if root:
-        callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
+    callbacks, zero = [], getattr(args, "zero", None) or 0
+    if root:  # a sharded run (--zero) writes no resumable checkpoint: rank 0 holds one shard of the state
+        callbacks = ([] if zero else [ModelCheckpoint(out, monitor="val_accuracy")]) + [
+            JSONLLogger(os.path.join(out, "metrics.jsonl"))]
         if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
             from minidl.train.tensorboard import TensorBoardLogger
             try:
@@ -200,10 +233,12 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
         except (ValueError, OSError) as exc:  # CheckpointError names the damaged part; nothing was changed
             return _end(comm, _fail(f"cannot resume: {exc}"))
     if root:
-        print(f"{s['model']} on {data.name}: {model.num_parameters():,} parameters, {len(data.x_train)} training / "
+        count = model.memory_report()["elements"] if zero >= 2 else model.num_parameters()  # not the shard's
+        print(f"{s['model']} on {data.name}: {count:,} parameters, {len(data.x_train)} training / "
               f"{len(data.x_val)} validation / {len(data.x_test)} test samples, {s['optimizer']} lr={lr:g} "
               f"({s['schedule']}), {s['epochs']} epochs of {len(train_loader)} batches"
               + (f", data-parallel on {comm.size} ranks ({comm.name})" if comm is not None else "")
+              + (f", ZeRO stage {zero}" if zero else "")
               + (f", resuming at step {trainer.step}" if args.resume else "") + f"\nwriting to {out}")
     try:
         trainer.fit(s["epochs"])
@@ -212,23 +247,36 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
         return _end(comm, 1)
 
     test = trainer.evaluate(test_loader)
+    if zero >= 2:  # the whole weights on every rank (a collective), for model.safetensors
+        model.gather_parameters()
     if not root:
         return 0
     JSONLLogger(os.path.join(out, "metrics.jsonl")).write({"split": "test", "step": trainer.step, **test})
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
+    if zero:  # the settings minidl predict reads, beside the whole weights; no optimizer state: not resumable
+        from minidl.train.run_state import save_checkpoint
+        save_checkpoint(os.path.join(out, "last.safetensors"), model, extra=trainer.extra)
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
     plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
                 title=f"{s['model']} on {data.name}", test=test)
     best = next((cb for cb in callbacks if isinstance(cb, ModelCheckpoint)), None)
+    best_value, best_step = (best.best, best.best_step) if best is not None else _best_validation(trainer.history)
     restored = any(isinstance(cb, EarlyStopping) and cb.best_state is not None for cb in callbacks)
-    weights = (f"the best weights (step {best.best_step}, restored by early stopping)" if restored
+    weights = (f"the best weights (step {best_step}, restored by early stopping)" if restored
                else f"the final weights (step {trainer.step})")
     print(f"test accuracy of {weights}: {test['accuracy']:.2%}  (loss {test['loss']:.4f}, "
-          f"macro F1 {test['f1']:.3f}); best validation accuracy {best.best:.2%} at step {best.best_step}")
-    print(f"with 95 % intervals: {interval_note(test['accuracy'], len(data.x_test), best.best, len(data.x_val))}")
+          f"macro F1 {test['f1']:.3f}); best validation accuracy {best_value:.2%} at step {best_step}")
+    print(f"with 95 % intervals: {interval_note(test['accuracy'], len(data.x_test), best_value, len(data.x_val))}")
     print(f"wrote {out}/: {', '.join(written_files(out))} ({time.perf_counter() - started:.1f} s)")
     print(f"predict with: minidl predict {out}")
     return 0
+
+
+def _best_validation(history) -> tuple:
+    """The highest validation accuracy of ``history`` and its step (the first, as ModelCheckpoint keeps it)."""
+    records = [r for r in history if "val_accuracy" in r]
+    top = max(records, key=lambda r: r["val_accuracy"])  # max keeps the first of equal values
+    return top["val_accuracy"], top["step"]
 
 
 RUN_FILES = ("model.safetensors", "standardizer.safetensors", "curves.png", "metrics.jsonl", "last.safetensors",
@@ -284,6 +332,12 @@ def _add_train(sub):
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on 1/N of every batch, gradients all-reduced "
                         "(mpiexec -n 4 python -m mpi4py -m minidl train --data-parallel; see docs/data_parallel.md)")
+    p.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
+                   help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
+                        "gradients too, 3 the weights too (stage 2 and 3 need an elementwise optimizer: adam, "
+                        "sgd, rmsprop...); writes the run's files, but its last.safetensors holds the weights "
+                        "and settings only: not resumable yet (see docs/parallelism.md; default: off, every rank "
+                        "holds everything)")
     p.set_defaults(run=train_command)
 
 

@@ -79,6 +79,12 @@ def make_optimizer(name: str, parameters, lr: float | None, weight_decay: float 
 
     ``lr`` None takes :func:`resolve_lr`'s rate; ``options`` go to the optimizer (``betas``...).
     """
+    cls, options = _optimizer_and_options(name, lr, weight_decay, options)
+    return cls(parameters, **options)
+
+
+def _optimizer_and_options(name: str, lr: float | None, weight_decay: float, options: dict):
+    """The optimizer class called ``name`` and the keyword arguments :func:`make_optimizer` gives it."""
     cls = _optimizer_class(name)
     signature = inspect.signature(cls.__init__).parameters
     options = {"lr": resolve_lr(name, lr), **options}
@@ -86,7 +92,7 @@ def make_optimizer(name: str, parameters, lr: float | None, weight_decay: float 
         if "weight_decay" not in signature:
             raise ValueError(f"optimizer {name!r} has no weight_decay option")
         options["weight_decay"] = weight_decay
-    return cls(parameters, **options)
+    return cls, options
 
 
 def make_schedule(name: str, lr: float, total_steps: int):
@@ -137,7 +143,7 @@ class Run:
 
 def build_run(settings: dict, train_set, val_set, model, *, params=None, optimizer: str | None = None,
               optimizer_options: dict | None = None, schedule=None, epochs: int | None = None,
-              steps: int | None = None, device=None, comm=None, drop_last: bool = False,
+              steps: int | None = None, device=None, comm=None, zero: int = 0, drop_last: bool = False,
               val_batch_size: int = 512) -> Run:
     """Build a run from ``settings`` (the keys of :data:`DEFAULTS` it uses: seed, optimizer, lr,
     weight_decay, batch_size, accumulate, schedule, epochs).
@@ -154,22 +160,42 @@ def build_run(settings: dict, train_set, val_set, model, *, params=None, optimiz
             training loader (default ``settings["epochs"]``).
         device: where the model goes (default: where it was built); ``comm``: a communicator for data
             parallelism (model, optimizer and loader wrapped by :func:`minidl.parallel.prepare_data_parallel`).
+        zero: with ``comm``, the ZeRO stage: 0 plain data parallelism; 1 the optimizer state sharded
+            (:class:`~minidl.parallel.ZeroRedundancyOptimizer`); 2 the gradients too, 3 the parameters too
+            (:class:`~minidl.parallel.ShardedDataParallel`, whose optimizer sees flat shards: no ``params``).
         drop_last: drop the last short training batch; ``val_batch_size``: the validation loader's batch.
 
-    Raises ValueError for an unknown optimizer or schedule, before anything is trained.
+    Raises ValueError for an unknown optimizer or schedule, a ZeRO stage other than 0 to 3 or without
+    ``comm``, or an optimizer a ZeRO stage cannot shard, before anything is trained.
     """
     from minidl.data import DataLoader
     from minidl.train.trainer import seed_everything
 
     s = settings
+    if zero not in (0, 1, 2, 3) or isinstance(zero, bool):
+        raise ValueError(f"build_run: zero must be a ZeRO stage 0, 1, 2 or 3, got {zero!r}")
+    if zero and comm is None:
+        raise ValueError(f"build_run: ZeRO stage {zero} shards across data-parallel ranks; give comm "
+                         "(minidl.parallel.init()) or zero=0")
+    if zero >= 2 and params is not None:
+        raise ValueError(f"build_run: ZeRO stage {zero} optimizes flat shards of the whole model, so it takes no "
+                         "parameter groups (params); use zero=1, whose shards are whole parameters")
     seed_everything(s["seed"])
     net = model()
     if device is not None:
         net.to(device)
     name = optimizer or s["optimizer"]
     lr = resolve_lr(name, s.get("lr"))
-    opt = make_optimizer(name, params(net) if params is not None else net.parameters(), lr,
-                         s.get("weight_decay", 0.0), **(optimizer_options or {}))
+    cls, options = _optimizer_and_options(name, lr, s.get("weight_decay", 0.0), optimizer_options or {})
+    if zero >= 2:  # the optimizer updates this rank's shard of the flat parameters
+        from minidl import parallel
+        net = parallel.ShardedDataParallel(net, comm, stage=zero)
+    wanted = params(net) if params is not None else net.parameters()
+    if zero == 1:  # each rank keeps the state of the whole parameters it owns
+        from minidl import parallel
+        opt = parallel.ZeroRedundancyOptimizer(wanted, cls, comm, **options)
+    else:
+        opt = cls(wanted, **options)
     train_loader = DataLoader(train_set, batch_size=int(s["batch_size"]), shuffle=True, drop_last=drop_last,
                               seed=s["seed"])
     if comm is not None:

@@ -107,3 +107,40 @@ def test_minidl_gpt_builds_its_run_through_the_recipe():
     expected = gpt_train.lr_schedule(2e-3, s["min_lr"], s["warmup"], 40)
     assert [run.schedule(t) for t in (0, 3, 20, 39)] == [expected(t) for t in (0, 3, 20, 39)]
     assert run.schedule(39) == pytest.approx(s["min_lr"])
+
+
+def test_each_zero_stage_wraps_the_run_as_its_class_and_trains_as_plain_data_parallelism():
+    # A world of one (LocalComm): the wrappings are those of the stage; each trains the same weights
+    # as zero=0, since its sharded step is the same arithmetic (MPI ranks: tests/parallel/test_cli_data_parallel.py)
+    from minidl import parallel
+    train, val = _blobs()
+    final = {}
+    for zero, model_class, inner in ((0, parallel.DataParallel, optim.Adam),
+                                     (1, parallel.DataParallel, parallel.ZeroRedundancyOptimizer),
+                                     (2, parallel.ShardedDataParallel, optim.Adam),
+                                     (3, parallel.ShardedDataParallel, optim.Adam)):
+        run = recipe.build_run(_settings(epochs=2), train, val, model=_model, comm=parallel.LocalComm(), zero=zero)
+        assert type(run.model) is model_class and type(run.optimizer.optimizer) is inner
+        assert getattr(run.model, "stage", zero) == zero
+        run.trainer(progress=False).fit(2)
+        if zero >= 2:
+            run.model.gather_parameters()
+        final[zero] = {k: np.array(v) for k, v in run.model.state_dict().items()}
+    for zero in (1, 2, 3):
+        assert list(final[zero]) == list(final[0])
+        for key in final[0]:
+            np.testing.assert_allclose(final[zero][key], final[0][key], rtol=0, atol=1e-6, err_msg=f"{zero} {key}")
+
+
+def test_a_zero_stage_is_refused_without_ranks_out_of_range_or_with_parameter_groups():
+    from minidl import parallel
+    train, val = _blobs()
+    with pytest.raises(ValueError, match="ZeRO stage 2 shards across data-parallel ranks; give comm"):
+        recipe.build_run(_settings(), train, val, model=_model, zero=2)
+    with pytest.raises(ValueError, match="zero must be a ZeRO stage 0, 1, 2 or 3, got 4"):
+        recipe.build_run(_settings(), train, val, model=_model, comm=parallel.LocalComm(), zero=4)
+    with pytest.raises(ValueError, match="ZeRO stage 3 optimizes flat shards .* takes no parameter groups"):
+        recipe.build_run(_settings(), train, val, model=_model, comm=parallel.LocalComm(), zero=3,
+                         params=lambda net: [{"params": list(net.parameters())}])
+    with pytest.raises(ValueError, match="LAMB needs whole tensors"):  # a stage-2 shard is a slice of several
+        recipe.build_run(_settings(optimizer="lamb"), train, val, model=_model, comm=parallel.LocalComm(), zero=2)
