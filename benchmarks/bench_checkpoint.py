@@ -45,27 +45,11 @@ if __name__ == "__main__":  # BLAS threads are fixed when NumPy loads: decide be
         os.environ.setdefault(_name, _threads)
 
 import numpy as np  # noqa: E402
-from common import machine_name, save_results  # noqa: E402
+from common import machine_name, mlp, save_results  # noqa: E402
 
 import minidl as mdl  # noqa: E402
-from minidl import memory, nn  # noqa: E402
+from minidl import memory  # noqa: E402
 from minidl.checkpoint import balanced_segments, checkpoint_sequential, sqrt_segments, storage_report  # noqa: E402
-
-
-def mlp(widths, seed=0):
-    """Linear → ReLU layers with He initialization, so activations keep their scale over 100 layers.
-
-    (With PyTorch's default initialization they shrink by about √6 per layer and reach
-    float32's subnormal numbers, which the CPU computes many times slower.)
-    """
-    mdl.manual_seed(seed)
-    layers = []
-    for a, b in zip(widths, widths[1:]):
-        linear = nn.Linear(a, b)
-        nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
-        nn.init.zeros_(linear.bias)
-        layers.append(nn.Sequential(linear, nn.ReLU()))
-    return nn.Sequential(*layers)
 
 
 def make_step(model, x, segments):

@@ -34,9 +34,10 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from common import mlp  # noqa: E402
 
 import minidl as mdl  # noqa: E402
-from minidl import memory, nn  # noqa: E402
+from minidl import memory  # noqa: E402
 from minidl.checkpoint import (  # noqa: E402
     SegmentPlan,
     balanced_segments,
@@ -52,17 +53,6 @@ from minidl.checkpoint import (  # noqa: E402
 )
 from minidl.roofline.suite import machine_name  # noqa: E402
 from minidl.serialization import atomic_write  # noqa: E402
-
-
-def mlp(widths, seed=0):
-    mdl.manual_seed(seed)
-    layers = []
-    for a, b in zip(widths, widths[1:]):
-        linear = nn.Linear(a, b)
-        nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
-        nn.init.zeros_(linear.bias)
-        layers.append(nn.Sequential(linear, nn.ReLU()))
-    return nn.Sequential(*layers)
 
 
 def varying_widths(depth=36):

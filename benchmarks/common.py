@@ -81,3 +81,22 @@ def device_timers(device: str, names) -> dict:
     """``{name: timer(fn, number) -> seconds}``: PyTorch's CUDA events for "torch", minidl's (CuPy) for the rest."""
     from minidl.roofline import timing
     return {name: (timing.torch_timer(device) if name == "torch" else timing.device_timer(device)) for name in names}
+
+
+def mlp(widths, seed=0):
+    """Linear → ReLU layers with He initialization, so activations keep their scale over 100 layers.
+
+    (With PyTorch's default initialization they shrink by about √6 per layer and reach
+    float32's subnormal numbers, which the CPU computes many times slower.)
+    """
+    import minidl as mdl
+    from minidl import nn
+
+    mdl.manual_seed(seed)
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        linear = nn.Linear(a, b)
+        nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
+        nn.init.zeros_(linear.bias)
+        layers.append(nn.Sequential(linear, nn.ReLU()))
+    return nn.Sequential(*layers)
