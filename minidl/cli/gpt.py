@@ -94,18 +94,25 @@ def train_command(args) -> int:
     if args.data_parallel or tp is not None:
         from minidl import parallel
         world = parallel.init(device=args.device)
-        if tp is not None and world.size != tp:
+        fits = tp is None or (world.size % tp == 0 if args.data_parallel else world.size == tp)
+        if not fits:
             if world.rank == 0:
-                print(f"minidl gpt train: error: --tensor-parallel {tp} needs a world of {tp} ranks (one per slice: "
-                      f"mpiexec -n {tp} python -m mpi4py -m minidl gpt train --tensor-parallel {tp} ...), got "
-                      f"{world.size}", file=sys.stderr)
+                print("minidl gpt train: error: " + (
+                      f"--tensor-parallel {tp} --data-parallel needs a world of a multiple of {tp} ranks (data "
+                      f"groups × tensor groups of {tp}), got {world.size}" if args.data_parallel else
+                      f"--tensor-parallel {tp} needs a world of {tp} ranks (one per slice: mpiexec -n {tp} "
+                      f"python -m mpi4py -m minidl gpt train --tensor-parallel {tp} ...), got {world.size}; "
+                      f"with --data-parallel a multiple of {tp}"), file=sys.stderr)
             return 2
-        if tp is not None:
-            tensor = world
-        else:
+        if tp is None:
             comm = world
+        elif args.data_parallel:  # a data × tensor mesh: the tensor axis varies fastest (neighbouring ranks)
+            mesh = parallel.Mesh(world, data=world.size // tp, tensor=tp)
+            comm, tensor = mesh.group("data"), mesh.group("tensor")
+        else:
+            tensor = world
     root = (comm is None or comm.rank == 0) and (tensor is None or tensor.rank == 0)
-    job = comm if comm is not None else tensor
+    job = world if comm is not None or tensor is not None else None
     from minidl.train.run_folder import RunFolderError, claim, write_failure
     folder = None
     if root:
@@ -153,9 +160,6 @@ def _tensor_parallel_problem(args, s) -> str | None:
     """Why ``--tensor-parallel`` cannot run with these arguments and settings, or None: checked before any work."""
     from minidl.models.gpt import check_tensor_parallel
     tp = args.tensor_parallel
-    if args.data_parallel:
-        return (f"--tensor-parallel {tp} with --data-parallel (a data × tensor mesh) is not supported by this "
-                "command yet; give one of the two")
     if args.resume:
         return (f"--tensor-parallel {tp} cannot --resume: a tensor-parallel run writes no resumable checkpoint "
                 "(last.safetensors would hold one rank's slices), only the consolidated gpt.safetensors")
@@ -232,7 +236,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--tensor-parallel", dest="tensor_parallel", type=positive_int, metavar="N", default=None,
                    help="under mpiexec -n N: every block split over the N ranks (its heads and MLP units; "
                         "Megatron-LM), all ranks on the same batches; gpt.safetensors holds the whole weights "
-                        "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume)")
+                        "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume); with "
+                        "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model")
     p.set_defaults(run=train_command)
     p = add_command(sub, "sample", help="generate text from a trained run",
                     description="Generate text from a run written by minidl gpt train.")

@@ -23,6 +23,17 @@ TINY = ["--steps", "6", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--
         "--batch-size", "8", "--eval-every", "3", "--clip-norm", "0.05", "--quiet"]
 
 
+def _weights_equal(got_folder, want_folder):
+    want = mdl.load(str(want_folder / "gpt.safetensors"))
+    got = mdl.load(str(got_folder / "gpt.safetensors"))      # consolidated: the plain model's keys
+    assert got["config"] == want["config"]
+    assert list(got["model"]) == list(want["model"])
+    for key, value in want["model"].items():
+        assert np.shape(got["model"][key]) == np.shape(value), key
+        np.testing.assert_allclose(np.asarray(got["model"][key]), np.asarray(value), rtol=0, atol=1e-5,
+                                   err_msg=key)
+
+
 def _losses(folder):
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return [(row["step"], row["train_loss"], row["val_loss"]) for row in rows]
@@ -42,14 +53,7 @@ def test_tensor_parallel_gpt_equals_one_process_and_samples_in_one(tmp_path, cap
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert [r[0] for r in two] == [r[0] for r in one] == [3, 6]
     np.testing.assert_allclose([r[1:] for r in two], [r[1:] for r in one], rtol=1e-5)
-    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))
-    got = mdl.load(str(tmp_path / "two" / "gpt.safetensors"))      # consolidated: the plain model's keys
-    assert got["config"] == want["config"]
-    assert list(got["model"]) == list(want["model"])
-    for key, value in want["model"].items():
-        assert np.shape(got["model"][key]) == np.shape(value), key
-        np.testing.assert_allclose(np.asarray(got["model"][key]), np.asarray(value), rtol=0, atol=1e-5,
-                                   err_msg=key)
+    _weights_equal(tmp_path / "two", tmp_path / "one")
     # the consolidated run loads into one process and samples there
     from minidl.models.gpt_train import load_run
     model_one, tok = load_run(str(tmp_path / "one"))
@@ -60,11 +64,30 @@ def test_tensor_parallel_gpt_equals_one_process_and_samples_in_one(tmp_path, cap
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_data_times_tensor_parallel_gpt_equals_one_process(tmp_path, capsys):
+    """4 ranks: 2 data-parallel copies (4 of the 8 sequences each) of the GPT split over 2 ranks. The
+    validation losses and the weights are the one-process run's (the logged training loss is rank 0's
+    half-batch, as in every data-parallel run)."""
+    assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--tensor-parallel", "2", "--data-parallel", *TINY,
+                         "--out", str(tmp_path / "four")], timeout=180)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "data-parallel on 2 ranks, tensor-parallel on 2 ranks" in job.stdout
+    assert job.stdout.count("writing to") == 1
+    np.testing.assert_allclose([r[2] for r in _losses(tmp_path / "four")], [r[2] for r in _losses(tmp_path / "one")],
+                               rtol=1e-5)
+    _weights_equal(tmp_path / "four", tmp_path / "one")
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--tensor-parallel", "3"], "n_head (2) does not divide among the 3 ranks of the tensor group; choose a "
                                  "tensor-parallel size among 1, 2"),
     (["--tensor-parallel", "2", "--dropout", "0.1"], "dropout=0.1 would draw a different mask on each rank"),
-    (["--tensor-parallel", "2", "--data-parallel"], "--tensor-parallel 2 with --data-parallel"),
+    (["--tensor-parallel", "2", "--data-parallel"], "--tensor-parallel 2 --data-parallel needs a world of a "
+                                                      "multiple of 2 ranks (data groups × tensor groups of 2), "
+                                                      "got 1"),
     (["--tensor-parallel", "2"], "--tensor-parallel 2 needs a world of 2 ranks"),   # one process: a world of 1
 ])
 def test_bad_tensor_parallel_input_is_refused_before_any_work(tmp_path, capsys, extra, message):
