@@ -237,7 +237,8 @@ def add_commands(subparsers) -> None:
                    help="under mpiexec -n N: every block split over the N ranks (its heads and MLP units; "
                         "Megatron-LM), all ranks on the same batches; gpt.safetensors holds the whole weights "
                         "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume); with "
-                        "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model")
+                        "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model "
+                        "(default: not split)")
     p.set_defaults(run=train_command)
     p = add_command(sub, "sample", help="generate text from a trained run",
                     description="Generate text from a run written by minidl gpt train.")
