@@ -348,12 +348,12 @@ def clip_grad_norm_(model: Module, max_norm: float):
         raise ValueError(f"tensor_parallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
     split = {id(p) for p in split_parameters(model)}
     params = [p for p in model.parameters() if p.grad is not None]
-    sums = np.zeros(2)  # [replicated, this rank's slices]
+    squares = [0.0, 0.0]  # [replicated, this rank's slices], summed on the device: one read of each
     for p in params:
-        sums[int(id(p) in split)] += float((p.grad.xp.abs(p.grad.data.astype(np.float64)) ** 2).sum())
-    sliced = sums[1:].copy()
+        squares[int(id(p) in split)] = squares[int(id(p) in split)] + (p.grad.data.astype(np.float64) ** 2).sum()
+    sliced = np.array([float(squares[1])])
     layers[0][1].comm.host_allreduce_(sliced)
-    total = float(np.sqrt(sums[0] + sliced[0]))
+    total = float(np.sqrt(float(squares[0]) + sliced[0]))
     scale = min(max_norm / (total + 1e-6), 1.0)
     for p in params:
         p.grad = Tensor(p.grad.data * p.grad.xp.asarray(scale, dtype=p.grad.dtype))
