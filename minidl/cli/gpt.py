@@ -5,6 +5,7 @@
     minidl gpt train --resume runs/gpt/last.safetensors       # continues bit for bit
     minidl gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 20
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --data-parallel
+    mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2     # each block split over 2 ranks
 
 The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.gpt`.
 """
@@ -83,11 +84,35 @@ def train_command(args) -> int:
         print(f"minidl gpt train: error: --block-size {s['block_size']} is longer than the validation text allows "
               f"(at most {longest_block()} characters of context)", file=sys.stderr)
         return 2
-    comm = None
-    if args.data_parallel:
+    tp = args.tensor_parallel
+    if tp is not None:
+        problem = _tensor_parallel_problem(args, s)
+        if problem:
+            print(f"minidl gpt train: error: {problem}", file=sys.stderr)
+            return 2
+    comm = tensor = None
+    if args.data_parallel or tp is not None:
         from minidl import parallel
-        comm = parallel.init(device=args.device)
-    root = comm is None or comm.rank == 0
+        world = parallel.init(device=args.device)
+        fits = tp is None or (world.size % tp == 0 if args.data_parallel else world.size == tp)
+        if not fits:
+            if world.rank == 0:
+                print("minidl gpt train: error: " + (
+                      f"--tensor-parallel {tp} --data-parallel needs a world of a multiple of {tp} ranks (data "
+                      f"groups × tensor groups of {tp}), got {world.size}" if args.data_parallel else
+                      f"--tensor-parallel {tp} needs a world of {tp} ranks (one per slice: mpiexec -n {tp} "
+                      f"python -m mpi4py -m minidl gpt train --tensor-parallel {tp} ...), got {world.size}; "
+                      f"with --data-parallel a multiple of {tp}"), file=sys.stderr)
+            return 2
+        if tp is None:
+            comm = world
+        elif args.data_parallel:  # a data × tensor mesh: the tensor axis varies fastest (neighbouring ranks)
+            mesh = parallel.Mesh(world, data=world.size // tp, tensor=tp)
+            comm, tensor = mesh.group("data"), mesh.group("tensor")
+        else:
+            tensor = world
+    root = (comm is None or comm.rank == 0) and (tensor is None or tensor.rank == 0)
+    job = world if comm is not None or tensor is not None else None
     from minidl.train.run_folder import RunFolderError, claim, write_failure
     folder = None
     if root:
@@ -97,8 +122,8 @@ def train_command(args) -> int:
                            run_files=RUN_FILES, stamped=False)
         except RunFolderError as exc:  # in use, holding a run, or not writable
             print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
-            if comm is not None and comm.size > 1:
-                comm.abort(2)  # the other ranks would wait for this one in a collective
+            if job is not None and job.size > 1:
+                job.abort(2)  # the other ranks would wait for this one in a collective
             return 2
     out = folder.path if root else args.out
     try:
@@ -110,8 +135,10 @@ def train_command(args) -> int:
                   f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
                   + (f", mixed precision {s['amp']}" if s["amp"] else "")
                   + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
+                  + (f", tensor-parallel on {tensor.size} ranks" if tensor is not None else "")
                   + (f", on {args.device}" if args.device != "cpu" else "") + f"\nwriting to {out}")
-        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm, device=args.device)
+        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm, device=args.device,
+                       tensor=tensor)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
@@ -127,6 +154,20 @@ def train_command(args) -> int:
               f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
         print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
     return 0
+
+
+def _tensor_parallel_problem(args, s) -> str | None:
+    """Why ``--tensor-parallel`` cannot run with these arguments and settings, or None: checked before any work."""
+    from minidl.models.gpt import check_tensor_parallel
+    tp = args.tensor_parallel
+    if args.resume:
+        return (f"--tensor-parallel {tp} cannot --resume: a tensor-parallel run writes no resumable checkpoint "
+                "(last.safetensors would hold one rank's slices), only the consolidated gpt.safetensors")
+    try:
+        check_tensor_parallel(s["n_head"], s["n_embd"], s["dropout"], tp)
+    except ValueError as exc:
+        return f"--tensor-parallel {tp}: {exc}"
+    return None
 
 
 def sample_command(args) -> int:
@@ -192,6 +233,12 @@ def add_commands(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
                    help="under mpiexec: one model per rank, each on its slice of every batch")
+    p.add_argument("--tensor-parallel", dest="tensor_parallel", type=positive_int, metavar="N", default=None,
+                   help="under mpiexec -n N: every block split over the N ranks (its heads and MLP units; "
+                        "Megatron-LM), all ranks on the same batches; gpt.safetensors holds the whole weights "
+                        "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume); with "
+                        "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model "
+                        "(default: not split)")
     p.set_defaults(run=train_command)
     p = add_command(sub, "sample", help="generate text from a trained run",
                     description="Generate text from a run written by minidl gpt train.")

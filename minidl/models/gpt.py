@@ -29,7 +29,7 @@ from minidl.autograd import no_grad
 from minidl.checkpoint import checkpoint
 from minidl.tensor import Tensor
 
-__all__ = ["GPT", "GPTConfig", "composed_attention", "tensor_parallel"]
+__all__ = ["GPT", "GPTConfig", "check_tensor_parallel", "composed_attention", "tensor_parallel"]
 
 
 def composed_attention(q, k, v, bias=None, scale=None):
@@ -213,6 +213,18 @@ class GPT(nn.Module):
         return idx
 
 
+def check_tensor_parallel(n_head: int, n_embd: int, dropout: float, ranks: int) -> None:
+    """Raise ValueError unless a GPT of ``n_head`` heads, width ``n_embd`` and ``dropout`` splits over
+    ``ranks`` ranks: the heads and the MLP's 4·n_embd hidden units divide among them, and no dropout
+    (each rank would draw its own mask). What :func:`tensor_parallel` checks, callable before any model."""
+    from minidl.parallel.tensor_parallel import check_divides
+    check_divides(f"GPT(n_head={n_head}, n_embd={n_embd})", "n_head", n_head, ranks)
+    check_divides(f"GPT(n_head={n_head}, n_embd={n_embd})", "4·n_embd", 4 * n_embd, ranks)
+    if dropout and ranks > 1:
+        raise ValueError(f"GPT tensor parallelism: dropout={dropout} would draw a different mask on each rank "
+                         "of the tensor group, where one replicated activation needs one mask; use dropout=0")
+
+
 def tensor_parallel(model: GPT, comm) -> GPT:
     """Split every block of ``model`` over the ranks of ``comm`` (Megatron-LM), in place; returns it.
 
@@ -224,14 +236,10 @@ def tensor_parallel(model: GPT, comm) -> GPT:
     ``manual_seed(s)`` on every rank, then split, computes what the unsplit
     one computes. Everything is checked before anything changes.
     """
-    from minidl.parallel.tensor_parallel import ParallelCausalSelfAttention, ParallelMLP, check_divides
+    from minidl.parallel.tensor_parallel import ParallelCausalSelfAttention, ParallelMLP
 
-    cfg, ranks = model.config, comm.size
-    check_divides(f"GPT(n_head={cfg.n_head}, n_embd={cfg.n_embd})", "n_head", cfg.n_head, ranks)
-    check_divides(f"GPT(n_head={cfg.n_head}, n_embd={cfg.n_embd})", "4·n_embd", 4 * cfg.n_embd, ranks)
-    if cfg.dropout and ranks > 1:
-        raise ValueError(f"GPT tensor parallelism: dropout={cfg.dropout} would draw a different mask on each rank "
-                         "of the tensor group, where one replicated activation needs one mask; use dropout=0")
+    cfg = model.config
+    check_tensor_parallel(cfg.n_head, cfg.n_embd, cfg.dropout, comm.size)
     if any(not isinstance(b.attn, CausalSelfAttention) for b in model.blocks):
         raise ValueError("GPT tensor parallelism: this model is already split (its blocks hold parallel layers)")
     for block in model.blocks:

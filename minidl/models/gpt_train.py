@@ -34,7 +34,7 @@ from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
 
 __all__ = ["DEFAULTS", "GPTProgress", "build", "build_run", "decay_groups", "lm_loss", "load_run", "longest_block",
-           "lr_schedule", "train", "warmup_steps"]
+           "lr_schedule", "TensorParallelClip", "train", "warmup_steps"]
 
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
@@ -53,8 +53,13 @@ def lm_loss(logits, targets, label_smoothing: float = 0.0):
 
 
 def decay_groups(model, weight_decay: float) -> list[dict]:
-    """Two parameter groups: the Linear weights with ``weight_decay``, everything else without."""
-    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    """Two parameter groups: the Linear weights with ``weight_decay``, everything else without.
+
+    A tensor-parallel model's column- and row-parallel layers are Linear layers split: their weights decay.
+    """
+    from minidl.parallel.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    linear = (nn.Linear, ColumnParallelLinear, RowParallelLinear)
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, linear)}
     params = list(model.parameters())
     return [{"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
             {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0}]
@@ -80,15 +85,19 @@ def lr_schedule(lr: float, min_lr: float, warmup: int, steps: int):
                                  schedules.cosine(lr, T_max=max(steps - 1 - w, 1), eta_min=min_lr)], [w])
 
 
-def build(s: dict, comm=None):
+def build(s: dict, comm=None, tensor=None):
     """(model, optimizer, schedule, train_loader, val_loader, tokenizer) for the settings ``s``."""
-    run, tok = build_run(s, comm)
+    run, tok = build_run(s, comm, tensor=tensor)
     return run.model, run.optimizer, run.schedule, run.train_loader, run.val_loader, tok
 
 
-def build_run(s: dict, comm=None, device=None):
+def build_run(s: dict, comm=None, device=None, tensor=None):
     """(the :class:`~minidl.train.recipe.Run` of the settings ``s``, the tokenizer): the recipe of
-    :func:`minidl.train.recipe.build_run` with AdamW over :func:`decay_groups` and :func:`lr_schedule`."""
+    :func:`minidl.train.recipe.build_run` with AdamW over :func:`decay_groups` and :func:`lr_schedule`.
+
+    ``comm``: the data-parallel group; ``tensor``: the tensor-parallel group, over which the GPT, built
+    from the seed as the plain one, is split by :func:`minidl.models.gpt.tensor_parallel` before the
+    optimizer sees its parameters (every rank of the group trains on the same batches)."""
     from minidl.data import TensorDataset
     from minidl.train import recipe
     text = shakespeare()
@@ -99,12 +108,33 @@ def build_run(s: dict, comm=None, device=None):
     cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=s["block_size"], n_layer=s["n_layer"],
                     n_head=s["n_head"], n_embd=s["n_embd"], dropout=s["dropout"])
     run = recipe.build_run(s, TensorDataset(x, y), TensorDataset(vx, vy),
-                           model=lambda: GPT(cfg, checkpoint_blocks=s["checkpoint_blocks"]),
+                           model=lambda: _model(cfg, s["checkpoint_blocks"], tensor),
                            params=lambda model: decay_groups(model, s["weight_decay"]), optimizer="adamw",
                            optimizer_options={"betas": tuple(s["betas"])},
                            schedule=lambda lr, steps: lr_schedule(lr, s["min_lr"], s["warmup"], steps),
                            steps=s["steps"], device=device, comm=comm, drop_last=True, val_batch_size=64)
     return run, tok
+
+
+def _model(cfg: GPTConfig, checkpoint_blocks: bool, tensor):
+    model = GPT(cfg, checkpoint_blocks=checkpoint_blocks)
+    if tensor is None:
+        return model
+    from minidl.models.gpt import tensor_parallel
+    return tensor_parallel(model, tensor)
+
+
+class TensorParallelClip(Callback):
+    """Clip the gradients of a tensor-parallel model to the unsplit model's global norm, before each
+    optimizer step (:func:`minidl.parallel.tensor_parallel.clip_grad_norm_`, a collective of the group);
+    the Trainer's own clipping would see one rank's slices only, so it is left off."""
+
+    def __init__(self, max_norm: float):
+        self.max_norm = max_norm
+
+    def on_before_optimizer_step(self, trainer, params):
+        from minidl.parallel.tensor_parallel import clip_grad_norm_
+        clip_grad_norm_(getattr(trainer.model, "module", trainer.model), self.max_norm)
 
 
 class GPTProgress(Callback):
@@ -162,7 +192,7 @@ class GPTProgress(Callback):
 
 
 def train(s: dict, out: str | None, resume: str | None = None, show: bool = True, comm=None,
-          stop_after: int | None = None, device: str | None = None) -> dict:
+          stop_after: int | None = None, device: str | None = None, tensor=None) -> dict:
     """Train with the settings ``s``; write the run folder ``out`` (rank 0 only); return a summary.
 
     ``stop_after`` stops after that many steps, as if the run were killed
@@ -174,19 +204,33 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
     ``metrics.jsonl`` and ``loss.png``. A run that ends between two
     validations validates once more at its last step, so ``last.safetensors``
     and ``metrics.jsonl`` always hold where it ended.
+
+    ``tensor``: a tensor-parallel group (see :func:`build_run`); every rank of
+    it joins the gather of ``gpt.safetensors``, which holds the whole
+    (consolidated) weights, and rank 0 writes it. Such a run writes no
+    ``last.safetensors`` (a resumable checkpoint would hold one rank's slices)
+    and draws no samples while training (each is a forward pass, a collective
+    of the group, and only rank 0 shows it).
     """
     from minidl.train import JSONLLogger, plot_curves
 
-    run, tok = build_run(s, comm)
+    if tensor is not None and resume:
+        raise ValueError("a tensor-parallel run cannot resume yet: its checkpoint would hold one rank's slices")
+    run, tok = build_run(s, comm, tensor=tensor)
     model, val_loader = run.model, run.val_loader
-    root = comm is None or comm.rank == 0
+    root = (comm is None or comm.rank == 0) and (tensor is None or tensor.rank == 0)
     callbacks = [GPTProgress(s["steps"], s["batch_size"] * s["block_size"] * s["accumulate"], tok,
-                             out if root else None, s["sample_every"], show=show and root)]
+                             out if root and tensor is None else None,
+                             s["sample_every"] if tensor is None else 0, show=show and root)]
+    clip = {}
+    if tensor is not None and s["clip_norm"] is not None:
+        callbacks.append(TensorParallelClip(s["clip_norm"]))
+        clip = {"max_grad_norm": None}
     if root and out is not None:
         os.makedirs(out, exist_ok=True)
         callbacks.append(JSONLLogger(os.path.join(out, "metrics.jsonl")))
     trainer = run.trainer(loss_fn=lm_loss, metrics=None, eval_every=s["eval_every"], callbacks=callbacks,
-                          progress=False, amp=s["amp"], device=device)
+                          progress=False, amp=s["amp"], device=device, **clip)
     trainer.extra = {"settings": s}
     if resume:
         trainer.load_checkpoint(resume)
@@ -201,21 +245,28 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
     else:  # stopped as if killed: nothing more is written
         val_loss = trainer.evaluate(val_loader)["loss"]
     net = getattr(model, "module", model)
+    state = None
+    if tensor is not None:  # every rank of the group joins the gather
+        from minidl.parallel.tensor_parallel import consolidated_state_dict
+        state = consolidated_state_dict(net)
+    parameters = net.num_parameters() if state is None else sum(int(a.size) for a in state.values())
     summary = {"steps": trainer.step, "val_loss": val_loss, "seconds": seconds,
-               "tokens_per_s": callbacks[0].tokens_per_s, "parameters": net.num_parameters()}
+               "tokens_per_s": callbacks[0].tokens_per_s, "parameters": parameters}
     if root and out is not None:
-        save_run(out, net, tok)
+        save_run(out, net, tok, state)
         plot_curves(trainer.history, os.path.join(out, "loss.png"), steps=trainer.steps,
                     title=f"GPT on Shakespeare ({summary['parameters']:,} parameters)")
     summary["trainer"] = trainer
     return summary
 
 
-def save_run(out: str, model: GPT, tok: CharTokenizer) -> str:
-    """Write ``out/gpt.safetensors``: the weights, the config and the tokenizer (no pickle)."""
+def save_run(out: str, model: GPT, tok: CharTokenizer, state: dict | None = None) -> str:
+    """Write ``out/gpt.safetensors``: the weights (``state``, default the model's state dict), the config
+    and the tokenizer (no pickle), atomically."""
     import minidl as mdl
     path = os.path.join(out, "gpt.safetensors")
-    mdl.save({"model": model.state_dict(), "config": model.config.to_dict(), "tokenizer": tok.state_dict()}, path)
+    mdl.save({"model": model.state_dict() if state is None else state, "config": model.config.to_dict(),
+              "tokenizer": tok.state_dict()}, path)
     return path
 
 

@@ -311,3 +311,50 @@ def consolidated_state_dict(model: Module) -> dict:
         for key, array in layer.full_parameters().items():
             state[f"{name}.{key}" if name else key] = array
     return state
+
+
+def split_parameters(model: Module) -> list:
+    """The parameters of ``model`` that hold one rank's slice: the column-parallel weights and biases and
+    the row-parallel weights (a row-parallel bias is whole on every rank, as are all other parameters)."""
+    split = []
+    for _, layer in tensor_parallel_layers(model):
+        split.append(layer.weight)
+        if isinstance(layer, ColumnParallelLinear) and layer.bias is not None:
+            split.append(layer.bias)
+    return split
+
+
+def clip_grad_norm_(model: Module, max_norm: float):
+    """Clip the gradients of a tensor-parallel ``model`` to the global norm of the unsplit model's.
+
+    The whole model's gradient is the replicated parameters' (equal on every rank of the group) and the
+    slices of the split ones, so
+
+        total² = Σ_replicated ‖g‖² + Σ_ranks Σ_split ‖g_r‖²     (one all-reduce of one number)
+
+    and every gradient is scaled by min(1, max_norm / (total + 1e-6)), the rule of
+    :func:`minidl.nn.utils.clip_grad_norm_`, which on one rank would see only its slices. A collective:
+    every rank of the group calls it. Returns the total norm (a float).
+    """
+    import numpy as np
+
+    from minidl.tensor import Tensor
+    layers = tensor_parallel_layers(model)
+    if not layers:
+        raise ValueError("tensor_parallel.clip_grad_norm_: the model has no column- or row-parallel layer; "
+                         "use minidl.nn.utils.clip_grad_norm_ for a plain model")
+    max_norm = float(max_norm)
+    if not max_norm > 0:
+        raise ValueError(f"tensor_parallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
+    split = {id(p) for p in split_parameters(model)}
+    params = [p for p in model.parameters() if p.grad is not None]
+    squares = [0.0, 0.0]  # [replicated, this rank's slices], summed on the device: one read of each
+    for p in params:
+        squares[int(id(p) in split)] = squares[int(id(p) in split)] + (p.grad.data.astype(np.float64) ** 2).sum()
+    sliced = np.array([float(squares[1])])
+    layers[0][1].comm.host_allreduce_(sliced)
+    total = float(np.sqrt(float(squares[0]) + sliced[0]))
+    scale = min(max_norm / (total + 1e-6), 1.0)
+    for p in params:
+        p.grad = Tensor(p.grad.data * p.grad.xp.asarray(scale, dtype=p.grad.dtype))
+    return total

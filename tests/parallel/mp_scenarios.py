@@ -91,6 +91,13 @@ def train(model, kind: str, opt=None):
     return losses
 
 
+def gpt_loss(model):
+    """The loss of ``model`` (a GPT) on the first of the GPT batches."""
+    xs, ys = gpt_batches()
+    out = model(xs[0])
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), mdl.tensor(ys[0].reshape(-1)))
+
+
 def reference(kind: str) -> tuple[dict, list]:
     """The plain single-process run: final state dict (the split model's names) and the losses."""
     model = make_mlp() if kind == "mlp" else make_gpt()

@@ -107,6 +107,19 @@ def tensor_gpt(world):
     return _tensor_parallel_run(world, "gpt")
 
 
+@check
+def tensor_gpt_clip(world):
+    """One backward of the split GPT, its gradients clipped to the unsplit model's global norm; the whole
+    clipped gradients (gathered as a state dict) and the norm before clipping."""
+    from minidl.parallel.tensor_parallel import clip_grad_norm_
+    model = mp_scenarios.make_gpt(world)
+    mp_scenarios.gpt_loss(model).backward()
+    norm = clip_grad_norm_(model, mp_scenarios.CLIP)
+    for p in model.parameters():
+        p.data[...] = p.grad.data
+    return {k: v for k, v in consolidated_state_dict(model).items()}, {"norm": norm}
+
+
 def _zero_run(world, name):
     """A ZeRO stage 2 or 3 run from a different start on every rank; the whole weights after it, the memory
     this rank held when the step's gradients were reduced, and the payloads of the training steps."""

@@ -310,3 +310,21 @@ def test_sharded_clipping_uses_the_global_norm(job):
     assert min(want) > 2 * mp_scenarios.CLIP
     for _, (_, facts) in enumerate(job[1]):
         np.testing.assert_allclose(facts["zero2_adam_clip"]["norms"], want, rtol=1e-12)
+
+
+def test_tensor_parallel_clipping_uses_the_unsplit_models_norm(job):
+    """tensor_parallel.clip_grad_norm_ adds the replicated parameters' squares once and every rank's slices:
+    the norm and the clipped gradients (gathered whole) are those of the plain GPT clipped in one process,
+    to float64 rounding; and clipping happened (the norm exceeds the limit), so a wrong norm would show."""
+    from minidl import nn
+    model = mp_scenarios.make_gpt()
+    mp_scenarios.gpt_loss(model).backward()
+    want = float(nn.utils.clip_grad_norm_(model.parameters(), mp_scenarios.CLIP))
+    assert want > 2 * mp_scenarios.CLIP
+    grads = {name: p.grad.data for name, p in model.named_parameters()}
+    for rank, (arrays, facts) in enumerate(job[1]):
+        assert facts["tensor_gpt_clip"]["norm"] == pytest.approx(want, rel=1e-12)
+        got = {k[len("tensor_gpt_clip/"):]: v for k, v in arrays.items() if k.startswith("tensor_gpt_clip/")}
+        assert set(got) == set(grads)
+        for name, value in grads.items():
+            np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-14, err_msg=f"{name} on rank {rank}")

@@ -130,3 +130,20 @@ def test_a_row_parallel_layer_names_the_slice_it_expects():
     layer = RowParallelLinear(8, 3, ClaimedGroup(size=2))
     with pytest.raises(ValueError, match=r"has 8 features; this rank takes its slice of 4 \(in_features / 2"):
         layer(mdl.tensor(np.ones((2, 8))))
+
+
+def test_the_split_linear_weights_decay_as_the_plain_ones():
+    """AdamW's decay group of the GPT recipe holds the Linear weights; split, they are column- and
+    row-parallel layers, and decay all the same (the same names in each group as the plain model's)."""
+    from minidl.models.gpt_train import decay_groups
+    cfg = GPTConfig(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)
+    plain, split = GPT(cfg), tensor_parallel(GPT(cfg), ClaimedGroup(rank=0, size=2))
+
+    def names(model):
+        name_of = {id(p): n for n, p in model.named_parameters()}
+        return [[name_of[id(p)] for p in group["params"]] for group in decay_groups(model, 0.1)]
+
+    want = names(plain)
+    assert want[0] == [f"blocks.{i}.{layer}.weight" for i in range(2)
+                       for layer in ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")]
+    assert names(split) == want
