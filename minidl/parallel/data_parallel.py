@@ -432,10 +432,37 @@ class DistributedOptimizer(WrapsOptimizer):
         self.optimizer.zero_grad(set_to_none)
 
     def state_dict(self):
+        """This rank's optimizer state, as it holds it (ZeRO: its shard; see :meth:`consolidated_state_dict`)."""
         return self.optimizer.state_dict()
 
+    def consolidated_state_dict(self) -> dict:
+        """The whole optimizer state in the per-parameter form one process saves (a collective under ZeRO).
+
+        ZeRO stage 1 gathers each rank's whole parameters' states; stages 2 and 3 gather each
+        shard's state and cut it into the parameters' shapes. The result loads into a plain
+        optimizer in one process, or through :meth:`load_state_dict` into any number of ranks.
+        """
+        consolidate = getattr(self.model, "consolidate_optimizer_state", None)
+        if consolidate is not None:
+            return consolidate(self.optimizer.state_dict())
+        if callable(getattr(self.optimizer, "consolidated_state_dict", None)):
+            return self.optimizer.consolidated_state_dict()
+        return self.optimizer.state_dict()
+
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        local = self._local(state_dict)
+        if not isinstance(self.optimizer, WrapsOptimizer):  # a wrapper (ZeRO stage 1) checks as it loads
+            self.optimizer.check_state_dict(local)
+
     def load_state_dict(self, state_dict):
-        return self.optimizer.load_state_dict(state_dict)
+        """Load a state as :meth:`consolidated_state_dict` gives it (per parameter: any number of ranks saved
+        it); without ZeRO stage 2 or 3 also the wrapped optimizer's own form."""
+        return self.optimizer.load_state_dict(self._local(state_dict))
+
+    def _local(self, state_dict):
+        shard = getattr(self.model, "shard_optimizer_state", None)
+        return shard(state_dict) if shard is not None else state_dict
 
     def __getattr__(self, name):
         if name == "optimizer":  # not yet set (during unpickling): avoid recursion

@@ -566,10 +566,14 @@ class Trainer:
         out["callbacks"] = saved
         return out
 
-    def save_checkpoint(self, path, extra=None) -> None:
-        """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
+    def save_checkpoint(self, path, extra=None, write: bool = True) -> None:
+        """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically.
+
+        In a sharded run (ZeRO) the state is gathered from every rank, so every rank calls this;
+        ``write=False`` takes part without writing (ranks other than 0).
+        """
         run_state.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                                  self.state_dict(), extra=self.extra if extra is None else extra)
+                                  self.state_dict(), extra=self.extra if extra is None else extra, write=write)
 
     def load_checkpoint(self, path) -> dict:
         """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.
