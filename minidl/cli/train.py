@@ -113,20 +113,19 @@ def _refused_with_zero(args, zero: int) -> str | None:
 
     A sharded run's optimizer state (and from stage 2 its gradients, from stage 3 its weights) is
     spread over the ranks. Its checkpoints are gathered from every rank (consolidated: they resume
-    in one process or on any number of ranks), but the training loop's clipping, loss scaling and
-    histograms see only this rank's part: those options wait for collective versions.
+    in one process or on any number of ranks) and its clipping adds every rank's part of the norm,
+    but loss scaling and histograms see only this rank's part: those wait for collective versions.
     """
     if not getattr(args, "data_parallel", False):
         return (f"--zero {zero} shards the training state across the ranks of a data-parallel job; add "
                 f"--data-parallel and start it with mpiexec (mpiexec -n 2 python -m mpi4py -m minidl train "
                 f"--data-parallel --zero {zero})")
-    given = [flag for flag, value in (("--clip-norm", args.clip_norm),
-                                      ("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
+    given = [flag for flag, value in (("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
              if value]
     if zero >= 2 and args.patience:  # EarlyStopping restores whole weights, not the shards the optimizer steps
         given.append("--patience")
     if given:
-        return (f"--zero {zero} does not run with {', '.join(given)} yet: clipping, loss scaling, histograms"
+        return (f"--zero {zero} does not run with {', '.join(given)} yet: loss scaling, histograms"
                 + (" and early stopping's restore" if zero >= 2 else "")
                 + f" would see one rank's shard only; drop {' and '.join(given)}, or drop --zero "
                 "(plain --data-parallel runs them all)")

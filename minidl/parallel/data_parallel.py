@@ -431,6 +431,23 @@ class DistributedOptimizer(WrapsOptimizer):
         self._synchronized = False
         self.optimizer.zero_grad(set_to_none)
 
+    def clip_grad_norm_(self, max_norm: float):
+        """Clip by the norm of the global gradient, as one process would; returns the norm before clipping.
+
+        Synchronizes first. Plain data parallelism and ZeRO stage 1 hold the whole global gradient
+        on every rank after the all-reduce (ZeRO-1's optimizer sees only the parameters this rank
+        owns, so every parameter is clipped here, not only those); stages 2 and 3 hold a shard of it,
+        and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks (a collective).
+        """
+        from minidl.nn.utils import clip_grad_norm_
+        self.synchronize()
+        if callable(getattr(self.model, "clip_grad_norm_", None)):
+            return self.model.clip_grad_norm_(max_norm)
+        params = getattr(self.optimizer, "all_params", None)
+        if params is None:
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+
     def state_dict(self):
         """This rank's optimizer state, as it holds it (ZeRO: its shard; see :meth:`consolidated_state_dict`)."""
         return self.optimizer.state_dict()

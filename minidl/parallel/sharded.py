@@ -51,10 +51,14 @@ parameters, runs them).
     loss.backward(); opt.step()                   # reduce-scatter (stage 2), step, all-gather (stage 2)
 
 Clipping by the global norm must add the squares of every rank's shard:
-``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()``. The Trainer's
-``max_grad_norm`` (``nn.utils.clip_grad_norm_`` over the parameters it is
-given) would measure this rank's shards only: with ShardedDataParallel, clip
-with :meth:`ShardedDataParallel.clip_grad_norm_` in your own loop instead.
+``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()`` (or
+``opt.clip_grad_norm_(1.0)``, which the Trainer's ``max_grad_norm`` calls).
+``nn.utils.clip_grad_norm_`` over ``parameters()`` would measure this rank's shards only.
+
+Checkpoints hold what one process saves: :meth:`ShardedDataParallel.consolidated_state_dict`
+(the whole weights) and ``DistributedOptimizer.consolidated_state_dict()`` (each shard's
+optimizer state all-gathered and cut into the parameters' shapes), so they load into one
+process or into any number of ranks; ``load_state_dict`` of each cuts this rank's shard back out.
 """
 from __future__ import annotations
 

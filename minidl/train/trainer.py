@@ -292,9 +292,13 @@ class Trainer:
             clip_grad_value_(params, self.max_grad_value)
         norm = None
         if self.max_grad_norm is not None:
-            from minidl.optim import clip_grad_norm_
-            norm = clip_grad_norm_(params, self.max_grad_norm).data
-            if backend.xp_of(norm) is np:
+            clip = getattr(self.optimizer, "clip_grad_norm_", None)
+            if callable(clip):  # data parallel: the global gradient's norm, its pieces perhaps on other ranks
+                norm = clip(self.max_grad_norm)
+            else:
+                from minidl.optim import clip_grad_norm_
+                norm = clip_grad_norm_(params, self.max_grad_norm).data
+            if isinstance(norm, float) or backend.xp_of(norm) is np:
                 norm = float(norm)
                 if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
                     self._stop_non_finite("gradient norm", norm)

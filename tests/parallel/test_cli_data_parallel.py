@@ -65,7 +65,6 @@ def test_train_cli_with_each_zero_stage_equals_one_process(tmp_path, capsys):
 
 @pytest.mark.parametrize("options, refused", [
     (["--zero", "2"], "--zero 2 shards the training state across the ranks of a data-parallel job; add"),
-    (["--data-parallel", "--zero", "1", "--clip-norm", "1"], "--zero 1 does not run with --clip-norm yet"),
     (["--data-parallel", "--zero", "2", "--amp", "fp16", "--patience", "2"],
      "--zero 2 does not run with --amp, --patience yet"),
     (["--data-parallel", "--zero", "3", "--tensorboard"], "--zero 3 does not run with --tensorboard yet"),

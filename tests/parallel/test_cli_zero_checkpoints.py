@@ -73,3 +73,20 @@ def test_a_one_process_checkpoint_resumes_sharded_on_more_ranks(tmp_path, capsys
     assert "resuming at step 46" in job.stdout and job.stdout.count("writing to") == 1
     _assert_same_weights(out / "model.safetensors", straight / "model.safetensors",
                          f"one process resumed with --zero {zero} on {ranks} ranks")
+
+
+def test_clipping_by_the_global_norm_with_each_zero_stage_equals_one_process(tmp_path, capsys):
+    # 0.5 is below the gradient norm of most steps of this run, so clipping changes the weights
+    # (checked against the unclipped run): each rank must add every rank's part of the norm
+    settings = [*SETTINGS, "--epochs", "1"]
+    assert main(["train", *settings, "--out", str(tmp_path / "plain")]) == 0
+    assert main(["train", *settings, "--clip-norm", "0.5", "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    plain = mdl.load(str(tmp_path / "plain" / "model.safetensors"))
+    one = mdl.load(str(tmp_path / "one" / "model.safetensors"))
+    assert max(float(np.abs(np.asarray(one[k]) - np.asarray(plain[k])).max()) for k in one) > 1e-3
+    for zero in (1, 2, 3):
+        out = tmp_path / f"zero{zero}"
+        _zero_job(2, zero, [*settings, "--clip-norm", "0.5", "--out", str(out)])
+        _assert_same_weights(out / "model.safetensors", tmp_path / "one" / "model.safetensors",
+                             f"--zero {zero} --clip-norm 0.5 on 2 ranks")
