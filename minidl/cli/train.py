@@ -336,8 +336,8 @@ def _add_train(sub):
     p.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
                    help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
                         "gradients too, 3 the weights too (stage 2 and 3 need an elementwise optimizer: adam, "
-                        "sgd, rmsprop...); writes the run's files, but its last.safetensors holds the weights "
-                        "and settings only: not resumable yet (see docs/parallelism.md; default: off, every rank "
+                        "sgd, rmsprop...); its checkpoints are consolidated: --resume continues it in one "
+                        "process or on any number of ranks (see docs/parallelism.md; default: off, every rank "
                         "holds everything)")
     p.set_defaults(run=train_command)
 
