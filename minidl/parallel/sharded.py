@@ -177,7 +177,7 @@ class FlatShard:
     def split_gathered(self, chunk) -> list:
         """This rank's ``chunk`` of a flat array of the unit, all-gathered and cut into one array per
         parameter, of its shape (a collective)."""
-        flat = self.comm.allgather(self.xp.ascontiguousarray(chunk)).reshape(-1)
+        flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
         out, offset = [], 0
         for shape, size in zip(self.shapes, self.sizes):
             out.append(flat[offset:offset + size].reshape(shape).copy())
