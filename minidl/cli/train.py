@@ -112,23 +112,21 @@ def _refused_with_zero(args, zero: int) -> str | None:
     """Why ``--zero`` cannot run with the other options given, or None.
 
     A sharded run's optimizer state (and from stage 2 its gradients, from stage 3 its weights) is
-    spread over the ranks, while the training loop's checkpoints are written by rank 0 alone and
-    its clipping, loss scaling and histograms see only this rank's part: those options wait for
-    collective versions.
+    spread over the ranks. Its checkpoints are gathered from every rank (consolidated: they resume
+    in one process or on any number of ranks) and its clipping adds every rank's part of the norm,
+    but loss scaling and histograms see only this rank's part: those wait for collective versions.
     """
     if not getattr(args, "data_parallel", False):
         return (f"--zero {zero} shards the training state across the ranks of a data-parallel job; add "
                 f"--data-parallel and start it with mpiexec (mpiexec -n 2 python -m mpi4py -m minidl train "
                 f"--data-parallel --zero {zero})")
-    given = [flag for flag, value in (("--resume", args.resume), ("--clip-norm", args.clip_norm),
-                                      ("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
+    given = [flag for flag, value in (("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
              if value]
     if zero >= 2 and args.patience:  # EarlyStopping restores whole weights, not the shards the optimizer steps
         given.append("--patience")
     if given:
-        return (f"--zero {zero} does not run with {', '.join(given)} yet: a sharded run writes no resumable "
-                "checkpoint, and clipping, loss scaling, histograms" + (" and early stopping's restore"
-                                                                        if zero >= 2 else "")
+        return (f"--zero {zero} does not run with {', '.join(given)} yet: loss scaling, histograms"
+                + (" and early stopping's restore" if zero >= 2 else "")
                 + f" would see one rank's shard only; drop {' and '.join(given)}, or drop --zero "
                 "(plain --data-parallel runs them all)")
     return None
@@ -209,18 +207,24 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
     """Train in the claimed folder ``out`` (None on ranks other than 0) and write the run's files."""
     import minidl as mdl
     from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, plot_curves
-    from minidl.train.callbacks import EarlyStopping
+    from minidl.train.callbacks import Callback, EarlyStopping
 
     callbacks, zero = [], getattr(args, "zero", None) or 0
-    if root:  # a sharded run (--zero) writes no resumable checkpoint: rank 0 holds one shard of the state
-        callbacks = ([] if zero else [ModelCheckpoint(out, monitor="val_accuracy")]) + [
-            JSONLLogger(os.path.join(out, "metrics.jsonl"))]
+    # Every rank takes part in each checkpoint (a sharded run's state is gathered from all of them; rank 0
+    # writes), and the other ranks keep a silent callback in each logger's place, so that the loop's state
+    # has one layout on every rank and a checkpoint resumes on any number of them.
+    if root:
+        callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
         if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
             from minidl.train.tensorboard import TensorBoardLogger
             try:
                 callbacks.append(TensorBoardLogger(os.path.join(out, "tensorboard")))
             except ImportError as exc:
                 return _end(comm, _fail(str(exc)))
+    else:
+        callbacks = [ModelCheckpoint(out or "", monitor="val_accuracy", write=False), Callback()]
+        if tensorboard:
+            callbacks.append(Callback())
     if args.patience:
         callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
     trainer = run.trainer(callbacks=callbacks, progress=not args.quiet and root, metrics=("accuracy", "f1"),
@@ -253,9 +257,6 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
         return 0
     JSONLLogger(os.path.join(out, "metrics.jsonl")).write({"split": "test", "step": trainer.step, **test})
     mdl.save(model.state_dict(), os.path.join(out, "model.safetensors"))
-    if zero:  # the settings minidl predict reads, beside the whole weights; no optimizer state: not resumable
-        from minidl.train.run_state import save_checkpoint
-        save_checkpoint(os.path.join(out, "last.safetensors"), model, extra=trainer.extra)
     mdl.save(data.standardizer.state_dict(), os.path.join(out, "standardizer.safetensors"))
     plot_curves(trainer.history, os.path.join(out, "curves.png"), steps=trainer.steps,
                 title=f"{s['model']} on {data.name}", test=test)
@@ -335,8 +336,8 @@ def _add_train(sub):
     p.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
                    help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
                         "gradients too, 3 the weights too (stage 2 and 3 need an elementwise optimizer: adam, "
-                        "sgd, rmsprop...); writes the run's files, but its last.safetensors holds the weights "
-                        "and settings only: not resumable yet (see docs/parallelism.md; default: off, every rank "
+                        "sgd, rmsprop...); its checkpoints are consolidated: --resume continues it in one "
+                        "process or on any number of ranks (see docs/parallelism.md; default: off, every rank "
                         "holds everything)")
     p.set_defaults(run=train_command)
 

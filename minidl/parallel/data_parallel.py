@@ -431,11 +431,55 @@ class DistributedOptimizer(WrapsOptimizer):
         self._synchronized = False
         self.optimizer.zero_grad(set_to_none)
 
+    def clip_grad_norm_(self, max_norm: float):
+        """Clip by the norm of the global gradient, as one process would; returns the norm before clipping.
+
+        Synchronizes first. Plain data parallelism and ZeRO stage 1 hold the whole global gradient
+        on every rank after the all-reduce (ZeRO-1's optimizer sees only the parameters this rank
+        owns, so every parameter is clipped here, not only those); stages 2 and 3 hold a shard of it,
+        and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks (a collective).
+        """
+        from minidl.nn.utils import clip_grad_norm_
+        self.synchronize()
+        if callable(getattr(self.model, "clip_grad_norm_", None)):
+            return self.model.clip_grad_norm_(max_norm)
+        params = getattr(self.optimizer, "all_params", None)
+        if params is None:
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+
     def state_dict(self):
+        """This rank's optimizer state, as it holds it (ZeRO: its shard; see :meth:`consolidated_state_dict`)."""
         return self.optimizer.state_dict()
 
+    def consolidated_state_dict(self) -> dict:
+        """The whole optimizer state in the per-parameter form one process saves (a collective under ZeRO).
+
+        ZeRO stage 1 gathers each rank's whole parameters' states; stages 2 and 3 gather each
+        shard's state and cut it into the parameters' shapes. The result loads into a plain
+        optimizer in one process, or through :meth:`load_state_dict` into any number of ranks.
+        """
+        consolidate = getattr(self.model, "consolidate_optimizer_state", None)
+        if consolidate is not None:
+            return consolidate(self.optimizer.state_dict())
+        if callable(getattr(self.optimizer, "consolidated_state_dict", None)):
+            return self.optimizer.consolidated_state_dict()
+        return self.optimizer.state_dict()
+
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        local = self._local(state_dict)
+        if not isinstance(self.optimizer, WrapsOptimizer):  # a wrapper (ZeRO stage 1) checks as it loads
+            self.optimizer.check_state_dict(local)
+
     def load_state_dict(self, state_dict):
-        return self.optimizer.load_state_dict(state_dict)
+        """Load a state as :meth:`consolidated_state_dict` gives it (per parameter: any number of ranks saved
+        it); without ZeRO stage 2 or 3 also the wrapped optimizer's own form."""
+        return self.optimizer.load_state_dict(self._local(state_dict))
+
+    def _local(self, state_dict):
+        shard = getattr(self.model, "shard_optimizer_state", None)
+        return shard(state_dict) if shard is not None else state_dict
 
     def __getattr__(self, name):
         if name == "optimizer":  # not yet set (during unpickling): avoid recursion

@@ -51,10 +51,14 @@ parameters, runs them).
     loss.backward(); opt.step()                   # reduce-scatter (stage 2), step, all-gather (stage 2)
 
 Clipping by the global norm must add the squares of every rank's shard:
-``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()``. The Trainer's
-``max_grad_norm`` (``nn.utils.clip_grad_norm_`` over the parameters it is
-given) would measure this rank's shards only: with ShardedDataParallel, clip
-with :meth:`ShardedDataParallel.clip_grad_norm_` in your own loop instead.
+``opt.synchronize(); model.clip_grad_norm_(1.0); opt.step()`` (or
+``opt.clip_grad_norm_(1.0)``, which the Trainer's ``max_grad_norm`` calls).
+``nn.utils.clip_grad_norm_`` over ``parameters()`` would measure this rank's shards only.
+
+Checkpoints hold what one process saves: :meth:`ShardedDataParallel.consolidated_state_dict`
+(the whole weights) and ``DistributedOptimizer.consolidated_state_dict()`` (each shard's
+optimizer state all-gathered and cut into the parameters' shapes), so they load into one
+process or into any number of ranks; ``load_state_dict`` of each cuts this rank's shard back out.
 """
 from __future__ import annotations
 
@@ -168,6 +172,33 @@ class FlatShard:
 
     def nbytes(self) -> int:
         return self.padded * np.dtype(self.dtype).itemsize
+
+    # checkpoints: the unit's flat arrays (an optimizer's moments) to and from per-parameter arrays
+    def split_gathered(self, chunk) -> list:
+        """This rank's ``chunk`` of a flat array of the unit, all-gathered and cut into one array per
+        parameter, of its shape (a collective)."""
+        flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
+        out, offset = [], 0
+        for shape, size in zip(self.shapes, self.sizes):
+            out.append(flat[offset:offset + size].reshape(shape).copy())
+            offset += size
+        return out
+
+    def my_chunk(self, arrays):
+        """This rank's chunk of the unit's per-parameter ``arrays`` laid out flat (zeros pad the end)."""
+        xp = self.xp
+        flat = xp.zeros(self.padded, np.result_type(*[a.dtype for a in arrays]))
+        self._pack(flat, [xp.asarray(a) for a in arrays])
+        return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
+
+    def take_whole_weights(self) -> None:
+        """Copy the parameters' whole values (just loaded) into the shard; stage 3 frees them again."""
+        if self.full is not None:  # stage 2: the parameters are views of the buffer the shard is a view of
+            mark_changed(self.shard)
+            return
+        self.shard.data[...] = self.my_chunk([p.data for p in self.params])
+        mark_changed(self.shard)
+        self.release()
 
 
 class _UnitBoundary(Function):
@@ -293,6 +324,123 @@ class ShardedDataParallel(DataParallel):
         for _, unit in self.units:
             if unit is not None:
                 unit.gather()
+
+    # ------------------------------------------------------------ checkpoints
+    # A checkpoint holds what one process would save: the whole weights (state_dict after
+    # gather_parameters) and the optimizer state per parameter, so it loads into one process
+    # or into any number of ranks. Each conversion is a collective: every rank calls it.
+    def consolidated_state_dict(self) -> dict:
+        """The wrapped model's whole weights (a collective; stage 3 frees them again afterwards)."""
+        self.gather_parameters()
+        state = self.module.state_dict()
+        if self.stage == 3:
+            for _, unit in self.units:
+                if unit is not None:
+                    unit.release()
+        return state
+
+    def check_state_dict(self, state, strict: bool = True):
+        """What ``load_state_dict(state)`` would raise or return, checked against the whole shapes (a collective)."""
+        self.gather_parameters()
+        try:
+            return self.module.check_state_dict(state, strict)
+        finally:
+            self._release_whole()
+
+    def load_state_dict(self, state, strict: bool = True):
+        """Load whole weights (as one process saves them) and cut this rank's shards from them (a collective)."""
+        self.gather_parameters()
+        try:
+            result = self.module.load_state_dict(state, strict)
+        except BaseException:
+            self._release_whole()
+            raise
+        for _, unit in self.units:
+            if unit is not None:
+                unit.take_whole_weights()
+        return result
+
+    def _release_whole(self):
+        if self.stage == 3:
+            for _, unit in self.units:
+                if unit is not None:
+                    unit.release()
+
+    def _shard_units(self):
+        return [unit for _, unit in self.units if unit is not None]
+
+    def consolidate_optimizer_state(self, state_dict: dict) -> dict:
+        """An optimizer's state over the shards -> the state one process keeps per parameter (a collective).
+
+        Each array of a shard's state (Adam's m and v: one entry per element of the shard) is
+        all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
+        of the unit's parameters. Positions are those of the wrapped model's ``parameters()``.
+        """
+        units = self._shard_units()
+        position = {id(p): i for i, p in enumerate(self.module.parameters())}
+        groups, state = [], {}
+        for group in state_dict["param_groups"]:
+            params = [position[id(p)] for u in group["params"] for p in units[u].params]
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+        for u, unit in enumerate(units):
+            saved = state_dict["state"].get(u, {})
+            pieces = {key: (unit.split_gathered(value) if getattr(value, "shape", ()) == (unit.chunk,)
+                            else [value] * len(unit.params)) for key, value in saved.items()}
+            for i, p in enumerate(unit.params):
+                state[position[id(p)]] = {key: values[i] for key, values in pieces.items()}
+        return {"state": {pos: state[pos] for pos in sorted(state)}, "param_groups": groups}
+
+    def shard_optimizer_state(self, state_dict: dict) -> dict:
+        """The per-parameter state of :meth:`consolidate_optimizer_state` -> this rank's state over the shards.
+
+        Raises ValueError naming the parameter and both shapes when a saved array does not fit
+        the model (a checkpoint of another model, or one that is not consolidated).
+        """
+        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
+                or not isinstance(state_dict.get("param_groups"), list):
+            raise ValueError("ShardedDataParallel: expected an optimizer state {'state': ..., 'param_groups': [...]} "
+                             f"as one process saves it, got {type(state_dict).__name__}")
+        units = self._shard_units()
+        names = {id(p): name for name, p in self.module.named_parameters()}
+        position = {id(p): i for i, p in enumerate(self.module.parameters())}
+        count = len(position)
+        saved_count = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
+        if saved_count != count:
+            raise ValueError(f"ShardedDataParallel: the optimizer state is for {saved_count} parameters, the model "
+                             f"has {count}; load a consolidated checkpoint of this model (one process saves one "
+                             "entry per parameter)")
+        saved = {int(k): v for k, v in state_dict["state"].items()}
+        state = {}
+        for u, unit in enumerate(units):
+            entries = [saved.get(position[id(p)], {}) for p in unit.params]
+            keys = set(entries[0])
+            for p, entry in zip(unit.params, entries):
+                if set(entry) != keys:
+                    raise ValueError(f"ShardedDataParallel: parameter {names[id(p)]} has optimizer state "
+                                     f"{sorted(entry)}, others of {unit.name} have {sorted(keys)}")
+            if not keys:
+                continue
+            state[u] = {}
+            for key in entries[0]:
+                values = [entry[key] for entry in entries]
+                if getattr(values[0], "ndim", 0) == 0:  # a number shared by the unit's parameters (a step count)
+                    state[u][key] = values[0]
+                    continue
+                for p, shape, value in zip(unit.params, unit.shapes, values):
+                    if tuple(getattr(value, "shape", ())) != shape:
+                        raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
+                                         f"{names[id(p)]} has shape {tuple(getattr(value, 'shape', ()))}, the model's "
+                                         f"parameter has shape {shape}; load a consolidated checkpoint of this model")
+                state[u][key] = unit.my_chunk(values)
+        groups = []
+        for group in state_dict["param_groups"]:
+            entry = {k: v for k, v in group.items() if k != "params"}
+            groups.append(entry)
+        if len(groups) != 1:
+            raise ValueError(f"ShardedDataParallel: the optimizer over the shards has one parameter group, the "
+                             f"state has {len(groups)}")
+        groups[0]["params"] = list(range(len(units)))
+        return {"state": state, "param_groups": groups}
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).

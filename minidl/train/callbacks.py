@@ -219,12 +219,17 @@ class ModelCheckpoint(Callback):
     random states), written atomically: a run that crashes or stops on a NaN
     leaves the previous files whole. Resume from either with
     ``trainer.load_checkpoint(path)`` or ``minidl train --resume path``.
+
+    A sharded run (ZeRO) gathers each checkpoint from every rank: give every
+    rank a ModelCheckpoint, with ``write=False`` on all but rank 0. All ranks
+    validate on the same data with the same weights, so they agree on when
+    the best checkpoint improves.
     """
 
     def __init__(self, dirpath, monitor: str = "val_loss", mode: str = "auto", save_best: bool = True,
                  save_last: bool = True, best_name: str = "best.safetensors",
-                 last_name: str = "last.safetensors"):
-        self.dirpath = os.fspath(dirpath)
+                 last_name: str = "last.safetensors", write: bool = True):
+        self.dirpath, self.write = os.fspath(dirpath), bool(write)
         self.tracker = _Monitor(monitor, mode, 0.0, "ModelCheckpoint")
         self.save_best, self.save_last = bool(save_best), bool(save_last)
         self.best_path = os.path.join(self.dirpath, best_name)
@@ -244,11 +249,11 @@ class ModelCheckpoint(Callback):
             raise KeyError(self.tracker.missing_message(logs))
         if value is not None and self.tracker.improved(value):
             self.tracker.best, self.best_step = value, trainer.step
-            trainer.save_checkpoint(self.best_path)
+            trainer.save_checkpoint(self.best_path, write=self.write)
 
     def on_epoch_end(self, trainer, epoch, logs):
         if self.save_last:
-            trainer.save_checkpoint(self.last_path)
+            trainer.save_checkpoint(self.last_path, write=self.write)
             self.last_saved_step = trainer.step
 
     def on_train_end(self, trainer):
@@ -256,7 +261,7 @@ class ModelCheckpoint(Callback):
         # checkpoint. The trainer calls this before other callbacks' on_train_end, so the file holds
         # the weights the run ended with, not weights EarlyStopping restores afterwards.
         if self.save_last and trainer.step > 0 and trainer.step != self.last_saved_step:
-            trainer.save_checkpoint(self.last_path)
+            trainer.save_checkpoint(self.last_path, write=self.write)
             self.last_saved_step = trainer.step
 
     def state_dict(self):

@@ -143,24 +143,37 @@ _PARTS = ("optimizer", "scheduler", "loader", "rng", "trainer")  # dicts, or Non
 
 
 def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, trainer_state=None,
-                    extra=None) -> None:
+                    extra=None, write: bool = True) -> None:
     """Write a complete training checkpoint to ``path`` atomically (temporary file, then rename).
 
     Any argument but ``path`` and ``model`` may be None. ``trainer_state`` and
     ``extra`` are nestings of dicts, lists, tuples, numbers, strings and arrays.
+
+    A model or optimizer whose state is spread over the ranks of a sharded run
+    (ZeRO) has a ``consolidated_state_dict()``: the state one process would
+    save, gathered by a collective. It is used instead of ``state_dict()``, so
+    every rank must call this function; ranks other than 0 pass ``write=False``
+    (they take part in the gathering and write nothing).
     """
     state = {
         "format": FORMAT,
         "version": VERSION,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "model": consolidated_state(model),
+        "optimizer": consolidated_state(optimizer) if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if _has_state(scheduler) else None,
         "loader": loader.state_dict() if _has_state(loader) else None,
         "rng": get_rng_states(),
         "trainer": trainer_state,
         "extra": extra,
     }
-    save(state, path)
+    if write:
+        save(state, path)
+
+
+def consolidated_state(obj) -> dict:
+    """``obj.consolidated_state_dict()`` (a collective of a sharded run) where it has one, else ``obj.state_dict()``."""
+    consolidate = getattr(obj, "consolidated_state_dict", None)
+    return consolidate() if callable(consolidate) else obj.state_dict()
 
 
 def _has_state(obj) -> bool:
@@ -251,7 +264,7 @@ def load_checkpoint(path, model=None, optimizer=None, scheduler=None, loader=Non
     undo = []
     try:
         for name, obj in parts:  # the way back is recorded first: a failing load may change its object half-way
-            undo.append(lambda obj=obj, snapshot=obj.state_dict(): obj.load_state_dict(snapshot))
+            undo.append(lambda obj=obj, snapshot=consolidated_state(obj): obj.load_state_dict(snapshot))
             _as_checkpoint_error(path, name, obj.load_state_dict, state[name])
         if rng is not None:
             undo.append(lambda snapshot=get_rng_states(): set_rng_states(snapshot))

@@ -292,9 +292,13 @@ class Trainer:
             clip_grad_value_(params, self.max_grad_value)
         norm = None
         if self.max_grad_norm is not None:
-            from minidl.optim import clip_grad_norm_
-            norm = clip_grad_norm_(params, self.max_grad_norm).data
-            if backend.xp_of(norm) is np:
+            clip = getattr(self.optimizer, "clip_grad_norm_", None)
+            if callable(clip):  # data parallel: the global gradient's norm, its pieces perhaps on other ranks
+                norm = clip(self.max_grad_norm)
+            else:
+                from minidl.optim import clip_grad_norm_
+                norm = clip_grad_norm_(params, self.max_grad_norm).data
+            if isinstance(norm, float) or backend.xp_of(norm) is np:
                 norm = float(norm)
                 if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
                     self._stop_non_finite("gradient norm", norm)
@@ -566,10 +570,14 @@ class Trainer:
         out["callbacks"] = saved
         return out
 
-    def save_checkpoint(self, path, extra=None) -> None:
-        """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically."""
+    def save_checkpoint(self, path, extra=None, write: bool = True) -> None:
+        """Write model, optimizer, schedule, loader position, RNG states and this loop's state atomically.
+
+        In a sharded run (ZeRO) the state is gathered from every rank, so every rank calls this;
+        ``write=False`` takes part without writing (ranks other than 0).
+        """
         run_state.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                                  self.state_dict(), extra=self.extra if extra is None else extra)
+                                  self.state_dict(), extra=self.extra if extra is None else extra, write=write)
 
     def load_checkpoint(self, path) -> dict:
         """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.

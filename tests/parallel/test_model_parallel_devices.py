@@ -56,3 +56,39 @@ def _sharded_and_piped(device):
 def test_sharded_and_pipelined_training_on_cuda_computes_what_it_computes_on_the_cpu(device):
     for got, want in zip(_sharded_and_piped(device), _sharded_and_piped("cpu")):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _two_steps(model, opt, device):
+    x = mdl.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4), device=device)
+    y = mdl.tensor(np.array([0, 1, 2, 0, 1]), device=device)
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def test_a_sharded_checkpoint_written_on_cuda_loads_into_one_process_on_the_cpu(device, tmp_path):
+    from minidl.train.run_state import load_checkpoint, save_checkpoint
+    mdl.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    plain_opt = optim.Adam(plain.parameters(), lr=0.01)
+    _two_steps(plain, plain_opt, "cpu")
+    for stage in (2, 3):
+        mdl.manual_seed(0)
+        sharded = parallel.ShardedDataParallel(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).to(device),
+                                               parallel.LocalComm(), stage=stage)
+        opt = parallel.DistributedOptimizer(optim.Adam(sharded.parameters(), lr=0.01), sharded)
+        _two_steps(sharded, opt, device)
+        path = str(tmp_path / f"stage{stage}.safetensors")
+        save_checkpoint(path, sharded, opt)
+        mdl.manual_seed(1)
+        fresh = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+        fresh_opt = optim.Adam(fresh.parameters(), lr=0.01)
+        load_checkpoint(path, fresh, fresh_opt)
+        for got, want in zip(fresh.parameters(), plain.parameters()):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)
+        for pos, entry in plain_opt.state.items():
+            for key, value in entry.items():
+                np.testing.assert_allclose(np.asarray(mdl.backend.to_numpy(fresh_opt.state[pos][key])),
+                                           np.asarray(mdl.backend.to_numpy(value)), rtol=1e-4, atol=1e-7,
+                                           err_msg=f"stage {stage}: state {key} of parameter {pos}")

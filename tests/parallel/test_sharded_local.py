@@ -83,3 +83,73 @@ def test_stage_3_frees_each_unit_after_its_forward_and_gathers_it_again_for_its_
     for (_, unit), params in zip(sharded.units[::2], units):
         want = np.concatenate([p.grad.data.ravel() for p in params])
         np.testing.assert_allclose(unit.shard.grad.data[:want.size], want, rtol=1e-15, atol=1e-16)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_shards(stage):
+    # a world of one trains as the plain model bit for bit (above), so the consolidated state must
+    # equal the plain optimizer's state_dict exactly: every moment in its parameter's shape
+    plain = make_sequential()
+    plain_opt = make_optimizer("adam", plain.parameters())
+    train_sequential(plain, plain_opt, 12)
+    sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=stage)
+    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    train_sequential(sharded, opt, 12)
+    weights, state = sharded.consolidated_state_dict(), opt.consolidated_state_dict()
+    if stage == 3:
+        assert all(p.data.size == 0 for p in sharded.module.parameters())  # freed again after the gather
+    want = plain_opt.state_dict()
+    assert [g["params"] for g in state["param_groups"]] == [g["params"] for g in want["param_groups"]]
+    assert sorted(state["state"]) == sorted(want["state"])
+    for pos, entry in want["state"].items():
+        assert sorted(state["state"][pos]) == sorted(entry)
+        for key, value in entry.items():
+            np.testing.assert_array_equal(np.asarray(state["state"][pos][key]), np.asarray(value))
+    for name, value in plain.state_dict().items():
+        np.testing.assert_array_equal(weights[name], value)
+    # loaded into a fresh sharded model, the shards and their state are those of the trained one
+    again = parallel.ShardedDataParallel(make_sequential(seed=5), parallel.LocalComm(), stage=stage)
+    again_opt = parallel.DistributedOptimizer(make_optimizer("adam", again.parameters()), again)
+    again.load_state_dict(weights)
+    again_opt.check_state_dict(state)
+    again_opt.load_state_dict(state)
+    for got, want_shard in zip(again.parameters(), sharded.parameters()):
+        np.testing.assert_array_equal(got.data, want_shard.data)
+    for (_, got), (_, want_entry) in zip(sorted(again_opt.optimizer.state.items()),
+                                         sorted(opt.optimizer.state.items())):
+        for key in want_entry:
+            np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want_entry[key]))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_state_that_does_not_fit_names_the_parameter_and_the_shapes(stage):
+    sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=stage)
+    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    train_sequential(sharded, opt, 12)
+    before = [p.data.copy() for p in sharded.parameters()]
+    # the per-parameter state of a model with a wider first layer
+    other = nn.Sequential(nn.Linear(7, 13, bias=False), nn.Tanh(), nn.Linear(13, 5), nn.Tanh(),
+                          nn.Linear(5, 3, bias=False)).to(dtype=np.float64)
+    other_opt = make_optimizer("adam", other.parameters())
+    _one_step(other, other_opt)
+    with pytest.raises(ValueError, match=r"state 'm' of parameter 0.weight has shape \(13, 7\), the model's "
+                                         r"parameter has shape \(13, 6\)"):
+        opt.load_state_dict(other_opt.state_dict())
+    with pytest.raises(ValueError, match=r"0.weight.*\(13, 6\).*\(13, 7\)"):
+        sharded.load_state_dict(other.state_dict())
+    # the state over the shards (not consolidated): one entry per shard, not per parameter
+    with pytest.raises(ValueError, match=rf"optimizer state is for {1 if stage == 2 else 3} parameters, the model "
+                                         "has 4; load a consolidated checkpoint"):
+        opt.load_state_dict(opt.state_dict())
+    for got, want in zip(sharded.parameters(), before):  # nothing changed
+        np.testing.assert_array_equal(got.data, want)
+    if stage == 3:
+        assert all(p.data.size == 0 for p in sharded.module.parameters())
+
+
+def _one_step(model, opt):
+    import minidl as mdl
+    from minidl import functional as F
+    opt.zero_grad()
+    F.cross_entropy(model(mdl.tensor(np.ones((4, 7)))), mdl.tensor(np.array([0, 1, 2, 0]))).backward()
+    opt.step()
