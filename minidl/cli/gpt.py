@@ -6,6 +6,7 @@
     minidl gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 20
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --data-parallel
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2     # each block split over 2 ranks
+    mpiexec -n 2 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --micro-batches 4  # 2 stages
 
 The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.gpt`.
 """
@@ -84,6 +85,12 @@ def train_command(args) -> int:
         print(f"minidl gpt train: error: --block-size {s['block_size']} is longer than the validation text allows "
               f"(at most {longest_block()} characters of context)", file=sys.stderr)
         return 2
+    if args.pipeline_parallel is not None or args.micro_batches is not None or args.schedule is not None:
+        problem = _pipeline_problem(args, s)
+        if problem:
+            print(f"minidl gpt train: error: {problem}", file=sys.stderr)
+            return 2
+        return _pipeline_command(args, s)
     tp = args.tensor_parallel
     if tp is not None:
         problem = _tensor_parallel_problem(args, s)
@@ -170,6 +177,82 @@ def _tensor_parallel_problem(args, s) -> str | None:
     return None
 
 
+def _pipeline_problem(args, s) -> str | None:
+    """Why ``--pipeline-parallel`` cannot run with these arguments and settings, or None: checked before
+    any work (the world size is checked once MPI is up)."""
+    from minidl.models.gpt import check_pipeline
+    m = args.pipeline_parallel
+    if m is None:
+        return "--micro-batches and --schedule go with --pipeline-parallel M"
+    k = args.micro_batches if args.micro_batches is not None else m
+    for flag, given in (("--tensor-parallel", args.tensor_parallel is not None),
+                        ("--data-parallel", args.data_parallel), ("--resume", bool(args.resume)),
+                        ("--checkpoint-blocks", s["checkpoint_blocks"]), ("--amp", bool(s["amp"])),
+                        ("--device cuda", args.device != "cpu"), ("--accumulate", s["accumulate"] != 1)):
+        if given:
+            return (f"--pipeline-parallel {m} does not combine with {flag} yet (the pipeline's micro-batches "
+                    "are its accumulation; it runs on the CPU, in float32, and writes no resumable checkpoint)")
+    try:
+        check_pipeline(s["n_layer"], s["dropout"], m)
+    except ValueError as exc:
+        return f"--pipeline-parallel {m}: {exc}"
+    if s["batch_size"] % k:
+        valid = ", ".join(str(d) for d in range(1, s["batch_size"] + 1) if s["batch_size"] % d == 0)
+        return (f"--micro-batches {k}: a batch of {s['batch_size']} sequences does not split into {k} equal "
+                f"micro-batches; choose --micro-batches among {valid}")
+    return None
+
+
+def _pipeline_command(args, s) -> int:
+    """``gpt train --pipeline-parallel M``: M stages, one per rank of the MPI world; rank 0 speaks and writes."""
+    from minidl import parallel
+    from minidl.models.gpt_train import train_pipeline, warmup_steps
+    from minidl.train.run_folder import RunFolderError, claim, write_failure
+    m, k = args.pipeline_parallel, args.micro_batches or args.pipeline_parallel
+    schedule = args.schedule or "1f1b"
+    world = parallel.init(device=args.device)
+    if world.size != m:
+        if world.rank == 0:
+            print(f"minidl gpt train: error: --pipeline-parallel {m} needs a world of {m} ranks (one per stage: "
+                  f"mpiexec -n {m} python -m mpi4py -m minidl gpt train --pipeline-parallel {m} ...), got "
+                  f"{world.size}", file=sys.stderr)
+        return 2
+    folder = None
+    if world.rank == 0:
+        try:
+            folder = claim("gpt train", args.out, default="gpt", resume=False, overwrite=args.overwrite,
+                           run_files=RUN_FILES, stamped=False)
+        except RunFolderError as exc:
+            print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
+            if world.size > 1:
+                world.abort(2)  # the other stages would wait for this one
+            return 2
+    out = folder.path if folder is not None else None
+    try:
+        if folder is not None:
+            print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
+                  f"{s['block_size']}; {s['steps']} steps of {s['batch_size']}x{s['block_size']} tokens; AdamW lr "
+                  f"{s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to {s['min_lr']:g}), clip "
+                  f"{s['clip_norm']:g}, pipeline-parallel on {m} ranks ({s['n_layer'] // m} blocks a stage), "
+                  f"{k} micro-batches of {s['batch_size'] // k}, schedule {schedule}\nwriting to {out}", flush=True)
+        result = train_pipeline(s, out, world, k, schedule, show=not args.quiet)
+    except ValueError as exc:
+        print(f"minidl gpt train: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(write_failure("gpt train", exc), file=sys.stderr)
+        return 2
+    finally:
+        if folder is not None:
+            folder.release()
+    if folder is not None:
+        written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
+        print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
+              f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
+        print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
+    return 0
+
+
 def sample_command(args) -> int:
     import numpy as np
 
@@ -239,6 +322,17 @@ def add_commands(subparsers) -> None:
                         "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume); with "
                         "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model "
                         "(default: not split)")
+    p.add_argument("--pipeline-parallel", dest="pipeline_parallel", type=positive_int, metavar="M", default=None,
+                   help="under mpiexec -n M: the blocks cut into M stages, one per rank (the embedding with the "
+                        "first, the final norm and tied head with the last), each batch sent through in "
+                        "micro-batches; gpt.safetensors holds the whole weights (needs n_layer divisible by M, "
+                        "no dropout, no --resume) (default: not cut)")
+    p.add_argument("--micro-batches", dest="micro_batches", type=positive_int, metavar="K", default=None,
+                   help="with --pipeline-parallel: micro-batches per batch, dividing --batch-size; the idle "
+                        "fraction is (M-1)/(K+M-1) (default: M)")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default=None,
+                   help="with --pipeline-parallel: all forwards then all backwards (gpipe), or one forward, one "
+                        "backward in the steady state (1f1b: fewer activations held) (default: 1f1b)")
     p.set_defaults(run=train_command)
     p = add_command(sub, "sample", help="generate text from a trained run",
                     description="Generate text from a run written by minidl gpt train.")

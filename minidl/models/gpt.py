@@ -29,7 +29,8 @@ from minidl.autograd import no_grad
 from minidl.checkpoint import checkpoint
 from minidl.tensor import Tensor
 
-__all__ = ["GPT", "GPTConfig", "check_tensor_parallel", "composed_attention", "tensor_parallel"]
+__all__ = ["GPT", "GPTConfig", "check_pipeline", "check_tensor_parallel", "composed_attention", "pipeline_boundaries",
+           "pipeline_layers", "tensor_parallel"]
 
 
 def composed_attention(q, k, v, bias=None, scale=None):
@@ -250,3 +251,81 @@ def tensor_parallel(model: GPT, comm) -> GPT:
         block.attn, block.ln2, block.mlp = attn, block.ln2, mlp
     return model
 
+
+
+# ---------------------------------------------------------------- the GPT as a pipeline of layers
+class SequenceEmbedding(nn.Module):
+    """The GPT's input layer as a pipeline stage: token ids (B, T) → tok_emb[idx] + pos_emb[0..T−1], (B, T, C).
+
+    Holds the model's own embeddings (the token one is also the tied output layer's weight)."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.tok_emb, self.pos_emb, self.drop = model.tok_emb, model.pos_emb, model.drop
+
+    def forward(self, idx):
+        return self.drop(self.tok_emb(idx) + self.pos_emb(np.arange(idx.shape[1])))
+
+
+class SequenceBlock(nn.Module):
+    """One of the model's blocks on a (B, T, C) activation, the shape that travels between stages (a block
+    needs T, the sequence length, to know which positions attend to which)."""
+
+    def __init__(self, block: Block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        B, T, C = x.shape  # noqa: N806
+        return self.block(x.reshape(B * T, C), T).reshape(B, T, C)
+
+
+class TiedHead(nn.Module):
+    """The final LayerNorm and the output layer, whose weight is the token embedding's (the same Parameter):
+    (B, T, C) → logits (B, T, vocab_size)."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.ln_f, self.weight = model.ln_f, model.tok_emb.weight
+
+    def forward(self, x):
+        B, T, C = x.shape  # noqa: N806
+        return F.linear(self.ln_f(x.reshape(B * T, C)), self.weight).reshape(B, T, self.weight.shape[0])
+
+
+def pipeline_layers(model: GPT) -> nn.Sequential:
+    """``model`` as n_layer + 2 layers in a row, for :class:`minidl.parallel.Pipeline`:
+    [embedding, block 0, …, block N−1, final norm + tied head], holding the model's own parameters (so
+    training them trains ``model``, whose ``state_dict`` keeps its names). The token embedding's weight is
+    in the first layer and the last: cut into stages, both the first and the last stage hold it, and the
+    two gradients must be summed before each step (what one process's backward does through the tie)."""
+    if model.checkpoint_blocks:
+        raise ValueError("GPT pipeline: checkpoint_blocks=True is not supported in a pipeline (a stage keeps "
+                         "its micro-batches' activations by the schedule); build the GPT without it")
+    if any(not isinstance(b.attn, CausalSelfAttention) for b in model.blocks):
+        raise ValueError("GPT pipeline: this model is split for tensor parallelism; pipeline a plain GPT")
+    return nn.Sequential(SequenceEmbedding(model), *[SequenceBlock(b) for b in model.blocks], TiedHead(model))
+
+
+def check_pipeline(n_layer: int, dropout: float, stages: int) -> None:
+    """Raise ValueError unless a GPT of ``n_layer`` blocks and ``dropout`` cuts into ``stages`` pipeline
+    stages of equal block counts (the embedding goes with the first, the head with the last), without
+    dropout (each rank would draw its masks from its own generator, not one process's). Callable before
+    any model is built."""
+    if stages < 2:
+        raise ValueError(f"GPT pipeline: {stages} stage is one process; use 2 stages or more")
+    if n_layer < stages or n_layer % stages:
+        valid = ", ".join(str(d) for d in range(2, n_layer + 1) if n_layer % d == 0) or "none (n_layer=1)"
+        raise ValueError(f"GPT pipeline: n_layer ({n_layer}) blocks do not divide into {stages} stages of equal "
+                         f"length; choose a number of stages among {valid}, or n_layer a multiple of {stages}")
+    if dropout:
+        raise ValueError(f"GPT pipeline: dropout={dropout} would draw each stage's masks from that rank's own "
+                         "generator, not the one process's; use dropout=0")
+
+
+def pipeline_boundaries(n_layer: int, stages: int) -> list[int]:
+    """The cut of :func:`pipeline_layers` into ``stages`` stages of n_layer/stages blocks each: the
+    embedding before the first stage's blocks, the head after the last stage's."""
+    check_pipeline(n_layer, 0.0, stages)
+    per = n_layer // stages
+    return [0] + [1 + s * per for s in range(1, stages)] + [n_layer + 2]

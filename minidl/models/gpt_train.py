@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 import minidl.functional as F
-from minidl import nn
+from minidl import backend, nn
 from minidl.data.text import CharTokenizer, next_token_windows, shakespeare, split_ids
 from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
@@ -258,6 +258,166 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
                     title=f"GPT on Shakespeare ({summary['parameters']:,} parameters)")
     summary["trainer"] = trainer
     return summary
+
+
+def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule: str = "1f1b",
+                   show: bool = True) -> dict:
+    """Train with the settings ``s`` on a pipeline of ``comm.size`` stages (a collective: every rank calls
+    it); rank 0 writes the run folder ``out``. Returns the summary :func:`train` returns (no trainer).
+
+    Every rank builds the whole run of :func:`build_run` (so the weights, the batches and the schedule
+    are one process's), then keeps its stage of :func:`minidl.models.gpt.pipeline_layers` and an AdamW
+    over that stage's :func:`decay_groups`. The loop is the Trainer's, written out for a pipeline:
+
+        loss = pipe.train_step(x, y, lm_loss)    # K micro-batches through the stages, gradients accumulated
+        sum the tied weight's gradient over the first and the last stage (an all-reduce: others add zeros)
+        clip to the global norm: total² = Σ_stages ‖g_stage‖² (the tied weight counted once)
+        AdamW step at the schedule's rate; zero the gradients; next rate
+
+    every ``eval_every`` steps (and at the last) a forward-only pass over the validation set, the
+    activations sent stage to stage, the last stage's mean loss shared. ``gpt.safetensors`` holds the
+    whole model, gathered from the stages, written by rank 0; no ``last.safetensors`` (no resume yet).
+    """
+    from minidl import optim
+    from minidl.models.gpt import check_pipeline, pipeline_boundaries, pipeline_layers
+    from minidl.parallel.pipeline import Pipeline
+    from minidl.train import plot_curves
+    from minidl.train.callbacks import JSONLLogger
+
+    check_pipeline(s["n_layer"], s["dropout"], comm.size)
+    if s["batch_size"] % micro_batches:
+        raise ValueError(f"a batch of {s['batch_size']} sequences does not split into {micro_batches} equal "
+                         "micro-batches")
+    run, tok = build_run(s)
+    model = run.model
+    pipe = Pipeline(pipeline_layers(model), comm, micro_batches, schedule,
+                    boundaries=pipeline_boundaries(s["n_layer"], comm.size))
+    opt = optim.AdamW(decay_groups(pipe.stage, s["weight_decay"]), lr=run.lr, betas=tuple(s["betas"]))
+    rates = optim.ScheduleLR(opt, run.schedule)
+    mine = {id(p) for p in pipe.parameters()}
+    tied = model.tok_emb.weight
+    root = comm.rank == 0
+    log = JSONLLogger(os.path.join(out, "metrics.jsonl")) if root and out is not None else None
+    if log is not None:
+        os.makedirs(out, exist_ok=True)
+    history, losses, step, training_seconds = [], [], 0, 0.0
+    started = time.perf_counter()
+    while step < s["steps"]:
+        for x, y in run.train_loader:
+            tick = time.perf_counter()
+            lr = opt.param_groups[0]["lr"]
+            losses.append(pipe.train_step(_array(x), _array(y), lm_loss))
+            _sum_tied_grad(tied, pipe, comm, id(tied) in mine)
+            if s["clip_norm"] is not None:
+                _clip_stages(pipe, comm, s["clip_norm"], tied)
+            opt.step()
+            opt.zero_grad()
+            rates.step()
+            step += 1
+            training_seconds += time.perf_counter() - tick
+            if step % s["eval_every"] == 0 or step == s["steps"]:
+                record = {"step": step, "train_loss": float(np.mean(losses)), "lr": lr,
+                          "val_loss": _pipeline_val_loss(pipe, run.val_loader, comm, s["n_embd"], tied.dtype),
+                          "time": round(time.perf_counter() - started, 3)}
+                losses = []
+                history.append(record)
+                if log is not None:
+                    log.write(record)
+                if show and root:
+                    print(f"step {step}/{s['steps']}: train loss {record['train_loss']:.4f}, validation loss "
+                          f"{record['val_loss']:.4f}", file=sys.stderr, flush=True)
+            if step == s["steps"]:
+                break
+    state = _gathered_state(model, pipe, comm)
+    summary = {"steps": step, "val_loss": history[-1]["val_loss"], "seconds": time.perf_counter() - started,
+               "tokens_per_s": step * s["batch_size"] * s["block_size"] / max(training_seconds, 1e-9),
+               "parameters": sum(int(a.size) for a in state.values()) if state is not None else None}
+    if root and out is not None:
+        save_run(out, model, tok, state)
+        plot_curves(history, os.path.join(out, "loss.png"),
+                    title=f"GPT on Shakespeare ({summary['parameters']:,} parameters)")
+    return summary
+
+
+def _array(t):
+    """The array of a loader's Tensor (the pipeline slices it into micro-batches)."""
+    return t.data if hasattr(t, "data") else t
+
+
+def _sum_tied_grad(tied, pipe, comm, holds: bool) -> None:
+    """Sum the tied embedding/head weight's gradient over the first and the last stage (Megatron-LM's
+    embedding group), so both update it as one process would: an all-reduce over the pipeline in which
+    the middle stages add zeros (one (vocab, C) array: the group of two would save them the message)."""
+    grad = tied.grad.data if holds and tied.grad is not None else pipe._xp().zeros(tied.shape, tied.dtype)
+    grad = grad.copy()
+    comm.allreduce_(grad)
+    if holds:
+        from minidl.tensor import Tensor
+        tied.grad = Tensor(grad)
+
+
+def _clip_stages(pipe, comm, max_norm: float, tied) -> float:
+    """Scale every stage's gradients by min(1, max_norm / (total + 1e-6)), the rule of
+    :func:`minidl.nn.utils.clip_grad_norm_`, with total² = Σ_stages ‖g_stage‖², the tied weight
+    (on the first stage and the last, its gradient already summed) counted on the first only."""
+    squares = 0.0
+    for p in pipe.parameters():
+        if p.grad is not None and not (p is tied and not pipe.is_first):
+            squares += float((p.grad.data.astype(np.float64) ** 2).sum())
+    total = np.array([squares])
+    comm.host_allreduce_(total)
+    norm = float(np.sqrt(total[0]))
+    scale = max_norm / (norm + 1e-6)
+    if scale < 1:
+        from minidl.tensor import Tensor
+        for p in pipe.parameters():
+            if p.grad is not None:
+                p.grad = Tensor(p.grad.data * p.grad.data.dtype.type(scale))
+    return norm
+
+
+def _pipeline_val_loss(pipe, loader, comm, width: int, dtype) -> float:
+    """The mean validation loss through the stages, forward only: each stage receives the (B, T, C)
+    activations of the one before (the first: the token ids), runs its layers and sends them on; the
+    last stage's summed loss is shared by an all-reduce."""
+    from minidl.autograd import no_grad
+    from minidl.tensor import Tensor
+    xp, total, count = pipe._xp(), 0.0, 0
+    pipe.eval()
+    try:
+        with no_grad():
+            for x, y in loader:
+                x, y = _array(x), _array(y)
+                if pipe.is_first:
+                    inp = x
+                else:
+                    inp = xp.empty((len(x), x.shape[1], width), dtype)
+                    comm.recv_(inp, pipe.stage_index - 1)
+                out = pipe.stage(Tensor(inp))
+                if pipe.is_last:
+                    total += float(lm_loss(out, y).data) * len(y)
+                else:
+                    comm.send(xp.ascontiguousarray(out.data), pipe.stage_index + 1)
+                count += len(y)
+    finally:
+        pipe.train()
+    shared = np.array([total])
+    comm.host_allreduce_(shared)
+    return float(shared[0]) / count
+
+
+def _gathered_state(model, pipe, comm) -> dict | None:
+    """The whole model's state dict on rank 0 (its names and order), each entry from the stage holding
+    it (the tied weight from the first); None on the other ranks. A collective."""
+    mine = {id(p) for p in pipe.parameters()}
+    owned = {name: backend.to_numpy(p.data) for name, p in model.named_parameters() if id(p) in mine}
+    pieces = comm.allgather_object(owned)
+    if comm.rank != 0:
+        return None
+    state = {}
+    for name in model.state_dict():
+        state[name] = next(piece[name] for piece in pieces if name in piece)
+    return state
 
 
 def save_run(out: str, model: GPT, tok: CharTokenizer, state: dict | None = None) -> str:

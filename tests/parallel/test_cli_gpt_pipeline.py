@@ -1,0 +1,81 @@
+"""``minidl gpt train --pipeline-parallel 2`` under mpiexec trains the GPT the one-process command trains.
+
+The tiny GPT of test_cli_gpt_parallel.py (2 blocks, 2 heads, width 16, context 16), 6 AdamW steps of 8
+sequences in 4 micro-batches of 2, clipped to a global norm of 0.05 (every step clips, so the clipping
+must see both stages' gradients), cut into 2 stages: [embedding, block 0] and [block 1, final norm, tied
+head]. The tied embedding/head weight lives on both ranks, each with half its gradient; a missed sum
+leaves the two copies apart and the loss off. The tolerances are the tensor-parallel test's, for
+float32: the micro-batches' gradients are summed in another order than one batch's matrix products (a
+few roundings of 6e-8 per step), while a missing tied sum, a wrong micro-batch scale or a clip by one
+stage's norm moves the weights by the order of lr = 3e-3 a step.
+"""
+import json
+
+import numpy as np
+import pytest
+
+import minidl as mdl
+from minidl.cli import main
+from minidl.parallel import launch
+
+REASON = launch.mpi_unavailable_reason()
+TINY = ["--steps", "6", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "8", "--eval-every", "3", "--clip-norm", "0.05", "--quiet"]
+
+
+def _losses(folder):
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [(row["step"], row["train_loss"], row["val_loss"]) for row in rows]
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, schedule):
+    assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    job = launch.run(2, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "4",
+                         "--schedule", schedule, *TINY, "--out", str(tmp_path / "two")], timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("writing to") == 1                      # only rank 0 speaks...
+    assert f"pipeline-parallel on 2 ranks (1 blocks a stage), 4 micro-batches of 2, schedule {schedule}" \
+        in job.stdout
+    assert (tmp_path / "two" / "loss.png").exists()                 # ...and writes
+    assert not (tmp_path / "two" / "last.safetensors").exists()     # no resumable checkpoint
+    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert [r[0] for r in two] == [r[0] for r in one] == [3, 6]
+    np.testing.assert_allclose([r[1:] for r in two], [r[1:] for r in one], rtol=1e-5)
+    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))
+    got = mdl.load(str(tmp_path / "two" / "gpt.safetensors"))     # gathered: the plain model's keys, in order
+    assert got["config"] == want["config"] and got["tokenizer"] == want["tokenizer"]
+    assert list(got["model"]) == list(want["model"])
+    for key, value in want["model"].items():
+        np.testing.assert_allclose(np.asarray(got["model"][key]), np.asarray(value), rtol=1e-5, atol=1e-5,
+                                   err_msg=key)
+    # the training moved the weights by far more than the tolerance: equal runs, not two untrained ones
+    from minidl.models.gpt import GPT, GPTConfig
+    from minidl.train.trainer import seed_everything
+    seed_everything(0)                                              # the recipe's seeding, then the model
+    start = GPT(GPTConfig(**want["config"])).state_dict()
+    for key in ("tok_emb.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.proj.weight"):
+        assert np.abs(np.asarray(want["model"][key]) - np.asarray(start[key])).max() > 1e-3, key
+    assert main(["gpt", "sample", "--run", str(tmp_path / "two"), "--tokens", "20", "--prompt", "ROMEO:"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--pipeline-parallel", "3"], "n_layer (2) blocks do not divide into 3 stages of equal length; choose a "
+                                   "number of stages among 2"),
+    (["--pipeline-parallel", "2", "--micro-batches", "3"], "a batch of 8 sequences does not split into 3 equal "
+                                                          "micro-batches; choose --micro-batches among 1, 2, 4, 8"),
+    (["--pipeline-parallel", "2", "--dropout", "0.1"], "dropout=0.1 would draw each stage's masks"),
+    (["--pipeline-parallel", "2", "--tensor-parallel", "2"], "does not combine with --tensor-parallel"),
+    (["--pipeline-parallel", "2", "--data-parallel"], "does not combine with --data-parallel"),
+    (["--micro-batches", "4"], "--micro-batches and --schedule go with --pipeline-parallel M"),
+    (["--pipeline-parallel", "2"], "--pipeline-parallel 2 needs a world of 2 ranks"),  # one process: a world of 1
+])
+def test_bad_pipeline_input_is_refused_before_any_work(tmp_path, capsys, extra, message):
+    out = tmp_path / "run"
+    assert main(["gpt", "train", *TINY, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("minidl gpt train: error:")
+    assert not out.exists()                                         # no run folder claimed, nothing trained
