@@ -317,7 +317,7 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
             training_seconds += time.perf_counter() - tick
             if step % s["eval_every"] == 0 or step == s["steps"]:
                 record = {"step": step, "train_loss": float(np.mean(losses)), "lr": lr,
-                          "val_loss": _pipeline_val_loss(pipe, run.val_loader, comm, s["n_embd"], tied.dtype),
+                          "val_loss": _pipeline_val_loss(pipe, run.val_loader, comm, s["n_embd"], tied),
                           "time": round(time.perf_counter() - started, 3)}
                 losses = []
                 history.append(record)
@@ -348,8 +348,7 @@ def _sum_tied_grad(tied, pipe, comm, holds: bool) -> None:
     """Sum the tied embedding/head weight's gradient over the first and the last stage (Megatron-LM's
     embedding group), so both update it as one process would: an all-reduce over the pipeline in which
     the middle stages add zeros (one (vocab, C) array: the group of two would save them the message)."""
-    grad = tied.grad.data if holds and tied.grad is not None else pipe._xp().zeros(tied.shape, tied.dtype)
-    grad = grad.copy()
+    grad = tied.grad.data.copy() if holds and tied.grad is not None else tied.xp.zeros(tied.shape, tied.dtype)
     comm.allreduce_(grad)
     if holds:
         from minidl.tensor import Tensor
@@ -376,13 +375,14 @@ def _clip_stages(pipe, comm, max_norm: float, tied) -> float:
     return norm
 
 
-def _pipeline_val_loss(pipe, loader, comm, width: int, dtype) -> float:
+def _pipeline_val_loss(pipe, loader, comm, width: int, like) -> float:
     """The mean validation loss through the stages, forward only: each stage receives the (B, T, C)
     activations of the one before (the first: the token ids), runs its layers and sends them on; the
-    last stage's summed loss is shared by an all-reduce."""
+    last stage's summed loss is shared by an all-reduce. ``like``: a parameter, whose array module and
+    dtype the activations have."""
     from minidl.autograd import no_grad
     from minidl.tensor import Tensor
-    xp, total, count = pipe._xp(), 0.0, 0
+    xp, total, count = like.xp, 0.0, 0
     pipe.eval()
     try:
         with no_grad():
@@ -391,7 +391,7 @@ def _pipeline_val_loss(pipe, loader, comm, width: int, dtype) -> float:
                 if pipe.is_first:
                     inp = x
                 else:
-                    inp = xp.empty((len(x), x.shape[1], width), dtype)
+                    inp = xp.empty((len(x), x.shape[1], width), like.dtype)
                     comm.recv_(inp, pipe.stage_index - 1)
                 out = pipe.stage(Tensor(inp))
                 if pipe.is_last:
