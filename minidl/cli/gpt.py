@@ -249,6 +249,9 @@ def _pipeline_command(args, s) -> int:
         written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
         print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
               f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
+        print(f"pipeline bubble of the last step: {result['bubble']:.0%} idle (with free messages and equal "
+              f"stages (M-1)/(K+M-1) = {(m - 1) / (k + m - 1):.0%}); the first stage held {result['peak_in_flight']} "
+              f"of {k} micro-batches' activations at once")
         print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
     return 0
 

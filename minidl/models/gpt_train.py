@@ -277,6 +277,9 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     every ``eval_every`` steps (and at the last) a forward-only pass over the validation set, the
     activations sent stage to stage, the last stage's mean loss shared. ``gpt.safetensors`` holds the
     whole model, gathered from the stages, written by rank 0; no ``last.safetensors`` (no resume yet).
+    The summary adds ``bubble``, the idle fraction of the last step's timeline over every stage
+    (:func:`minidl.parallel.pipeline.bubble_fraction`; (M − 1)/(K + M − 1) with free messages and equal
+    stages), and ``peak_in_flight``, the most micro-batches rank 0's stage held at once.
     """
     from minidl import optim
     from minidl.models.gpt import check_pipeline, pipeline_boundaries, pipeline_layers
@@ -329,7 +332,10 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
             if step == s["steps"]:
                 break
     state = _gathered_state(model, pipe, comm)
+    from minidl.parallel.pipeline import bubble_fraction
+    bubble = bubble_fraction(pipe.gather_timeline())  # the last step's: a collective
     summary = {"steps": step, "val_loss": history[-1]["val_loss"], "seconds": time.perf_counter() - started,
+               "bubble": bubble, "peak_in_flight": pipe.peak_in_flight,
                "tokens_per_s": step * s["batch_size"] * s["block_size"] / max(training_seconds, 1e-9),
                "parameters": sum(int(a.size) for a in state.values()) if state is not None else None}
     if root and out is not None:

@@ -39,6 +39,9 @@ def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, sc
     assert job.stdout.count("writing to") == 1                      # only rank 0 speaks...
     assert f"pipeline-parallel on 2 ranks (1 blocks a stage), 4 micro-batches of 2, schedule {schedule}" \
         in job.stdout
+    assert "(M-1)/(K+M-1) = 20%" in job.stdout                      # 1/(4 + 1): the ideal bubble, printed
+    held = {"1f1b": 2, "gpipe": 4}[schedule]                        # 1F1B: at most p − s = 2 on stage 0
+    assert f"the first stage held {held} of 4 micro-batches' activations at once" in job.stdout
     assert (tmp_path / "two" / "loss.png").exists()                 # ...and writes
     assert not (tmp_path / "two" / "last.safetensors").exists()     # no resumable checkpoint
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
