@@ -1,13 +1,14 @@
-"""``minidl gpt train --pipeline-parallel 2`` under mpiexec trains the GPT the one-process command trains.
+"""``minidl gpt train --pipeline-parallel M`` under mpiexec trains the GPT the one-process command trains.
 
 The tiny GPT of test_cli_gpt_parallel.py (2 blocks, 2 heads, width 16, context 16), 6 AdamW steps of 8
 sequences in 4 micro-batches of 2, clipped to a global norm of 0.05 (every step clips, so the clipping
-must see both stages' gradients), cut into 2 stages: [embedding, block 0] and [block 1, final norm, tied
-head]. The tied embedding/head weight lives on both ranks, each with half its gradient; a missed sum
-leaves the two copies apart and the loss off. The tolerances are the tensor-parallel test's, for
-float32: the micro-batches' gradients are summed in another order than one batch's matrix products (a
-few roundings of 6e-8 per step; measured at 1.2e-7 on the weights), while a missing tied sum, a wrong micro-batch scale or a clip by one
-stage's norm moves the weights by the order of lr = 3e-3 a step.
+must see every stage's gradients), cut into 2 stages: [embedding, block 0] and [block 1, final norm,
+tied head]; and with 3 blocks into 3 stages. The tied embedding/head weight lives on the first and the
+last rank, each with its part of the gradient; a missed sum leaves the two copies apart and the loss
+off (measured: 1.1e-3 on the losses). The tolerances are the tensor-parallel test's, for float32: the
+micro-batches' gradients are summed in another order than one batch's matrix products (a few roundings
+of 6e-8 per step; measured at 1.2e-7 on the weights), while a missing tied sum, a wrong micro-batch
+scale or a clip by one stage's norm moves the weights by the order of lr = 3e-3 a step.
 """
 import json
 
@@ -29,18 +30,22 @@ def _losses(folder):
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, schedule):
-    assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
+@pytest.mark.parametrize("stages, schedule", [(2, "1f1b"), (2, "gpipe"), (3, "1f1b")])
+def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, stages, schedule):
+    """3 stages (3 blocks): a middle stage, which holds no tied weight and adds zeros to its sum."""
+    tiny = [*TINY[:2], "--n-layer", str(stages), *TINY[4:]]
+    assert main(["gpt", "train", *tiny, "--out", str(tmp_path / "one")]) == 0
     capsys.readouterr()
-    job = launch.run(2, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "4",
-                         "--schedule", schedule, *TINY, "--out", str(tmp_path / "two")], timeout=120)
+    job = launch.run(stages, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", str(stages),
+                              "--micro-batches", "4", "--schedule", schedule, *tiny, "--out", str(tmp_path / "two")],
+                     timeout=120)
     assert job.returncode == 0, job.stderr[-3000:]
     assert job.stdout.count("writing to") == 1                      # only rank 0 speaks...
-    assert f"pipeline-parallel on 2 ranks (1 blocks a stage), 4 micro-batches of 2, schedule {schedule}" \
+    assert f"pipeline-parallel on {stages} ranks (1 blocks a stage), 4 micro-batches of 2, schedule {schedule}" \
         in job.stdout
-    assert "(M-1)/(K+M-1) = 20%" in job.stdout                      # 1/(4 + 1): the ideal bubble, printed
-    held = {"1f1b": 2, "gpipe": 4}[schedule]                        # 1F1B: at most p − s = 2 on stage 0
+    ideal = {2: "20%", 3: "33%"}[stages]                            # (p − 1)/(m + p − 1): 1/5, 2/6
+    assert f"(M-1)/(K+M-1) = {ideal}" in job.stdout
+    held = stages if schedule == "1f1b" else 4                      # 1F1B: at most p − s on stage s = 0
     assert f"the first stage held {held} of 4 micro-batches' activations at once" in job.stdout
     assert (tmp_path / "two" / "loss.png").exists()                 # ...and writes
     assert not (tmp_path / "two" / "last.safetensors").exists()     # no resumable checkpoint
@@ -59,7 +64,7 @@ def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, sc
     from minidl.train.trainer import seed_everything
     seed_everything(0)                                              # the recipe's seeding, then the model
     start = GPT(GPTConfig(**want["config"])).state_dict()
-    for key in ("tok_emb.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.proj.weight"):
+    for key in ("tok_emb.weight", "blocks.0.attn.qkv.weight", f"blocks.{stages - 1}.mlp.proj.weight"):
         assert np.abs(np.asarray(want["model"][key]) - np.asarray(start[key])).max() > 1e-3, key
     assert main(["gpt", "sample", "--run", str(tmp_path / "two"), "--tokens", "20", "--prompt", "ROMEO:"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
