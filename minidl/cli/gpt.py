@@ -7,6 +7,7 @@
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --data-parallel
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2     # each block split over 2 ranks
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --micro-batches 4  # 2 stages
+    mpiexec -n 4 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --data-parallel    # 2 × 2 stages
 
 The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.gpt`.
 """
@@ -186,7 +187,7 @@ def _pipeline_problem(args, s) -> str | None:
         return "--micro-batches and --schedule go with --pipeline-parallel M"
     k = args.micro_batches if args.micro_batches is not None else m
     for flag, given in (("--tensor-parallel", args.tensor_parallel is not None),
-                        ("--data-parallel", args.data_parallel), ("--resume", bool(args.resume)),
+                        ("--resume", bool(args.resume)),
                         ("--checkpoint-blocks", s["checkpoint_blocks"]), ("--amp", bool(s["amp"])),
                         ("--device cuda", args.device != "cpu"), ("--accumulate", s["accumulate"] != 1)):
         if given:
@@ -211,12 +212,29 @@ def _pipeline_command(args, s) -> int:
     m, k = args.pipeline_parallel, args.micro_batches or args.pipeline_parallel
     schedule = args.schedule or "1f1b"
     world = parallel.init(device=args.device)
-    if world.size != m:
+    fits = world.size % m == 0 if args.data_parallel else world.size == m
+    d = world.size // m if args.data_parallel else 1
+    if fits and d > 1 and s["batch_size"] % (d * k):
         if world.rank == 0:
-            print(f"minidl gpt train: error: --pipeline-parallel {m} needs a world of {m} ranks (one per stage: "
-                  f"mpiexec -n {m} python -m mpi4py -m minidl gpt train --pipeline-parallel {m} ...), got "
-                  f"{world.size}", file=sys.stderr)
+            print(f"minidl gpt train: error: --pipeline-parallel {m} --micro-batches {k} --data-parallel on "
+                  f"{world.size} ranks: a batch of {s['batch_size']} sequences does not split into {d} replicas' "
+                  f"{k} equal micro-batches; choose --batch-size a multiple of {d * k}", file=sys.stderr)
         return 2
+    if not fits:
+        if world.rank == 0:
+            print("minidl gpt train: error: " + (
+                  f"--pipeline-parallel {m} --data-parallel needs a world of a multiple of {m} ranks (data "
+                  f"groups × pipelines of {m} stages), got {world.size}" if args.data_parallel else
+                  f"--pipeline-parallel {m} needs a world of {m} ranks (one per stage: mpiexec -n {m} python "
+                  f"-m mpi4py -m minidl gpt train --pipeline-parallel {m} ...), got {world.size}; with "
+                  f"--data-parallel a multiple of {m}"), file=sys.stderr)
+        return 2
+    data = None
+    if args.data_parallel:  # a data × pipeline mesh: the pipeline axis varies fastest (neighbouring ranks)
+        mesh = parallel.Mesh(world, data=d, pipeline=m)
+        data, stages = mesh.group("data"), mesh.group("pipeline")
+    else:
+        stages = world
     folder = None
     if world.rank == 0:
         try:
@@ -234,8 +252,10 @@ def _pipeline_command(args, s) -> int:
                   f"{s['block_size']}; {s['steps']} steps of {s['batch_size']}x{s['block_size']} tokens; AdamW lr "
                   f"{s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to {s['min_lr']:g}), clip "
                   f"{s['clip_norm']:g}, pipeline-parallel on {m} ranks ({s['n_layer'] // m} blocks a stage), "
-                  f"{k} micro-batches of {s['batch_size'] // k}, schedule {schedule}\nwriting to {out}", flush=True)
-        result = train_pipeline(s, out, world, k, schedule, show=not args.quiet)
+                  f"{k} micro-batches of {s['batch_size'] // (k * d)}, schedule {schedule}"
+                  + (f", data-parallel over {d} such pipelines" if data is not None else "")
+                  + f"\nwriting to {out}", flush=True)
+        result = train_pipeline(s, out, stages, k, schedule, show=not args.quiet, data=data)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
@@ -329,7 +349,8 @@ def add_commands(subparsers) -> None:
                    help="under mpiexec -n M: the blocks cut into M stages, one per rank (the embedding with the "
                         "first, the final norm and tied head with the last), each batch sent through in "
                         "micro-batches; gpt.safetensors holds the whole weights (needs n_layer divisible by M, "
-                        "no dropout, no --resume) (default: not cut)")
+                        "no dropout, no --resume); with --data-parallel, mpiexec -n D·M: D data-parallel copies "
+                        "of the pipeline, each on its 1/D of every batch (default: not cut)")
     p.add_argument("--micro-batches", dest="micro_batches", type=positive_int, metavar="K", default=None,
                    help="with --pipeline-parallel: micro-batches per batch, dividing --batch-size; the idle "
                         "fraction is (M-1)/(K+M-1) (default: M)")

@@ -261,7 +261,7 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
 
 
 def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule: str = "1f1b",
-                   show: bool = True) -> dict:
+                   show: bool = True, data=None) -> dict:
     """Train with the settings ``s`` on a pipeline of ``comm.size`` stages (a collective: every rank calls
     it); rank 0 writes the run folder ``out``. Returns the summary :func:`train` returns (no trainer).
 
@@ -280,6 +280,14 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     The summary adds ``bubble``, the idle fraction of the last step's timeline over every stage
     (:func:`minidl.parallel.pipeline.bubble_fraction`; (M − 1)/(K + M − 1) with free messages and equal
     stages), and ``peak_in_flight``, the most micro-batches rank 0's stage held at once.
+
+    ``data``: the data group of a Mesh(data=D, pipeline=M) (``comm`` then its pipeline group): D
+    replicas of the pipeline, each walking its 1/D of every batch (:func:`minidl.parallel.sampler.shard_loader`,
+    so B must split into D × K micro-batches); after the tied sum, each stage's gradients are averaged
+    over the same stage of the other replicas, g ← (1/D) Σ_replicas g, so every replica clips (by its own
+    pipeline's global norm, now the same everywhere) and steps as one process would. The train loss is
+    averaged the same way; the validation runs whole on every replica; the ranks of the first replica
+    gather the weights and its rank 0 (the world's) writes.
     """
     from minidl import optim
     from minidl.models.gpt import check_pipeline, pipeline_boundaries, pipeline_layers
@@ -288,10 +296,14 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     from minidl.train.callbacks import JSONLLogger
 
     check_pipeline(s["n_layer"], s["dropout"], comm.size)
-    if s["batch_size"] % micro_batches:
+    replicas = 1 if data is None else data.size
+    if s["batch_size"] % (micro_batches * replicas):
         raise ValueError(f"a batch of {s['batch_size']} sequences does not split into {micro_batches} equal "
-                         "micro-batches")
+                         f"micro-batches" + (f" on each of {replicas} replicas" if replicas > 1 else ""))
     run, tok = build_run(s)
+    if replicas > 1:
+        from minidl.parallel.sampler import shard_loader
+        run.train_loader = shard_loader(run.train_loader, data)
     model = run.model
     pipe = Pipeline(pipeline_layers(model), comm, micro_batches, schedule,
                     boundaries=pipeline_boundaries(s["n_layer"], comm.size))
@@ -299,7 +311,7 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     rates = optim.ScheduleLR(opt, run.schedule)
     mine = {id(p) for p in pipe.parameters()}
     tied = model.tok_emb.weight
-    root = comm.rank == 0
+    root = comm.rank == 0 and (data is None or data.rank == 0)
     log = JSONLLogger(os.path.join(out, "metrics.jsonl")) if root and out is not None else None
     if log is not None:
         os.makedirs(out, exist_ok=True)
@@ -311,6 +323,8 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
             lr = opt.param_groups[0]["lr"]
             losses.append(pipe.train_step(_array(x), _array(y), lm_loss))
             _sum_tied_grad(tied, pipe, comm, id(tied) in mine)
+            if replicas > 1:
+                losses[-1] = _average_replicas(pipe, data, losses[-1])
             if s["clip_norm"] is not None:
                 _clip_stages(pipe, comm, s["clip_norm"], tied)
             opt.step()
@@ -359,6 +373,22 @@ def _sum_tied_grad(tied, pipe, comm, holds: bool) -> None:
     if holds:
         from minidl.tensor import Tensor
         tied.grad = Tensor(grad)
+
+
+def _average_replicas(pipe, data, loss: float) -> float:
+    """Average this stage's gradients over its data group (the same stage of every replica), in
+    place, and return the replicas' mean of ``loss``: each replica's batch is an equal 1/D of the
+    global one, so the mean of their means is the global batch's mean, as in data parallelism."""
+    from minidl.tensor import Tensor
+    for p in pipe.parameters():
+        if p.grad is not None:
+            grad = p.grad.data.copy()
+            data.allreduce_(grad)
+            grad /= grad.dtype.type(data.size)
+            p.grad = Tensor(grad)
+    shared = np.array([loss])
+    data.host_allreduce_(shared)
+    return float(shared[0]) / data.size
 
 
 def _clip_stages(pipe, comm, max_norm: float, tied) -> float:

@@ -70,6 +70,39 @@ def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, st
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_pipeline_with_data_parallel_equals_one_process(tmp_path, capsys):
+    """mpiexec -n 4 on a Mesh(data=2, pipeline=2): two replicas of a 2-stage pipeline, each on 4 of the
+    8 sequences of a batch in 2 micro-batches of 2. Every step clips (norm 0.05): replicas stepping on
+    their own halves' gradients (no average), or clipping before the average (each replica by its own
+    norm), end off by the order of lr = 3e-3 a step, far off the 1e-5. (A sum for the mean would pass:
+    the clip and AdamW do not see the gradients' scale; the test of losses covers the loss's mean.)"""
+    assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "2",
+                         "--data-parallel", *TINY, "--out", str(tmp_path / "four")], timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("writing to") == 1                      # only the world's rank 0 speaks
+    assert "2 micro-batches of 2, schedule 1f1b, data-parallel over 2 such pipelines" in job.stdout
+    one, four = _losses(tmp_path / "one"), _losses(tmp_path / "four")
+    assert [r[0] for r in four] == [r[0] for r in one] == [3, 6]
+    np.testing.assert_allclose([r[1:] for r in four], [r[1:] for r in one], rtol=1e-5)
+    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))["model"]
+    got = mdl.load(str(tmp_path / "four" / "gpt.safetensors"))["model"]
+    assert list(got) == list(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_pipeline_with_data_parallel_refuses_a_world_not_a_multiple_of_the_stages(tmp_path):
+    job = launch.run(3, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--data-parallel", *TINY,
+                         "--out", str(tmp_path / "run")], timeout=60)
+    assert job.returncode != 0
+    assert "--pipeline-parallel 2 --data-parallel needs a world of a multiple of 2 ranks" in job.stderr
+    assert "got 3" in job.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--pipeline-parallel", "3"], "n_layer (2) blocks do not divide into 3 stages of equal length; choose a "
                                    "number of stages among 2"),
@@ -77,7 +110,8 @@ def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, st
                                                           "micro-batches; choose --micro-batches among 1, 2, 4, 8"),
     (["--pipeline-parallel", "2", "--dropout", "0.1"], "dropout=0.1 would draw each stage's masks"),
     (["--pipeline-parallel", "2", "--tensor-parallel", "2"], "does not combine with --tensor-parallel"),
-    (["--pipeline-parallel", "2", "--data-parallel"], "does not combine with --data-parallel"),
+    (["--pipeline-parallel", "2", "--data-parallel"], "--pipeline-parallel 2 --data-parallel needs a world of a "
+                                                      "multiple of 2 ranks"),  # one process: a world of 1
     (["--micro-batches", "4"], "--micro-batches and --schedule go with --pipeline-parallel M"),
     (["--pipeline-parallel", "2"], "--pipeline-parallel 2 needs a world of 2 ranks"),  # one process: a world of 1
 ])
