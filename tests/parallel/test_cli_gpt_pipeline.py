@@ -95,12 +95,16 @@ def test_pipeline_with_data_parallel_equals_one_process(tmp_path, capsys):
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
-def test_pipeline_with_data_parallel_refuses_a_world_not_a_multiple_of_the_stages(tmp_path):
-    job = launch.run(3, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--data-parallel", *TINY,
-                         "--out", str(tmp_path / "run")], timeout=60)
+@pytest.mark.parametrize("ranks, extra, message", [
+    (3, [], "--pipeline-parallel 2 --data-parallel needs a world of a multiple of 2 ranks (data groups × "
+            "pipelines of 2 stages), got 3"),
+    (4, ["--micro-batches", "8"], "a batch of 8 sequences does not split into 2 replicas' 8 equal micro-batches"),
+])
+def test_pipeline_with_data_parallel_refuses_a_world_or_batch_that_does_not_split(tmp_path, ranks, extra, message):
+    job = launch.run(ranks, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--data-parallel", *extra,
+                             *TINY, "--out", str(tmp_path / "run")], timeout=60)
     assert job.returncode != 0
-    assert "--pipeline-parallel 2 --data-parallel needs a world of a multiple of 2 ranks" in job.stderr
-    assert "got 3" in job.stderr and not (tmp_path / "run").exists()
+    assert message in job.stderr and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("extra, message", [
