@@ -102,15 +102,11 @@ def train_command(args) -> int:
     if args.data_parallel or tp is not None:
         from minidl import parallel
         world = parallel.init(device=args.device)
-        fits = tp is None or (world.size % tp == 0 if args.data_parallel else world.size == tp)
-        if not fits:
+        misfit = tp is not None and _world_misfit(world, "--tensor-parallel", tp, f"tensor groups of {tp}", "slice",
+                                                   args.data_parallel)
+        if misfit:
             if world.rank == 0:
-                print("minidl gpt train: error: " + (
-                      f"--tensor-parallel {tp} --data-parallel needs a world of a multiple of {tp} ranks (data "
-                      f"groups × tensor groups of {tp}), got {world.size}" if args.data_parallel else
-                      f"--tensor-parallel {tp} needs a world of {tp} ranks (one per slice: mpiexec -n {tp} "
-                      f"python -m mpi4py -m minidl gpt train --tensor-parallel {tp} ...), got {world.size}; "
-                      f"with --data-parallel a multiple of {tp}"), file=sys.stderr)
+                print("minidl gpt train: error: " + misfit, file=sys.stderr)
             return 2
         if tp is None:
             comm = world
@@ -204,6 +200,18 @@ def _pipeline_problem(args, s) -> str | None:
     return None
 
 
+def _world_misfit(world, flag: str, n: int, groups: str, one: str, data_parallel: bool) -> str | None:
+    """Why the MPI world does not fit ``flag n`` (n ranks, one per ``one``; with --data-parallel a multiple of n,
+    data groups × ``groups``), or None when it fits."""
+    if (world.size % n == 0) if data_parallel else (world.size == n):
+        return None
+    if data_parallel:
+        return (f"{flag} {n} --data-parallel needs a world of a multiple of {n} ranks (data groups × {groups}), "
+                f"got {world.size}")
+    return (f"{flag} {n} needs a world of {n} ranks (one per {one}: mpiexec -n {n} python -m mpi4py -m minidl gpt "
+            f"train {flag} {n} ...), got {world.size}; with --data-parallel a multiple of {n}")
+
+
 def _pipeline_command(args, s) -> int:
     """``gpt train --pipeline-parallel M``: M stages, one per rank of the MPI world; rank 0 speaks and writes."""
     from minidl import parallel
@@ -212,22 +220,17 @@ def _pipeline_command(args, s) -> int:
     m, k = args.pipeline_parallel, args.micro_batches or args.pipeline_parallel
     schedule = args.schedule or "1f1b"
     world = parallel.init(device=args.device)
-    fits = world.size % m == 0 if args.data_parallel else world.size == m
+    misfit = _world_misfit(world, "--pipeline-parallel", m, f"pipelines of {m} stages", "stage", args.data_parallel)
     d = world.size // m if args.data_parallel else 1
-    if fits and d > 1 and s["batch_size"] % (d * k):
+    if not misfit and d > 1 and s["batch_size"] % (d * k):
         if world.rank == 0:
             print(f"minidl gpt train: error: --pipeline-parallel {m} --micro-batches {k} --data-parallel on "
                   f"{world.size} ranks: a batch of {s['batch_size']} sequences does not split into {d} replicas' "
                   f"{k} equal micro-batches; choose --batch-size a multiple of {d * k}", file=sys.stderr)
         return 2
-    if not fits:
+    if misfit:
         if world.rank == 0:
-            print("minidl gpt train: error: " + (
-                  f"--pipeline-parallel {m} --data-parallel needs a world of a multiple of {m} ranks (data "
-                  f"groups × pipelines of {m} stages), got {world.size}" if args.data_parallel else
-                  f"--pipeline-parallel {m} needs a world of {m} ranks (one per stage: mpiexec -n {m} python "
-                  f"-m mpi4py -m minidl gpt train --pipeline-parallel {m} ...), got {world.size}; with "
-                  f"--data-parallel a multiple of {m}"), file=sys.stderr)
+            print("minidl gpt train: error: " + misfit, file=sys.stderr)
         return 2
     data = None
     if args.data_parallel:  # a data × pipeline mesh: the pipeline axis varies fastest (neighbouring ranks)

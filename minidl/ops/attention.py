@@ -247,7 +247,8 @@ class AttentionGrad(Function):
 
 
 def _full_mask(mask, causal, q, k):
-    """The whole boolean mask a plain op needs for what a tiled one makes block by block."""
+    """The whole boolean mask a plain op needs: ``mask``, or query i seeing keys j ≤ i (``tril(ones(L, S))``,
+    PyTorch's causal mask), which a tiled op makes block by block."""
     if not causal:
         return mask
     return q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
@@ -436,8 +437,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                              f"{'a float attn_mask' if bias is not None else f'dropout_p={dropout_p}'}: "
                              "pass tiled=False (or leave it None) for the plain op")
         return TiledAttention(scale, mask, causal=is_causal, mask_tensor=mask_tensor)(q, k, v)
-    if is_causal:
-        mask = q.xp.tri(q.shape[-2], k.shape[-2], dtype=bool)
+    mask = _full_mask(mask, is_causal, q, k)  # the plain op holds the causal mask whole
     attention = ScaledDotProductAttention(scale, mask, float(dropout_p), mask_tensor)
     return attention(q, k, v) if bias is None else attention(q, k, v, bias)
 
