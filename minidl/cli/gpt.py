@@ -58,7 +58,7 @@ def _gpu_usable() -> bool:
 
 
 def train_command(args) -> int:
-    from minidl.models.gpt_train import DEFAULTS, train, warmup_steps
+    from minidl.models.gpt_train import DEFAULTS, PIPELINE_LOOP, train, warmup_steps
     from minidl.train.run_state import read_checkpoint
 
     s = dict(DEFAULTS)
@@ -66,12 +66,19 @@ def train_command(args) -> int:
         return 2
     if args.resume:
         try:
-            saved = (read_checkpoint(args.resume).get("extra") or {}).get("settings")
+            checkpoint = read_checkpoint(args.resume)
         except (OSError, ValueError) as exc:
             print(f"minidl gpt train: error: cannot resume from {args.resume}: {exc}", file=sys.stderr)
             return 1
+        saved = (checkpoint.get("extra") or {}).get("settings")
         if not isinstance(saved, dict) or set(saved) != set(DEFAULTS):
             print(f"minidl gpt train: error: {args.resume} is not a checkpoint of minidl gpt train", file=sys.stderr)
+            return 1
+        piped = (checkpoint.get("trainer") or {}).get("loop") == PIPELINE_LOOP
+        if piped != (args.pipeline_parallel is not None):
+            print(f"minidl gpt train: error: {args.resume} is the checkpoint of a "
+                  + ("pipeline run: resume it with --pipeline-parallel M (any M the blocks divide into)" if piped
+                     else "run without a pipeline: resume it without --pipeline-parallel"), file=sys.stderr)
             return 1
         s.update(saved)
     for _, key, _, _ in _OPTIONS:
@@ -102,8 +109,8 @@ def train_command(args) -> int:
     if args.data_parallel or tp is not None:
         from minidl import parallel
         world = parallel.init(device=args.device)
-        misfit = tp is not None and _world_misfit(world, "--tensor-parallel", tp, f"tensor groups of {tp}", "slice",
-                                                   args.data_parallel)
+        misfit = tp is not None and _world_misfit(world, f"--tensor-parallel {tp}", tp, f"tensor groups of {tp}",
+                                                   "slice", args.data_parallel)
         if misfit:
             if world.rank == 0:
                 print("minidl gpt train: error: " + misfit, file=sys.stderr)
@@ -182,17 +189,20 @@ def _pipeline_problem(args, s) -> str | None:
     if m is None:
         return "--micro-batches and --schedule go with --pipeline-parallel M"
     k = args.micro_batches if args.micro_batches is not None else m
-    for flag, given in (("--tensor-parallel", args.tensor_parallel is not None),
-                        ("--resume", bool(args.resume)),
-                        ("--checkpoint-blocks", s["checkpoint_blocks"]), ("--amp", bool(s["amp"])),
+    for flag, given in (("--checkpoint-blocks", s["checkpoint_blocks"]), ("--amp", bool(s["amp"])),
                         ("--device cuda", args.device != "cpu"), ("--accumulate", s["accumulate"] != 1)):
         if given:
             return (f"--pipeline-parallel {m} does not combine with {flag} yet (the pipeline's micro-batches "
-                    "are its accumulation; it runs on the CPU, in float32, and writes no resumable checkpoint)")
+                    "are its accumulation; it runs on the CPU, in float32, and keeps every micro-batch's "
+                    "activations as its schedule says)")
     try:
         check_pipeline(s["n_layer"], s["dropout"], m)
     except ValueError as exc:
         return f"--pipeline-parallel {m}: {exc}"
+    if args.tensor_parallel is not None:
+        problem = _tensor_parallel_problem(args, s)
+        if problem:
+            return problem
     if s["batch_size"] % k:
         valid = ", ".join(str(d) for d in range(1, s["batch_size"] + 1) if s["batch_size"] % d == 0)
         return (f"--micro-batches {k}: a batch of {s['batch_size']} sequences does not split into {k} equal "
@@ -200,28 +210,32 @@ def _pipeline_problem(args, s) -> str | None:
     return None
 
 
-def _world_misfit(world, flag: str, n: int, groups: str, one: str, data_parallel: bool) -> str | None:
-    """Why the MPI world does not fit ``flag n`` (n ranks, one per ``one``; with --data-parallel a multiple of n,
-    data groups × ``groups``), or None when it fits."""
+def _world_misfit(world, flags: str, n: int, groups: str, one: str, data_parallel: bool) -> str | None:
+    """Why the MPI world does not fit the options ``flags`` that need n ranks (one per ``one``; with
+    --data-parallel a multiple of n, data groups × ``groups``), or None when it fits."""
     if (world.size % n == 0) if data_parallel else (world.size == n):
         return None
     if data_parallel:
-        return (f"{flag} {n} --data-parallel needs a world of a multiple of {n} ranks (data groups × {groups}), "
+        return (f"{flags} --data-parallel needs a world of a multiple of {n} ranks (data groups × {groups}), "
                 f"got {world.size}")
-    return (f"{flag} {n} needs a world of {n} ranks (one per {one}: mpiexec -n {n} python -m mpi4py -m minidl gpt "
-            f"train {flag} {n} ...), got {world.size}; with --data-parallel a multiple of {n}")
+    return (f"{flags} needs a world of {n} ranks (one per {one}: mpiexec -n {n} python -m mpi4py -m minidl gpt "
+            f"train {flags} ...), got {world.size}; with --data-parallel a multiple of {n}")
 
 
 def _pipeline_command(args, s) -> int:
-    """``gpt train --pipeline-parallel M``: M stages, one per rank of the MPI world; rank 0 speaks and writes."""
+    """``gpt train --pipeline-parallel M [--tensor-parallel N] [--data-parallel]``: M stages (of N ranks each),
+    on the MPI world laid out as Mesh(data=D, pipeline=M, tensor=N); the world's rank 0 speaks and writes."""
     from minidl import parallel
     from minidl.models.gpt_train import train_pipeline, warmup_steps
     from minidl.train.run_folder import RunFolderError, claim, write_failure
     m, k = args.pipeline_parallel, args.micro_batches or args.pipeline_parallel
+    n = args.tensor_parallel or 1
     schedule = args.schedule or "1f1b"
     world = parallel.init(device=args.device)
-    misfit = _world_misfit(world, "--pipeline-parallel", m, f"pipelines of {m} stages", "stage", args.data_parallel)
-    d = world.size // m if args.data_parallel else 1
+    flags = f"--pipeline-parallel {m}" + (f" --tensor-parallel {n}" if n > 1 else "")
+    misfit = _world_misfit(world, flags, m * n, f"pipelines of {m} stages" + (f" of {n} ranks" if n > 1 else ""),
+                           "stage" if n == 1 else "slice of a stage", args.data_parallel)
+    d = world.size // (m * n) if args.data_parallel else 1
     if not misfit and d > 1 and s["batch_size"] % (d * k):
         if world.rank == 0:
             print(f"minidl gpt train: error: --pipeline-parallel {m} --micro-batches {k} --data-parallel on "
@@ -232,16 +246,18 @@ def _pipeline_command(args, s) -> int:
         if world.rank == 0:
             print("minidl gpt train: error: " + misfit, file=sys.stderr)
         return 2
-    data = None
-    if args.data_parallel:  # a data × pipeline mesh: the pipeline axis varies fastest (neighbouring ranks)
-        mesh = parallel.Mesh(world, data=d, pipeline=m)
-        data, stages = mesh.group("data"), mesh.group("pipeline")
-    else:
-        stages = world
+    # data × pipeline × tensor, row-major: the tensor axis, which communicates in every block, varies fastest
+    # (neighbouring ranks: one machine), the data axis, which communicates once a step, slowest
+    sizes = {"data": d, "pipeline": m, "tensor": n}
+    mesh = parallel.Mesh(world, **{axis: size for axis, size in sizes.items() if size > 1 or axis == "pipeline"})
+    data = mesh.group("data") if d > 1 else None
+    tensor = mesh.group("tensor") if n > 1 else None
+    stages = mesh.group("pipeline")
     folder = None
     if world.rank == 0:
+        given = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else None)
         try:
-            folder = claim("gpt train", args.out, default="gpt", resume=False, overwrite=args.overwrite,
+            folder = claim("gpt train", given, default="gpt", resume=bool(args.resume), overwrite=args.overwrite,
                            run_files=RUN_FILES, stamped=False)
         except RunFolderError as exc:
             print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
@@ -256,9 +272,11 @@ def _pipeline_command(args, s) -> int:
                   f"{s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to {s['min_lr']:g}), clip "
                   f"{s['clip_norm']:g}, pipeline-parallel on {m} ranks ({s['n_layer'] // m} blocks a stage), "
                   f"{k} micro-batches of {s['batch_size'] // (k * d)}, schedule {schedule}"
+                  + (f", each stage tensor-parallel on {n} ranks" if tensor is not None else "")
                   + (f", data-parallel over {d} such pipelines" if data is not None else "")
                   + f"\nwriting to {out}", flush=True)
-        result = train_pipeline(s, out, stages, k, schedule, show=not args.quiet, data=data)
+        result = train_pipeline(s, out, stages, k, schedule, show=not args.quiet, data=data, tensor=tensor,
+                                resume=args.resume)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1

@@ -298,12 +298,14 @@ def pipeline_layers(model: GPT) -> nn.Sequential:
     [embedding, block 0, …, block N−1, final norm + tied head], holding the model's own parameters (so
     training them trains ``model``, whose ``state_dict`` keeps its names). The token embedding's weight is
     in the first layer and the last: cut into stages, both the first and the last stage hold it, and the
-    two gradients must be summed before each step (what one process's backward does through the tie)."""
+    two gradients must be summed before each step (what one process's backward does through the tie).
+
+    A model split by :func:`tensor_parallel` pipelines as it is (tensor × pipeline): each block keeps its
+    parallel layers, whose all-reduces run within the stage's tensor group, and the (B, T, C) activation
+    that travels between stages is whole on every rank of that group."""
     if model.checkpoint_blocks:
         raise ValueError("GPT pipeline: checkpoint_blocks=True is not supported in a pipeline (a stage keeps "
                          "its micro-batches' activations by the schedule); build the GPT without it")
-    if any(not isinstance(b.attn, CausalSelfAttention) for b in model.blocks):
-        raise ValueError("GPT pipeline: this model is split for tensor parallelism; pipeline a plain GPT")
     return nn.Sequential(SequenceEmbedding(model), *[SequenceBlock(b) for b in model.blocks], TiedHead(model))
 
 

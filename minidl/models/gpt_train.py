@@ -261,7 +261,8 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
 
 
 def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule: str = "1f1b",
-                   show: bool = True, data=None) -> dict:
+                   show: bool = True, data=None, tensor=None, resume: str | None = None,
+                   stop_after: int | None = None) -> dict:
     """Train with the settings ``s`` on a pipeline of ``comm.size`` stages (a collective: every rank calls
     it); rank 0 writes the run folder ``out``. Returns the summary :func:`train` returns (no trainer).
 
@@ -270,13 +271,14 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     over that stage's :func:`decay_groups`. The loop is the Trainer's, written out for a pipeline:
 
         loss = pipe.train_step(x, y, lm_loss)    # K micro-batches through the stages, gradients accumulated
-        sum the tied weight's gradient over the first and the last stage (an all-reduce: others add zeros)
+        sum the tied weight's gradient over the first and the last stage (their 2-rank embedding group)
         clip to the global norm: total² = Σ_stages ‖g_stage‖² (the tied weight counted once)
         AdamW step at the schedule's rate; zero the gradients; next rate
 
     every ``eval_every`` steps (and at the last) a forward-only pass over the validation set, the
-    activations sent stage to stage, the last stage's mean loss shared. ``gpt.safetensors`` holds the
-    whole model, gathered from the stages, written by rank 0; no ``last.safetensors`` (no resume yet).
+    activations sent stage to stage, the last stage's mean loss shared; then ``last.safetensors``, the
+    resumable checkpoint, gathered from the stages (see :func:`pipeline_checkpoint`). ``gpt.safetensors``
+    holds the whole model, written by rank 0.
     The summary adds ``bubble``, the idle fraction of the last step's timeline over every stage
     (:func:`minidl.parallel.pipeline.bubble_fraction`; (M − 1)/(K + M − 1) with free messages and equal
     stages), and ``peak_in_flight``, the most micro-batches rank 0's stage held at once.
@@ -288,19 +290,31 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     pipeline's global norm, now the same everywhere) and steps as one process would. The train loss is
     averaged the same way; the validation runs whole on every replica; the ranks of the first replica
     gather the weights and its rank 0 (the world's) writes.
+
+    ``tensor``: the tensor group of a Mesh(…, pipeline=M, tensor=N): the GPT is split over it
+    (:func:`minidl.models.gpt.tensor_parallel`) before it is cut into stages, so each stage's blocks
+    run on N ranks; the clip adds the slices' squares over the group, and the split weights are
+    gathered whole for the files.
+
+    ``resume``: a ``last.safetensors`` of a pipeline run (any M, K, D or N): the run continues from it
+    as the uninterrupted run would. ``stop_after`` stops after that many steps, as if the run were killed
+    there (the schedule stays that of ``s["steps"]``).
     """
     from minidl import optim
-    from minidl.models.gpt import check_pipeline, pipeline_boundaries, pipeline_layers
-    from minidl.parallel.pipeline import Pipeline
+    from minidl.models.gpt import check_pipeline, check_tensor_parallel, pipeline_boundaries, pipeline_layers
+    from minidl.parallel.pipeline import Pipeline, bubble_fraction
     from minidl.train import plot_curves
     from minidl.train.callbacks import JSONLLogger
 
     check_pipeline(s["n_layer"], s["dropout"], comm.size)
+    if tensor is not None:
+        check_tensor_parallel(s["n_head"], s["n_embd"], s["dropout"], tensor.size)
     replicas = 1 if data is None else data.size
     if s["batch_size"] % (micro_batches * replicas):
         raise ValueError(f"a batch of {s['batch_size']} sequences does not split into {micro_batches} equal "
                          f"micro-batches" + (f" on each of {replicas} replicas" if replicas > 1 else ""))
-    run, tok = build_run(s)
+    saved = read_pipeline_checkpoint(resume) if resume else None
+    run, tok = build_run(s, tensor=tensor)
     if replicas > 1:
         from minidl.parallel.sampler import shard_loader
         run.train_loader = shard_loader(run.train_loader, data)
@@ -309,24 +323,29 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
                     boundaries=pipeline_boundaries(s["n_layer"], comm.size))
     opt = optim.AdamW(decay_groups(pipe.stage, s["weight_decay"]), lr=run.lr, betas=tuple(s["betas"]))
     rates = optim.ScheduleLR(opt, run.schedule)
-    mine = {id(p) for p in pipe.parameters()}
-    tied = model.tok_emb.weight
-    root = comm.rank == 0 and (data is None or data.rank == 0)
+    stages = _PipelineParts(model, pipe, opt, comm, tensor, s["weight_decay"])
+    step, history = 0, []
+    if saved is not None:
+        step, history = stages.load(saved, rates, run.train_loader, resume)
+    first_step = step
+    first_replica = data is None or data.rank == 0
+    root = comm.rank == 0 and first_replica and (tensor is None or tensor.rank == 0)
     log = JSONLLogger(os.path.join(out, "metrics.jsonl")) if root and out is not None else None
     if log is not None:
-        os.makedirs(out, exist_ok=True)
-    history, losses, step, training_seconds = [], [], 0, 0.0
+        log.begin(step)
+    losses, training_seconds = [], 0.0
+    last = s["steps"] if stop_after is None else min(stop_after, s["steps"])
     started = time.perf_counter()
-    while step < s["steps"]:
+    while step < last:
         for x, y in run.train_loader:
             tick = time.perf_counter()
             lr = opt.param_groups[0]["lr"]
             losses.append(pipe.train_step(_array(x), _array(y), lm_loss))
-            _sum_tied_grad(tied, pipe, comm, id(tied) in mine)
+            stages.sum_tied_grad()
             if replicas > 1:
                 losses[-1] = _average_replicas(pipe, data, losses[-1])
             if s["clip_norm"] is not None:
-                _clip_stages(pipe, comm, s["clip_norm"], tied)
+                stages.clip(s["clip_norm"])
             opt.step()
             opt.zero_grad()
             rates.step()
@@ -334,7 +353,7 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
             training_seconds += time.perf_counter() - tick
             if step % s["eval_every"] == 0 or step == s["steps"]:
                 record = {"step": step, "train_loss": float(np.mean(losses)), "lr": lr,
-                          "val_loss": _pipeline_val_loss(pipe, run.val_loader, comm, s["n_embd"], tied),
+                          "val_loss": _pipeline_val_loss(pipe, run.val_loader, comm, s["n_embd"], stages.tied),
                           "time": round(time.perf_counter() - started, 3)}
                 losses = []
                 history.append(record)
@@ -343,36 +362,198 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
                 if show and root:
                     print(f"step {step}/{s['steps']}: train loss {record['train_loss']:.4f}, validation loss "
                           f"{record['val_loss']:.4f}", file=sys.stderr, flush=True)
-            if step == s["steps"]:
+                if first_replica:  # the other replicas hold the same numbers
+                    path = os.path.join(out, "last.safetensors") if root and out is not None else None
+                    stages.save(path, rates, run.train_loader, {"step": step, "history": history}, s)
+            if step == last:
                 break
-    state = _gathered_state(model, pipe, comm)
-    from minidl.parallel.pipeline import bubble_fraction
     bubble = bubble_fraction(pipe.gather_timeline())  # the last step's: a collective
-    summary = {"steps": step, "val_loss": history[-1]["val_loss"], "seconds": time.perf_counter() - started,
-               "bubble": bubble, "peak_in_flight": pipe.peak_in_flight,
-               "tokens_per_s": step * s["batch_size"] * s["block_size"] / max(training_seconds, 1e-9),
-               "parameters": sum(int(a.size) for a in state.values()) if state is not None else None}
-    if root and out is not None:
-        save_run(out, model, tok, state)
+    state = stages.gathered() if first_replica and stop_after is None else None
+    summary = {"steps": step, "val_loss": history[-1]["val_loss"] if history else float("nan"),
+               "seconds": time.perf_counter() - started, "bubble": bubble, "peak_in_flight": pipe.peak_in_flight,
+               "tokens_per_s": (step - first_step) * s["batch_size"] * s["block_size"] / max(training_seconds, 1e-9),
+               "parameters": sum(int(a.size) for a in state[0].values()) if state is not None else None}
+    if root and out is not None and state is not None:
+        save_run(out, model, tok, state[0])
         plot_curves(history, os.path.join(out, "loss.png"),
                     title=f"GPT on Shakespeare ({summary['parameters']:,} parameters)")
     return summary
 
 
+PIPELINE_LOOP = "gpt pipeline"  # the ``trainer`` entry of a pipeline run's checkpoint says so
+
+
+def read_pipeline_checkpoint(path: str) -> dict:
+    """The checkpoint ``path`` of a pipeline run (:func:`train_pipeline`), outline checked; a ValueError
+    naming the file when it is not one (a one-process run's checkpoint resumes with the Trainer)."""
+    from minidl.train.run_state import read_checkpoint
+    state = read_checkpoint(path)
+    loop = state.get("trainer") or {}
+    if loop.get("loop") != PIPELINE_LOOP or not isinstance(loop.get("step"), int) \
+            or not isinstance(loop.get("history"), list) or state.get("optimizer") is None:
+        raise ValueError(f"{path} is not a checkpoint of a pipeline run (minidl gpt train --pipeline-parallel); "
+                         "resume it without --pipeline-parallel")
+    return state
+
+
+class _PipelineParts:
+    """What one rank of a (tensor ×) pipeline run does with its parts of the whole model: the tied
+    weight's gradient sum, the clip by the global norm, and the checkpoints that hold what one process
+    would save (the whole weights and AdamW's state per parameter, at the positions of AdamW over
+    :func:`decay_groups` of the whole GPT), gathered from the stages and cut back into them."""
+
+    def __init__(self, model, pipe, opt, comm, tensor, weight_decay):
+        from minidl.parallel.tensor_parallel import split_parameters
+        self.model, self.pipe, self.opt, self.comm, self.tensor = model, pipe, opt, comm, tensor
+        self.tied = model.tok_emb.weight
+        self.mine = {id(p) for p in pipe.parameters()}
+        self.split = {id(p) for p in split_parameters(pipe.stage)} if tensor is not None else set()
+        self.order = [p for g in decay_groups(model, weight_decay) for p in g["params"]]
+        self.groups = [len(g["params"]) for g in decay_groups(model, weight_decay)]
+        self.names = {id(p): name for name, p in model.named_parameters()}
+        # The tied weight's two holders, the first and the last stage (Megatron-LM's embedding group); a
+        # collective split of the pipeline, in which the middle stages make a group they never use.
+        ends = comm.rank in (0, comm.size - 1)
+        self.embedding = comm if comm.size == 2 else comm.split(0 if ends else 1, key=comm.rank)
+
+    def sum_tied_grad(self) -> None:
+        """Sum the tied embedding/head weight's gradient over the first and the last stage, so both update
+        it as one process would (its two uses' gradients, one on each)."""
+        if self.pipe.is_first or self.pipe.is_last:
+            from minidl.tensor import Tensor
+            tied = self.tied
+            grad = tied.grad.data.copy() if tied.grad is not None else tied.xp.zeros(tied.shape, tied.dtype)
+            self.embedding.allreduce_(grad)
+            tied.grad = Tensor(grad)
+
+    def clip(self, max_norm: float) -> float:
+        """Scale every stage's gradients by min(1, max_norm / (total + 1e-6)), the rule of
+        :func:`minidl.nn.utils.clip_grad_norm_`, with total² = Σ_stages (Σ_whole ‖g‖² + Σ_tensor ranks
+        Σ_slices ‖g_r‖²): the tied weight (summed already) counted on the first stage only, the whole
+        parameters of a split stage once (equal on every rank of its tensor group)."""
+        squares = [0.0, 0.0]  # [whole parameters, this rank's slices]
+        for p in self.pipe.parameters():
+            if p.grad is not None and not (p is self.tied and not self.pipe.is_first):
+                squares[id(p) in self.split] += float((p.grad.data.astype(np.float64) ** 2).sum())
+        if self.tensor is not None:
+            sliced = np.array([squares[1]])
+            self.tensor.host_allreduce_(sliced)
+            squares[1] = float(sliced[0])
+        total = np.array([squares[0] + squares[1]])
+        self.comm.host_allreduce_(total)
+        norm = float(np.sqrt(total[0]))
+        scale = max_norm / (norm + 1e-6)
+        if scale < 1:
+            from minidl.tensor import Tensor
+            for p in self.pipe.parameters():
+                if p.grad is not None:
+                    p.grad = Tensor(p.grad.data * p.grad.data.dtype.type(scale))
+        return norm
+
+    def _whole(self, p, array):
+        """``array``, shaped like this rank's part of parameter ``p``, as the whole parameter's (a collective
+        of the tensor group for a split one)."""
+        if id(p) not in self.split:
+            return backend.to_numpy(array)
+        from minidl.parallel.tensor_parallel import whole_array
+        return backend.to_numpy(whole_array(self.pipe.stage, p, array))
+
+    def _part(self, p, array):
+        """This rank's part of ``array``, shaped like the whole parameter ``p``."""
+        if id(p) not in self.split:
+            return array
+        from minidl.parallel.tensor_parallel import local_array
+        return local_array(self.pipe.stage, p, array)
+
+    def _held(self):
+        """(optimizer position, parameter) of this stage's parameters that it contributes to the whole:
+        all but the tied weight on the last stage (the first stage's copy is the same)."""
+        own = [p for g in self.opt.param_groups for p in g["params"]]
+        return [(i, p) for i, p in enumerate(own) if not (p is self.tied and not self.pipe.is_first)]
+
+    def gathered(self):
+        """(whole state dict, whole optimizer state) on the pipeline's rank 0, None on the others; a
+        collective of the stages (and of each stage's tensor group). Only tensor rank 0's pipeline sends."""
+        local = self.opt.state_dict()
+        position = {id(p): i for i, p in enumerate(self.order)}
+        weights, moments = {}, {}
+        for i, p in self._held():
+            weights[self.names[id(p)]] = self._whole(p, p.data)
+            moments[position[id(p)]] = {k: self._whole(p, v) if np.shape(v) == tuple(p.shape) else v
+                                        for k, v in local["state"].get(i, {}).items()}
+        if self.tensor is not None and self.tensor.rank != 0:
+            return None
+        pieces = self.comm.gather_object((weights, moments))
+        if pieces is None:
+            return None
+        weights, moments = {}, {}
+        for w, m in pieces:
+            weights.update(w)
+            moments.update(m)
+        state = {name: weights[name] for name in self.model.state_dict()}
+        groups, start = [], 0
+        for group, count in zip(local["param_groups"], self.groups):
+            groups.append({**{k: v for k, v in group.items() if k != "params"},
+                           "params": list(range(start, start + count))})
+            start += count
+        return state, {"state": {pos: moments[pos] for pos in sorted(moments)}, "param_groups": groups}
+
+    def save(self, path, rates, loader, loop: dict, settings: dict) -> None:
+        """Write the resumable checkpoint to ``path`` (rank 0 gives a path, the others None; a collective)."""
+        from minidl.train.run_state import save_checkpoint
+        whole = self.gathered()
+        if path is not None:
+            save_checkpoint(path, whole[0], whole[1], rates, loader, {"loop": PIPELINE_LOOP, **loop},
+                            extra={"settings": settings})
+
+    def load(self, saved: dict, rates, loader, path: str):
+        """Cut this stage's weights and optimizer state out of a checkpoint of :meth:`save`; restore the
+        schedule, the loader's position and the random states. Everything is checked before anything
+        changes. Returns (step, history)."""
+        from minidl.train.run_state import CheckpointError, check_rng_states, set_rng_states
+        position = {id(p): i for i, p in enumerate(self.order)}
+        try:
+            whole = saved["model"]
+            self.model.check_state_dict(self._parts_of_state(whole)) if self.split else \
+                self.model.check_state_dict(whole)
+            counts = [len(g.get("params", ())) for g in saved["optimizer"]["param_groups"]]
+            if counts != self.groups:
+                raise ValueError(f"its optimizer holds parameter groups of {counts} parameters, this GPT's AdamW "
+                                 f"{self.groups}")
+            saved_state = {int(k): v for k, v in saved["optimizer"]["state"].items()}
+            own = [p for g in self.opt.param_groups for p in g["params"]]
+            state = {i: {k: self._part(p, v) if np.ndim(v) else v for k, v in saved_state.get(position[id(p)],
+                                                                                                  {}).items()}
+                     for i, p in enumerate(own)}
+            groups, start = [], 0
+            for saved_group, group in zip(saved["optimizer"]["param_groups"], self.opt.param_groups):
+                groups.append({**{k: v for k, v in saved_group.items() if k != "params"},
+                               "params": list(range(start, start + len(group["params"])))})
+                start += len(group["params"])
+            local = {"state": {i: v for i, v in state.items() if v}, "param_groups": groups}
+            self.opt.check_state_dict(local)
+            rates.check_state_dict(saved["scheduler"])
+            loader.check_state_dict(saved["loader"])
+            check_rng_states(saved["rng"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"cannot resume from {path}: {exc}") from None
+        self.opt.load_state_dict(local)
+        rates.load_state_dict(saved["scheduler"])
+        loader.load_state_dict(saved["loader"])
+        set_rng_states(saved["rng"])
+        self.model.load_state_dict(self._parts_of_state(whole) if self.split else whole)
+        return saved["trainer"]["step"], [dict(r) for r in saved["trainer"]["history"]]
+
+    def _parts_of_state(self, whole: dict) -> dict:
+        """This rank's state dict of the split model from the whole one (only this stage's split layers
+        are cut; the other stages' blocks are never run here, and take their slices too)."""
+        from minidl.parallel.tensor_parallel import local_state_dict
+        return local_state_dict(self.model, whole)
+
+
 def _array(t):
     """The array of a loader's Tensor (the pipeline slices it into micro-batches)."""
     return t.data if hasattr(t, "data") else t
-
-
-def _sum_tied_grad(tied, pipe, comm, holds: bool) -> None:
-    """Sum the tied embedding/head weight's gradient over the first and the last stage (Megatron-LM's
-    embedding group), so both update it as one process would: an all-reduce over the pipeline in which
-    the middle stages add zeros (one (vocab, C) array: the group of two would save them the message)."""
-    grad = tied.grad.data.copy() if holds and tied.grad is not None else tied.xp.zeros(tied.shape, tied.dtype)
-    comm.allreduce_(grad)
-    if holds:
-        from minidl.tensor import Tensor
-        tied.grad = Tensor(grad)
 
 
 def _average_replicas(pipe, data, loss: float) -> float:
@@ -389,26 +570,6 @@ def _average_replicas(pipe, data, loss: float) -> float:
     shared = np.array([loss])
     data.host_allreduce_(shared)
     return float(shared[0]) / data.size
-
-
-def _clip_stages(pipe, comm, max_norm: float, tied) -> float:
-    """Scale every stage's gradients by min(1, max_norm / (total + 1e-6)), the rule of
-    :func:`minidl.nn.utils.clip_grad_norm_`, with total² = Σ_stages ‖g_stage‖², the tied weight
-    (on the first stage and the last, its gradient already summed) counted on the first only."""
-    squares = 0.0
-    for p in pipe.parameters():
-        if p.grad is not None and not (p is tied and not pipe.is_first):
-            squares += float((p.grad.data.astype(np.float64) ** 2).sum())
-    total = np.array([squares])
-    comm.host_allreduce_(total)
-    norm = float(np.sqrt(total[0]))
-    scale = max_norm / (norm + 1e-6)
-    if scale < 1:
-        from minidl.tensor import Tensor
-        for p in pipe.parameters():
-            if p.grad is not None:
-                p.grad = Tensor(p.grad.data * p.grad.data.dtype.type(scale))
-    return norm
 
 
 def _pipeline_val_loss(pipe, loader, comm, width: int, like) -> float:
@@ -440,20 +601,6 @@ def _pipeline_val_loss(pipe, loader, comm, width: int, like) -> float:
     shared = np.array([total])
     comm.host_allreduce_(shared)
     return float(shared[0]) / count
-
-
-def _gathered_state(model, pipe, comm) -> dict | None:
-    """The whole model's state dict on rank 0 (its names and order), each entry from the stage holding
-    it (the tied weight from the first); None on the other ranks. A collective."""
-    mine = {id(p) for p in pipe.parameters()}
-    owned = {name: backend.to_numpy(p.data) for name, p in model.named_parameters() if id(p) in mine}
-    pieces = comm.allgather_object(owned)
-    if comm.rank != 0:
-        return None
-    state = {}
-    for name in model.state_dict():
-        state[name] = next(piece[name] for piece in pieces if name in piece)
-    return state
 
 
 def save_run(out: str, model: GPT, tok: CharTokenizer, state: dict | None = None) -> str:

@@ -99,6 +99,11 @@ class Communicator:
         """Every rank's ``obj`` (anything picklable), as a list indexed by rank."""
         raise NotImplementedError
 
+    def gather_object(self, obj, root: int = 0) -> list | None:
+        """Every rank's ``obj`` (anything picklable) on rank ``root``, as a list indexed by rank; None on the
+        others (one copy of the whole, where ``allgather_object`` would make one per rank)."""
+        raise NotImplementedError
+
     def barrier(self) -> None:
         raise NotImplementedError
 
@@ -132,6 +137,11 @@ class Communicator:
             others = [r for r in range(self.size) if r != self.rank]
             raise ValueError(f"{type(self).__name__}.{owner}: rank {self.rank} of {self.size} cannot exchange "
                              f"with peer {peer!r}; the peers are the other ranks: {others or 'none (a world of one)'}")
+
+    def _check_root(self, owner: str, root: int) -> None:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            raise ValueError(f"{type(self).__name__}.{owner}: root={root!r}, but the group's ranks are "
+                             f"0..{self.size - 1}")
 
     def synchronize(self) -> None:
         """Wait until collectives already launched have finished (a no-op on the CPU)."""
@@ -198,6 +208,10 @@ class LocalComm(Communicator):
         return array
 
     def allgather_object(self, obj):
+        return [obj]
+
+    def gather_object(self, obj, root: int = 0):
+        self._check_root("gather_object", root)
         return [obj]
 
     def barrier(self):
@@ -337,6 +351,10 @@ class MPIComm(Communicator):
 
     def allgather_object(self, obj):
         return self.comm.allgather(obj)
+
+    def gather_object(self, obj, root: int = 0):
+        self._check_root("gather_object", root)
+        return self.comm.gather(obj, root=root)
 
     def barrier(self):
         self.comm.Barrier()
@@ -542,6 +560,10 @@ class NCCLComm(Communicator):
 
     def allgather_object(self, obj):
         return self.mpi.allgather_object(obj) if self.mpi is not None else [obj]
+
+    def gather_object(self, obj, root: int = 0):
+        self._check_root("gather_object", root)
+        return self.mpi.gather_object(obj, root) if self.mpi is not None else [obj]
 
     # ------------------------------------------------------------ groups and point to point
     def split(self, color: int, key: int | None = None):

@@ -345,12 +345,16 @@ class JSONLLogger(Callback):
         self.append = append
 
     def on_train_begin(self, trainer):
+        self.begin(trainer.step)
+
+    def begin(self, step: int) -> None:
+        """Prepare the file for a run that starts at ``step`` (a loop of its own calls it; the Trainer does)."""
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
-        if not self.append and trainer.step == 0 and os.path.exists(self.path):
+        if not self.append and step == 0 and os.path.exists(self.path):
             os.remove(self.path)
-        elif trainer.step > 0 and os.path.exists(self.path):
-            _rewind_jsonl(self.path, trainer.step)
+        elif step > 0 and os.path.exists(self.path):
+            _rewind_jsonl(self.path, step)
 
     def on_evaluate(self, trainer, logs):
         self.write(logs)

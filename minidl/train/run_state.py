@@ -153,7 +153,8 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, tr
     (ZeRO) has a ``consolidated_state_dict()``: the state one process would
     save, gathered by a collective. It is used instead of ``state_dict()``, so
     every rank must call this function; ranks other than 0 pass ``write=False``
-    (they take part in the gathering and write nothing).
+    (they take part in the gathering and write nothing). ``model`` and
+    ``optimizer`` may also be their state dicts, gathered by the caller.
     """
     state = {
         "format": FORMAT,
@@ -171,7 +172,10 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, tr
 
 
 def consolidated_state(obj) -> dict:
-    """``obj.consolidated_state_dict()`` (a collective of a sharded run) where it has one, else ``obj.state_dict()``."""
+    """``obj.consolidated_state_dict()`` (a collective of a sharded run) where it has one, else ``obj.state_dict()``;
+    a dict is a state already gathered (a pipeline gathers its stages' parts itself) and is taken as it is."""
+    if isinstance(obj, dict):
+        return obj
     consolidate = getattr(obj, "consolidated_state_dict", None)
     return consolidate() if callable(consolidate) else obj.state_dict()
 

@@ -49,6 +49,7 @@ def groups(world):
         arrays[f"{name}/allreduce"] = group.allreduce_(rank_values(world.rank))
         arrays[f"{name}/allgather"] = group.allgather(rank_values(world.rank, "float32"))
         arrays[f"{name}/broadcast"] = group.broadcast_(rank_values(world.rank), root=group.size - 1)
+        facts[name]["gathered"] = group.gather_object(world.rank, root=group.size - 1)
     return arrays, facts
 
 

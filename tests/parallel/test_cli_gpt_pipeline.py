@@ -18,6 +18,7 @@ import pytest
 import minidl as mdl
 from minidl.cli import main
 from minidl.parallel import launch
+from minidl.train.run_state import read_checkpoint
 
 REASON = launch.mpi_unavailable_reason()
 TINY = ["--steps", "6", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
@@ -27,6 +28,25 @@ TINY = ["--steps", "6", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--
 def _losses(folder):
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return [(row["step"], row["train_loss"], row["val_loss"]) for row in rows]
+
+
+def _assert_same_checkpoint(got_folder, want_folder):
+    """``last.safetensors`` of a pipeline run holds what the one-process run's holds: the whole weights
+    and AdamW's moments and step per parameter, at the one-process optimizer's positions (so the
+    moments of every stage, gathered, sit where AdamW over the whole GPT keeps them)."""
+    got, want = (read_checkpoint(str(f / "last.safetensors")) for f in (got_folder, want_folder))
+    assert list(got["model"]) == list(want["model"])
+    for key, value in want["model"].items():
+        np.testing.assert_allclose(got["model"][key], value, rtol=1e-5, atol=1e-5, err_msg=key)
+    assert [g["params"] for g in got["optimizer"]["param_groups"]] == \
+        [g["params"] for g in want["optimizer"]["param_groups"]]
+    assert sorted(got["optimizer"]["state"]) == sorted(want["optimizer"]["state"])
+    for position, entry in want["optimizer"]["state"].items():
+        assert sorted(got["optimizer"]["state"][position]) == sorted(entry)
+        for key, value in entry.items():  # the moments are of the order of the gradients: 1e-2 .. 1e-6
+            np.testing.assert_allclose(got["optimizer"]["state"][position][key], value, rtol=1e-4, atol=1e-9,
+                                       err_msg=f"{position} {key}")
+    assert got["scheduler"] == want["scheduler"] and got["loader"] == want["loader"]
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
@@ -48,7 +68,7 @@ def test_pipeline_gpt_equals_one_process_and_samples_in_one(tmp_path, capsys, st
     held = stages if schedule == "1f1b" else 4                      # 1F1B: at most p − s on stage s = 0
     assert f"the first stage held {held} of 4 micro-batches' activations at once" in job.stdout
     assert (tmp_path / "two" / "loss.png").exists()                 # ...and writes
-    assert not (tmp_path / "two" / "last.safetensors").exists()     # no resumable checkpoint
+    _assert_same_checkpoint(tmp_path / "two", tmp_path / "one")
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert [r[0] for r in two] == [r[0] for r in one] == [3, 6]
     np.testing.assert_allclose([r[1:] for r in two], [r[1:] for r in one], rtol=1e-5)
@@ -94,6 +114,50 @@ def test_pipeline_with_data_parallel_equals_one_process(tmp_path, capsys):
         np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
 
 
+# A constant rate (warmup of 1 step, then a cosine from lr to min_lr = lr): a run of 3 steps follows the
+# rates of the 6-step run, so one stopped at step 3 and resumed with --steps 6 must end where it ends.
+CONSTANT = [*TINY, "--warmup", "1", "--min-lr", "3e-3", "--lr", "3e-3"]
+
+
+def _with(args, flag, value):
+    i = args.index(flag)
+    return [*args[:i + 1], value, *args[i + 2:]]
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_a_pipeline_checkpoint_resumes_on_another_layout_and_ends_where_one_process_ends(tmp_path, capsys):
+    """Stopped after 3 of 6 steps on 2 stages in 4 micro-batches; resumed on 4 ranks as 2 replicas of a
+    2-stage pipeline in 2 micro-batches each. A resume that lost the optimizer's moments (Adam restarting
+    with its bias correction), the schedule's step or the loader's position ends off by about lr = 3e-3
+    on the weights; the tolerance is the equality tests' (1e-5)."""
+    straight = tmp_path / "one"
+    assert main(["gpt", "train", *_with(CONSTANT, "--eval-every", "3"), "--out", str(straight)]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    job = launch.run(2, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "4",
+                         *_with(CONSTANT, "--steps", "3"), "--out", str(run)], timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "2",
+                         "--data-parallel", "--resume", str(run / "last.safetensors"), "--steps", "6", "--quiet"],
+                     timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    got, want = _losses(run), _losses(straight)
+    assert [r[0] for r in got] == [r[0] for r in want] == [3, 6]       # each row once
+    np.testing.assert_allclose([r[1:] for r in got], [r[1:] for r in want], rtol=1e-5)
+    _assert_same_checkpoint(run, straight)
+    want = mdl.load(str(straight / "gpt.safetensors"))["model"]
+    got = mdl.load(str(run / "gpt.safetensors"))["model"]
+    for key, value in want.items():
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+    # each loop resumes its own kind of checkpoint, and says which it is
+    assert main(["gpt", "train", "--resume", str(run / "last.safetensors"), "--steps", "8", "--quiet"]) == 1
+    assert "is the checkpoint of a pipeline run: resume it with --pipeline-parallel M" in capsys.readouterr().err
+    assert main(["gpt", "train", "--pipeline-parallel", "2", "--resume", str(straight / "last.safetensors"),
+                 "--steps", "8", "--quiet"]) == 1
+    assert "is the checkpoint of a run without a pipeline: resume it without --pipeline-parallel" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
 @pytest.mark.parametrize("ranks, extra, message", [
     (3, [], "--pipeline-parallel 2 --data-parallel needs a world of a multiple of 2 ranks (data groups × "
@@ -113,7 +177,9 @@ def test_pipeline_with_data_parallel_refuses_a_world_or_batch_that_does_not_spli
     (["--pipeline-parallel", "2", "--micro-batches", "3"], "a batch of 8 sequences does not split into 3 equal "
                                                           "micro-batches; choose --micro-batches among 1, 2, 4, 8"),
     (["--pipeline-parallel", "2", "--dropout", "0.1"], "dropout=0.1 would draw each stage's masks"),
-    (["--pipeline-parallel", "2", "--tensor-parallel", "2"], "does not combine with --tensor-parallel"),
+    (["--pipeline-parallel", "2", "--tensor-parallel", "2"], "--pipeline-parallel 2 --tensor-parallel 2 needs a "
+                                                            "world of 4 ranks (one per slice of a stage"),
+    (["--pipeline-parallel", "2", "--tensor-parallel", "3"], "n_head (2) does not divide among the 3 ranks"),
     (["--pipeline-parallel", "2", "--data-parallel"], "--pipeline-parallel 2 --data-parallel needs a world of a "
                                                       "multiple of 2 ranks"),  # one process: a world of 1
     (["--micro-batches", "4"], "--micro-batches and --schedule go with --pipeline-parallel M"),

@@ -97,6 +97,13 @@ def test_init_without_mpiexec_is_a_world_of_one(monkeypatch):
         parallel.init("gloo")
 
 
+def test_gather_object_in_a_world_of_one_gives_the_object_and_names_a_bad_root():
+    comm = parallel.LocalComm()
+    assert comm.gather_object({"a": 1}) == [{"a": 1}]
+    with pytest.raises(ValueError, match=r"LocalComm.gather_object: root=1, but the group's ranks are 0..0"):
+        comm.gather_object(1, root=1)
+
+
 @pytest.mark.parametrize("bucket_bytes", [25 * 2**20, 100])
 def test_sync_in_a_world_of_one_keeps_the_gradient_and_makes_new_tensors(bucket_bytes):
     model = _model()

@@ -50,6 +50,8 @@ def test_each_rank_knows_its_place_and_its_groups(job):
         for axis in ("data", "tensor"):
             members = _group_of(ranks, axis, rank)
             assert facts["groups"]["members"][axis] == members
+            gathered = facts["groups"][axis].pop("gathered")
+            assert gathered == (members if rank == members[-1] else None)  # gather_object to the last member
             assert facts["groups"][axis] == {"rank": members.index(rank), "size": len(members), "backend": "mpi"}
             assert facts["groups"]["coordinates"][axis] == members.index(rank)
 
