@@ -451,22 +451,21 @@ def _convert_optimizer_state(model, state_dict, params, convert, owner):
     entries = _optimizer_parts(state_dict, params, owner)
     layers = parameter_layers(model)
     names = {id(p): key for key, p in model.named_parameters()}
-    state = {}
-    for pos in sorted(entries, key=lambda k: int(k) if isinstance(k, (int, str)) and str(k).isdigit() else -1):
-        entry = entries[pos]
-        index = int(pos) if isinstance(pos, (int, str)) and str(pos).isdigit() else -1
-        if not 0 <= index < len(params):
+    for pos in entries:
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < len(params):
             raise ValueError(f"{owner}: the optimizer state has an entry at position {pos!r}; the optimizer has "
                              f"{len(params)} parameters (positions 0 to {len(params) - 1})")
-        p = params[index]
+    state = {}
+    for pos in sorted(entries):  # the same order on every rank: the gathers meet
+        entry, p = entries[pos], params[pos]
         if id(p) not in layers or not isinstance(entry, dict):
             state[pos] = entry
             continue
         layer, name = layers[id(p)]
-        what = f"parameter {names.get(id(p), f'at position {index}')!r}"
+        what = f"parameter {names.get(id(p), f'at position {pos}')!r}"
         state[pos] = {key: (convert(layer, name, value, f"the optimizer state {key!r} of {what}")
                             if np.ndim(value) > 0 else value) for key, value in entry.items()}
-    return {"state": state, "param_groups": [dict(g) for g in state_dict["param_groups"]]}
+    return {"state": state, "param_groups": [dict(g) if isinstance(g, dict) else g for g in state_dict["param_groups"]]}
 
 
 def consolidate_optimizer_state(model: Module, state_dict: dict, params) -> dict:
