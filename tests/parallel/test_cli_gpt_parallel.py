@@ -101,11 +101,17 @@ def test_bad_tensor_parallel_input_is_refused_before_any_work(tmp_path, capsys, 
 # ---------------------------------------------------------------- resumable, consolidated checkpoints
 # A schedule that is the same whatever the run's length (warmup 1, then the cosine from lr to min_lr = lr:
 # constant), so a run of 3 steps resumed to 6 follows the very rates of the 6-step run, as the ZeRO
-# checkpoint tests do with a constant schedule. The tolerance is the tensor-parallel one above (1e-5 on
-# weights of order 0.02); a checkpoint that lost the AdamW moments or cut them in the wrong order moves
-# the weights by about lr = 3e-3 in the next steps.
-STEADY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "8",
+# checkpoint tests do with a constant schedule. 4 heads, so the model splits 2 and 4 ways. The tolerance
+# is the tensor-parallel one above (1e-5 on weights of order 0.02); a checkpoint that lost the AdamW
+# moments or cut them in the wrong order moves the weights by about lr = 3e-3 in the next steps.
+STEADY = ["--n-layer", "2", "--n-head", "4", "--n-embd", "16", "--block-size", "16", "--batch-size", "8",
           "--eval-every", "3", "--clip-norm", "0.05", "--warmup", "1", "--min-lr", "0.003", "--quiet"]
+
+
+def _job(ranks, args):
+    job = launch.run(ranks, ["-m", "minidl", "gpt", "train", *args], timeout=180)
+    assert job.returncode == 0, job.stderr[-3000:]
+    return job
 
 
 @pytest.fixture(scope="module")
@@ -117,23 +123,22 @@ def one_process(tmp_path_factory):
     return root
 
 
-def _job(ranks, args):
-    job = launch.run(ranks, ["-m", "minidl", "gpt", "train", *args], timeout=180)
-    assert job.returncode == 0, job.stderr[-3000:]
-    return job
+@pytest.fixture(scope="module")
+def split_half(tmp_path_factory):
+    """The run stopped after 3 steps, split over 2 ranks."""
+    if REASON is not None:
+        pytest.skip(f"MPI not installed: {REASON}")
+    out = tmp_path_factory.mktemp("split") / "half"
+    _job(2, ["--tensor-parallel", "2", "--steps", "3", *STEADY, "--out", str(out)])
+    return out
 
 
-@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
-def test_a_tensor_parallel_checkpoint_is_one_processes_and_resumes_in_one_process_and_on_a_mesh(tmp_path,
-                                                                                                 one_process):
-    import shutil
-
+def test_a_tensor_parallel_checkpoint_holds_what_one_process_saves(split_half, one_process):
+    """At step 3: the whole weights, each parameter's AdamW m and v in its whole shape, equal to the
+    one-process run's (float32 roundings: measured at 2e-7 on the weights and 2e-6 of the largest value on
+    m and v; gathered slices in a wrong order are off by the values themselves)."""
     from minidl.train.run_state import read_checkpoint
-    _job(2, ["--tensor-parallel", "2", "--steps", "3", *STEADY, "--out", str(tmp_path / "split")])
-    # what one process saves at step 3: the whole weights, each parameter's AdamW m and v in its whole
-    # shape, equal to the one-process run's (float32 roundings: measured at 2e-8 on the weights and 1e-6
-    # of the largest value on m and v; a wrong order of the gathered slices is off by the values themselves)
-    got = read_checkpoint(str(tmp_path / "split" / "last.safetensors"))
+    got = read_checkpoint(str(split_half / "last.safetensors"))
     want = read_checkpoint(str(one_process / "half" / "last.safetensors"))
     assert list(got["model"]) == list(want["model"])
     for key, value in want["model"].items():
@@ -148,18 +153,24 @@ def test_a_tensor_parallel_checkpoint_is_one_processes_and_resumes_in_one_proces
             np.testing.assert_allclose(mine, value, rtol=0, atol=1e-4 * float(np.abs(value).max()),
                                        err_msg=f"{position} {key}")
     assert got["trainer"]["step"] == 3 and got["loader"] == want["loader"]
-    # resumed in one process, and on 4 ranks (2 data-parallel copies of a 2-way split): the 6-step run
-    shutil.copytree(tmp_path / "split", tmp_path / "again")
-    assert main(["gpt", "train", "--resume", str(tmp_path / "split" / "last.safetensors"), "--steps", "6",
-                 "--quiet"]) == 0
-    _weights_equal(tmp_path / "split", one_process / "straight")
-    assert [r[0] for r in _losses(tmp_path / "split")] == [3, 6]
-    job = _job(4, ["--tensor-parallel", "2", "--data-parallel", "--resume",
-                   str(tmp_path / "again" / "last.safetensors"), "--steps", "6"])
-    assert job.stdout.count("writing to") == 1
-    _weights_equal(tmp_path / "again", one_process / "straight")
-    np.testing.assert_allclose([r[2] for r in _losses(tmp_path / "again")],
-                               [r[2] for r in _losses(one_process / "straight")], rtol=1e-5)
+
+
+@pytest.mark.parametrize("where", [[], ["--tensor-parallel", "4"], ["--tensor-parallel", "2", "--data-parallel"]],
+                         ids=["one-process", "4-way", "2x2-mesh"])
+def test_a_tensor_parallel_checkpoint_resumes_in_one_process_or_split_another_way(tmp_path, split_half,
+                                                                                  one_process, where):
+    import shutil
+    shutil.copytree(split_half, tmp_path / "run")
+    resume = ["--resume", str(tmp_path / "run" / "last.safetensors"), "--steps", "6"]
+    if where:
+        job = _job(4, [*where, *resume])
+        assert job.stdout.count("writing to") == 1
+    else:
+        assert main(["gpt", "train", *resume, "--quiet"]) == 0
+    _weights_equal(tmp_path / "run", one_process / "straight")
+    got, want = _losses(tmp_path / "run"), _losses(one_process / "straight")
+    assert [r[0] for r in got] == [r[0] for r in want] == [3, 6]
+    np.testing.assert_allclose([r[2] for r in got], [r[2] for r in want], rtol=1e-5)   # validation losses
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
