@@ -174,11 +174,16 @@ def test_a_tensor_parallel_checkpoint_resumes_in_one_process_or_split_another_wa
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
-def test_a_one_process_checkpoint_resumes_split_over_two_ranks(tmp_path, one_process):
+@pytest.mark.parametrize("how, said", [(["--tensor-parallel", "2"], "tensor-parallel on 2 ranks"),
+                                       (["--data-parallel"], "data-parallel on 2 ranks")],
+                         ids=["tensor", "data"])
+def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path, one_process, how, said):
+    """Split over 2 ranks, or on 2 data-parallel ranks (whose rank 1 holds a callback in the place of
+    rank 0's metrics logger, so that it loads the writer's callback states)."""
     import shutil
     shutil.copytree(one_process / "half", tmp_path / "run")
-    job = _job(2, ["--tensor-parallel", "2", "--resume", str(tmp_path / "run" / "last.safetensors"), "--steps", "6"])
-    assert "tensor-parallel on 2 ranks" in job.stdout
+    job = _job(2, [*how, "--resume", str(tmp_path / "run" / "last.safetensors"), "--steps", "6"])
+    assert said in job.stdout
     _weights_equal(tmp_path / "run", one_process / "straight")
-    np.testing.assert_allclose([r[1:] for r in _losses(tmp_path / "run")],
-                               [r[1:] for r in _losses(one_process / "straight")], rtol=1e-5)
+    np.testing.assert_allclose([r[2] for r in _losses(tmp_path / "run")],
+                               [r[2] for r in _losses(one_process / "straight")], rtol=1e-5)
