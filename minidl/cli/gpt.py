@@ -6,6 +6,7 @@
     minidl gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 20
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --data-parallel
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2     # each block split over 2 ranks
+    mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2 --resume runs/gpt/last.safetensors
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --micro-batches 4  # 2 stages
     mpiexec -n 4 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --data-parallel    # 2 × 2 stages
 
@@ -171,9 +172,6 @@ def _tensor_parallel_problem(args, s) -> str | None:
     """Why ``--tensor-parallel`` cannot run with these arguments and settings, or None: checked before any work."""
     from minidl.models.gpt import check_tensor_parallel
     tp = args.tensor_parallel
-    if args.resume:
-        return (f"--tensor-parallel {tp} cannot --resume: a tensor-parallel run writes no resumable checkpoint "
-                "(last.safetensors would hold one rank's slices), only the consolidated gpt.safetensors")
     try:
         check_tensor_parallel(s["n_head"], s["n_embd"], s["dropout"], tp)
     except ValueError as exc:
@@ -362,8 +360,9 @@ def add_commands(subparsers) -> None:
                    help="under mpiexec: one model per rank, each on its slice of every batch")
     p.add_argument("--tensor-parallel", dest="tensor_parallel", type=positive_int, metavar="N", default=None,
                    help="under mpiexec -n N: every block split over the N ranks (its heads and MLP units; "
-                        "Megatron-LM), all ranks on the same batches; gpt.safetensors holds the whole weights "
-                        "(needs n_head and 4·n_embd divisible by N, no dropout, no --resume); with "
+                        "Megatron-LM), all ranks on the same batches; gpt.safetensors and last.safetensors hold the "
+                        "whole weights and optimizer state, so --resume continues on any split or in one "
+                        "process (needs n_head and 4·n_embd divisible by N, no dropout); with "
                         "--data-parallel, mpiexec -n D·N: D data-parallel copies of the split model "
                         "(default: not split)")
     p.add_argument("--pipeline-parallel", dest="pipeline_parallel", type=positive_int, metavar="M", default=None,

@@ -34,7 +34,7 @@ from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
 
 __all__ = ["DEFAULTS", "GPTProgress", "build", "build_run", "decay_groups", "lm_loss", "load_run", "longest_block",
-           "lr_schedule", "TensorParallelClip", "train", "warmup_steps"]
+           "lr_schedule", "train", "warmup_steps"]
 
 # Chosen to finish within 10 minutes on 2 CPU cores (measured; see docs/transformer.md).
 DEFAULTS = dict(
@@ -97,7 +97,11 @@ def build_run(s: dict, comm=None, device=None, tensor=None):
 
     ``comm``: the data-parallel group; ``tensor``: the tensor-parallel group, over which the GPT, built
     from the seed as the plain one, is split by :func:`minidl.models.gpt.tensor_parallel` before the
-    optimizer sees its parameters (every rank of the group trains on the same batches)."""
+    optimizer sees its parameters (every rank of the group trains on the same batches). The run's model
+    and optimizer are then wrapped in :class:`~minidl.parallel.tensor_parallel.TensorParallel` and
+    :class:`~minidl.parallel.tensor_parallel.TensorParallelOptimizer` (outside the data-parallel ones):
+    checkpoints hold the whole weights and optimizer state, as one process saves them, and the gradients
+    are clipped to the unsplit model's norm."""
     from minidl.data import TensorDataset
     from minidl.train import recipe
     text = shakespeare()
@@ -113,6 +117,10 @@ def build_run(s: dict, comm=None, device=None, tensor=None):
                            optimizer_options={"betas": tuple(s["betas"])},
                            schedule=lambda lr, steps: lr_schedule(lr, s["min_lr"], s["warmup"], steps),
                            steps=s["steps"], device=device, comm=comm, drop_last=True, val_batch_size=64)
+    if tensor is not None:
+        from minidl.parallel.tensor_parallel import TensorParallel, TensorParallelOptimizer
+        run.model = TensorParallel(run.model)
+        run.optimizer = TensorParallelOptimizer(run.optimizer, run.model)
     return run, tok
 
 
@@ -124,29 +132,26 @@ def _model(cfg: GPTConfig, checkpoint_blocks: bool, tensor):
     return tensor_parallel(model, tensor)
 
 
-class TensorParallelClip(Callback):
-    """Clip the gradients of a tensor-parallel model to the unsplit model's global norm, before each
-    optimizer step (:func:`minidl.parallel.tensor_parallel.clip_grad_norm_`, a collective of the group);
-    the Trainer's own clipping would see one rank's slices only, so it is left off."""
-
-    def __init__(self, max_norm: float):
-        self.max_norm = max_norm
-
-    def on_before_optimizer_step(self, trainer, params):
-        from minidl.parallel.tensor_parallel import clip_grad_norm_
-        clip_grad_norm_(getattr(trainer.model, "module", trainer.model), self.max_norm)
+def _gpt(model) -> GPT:
+    """The GPT inside a run's model (which may wrap it: DataParallel, TensorParallel, both)."""
+    while not isinstance(model, GPT) and isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
+    return model
 
 
 class GPTProgress(Callback):
     """A bar over the optimizer steps with tokens/s and loss; validation losses and samples as they come.
 
-    Writes the resumable checkpoint ``last.safetensors`` at every validation.
+    Writes the resumable checkpoint ``last.safetensors`` at every validation (into ``out``, when given).
+    ``gather``: the checkpoint is gathered from the ranks (a tensor-parallel run), so this rank joins
+    every save, writing only if it has ``out``.
     Samples are drawn with their own generator, so they never change the run.
     """
 
     def __init__(self, total_steps: int, tokens_per_step: int, tokenizer, out: str | None,
-                 sample_every: int = 0, show: bool = True, stream=None):
+                 sample_every: int = 0, show: bool = True, stream=None, gather: bool = False):
         self.total, self.tokens_per_step, self.tok, self.out = total_steps, tokens_per_step, tokenizer, out
+        self.gather = gather
         self.sample_every, self.show, self.stream = sample_every, show, stream or sys.stderr
         self.bar, self.tokens_per_s = None, float("nan")
         self.training_seconds, self.steps_timed, self.last = 0.0, 0, 0.0
@@ -172,6 +177,8 @@ class GPTProgress(Callback):
     def on_evaluate(self, trainer, logs):
         if self.out is not None:
             trainer.save_checkpoint(os.path.join(self.out, "last.safetensors"))
+        elif self.gather:  # a collective: this rank's part of the gathering, written by another
+            trainer.save_checkpoint(None, write=False)
         if self.show and self.sample_every and trainer.step % self.sample_every == 0:
             model = getattr(trainer.model, "module", trainer.model)
             ids = model.generate(self.tok.encode("\n")[None], 160, temperature=0.8, top_k=None,
@@ -206,31 +213,29 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
     and ``metrics.jsonl`` always hold where it ended.
 
     ``tensor``: a tensor-parallel group (see :func:`build_run`); every rank of
-    it joins the gather of ``gpt.safetensors``, which holds the whole
-    (consolidated) weights, and rank 0 writes it. Such a run writes no
-    ``last.safetensors`` (a resumable checkpoint would hold one rank's slices)
-    and draws no samples while training (each is a forward pass, a collective
-    of the group, and only rank 0 shows it).
+    it joins the gathers, and rank 0 writes: ``gpt.safetensors`` holds the
+    whole (consolidated) weights, and ``last.safetensors`` what one process
+    would save (the whole weights and each parameter's AdamW state in its
+    whole shape), so ``resume`` continues it in one process or split any other
+    way, and a one-process checkpoint resumes split. Such a run draws no
+    samples while training (each is a forward pass, a collective of the
+    group, and only rank 0 shows it).
     """
     from minidl.train import JSONLLogger, plot_curves
 
-    if tensor is not None and resume:
-        raise ValueError("a tensor-parallel run cannot resume yet: its checkpoint would hold one rank's slices")
     run, tok = build_run(s, comm, tensor=tensor)
     model, val_loader = run.model, run.val_loader
     root = (comm is None or comm.rank == 0) and (tensor is None or tensor.rank == 0)
     callbacks = [GPTProgress(s["steps"], s["batch_size"] * s["block_size"] * s["accumulate"], tok,
-                             out if root and tensor is None else None,
-                             s["sample_every"] if tensor is None else 0, show=show and root)]
-    clip = {}
-    if tensor is not None and s["clip_norm"] is not None:
-        callbacks.append(TensorParallelClip(s["clip_norm"]))
-        clip = {"max_grad_norm": None}
+                             out if root else None, s["sample_every"] if tensor is None else 0,
+                             show=show and root, gather=tensor is not None)]
     if root and out is not None:
         os.makedirs(out, exist_ok=True)
         callbacks.append(JSONLLogger(os.path.join(out, "metrics.jsonl")))
+    elif comm is not None or tensor is not None:
+        callbacks.append(Callback())  # in the logger's place: every rank loads the writer's callback states
     trainer = run.trainer(loss_fn=lm_loss, metrics=None, eval_every=s["eval_every"], callbacks=callbacks,
-                          progress=False, amp=s["amp"], device=device, **clip)
+                          progress=False, amp=s["amp"], device=device)
     trainer.extra = {"settings": s}
     if resume:
         trainer.load_checkpoint(resume)
@@ -244,11 +249,10 @@ def train(s: dict, out: str | None, resume: str | None = None, show: bool = True
         val_loss = trainer.validate()["val_loss"]
     else:  # stopped as if killed: nothing more is written
         val_loss = trainer.evaluate(val_loader)["loss"]
-    net = getattr(model, "module", model)
+    net = _gpt(model)
     state = None
     if tensor is not None:  # every rank of the group joins the gather
-        from minidl.parallel.tensor_parallel import consolidated_state_dict
-        state = consolidated_state_dict(net)
+        state = model.consolidated_state_dict()
     parameters = net.num_parameters() if state is None else sum(int(a.size) for a in state.values())
     summary = {"steps": trainer.step, "val_loss": val_loss, "seconds": seconds,
                "tokens_per_s": callbacks[0].tokens_per_s, "parameters": parameters}

@@ -33,10 +33,13 @@ holds exactly the numbers of the plain model, and trains to the same numbers.
 """
 from __future__ import annotations
 
+import numpy as np
+
 import minidl.functional as F
-from minidl import nn
+from minidl import backend, nn
 from minidl.nn.module import Module, Parameter
 from minidl.ops.distributed import copy_to_group, sum_over_group
+from minidl.optim.wrapper import WrapsOptimizer
 
 
 def _group(comm):
@@ -122,18 +125,36 @@ class ColumnParallelLinear(Module):
 
     def full_parameters(self) -> dict:
         """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
-        out = {}
-        for name in ("weight", "bias"):
-            p = getattr(self, name)
-            if p is None:
-                continue
-            parts = self.comm.allgather(p.xp.ascontiguousarray(p.data))  # (N, s·k/N, ...)
-            n, rest = parts.shape[0], parts.shape[2:]
-            per = parts.shape[1] // self.stacked
-            # (rank, stacked block, rows) → (stacked block, rank, rows): each block's slices in rank order
-            out[name] = parts.reshape((n, self.stacked, per) + rest).swapaxes(0, 1).reshape(
-                (self.out_features,) + rest)
-        return out
+        return {name: self.gather_whole(name, getattr(self, name).data) for name in ("weight", "bias")
+                if getattr(self, name) is not None}
+
+    def whole_shape(self, name: str) -> tuple:
+        """The shape parameter ``name`` ("weight" or "bias") has in the unsplit layer."""
+        return (self.out_features,) + tuple(_parameter(self, name).shape[1:])
+
+    def gather_whole(self, name: str, array, what: str | None = None):
+        """This rank's ``array`` shaped like parameter ``name`` (the weight, or Adam's moment of it) -> the
+        array of the unsplit layer: an all-gather, so a collective of the group.
+
+        Rank r holds rows r·k/N .. (r+1)·k/N of each of the ``stacked`` blocks of k rows; the gathered
+        (N, s·k/N, ...) array is put back block by block, each block's slices in rank order.
+        """
+        _check_local_shape(self, name, array, what)
+        xp = backend.xp_of(array)
+        parts = self.comm.allgather(xp.ascontiguousarray(array))  # (N, s·k/N, ...)
+        n, rest = parts.shape[0], parts.shape[2:]
+        per = parts.shape[1] // self.stacked
+        # (rank, stacked block, rows) → (stacked block, rank, rows)
+        return parts.reshape((n, self.stacked, per) + rest).swapaxes(0, 1).reshape((self.out_features,) + rest)
+
+    def slice_whole(self, name: str, array, what: str | None = None):
+        """An array shaped like the unsplit layer's parameter ``name`` -> this rank's rows of it, as
+        :meth:`from_linear` cuts them (no communication). Raises ValueError when ``array`` does not have
+        the whole shape (see :func:`local_state_dict`)."""
+        _check_whole_shape(self, name, array, what)
+        xp = backend.xp_of(array)
+        rows = _column_rows(self.out_features, self.stacked, self.comm.size, self.comm.rank)
+        return xp.concatenate([xp.asarray(array)[r] for r in rows])
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features} "
@@ -147,6 +168,47 @@ def _check_column(in_features, out_features, stacked, ranks):
         raise ValueError(f"{layer}: out_features ({out_features}) must hold {stacked} stacked blocks")
     check_divides(layer, "out_features" if stacked == 1 else f"out_features / {stacked}",
                   out_features // stacked, ranks)
+
+
+def _parameter(layer, name: str):
+    p = getattr(layer, name, None) if name in ("weight", "bias") else None
+    if p is None:
+        raise ValueError(f"{type(layer).__name__}: no parameter {name!r} (it has "
+                         f"{', '.join(n for n in ('weight', 'bias') if getattr(layer, n, None) is not None)})")
+    return p
+
+
+def _split_ways(shape: tuple, whole: tuple) -> int | None:
+    """k when ``shape`` is ``whole`` with one axis divided by k > 1 (one rank's slice of a k-way split)."""
+    if len(shape) != len(whole):
+        return None
+    differ = [(got, want) for got, want in zip(shape, whole) if got != want]
+    if len(differ) != 1 or not differ[0][0] or differ[0][1] % differ[0][0]:
+        return None
+    k = differ[0][1] // differ[0][0]
+    return k if k > 1 else None
+
+
+def _check_local_shape(layer, name, array, what):
+    want, got = tuple(_parameter(layer, name).shape), tuple(np.shape(array))
+    if got != want:
+        raise ValueError(f"{what or type(layer).__name__ + '.' + name}: this rank's array has shape {got}, but the "
+                         f"parameter it stands for has shape {want} on this rank (rank {layer.comm.rank} of "
+                         f"{layer.comm.size}); gather arrays shaped like this rank's slice")
+
+
+def _check_whole_shape(layer, name, array, what):
+    whole, mine, got = layer.whole_shape(name), tuple(_parameter(layer, name).shape), tuple(np.shape(array))
+    if got == whole:
+        return
+    ways = _split_ways(got, whole)
+    looks = (f" (the shape of one rank's slice of a {ways}-way split: a state saved by each rank of a "
+             "tensor-parallel model)" if ways else "")
+    raise ValueError(f"{what or type(layer).__name__ + '.' + name}: got shape {got}{looks}, but the whole "
+                     f"(unsplit) parameter has shape {whole} and this rank's slice (rank {layer.comm.rank} of "
+                     f"{layer.comm.size}) has shape {mine}. Load a consolidated state, whose arrays are whole: "
+                     "tensor_parallel.consolidated_state_dict(model) on every rank of the split model (a "
+                     "checkpoint of minidl gpt train holds one), not model.state_dict() of one rank")
 
 
 class RowParallelLinear(Module):
@@ -196,11 +258,36 @@ class RowParallelLinear(Module):
 
     def full_parameters(self) -> dict:
         """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
-        parts = self.comm.allgather(self.weight.xp.ascontiguousarray(self.weight.data))  # (N, out, in/N)
-        out = {"weight": parts.swapaxes(0, 1).reshape(self.out_features, self.in_features)}
-        if self.bias is not None:
-            out["bias"] = self.bias.data.copy()
-        return out
+        return {name: self.gather_whole(name, getattr(self, name).data) for name in ("weight", "bias")
+                if getattr(self, name) is not None}
+
+    def whole_shape(self, name: str) -> tuple:
+        """The shape parameter ``name`` ("weight" or "bias") has in the unsplit layer."""
+        shape = tuple(_parameter(self, name).shape)
+        return (self.out_features, self.in_features) if name == "weight" else shape
+
+    def gather_whole(self, name: str, array, what: str | None = None):
+        """This rank's ``array`` shaped like parameter ``name`` -> the array of the unsplit layer.
+
+        The weight's column slices are all-gathered (a collective of the group) and laid side by side
+        in rank order; the bias is whole on every rank: a copy, no communication.
+        """
+        _check_local_shape(self, name, array, what)
+        xp = backend.xp_of(array)
+        if name == "bias":
+            return xp.array(array, copy=True)
+        parts = self.comm.allgather(xp.ascontiguousarray(array))  # (N, out, in/N)
+        return parts.swapaxes(0, 1).reshape(self.out_features, self.in_features)
+
+    def slice_whole(self, name: str, array, what: str | None = None):
+        """An array shaped like the unsplit layer's parameter ``name`` -> this rank's columns of it (the
+        bias: a copy of it whole); no communication. Raises ValueError when ``array`` does not have the
+        whole shape (see :func:`local_state_dict`)."""
+        _check_whole_shape(self, name, array, what)
+        xp = backend.xp_of(array)
+        if name == "bias":
+            return xp.array(array, copy=True)
+        return xp.ascontiguousarray(xp.asarray(array)[:, _slice(self.in_features, self.comm.size, self.comm.rank)])
 
     def extra_repr(self):
         return (f"in_features={self.in_features} (this rank: {self.weight.shape[1]}), "
@@ -300,17 +387,223 @@ def tensor_parallel_layers(model: Module):
                                                                                RowParallelLinear))]
 
 
+# ---------------------------------------------------------------- whole states: checkpoints
+# A checkpoint of a split model holds what one process would save: each split parameter whole, and
+# the optimizer's state of it (Adam's m and v, shaped like the parameter) whole too, so it loads into
+# one process or into a model split any other way. The conversions work on any array shaped like a
+# split parameter; gathering is a collective of each tensor group, slicing needs no communication.
+def parameter_layers(model: Module) -> dict:
+    """``{id(parameter): (layer, name)}`` for every parameter of the column- and row-parallel layers of
+    ``model``: the layer whose :meth:`~ColumnParallelLinear.gather_whole` and ``slice_whole`` convert arrays
+    shaped like it, and its attribute name ("weight" or "bias"). A row-parallel bias is whole on every
+    rank (both conversions copy it); every parameter not in the map is whole everywhere."""
+    return {id(getattr(layer, name)): (layer, name) for _, layer in tensor_parallel_layers(model)
+            for name in ("weight", "bias") if getattr(layer, name) is not None}
+
+
 def consolidated_state_dict(model: Module) -> dict:
     """The state dict of the unsplit model: every split weight gathered whole (a collective of each group).
 
     Every rank of the tensor group must call it; each gets the full arrays,
     keyed as the plain model's state dict.
     """
+    layers = parameter_layers(model)
     state = dict(model.state_dict())
-    for name, layer in tensor_parallel_layers(model):
-        for key, array in layer.full_parameters().items():
-            state[f"{name}.{key}" if name else key] = array
+    for key, p in model.named_parameters():
+        if id(p) in layers:
+            layer, name = layers[id(p)]
+            state[key] = layer.gather_whole(name, p.data, what=f"parameter {key!r}")
     return state
+
+
+def local_state_dict(model: Module, state: dict) -> dict:
+    """A state dict of whole weights (one process's, or :func:`consolidated_state_dict`'s) -> this rank's:
+    each split parameter's slice cut as the split model holds it, every other entry as it is (no
+    communication). Raises ValueError naming the parameter, the shape got, the whole shape and this rank's
+    slice shape when a split parameter's entry is not whole (one rank's slices, saved by
+    ``model.state_dict()`` of a split model); what the module's own load checks (missing or unknown keys,
+    the other shapes) is left to it."""
+    if not isinstance(state, dict):
+        raise TypeError(f"tensor_parallel.local_state_dict: expected a state dict (name → array), got "
+                        f"{type(state).__name__}")
+    layers = parameter_layers(model)
+    out = dict(state)
+    for key, p in model.named_parameters():
+        if id(p) in layers and key in state:
+            layer, name = layers[id(p)]
+            out[key] = layer.slice_whole(name, state[key], what=f"parameter {key!r}")
+    return out
+
+
+def _optimizer_parts(state_dict, params, owner: str):
+    if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
+            or not isinstance(state_dict.get("param_groups"), list):
+        raise ValueError(f"{owner}: expected an optimizer state {{'state': {{position: ...}}, 'param_groups': "
+                         f"[...]}}, got {type(state_dict).__name__}")
+    saved = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
+    if saved != len(params):
+        raise ValueError(f"{owner}: the optimizer state is for {saved} parameters, the optimizer has "
+                         f"{len(params)}; load the state of an optimizer over the same model")
+    return state_dict["state"]
+
+
+def _convert_optimizer_state(model, state_dict, params, convert, owner):
+    entries = _optimizer_parts(state_dict, params, owner)
+    layers = parameter_layers(model)
+    names = {id(p): key for key, p in model.named_parameters()}
+    for pos in entries:
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < len(params):
+            raise ValueError(f"{owner}: the optimizer state has an entry at position {pos!r}; the optimizer has "
+                             f"{len(params)} parameters (positions 0 to {len(params) - 1})")
+    state = {}
+    for pos in sorted(entries):  # the same order on every rank: the gathers meet
+        entry, p = entries[pos], params[pos]
+        if id(p) not in layers or not isinstance(entry, dict):
+            state[pos] = entry
+            continue
+        layer, name = layers[id(p)]
+        what = f"parameter {names.get(id(p), f'at position {pos}')!r}"
+        state[pos] = {key: (convert(layer, name, value, f"the optimizer state {key!r} of {what}")
+                            if np.ndim(value) > 0 else value) for key, value in entry.items()}
+    return {"state": state, "param_groups": [dict(g) if isinstance(g, dict) else g for g in state_dict["param_groups"]]}
+
+
+def consolidate_optimizer_state(model: Module, state_dict: dict, params) -> dict:
+    """An optimizer's state over this rank's slices -> the state one process keeps (a collective of each
+    tensor group).
+
+    ``state_dict`` is minidl's ``{"state": {position: {...}}, "param_groups": [...]}``, the positions
+    those of ``params`` (the optimizer's parameters in order: its groups' lists one after the other; a
+    pipeline stage's, or any subset of ``model``'s). Each array of a split parameter's state (Adam's m and
+    v: shaped like the parameter) is gathered whole by its layer; numbers (a step count), the other
+    parameters' states and the groups are kept as they are. Every rank of the group must call it.
+    """
+    return _convert_optimizer_state(model, state_dict, list(params),
+                                    lambda layer, name, value, what: backend.to_numpy(
+                                        layer.gather_whole(name, layer.weight.xp.asarray(value), what)),
+                                    "tensor_parallel.consolidate_optimizer_state")
+
+
+def local_optimizer_state(model: Module, state_dict: dict, params) -> dict:
+    """The state of :func:`consolidate_optimizer_state` (or of one process's optimizer over the unsplit
+    model) -> this rank's, each array of a split parameter's state sliced as the parameter is (no
+    communication). Raises ValueError naming the parameter, the state and the shapes when an array is
+    not whole (one rank's state of a split model): checked before anything is returned."""
+    return _convert_optimizer_state(model, state_dict, list(params),
+                                    lambda layer, name, value, what: layer.slice_whole(name, value, what),
+                                    "tensor_parallel.local_optimizer_state")
+
+
+class TensorParallel(Module):
+    """A model holding column- and row-parallel layers (a split GPT, or a DataParallel copy of one), seen
+    whole by checkpoints.
+
+    ``forward``, the parameters and ``state_dict()`` are the wrapped model's (this rank's slices, keyed as
+    the plain model). What a checkpoint holds is the state of one process:
+    :meth:`consolidated_state_dict` gathers the whole weights (a collective of each tensor group), and
+    :meth:`load_state_dict` / :meth:`check_state_dict` take whole weights, from a run split any way or
+    from one process, and cut this rank's slices (:func:`local_state_dict`: a state of one rank's slices
+    is refused, naming the parameter and the shapes; nothing changes). The protocol of
+    :class:`~minidl.parallel.ShardedDataParallel`, so :func:`minidl.train.run_state.save_checkpoint` and
+    ``load_checkpoint`` need nothing more.
+    """
+
+    def __init__(self, module: Module):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"TensorParallel: expected a minidl Module, got {type(module).__name__}")
+        if not tensor_parallel_layers(module):
+            raise ValueError(f"TensorParallel: {type(module).__name__} has no column- or row-parallel layer; "
+                             "split it first (minidl.models.gpt.tensor_parallel for a GPT)")
+        self.module = module
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_parameters(prefix, recurse)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_buffers(prefix, recurse)
+
+    def _state_items(self, prefix: str = ""):
+        return self.module._state_items(prefix)
+
+    def consolidated_state_dict(self) -> dict:
+        """The whole weights, keyed as the plain model's state dict (a collective of each tensor group)."""
+        return consolidated_state_dict(self.module)
+
+    def check_state_dict(self, state, strict: bool = True):
+        """What ``load_state_dict(state, strict)`` would raise or return; no change, no communication."""
+        return self.module.check_state_dict(local_state_dict(self.module, state), strict)
+
+    def load_state_dict(self, state, strict: bool = True):
+        """Load whole weights (as one process saves them): this rank keeps its slices. All or nothing."""
+        return self.module.load_state_dict(local_state_dict(self.module, state), strict)
+
+
+class TensorParallelOptimizer(WrapsOptimizer):
+    """The optimizer of a :class:`TensorParallel` model, whose checkpoint state is one process's.
+
+    ``step``, ``zero_grad``, the groups and the state are the wrapped optimizer's (it may itself be a
+    :class:`~minidl.parallel.DistributedOptimizer`: a data × tensor mesh). :meth:`consolidated_state_dict`
+    holds each parameter's state in the unsplit shapes (:func:`consolidate_optimizer_state`, a
+    collective); :meth:`load_state_dict` takes such a state, saved by any split or by one process.
+    :meth:`clip_grad_norm_` clips to the unsplit model's global norm (:func:`clip_grad_norm_`, a
+    collective), which the Trainer calls for its ``max_grad_norm``.
+    """
+
+    def __init__(self, optimizer, model: Module):
+        if not tensor_parallel_layers(model):
+            raise ValueError(f"TensorParallelOptimizer: the model ({type(model).__name__}) has no column- or "
+                             "row-parallel layer")
+        self.optimizer, self.model = optimizer, model
+
+    def step(self, closure=None):
+        return self.optimizer.step(closure)
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.optimizer.zero_grad(set_to_none)
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip by the unsplit model's global gradient norm; returns the norm before clipping. Data-parallel
+        gradients are all-reduced first (``synchronize``), so the norm is the global batch's."""
+        synchronize = getattr(self.optimizer, "synchronize", None)
+        if callable(synchronize):
+            synchronize()
+        return clip_grad_norm_(self.model, max_norm)
+
+    def _params(self) -> list:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def state_dict(self) -> dict:
+        """This rank's state (its slices); see :meth:`consolidated_state_dict`."""
+        return self.optimizer.state_dict()
+
+    def consolidated_state_dict(self) -> dict:
+        """The state one process keeps, every array in its parameter's whole shape (a collective)."""
+        inner = getattr(self.optimizer, "consolidated_state_dict", None)
+        state = inner() if callable(inner) else self.optimizer.state_dict()
+        return consolidate_optimizer_state(self.model, state, self._params())
+
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        local = local_optimizer_state(self.model, state_dict, self._params())
+        inner = self.optimizer
+        if not isinstance(inner, WrapsOptimizer) or "check_state_dict" in vars(type(inner)):
+            inner.check_state_dict(local)  # a wrapper with a format of its own (Lookahead) checks as it loads
+
+    def load_state_dict(self, state_dict) -> None:
+        """Load a state as :meth:`consolidated_state_dict` gives it (whole shapes; any split saved it)."""
+        self.optimizer.load_state_dict(local_optimizer_state(self.model, state_dict, self._params()))
+
+    def __getattr__(self, name):
+        if name == "optimizer":  # not yet set (during unpickling): avoid recursion
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
+
+    def __repr__(self):
+        return f"TensorParallelOptimizer({self.optimizer!r})"
 
 
 def split_parameters(model: Module) -> list:

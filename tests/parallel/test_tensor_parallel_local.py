@@ -147,3 +147,184 @@ def test_the_split_linear_weights_decay_as_the_plain_ones():
     assert want[0] == [f"blocks.{i}.{layer}.weight" for i in range(2)
                        for layer in ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")]
     assert names(split) == want
+
+
+# ---------------------------------------------------------------- whole states (checkpoints)
+class ThreadGroup(parallel.LocalComm):
+    """Rank ``rank`` of a group whose ranks are threads of this process: each collective hands every
+    rank's array to all of them at a barrier (what MPI's Allgather and Allreduce return, summed in rank
+    order)."""
+
+    def __init__(self, rank, meeting):
+        self.rank, self.size, self.meeting = rank, len(meeting["slots"]), meeting
+
+    def _exchange(self, array):
+        slots, barrier = self.meeting["slots"], self.meeting["barrier"]
+        slots[self.rank] = np.array(array, copy=True)
+        barrier.wait()
+        parts = [s.copy() for s in slots]
+        barrier.wait()                                  # nobody overwrites a slot before all have read
+        return parts
+
+    def allreduce_(self, array):
+        parts = self._exchange(array)
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        array[...] = total
+        return array
+
+    host_allreduce_ = allreduce_
+
+    def allgather(self, array):
+        return np.stack(self._exchange(array))
+
+
+def _on_threads(size, build, work):
+    """``work(model)`` on ``size`` ranks, each a thread, ``model = build(comm)`` made first for each rank
+    in turn (the seeded generator is one for the process) with its ThreadGroup; their results by rank."""
+    import threading
+    meeting = {"slots": [None] * size, "barrier": threading.Barrier(size, timeout=60)}
+    models = [build(ThreadGroup(rank, meeting)) for rank in range(size)]
+    results, errors = [None] * size, []
+
+    def run(rank):
+        try:
+            results[rank] = work(models[rank])
+        except BaseException as exc:  # noqa: BLE001 - reported below, the others released
+            errors.append(exc)
+            meeting["barrier"].abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+CFG = dict(vocab_size=11, block_size=6, n_layer=2, n_head=4, n_embd=8)
+
+
+def _gpt(comm=None, seed=7):
+    mdl.manual_seed(seed)
+    model = GPT(GPTConfig(**CFG)).to(dtype=np.float64)
+    return model if comm is None else tensor_parallel(model, comm)
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_whole_to_slices_to_whole_is_exact(size):
+    """Any array shaped like a split parameter (a weight, or Adam's moment of it) cut into the ranks'
+    slices and gathered again is the original, bit for bit; the slices of the plain model's state are
+    the split model's own parameters."""
+    plain = _gpt().state_dict()
+    noise = {k: np.random.default_rng(1).standard_normal(np.shape(v)) for k, v in plain.items()}
+
+    def work(split):
+        from minidl.parallel.tensor_parallel import consolidated_state_dict, local_state_dict, parameter_layers
+        local = local_state_dict(split, plain)
+        for key, value in split.state_dict().items():
+            np.testing.assert_array_equal(local[key], value, err_msg=key)   # as the split model cut them
+        layers, back = parameter_layers(split), {}
+        for key, p in split.named_parameters():
+            if id(p) in layers:
+                layer, name = layers[id(p)]
+                back[key] = layer.gather_whole(name, layer.slice_whole(name, noise[key]))
+        split.load_state_dict(local_state_dict(split, noise))
+        return back, consolidated_state_dict(split)
+
+    for back, whole in _on_threads(size, _gpt, work):
+        assert sorted(back) == sorted(k for k in plain if ".attn." in k or ".mlp." in k)
+        for key in back:
+            np.testing.assert_array_equal(back[key], noise[key], err_msg=key)
+        assert list(whole) == list(plain)
+        for key in plain:
+            np.testing.assert_array_equal(whole[key], noise[key], err_msg=key)
+
+
+def _adam_steps(model, steps=3):
+    """AdamW over the GPT recipe's decay groups, a few steps on fixed token batches; the optimizer."""
+    from minidl import optim
+    from minidl.models.gpt_train import decay_groups, lm_loss
+    opt = optim.AdamW(decay_groups(model, 0.1), lr=1e-2, betas=(0.9, 0.99))
+    rng = np.random.default_rng(3)
+    for _ in range(steps):
+        idx = rng.integers(0, CFG["vocab_size"], size=(3, CFG["block_size"] + 1))
+        lm_loss(model(idx[:, :-1]), idx[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad()
+    return opt
+
+
+def test_one_processes_adam_state_cut_for_the_ranks_and_gathered_again_is_itself():
+    """The AdamW state of 3 steps on the unsplit model, cut for each of 2 ranks, holds for each split
+    parameter the slices NumPy indexing gives (the Q, K and V blocks' rows; the row-parallel columns),
+    loads into the split model's optimizer, and gathered from the ranks again is the state, bit for bit.
+    (That the state a split run reaches equals one process's is test_cli_gpt_parallel.py's, on MPI ranks.)"""
+    from minidl import optim
+    from minidl.models.gpt_train import decay_groups
+    from minidl.parallel.tensor_parallel import consolidate_optimizer_state, local_optimizer_state
+    plain = _gpt()
+    want = _adam_steps(plain).state_dict()
+    names = [n for g in decay_groups(plain, 0.1) for n, p in plain.named_parameters()
+             if any(p is q for q in g["params"])]
+    qkv, proj = names.index("blocks.0.attn.qkv.weight"), names.index("blocks.1.mlp.proj.weight")
+
+    def build(comm):
+        split = _gpt(comm)
+        opt = optim.AdamW(decay_groups(split, 0.1), lr=1e-2, betas=(0.9, 0.99))
+        params = [p for g in opt.param_groups for p in g["params"]]
+        opt.load_state_dict(local_optimizer_state(split, want, params))
+        return split, opt, params
+
+    def work(built):
+        split, opt, params = built
+        return opt.state_dict(), consolidate_optimizer_state(split, opt.state_dict(), params)
+
+    for rank, (own, whole) in enumerate(_on_threads(2, build, work)):
+        m = want["state"][qkv]["m"]                      # (24, 8): Q, K, V blocks of 8 rows, 4 each per rank
+        np.testing.assert_array_equal(own["state"][qkv]["m"],
+                                      np.concatenate([m[j * 8 + 4 * rank: j * 8 + 4 * rank + 4] for j in range(3)]))
+        v = want["state"][proj]["v"]                     # (8, 32): 16 input columns per rank
+        np.testing.assert_array_equal(own["state"][proj]["v"], v[:, 16 * rank: 16 * rank + 16])
+        assert own["state"][qkv]["t"] == want["state"][qkv]["t"] == 3
+        assert whole["param_groups"] == want["param_groups"]
+        assert list(whole["state"]) == list(want["state"])
+        for pos, entry in want["state"].items():
+            assert list(whole["state"][pos]) == list(entry)
+            for key, value in entry.items():
+                np.testing.assert_array_equal(whole["state"][pos][key], value, err_msg=f"{names[pos]} {key}")
+
+
+def test_one_ranks_slices_loaded_into_another_split_are_refused_naming_the_parameter_and_the_shapes():
+    from minidl.parallel.tensor_parallel import TensorParallel, local_optimizer_state
+    two = _gpt(ClaimedGroup(rank=0, size=2))
+    slices = two.state_dict()                               # rank 0's slices of a 2-way split
+    four = TensorParallel(_gpt(ClaimedGroup(rank=1, size=4), seed=8))
+    before = {k: v.copy() for k, v in four.state_dict().items()}
+    for attempt in (four.check_state_dict, four.load_state_dict):
+        with pytest.raises(ValueError) as info:
+            attempt(slices)
+        message = str(info.value)
+        assert message.startswith("parameter 'blocks.0.attn.qkv.weight': got shape (12, 8) (the shape of one "
+                                  "rank's slice of a 2-way split")
+        assert "the whole (unsplit) parameter has shape (24, 8)" in message
+        assert "this rank's slice (rank 1 of 4) has shape (6, 8)" in message
+        assert "Load a consolidated state" in message and "consolidated_state_dict(model)" in message
+    assert all(np.array_equal(before[k], v) for k, v in four.state_dict().items())   # nothing changed
+    row = {**_gpt().state_dict(), "blocks.1.mlp.proj.weight": slices["blocks.1.mlp.proj.weight"]}
+    with pytest.raises(ValueError, match=r"parameter 'blocks.1.mlp.proj.weight': got shape \(8, 16\) .*2-way "
+                                         r"split.*whole \(unsplit\) parameter has shape \(8, 32\) and this rank's "
+                                         r"slice \(rank 1 of 4\) has shape \(8, 8\)"):
+        four.load_state_dict(row)
+    # an optimizer state holding one rank's slices: the same refusal, naming the state
+    from minidl.models.gpt_train import decay_groups
+    state = _adam_steps(_gpt(), steps=1).state_dict()
+    params = [p for g in decay_groups(four, 0.1) for p in g["params"]]
+    position = next(i for i, p in enumerate(params) if p is four.module.blocks[0].attn.qkv.weight)
+    state["state"][position]["m"] = state["state"][position]["m"][:12]
+    with pytest.raises(ValueError, match=r"the optimizer state 'm' of parameter 'blocks.0.attn.qkv.weight': got "
+                                         r"shape \(12, 8\).*whole \(unsplit\) parameter has shape \(24, 8\)"):
+        local_optimizer_state(four, state, params)
