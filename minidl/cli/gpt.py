@@ -9,6 +9,7 @@
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --tensor-parallel 2 --resume runs/gpt/last.safetensors
     mpiexec -n 2 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --micro-batches 4  # 2 stages
     mpiexec -n 4 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --data-parallel    # 2 × 2 stages
+    mpiexec -n 4 python -m mpi4py -m minidl gpt train --pipeline-parallel 2 --tensor-parallel 2  # stages split
 
 The recipe is :mod:`minidl.models.gpt_train`; the model is :mod:`minidl.models.gpt`.
 """
@@ -368,9 +369,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("--pipeline-parallel", dest="pipeline_parallel", type=positive_int, metavar="M", default=None,
                    help="under mpiexec -n M: the blocks cut into M stages, one per rank (the embedding with the "
                         "first, the final norm and tied head with the last), each batch sent through in "
-                        "micro-batches; gpt.safetensors holds the whole weights (needs n_layer divisible by M, "
-                        "no dropout, no --resume); with --data-parallel, mpiexec -n D·M: D data-parallel copies "
-                        "of the pipeline, each on its 1/D of every batch (default: not cut)")
+                        "micro-batches; gpt.safetensors and the resumable last.safetensors hold the whole "
+                        "weights (needs n_layer divisible by M, no dropout); with --tensor-parallel N, "
+                        "mpiexec -n M·N: each stage split over N ranks; with --data-parallel, a multiple of "
+                        "that: D data-parallel copies of the pipeline, each on its 1/D of every batch "
+                        "(default: not cut)")
     p.add_argument("--micro-batches", dest="micro_batches", type=positive_int, metavar="K", default=None,
                    help="with --pipeline-parallel: micro-batches per batch, dividing --batch-size; the idle "
                         "fraction is (M-1)/(K+M-1) (default: M)")

@@ -322,7 +322,7 @@ def train_pipeline(s: dict, out: str | None, comm, micro_batches: int, schedule:
     if replicas > 1:
         from minidl.parallel.sampler import shard_loader
         run.train_loader = shard_loader(run.train_loader, data)
-    model = run.model
+    model = _gpt(run.model)
     pipe = Pipeline(pipeline_layers(model), comm, micro_batches, schedule,
                     boundaries=pipeline_boundaries(s["n_layer"], comm.size))
     opt = optim.AdamW(decay_groups(pipe.stage, s["weight_decay"]), lr=run.lr, betas=tuple(s["betas"]))
@@ -407,11 +407,11 @@ class _PipelineParts:
     :func:`decay_groups` of the whole GPT), gathered from the stages and cut back into them."""
 
     def __init__(self, model, pipe, opt, comm, tensor, weight_decay):
-        from minidl.parallel.tensor_parallel import split_parameters
+        from minidl.parallel.tensor_parallel import parameter_layers, split_parameters
         self.model, self.pipe, self.opt, self.comm, self.tensor = model, pipe, opt, comm, tensor
         self.tied = model.tok_emb.weight
-        self.mine = {id(p) for p in pipe.parameters()}
-        self.split = {id(p) for p in split_parameters(pipe.stage)} if tensor is not None else set()
+        self.split = {id(p) for p in split_parameters(pipe.stage)}
+        self.layers = parameter_layers(pipe.stage)  # the split layers' parameters: their arrays convert
         self.order = [p for g in decay_groups(model, weight_decay) for p in g["params"]]
         self.groups = [len(g["params"]) for g in decay_groups(model, weight_decay)]
         self.names = {id(p): name for name, p in model.named_parameters()}
@@ -457,17 +457,17 @@ class _PipelineParts:
     def _whole(self, p, array):
         """``array``, shaped like this rank's part of parameter ``p``, as the whole parameter's (a collective
         of the tensor group for a split one)."""
-        if id(p) not in self.split:
-            return backend.to_numpy(array)
-        from minidl.parallel.tensor_parallel import whole_array
-        return backend.to_numpy(whole_array(self.pipe.stage, p, array))
+        if id(p) in self.layers:
+            layer, name = self.layers[id(p)]
+            array = layer.gather_whole(name, array, what=f"parameter {self.names[id(p)]!r}")
+        return backend.to_numpy(array)
 
     def _part(self, p, array):
-        """This rank's part of ``array``, shaped like the whole parameter ``p``."""
-        if id(p) not in self.split:
-            return array
-        from minidl.parallel.tensor_parallel import local_array
-        return local_array(self.pipe.stage, p, array)
+        """This rank's part of ``array``, shaped like the whole parameter ``p`` (no communication)."""
+        if id(p) in self.layers:
+            layer, name = self.layers[id(p)]
+            return layer.slice_whole(name, array, what=f"parameter {self.names[id(p)]!r}")
+        return array
 
     def _held(self):
         """(optimizer position, parameter) of this stage's parameters that it contributes to the whole:
@@ -517,18 +517,16 @@ class _PipelineParts:
         from minidl.train.run_state import CheckpointError, check_rng_states, set_rng_states
         position = {id(p): i for i, p in enumerate(self.order)}
         try:
-            whole = saved["model"]
-            self.model.check_state_dict(self._parts_of_state(whole)) if self.split else \
-                self.model.check_state_dict(whole)
+            weights = self._parts_of_state(saved["model"])
+            self.model.check_state_dict(weights)
             counts = [len(g.get("params", ())) for g in saved["optimizer"]["param_groups"]]
             if counts != self.groups:
                 raise ValueError(f"its optimizer holds parameter groups of {counts} parameters, this GPT's AdamW "
                                  f"{self.groups}")
             saved_state = {int(k): v for k, v in saved["optimizer"]["state"].items()}
             own = [p for g in self.opt.param_groups for p in g["params"]]
-            state = {i: {k: self._part(p, v) if np.ndim(v) else v for k, v in saved_state.get(position[id(p)],
-                                                                                                  {}).items()}
-                     for i, p in enumerate(own)}
+            state = {i: {k: self._part(p, v) if np.ndim(v) else v
+                         for k, v in saved_state.get(position[id(p)], {}).items()} for i, p in enumerate(own)}
             groups, start = [], 0
             for saved_group, group in zip(saved["optimizer"]["param_groups"], self.opt.param_groups):
                 groups.append({**{k: v for k, v in saved_group.items() if k != "params"},
@@ -545,12 +543,14 @@ class _PipelineParts:
         rates.load_state_dict(saved["scheduler"])
         loader.load_state_dict(saved["loader"])
         set_rng_states(saved["rng"])
-        self.model.load_state_dict(self._parts_of_state(whole) if self.split else whole)
+        self.model.load_state_dict(weights)
         return saved["trainer"]["step"], [dict(r) for r in saved["trainer"]["history"]]
 
     def _parts_of_state(self, whole: dict) -> dict:
-        """This rank's state dict of the split model from the whole one (only this stage's split layers
-        are cut; the other stages' blocks are never run here, and take their slices too)."""
+        """This rank's state dict of the (split) model from the whole one: every split layer takes its
+        slices, those of the other stages too (never run here, they stay the one process's)."""
+        if self.tensor is None:
+            return whole
         from minidl.parallel.tensor_parallel import local_state_dict
         return local_state_dict(self.model, whole)
 

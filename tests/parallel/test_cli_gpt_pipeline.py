@@ -125,17 +125,41 @@ def _with(args, flag, value):
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
+def test_tensor_times_pipeline_gpt_equals_one_process(tmp_path, capsys):
+    """mpiexec -n 4 on a Mesh(pipeline=2, tensor=2): each of the 2 stages split over 2 ranks. Every step
+    clips (norm 0.05), so a clip that counts a stage's whole parameters twice or one rank's slices only
+    ends off by the order of lr = 3e-3 a step; the checkpoint holds the whole weights and moments."""
+    assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--tensor-parallel", "2",
+                         "--micro-batches", "2", *TINY, "--out", str(tmp_path / "four")], timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.count("writing to") == 1
+    assert "2 micro-batches of 4, schedule 1f1b, each stage tensor-parallel on 2 ranks" in job.stdout
+    one, four = _losses(tmp_path / "one"), _losses(tmp_path / "four")
+    assert [r[0] for r in four] == [r[0] for r in one] == [3, 6]
+    np.testing.assert_allclose([r[1:] for r in four], [r[1:] for r in one], rtol=1e-5)
+    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))["model"]
+    got = mdl.load(str(tmp_path / "four" / "gpt.safetensors"))["model"]
+    assert list(got) == list(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+    _assert_same_checkpoint(tmp_path / "four", tmp_path / "one")
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
 def test_a_pipeline_checkpoint_resumes_on_another_layout_and_ends_where_one_process_ends(tmp_path, capsys):
-    """Stopped after 3 of 6 steps on 2 stages in 4 micro-batches; resumed on 4 ranks as 2 replicas of a
-    2-stage pipeline in 2 micro-batches each. A resume that lost the optimizer's moments (Adam restarting
-    with its bias correction), the schedule's step or the loader's position ends off by about lr = 3e-3
-    on the weights; the tolerance is the equality tests' (1e-5)."""
+    """Stopped after 3 of 6 steps on 2 stages in 4 micro-batches, each stage split over 2 ranks (tensor ×
+    pipeline); resumed on 4 ranks as 2 replicas of an unsplit 2-stage pipeline in 2 micro-batches each.
+    A resume that lost the optimizer's moments (Adam restarting with its bias correction), the schedule's
+    step or the loader's position ends off by about lr = 3e-3 on the weights; the tolerance is the
+    equality tests' (1e-5)."""
     straight = tmp_path / "one"
     assert main(["gpt", "train", *_with(CONSTANT, "--eval-every", "3"), "--out", str(straight)]) == 0
     capsys.readouterr()
     run = tmp_path / "run"
-    job = launch.run(2, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "4",
-                         *_with(CONSTANT, "--steps", "3"), "--out", str(run)], timeout=120)
+    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "4",
+                         "--tensor-parallel", "2", *_with(CONSTANT, "--steps", "3"), "--out", str(run)], timeout=120)
     assert job.returncode == 0, job.stderr[-3000:]
     job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--micro-batches", "2",
                          "--data-parallel", "--resume", str(run / "last.safetensors"), "--steps", "6", "--quiet"],
