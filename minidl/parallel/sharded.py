@@ -55,6 +55,12 @@ Clipping by the global norm must add the squares of every rank's shard:
 ``opt.clip_grad_norm_(1.0)``, which the Trainer's ``max_grad_norm`` calls).
 ``nn.utils.clip_grad_norm_`` over ``parameters()`` would measure this rank's shards only.
 
+Under autocast a unit's weights reach its ops through casts, graph nodes that depend on the
+weights alone, so the backward walk may run them after the unit's boundary: a stage-3 forward
+under autocast leaves each unit's reduce-scatter to ``sync_gradients``, after the backward
+(stage 2's gradient memory for that step). ``whole_module()`` lends the wrapped module with its
+whole weights (a collective at stage 3), for TensorBoard's histograms.
+
 Checkpoints hold what one process saves: :meth:`ShardedDataParallel.consolidated_state_dict`
 (the whole weights) and ``DistributedOptimizer.consolidated_state_dict()`` (each shard's
 optimizer state all-gathered and cut into the parameters' shapes), so they load into one

@@ -99,13 +99,13 @@ def overflow_on_one_rank(stage: int, comm):
             "rank1_overflow_unchanged": float(unchanged)}
 
 
-def early_run(stage: int, comm=None):
+def early_run(stage: int, comm=None, restore: bool = True):
     """Adam with a rate high enough that the validation loss soon rises: early stopping ends the run and
-    puts the best weights back. Returns the restored weights, the best step and the stop step."""
+    puts the best weights back (``restore``). Returns the weights, the best step and the stop step."""
     x, y = make_data()
     model = make_model()
     net, opt = wrap(model, optim.Adam, stage, comm, lr=0.05)
-    stopper = EarlyStopping(monitor="val_loss", patience=2, restore_best=True)
+    stopper = EarlyStopping(monitor="val_loss", patience=2, restore_best=restore)
     xv, yv = make_data(seed=4)
     trainer = Trainer(net, opt, loader(x, y, comm, shuffle=True), DataLoader((xv[:32], yv[:32]), batch_size=32),
                       callbacks=[stopper], eval_every=2, progress=False, metrics=())
