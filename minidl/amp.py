@@ -69,6 +69,12 @@ class GradScaler:
 
     minidl adds ``skipped_steps``: how many steps were skipped so far (it is in
     the state dict too, so a resumed run keeps counting).
+
+    An optimizer whose gradient is spread over several processes (a sharded
+    data-parallel run: ``parallel.DistributedOptimizer`` over ZeRO shards) has
+    ``reduce_found_inf(found_inf) -> bool``: whether any process found an inf or
+    NaN in its part (a collective). ``unscale_`` calls it where it exists, so every
+    process skips the same steps and keeps the same S; one process is unchanged.
     """
 
     def __init__(self, device: str = "cpu", init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
@@ -114,7 +120,11 @@ class GradScaler:
         if state["stage"] == _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: scale.double().reciprocal().float()
-        state["found_inf"] = self._unscale_grads(optimizer, inv_scale)
+        found_inf = self._unscale_grads(optimizer, inv_scale)
+        reduce_found_inf = getattr(optimizer, "reduce_found_inf", None)
+        if callable(reduce_found_inf):  # the gradient is spread over processes: all of them skip, or none
+            found_inf = bool(reduce_found_inf(found_inf))
+        state["found_inf"] = found_inf
         state["stage"] = _UNSCALED
 
     def step(self, optimizer, *args, **kwargs):

@@ -115,6 +115,36 @@ def test_unscale_then_clip_then_step_unscales_once():
         scaler.unscale_(opt)
 
 
+class _SpreadSGD(optim.SGD):
+    """SGD over one part of a gradient whose other parts (on other processes) found ``others`` inf/NaN."""
+
+    def __init__(self, params, others: bool, **options):
+        super().__init__(params, **options)
+        self.others, self.asked = others, []
+
+    def reduce_found_inf(self, found_inf):
+        self.asked.append(found_inf)
+        return found_inf or self.others
+
+
+@pytest.mark.parametrize("others", [False, True])
+def test_unscale_asks_the_optimizer_to_reduce_the_inf_check(others):
+    # this part is finite; the scaler steps unless another part overflowed, and backs off S alike
+    p = mdl.tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    opt = _SpreadSGD([p], others, lr=0.5)
+    scaler = amp.GradScaler(init_scale=8.0)
+    scaler.scale((p * p).sum() / 2).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert opt.asked == [False]  # the local check, handed over once
+    if others:
+        np.testing.assert_array_equal(p.numpy(), [1.0, -2.0])
+        assert (scaler.get_scale(), scaler.skipped_steps) == (4.0, 1)
+    else:
+        np.testing.assert_array_equal(p.numpy(), [0.5, -1.0])  # p - 0.5 · p
+        assert (scaler.get_scale(), scaler.skipped_steps) == (8.0, 0)
+
+
 def test_gradient_accumulation_sums_scaled_gradients_then_unscales():
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(3)]

@@ -112,23 +112,15 @@ def _refused_with_zero(args, zero: int) -> str | None:
     """Why ``--zero`` cannot run with the other options given, or None.
 
     A sharded run's optimizer state (and from stage 2 its gradients, from stage 3 its weights) is
-    spread over the ranks. Its checkpoints are gathered from every rank (consolidated: they resume
-    in one process or on any number of ranks) and its clipping adds every rank's part of the norm,
-    but loss scaling and histograms see only this rank's part: those wait for collective versions.
+    spread over the ranks, so whatever reads the whole training state gathers it from every rank:
+    checkpoints are consolidated (they resume in one process or on any number of ranks), clipping
+    and loss scaling's inf check add every rank's part, early stopping keeps the whole best weights
+    and TensorBoard's histograms read the whole model. All it needs is the data-parallel job.
     """
     if not getattr(args, "data_parallel", False):
         return (f"--zero {zero} shards the training state across the ranks of a data-parallel job; add "
                 f"--data-parallel and start it with mpiexec (mpiexec -n 2 python -m mpi4py -m minidl train "
                 f"--data-parallel --zero {zero})")
-    given = [flag for flag, value in (("--amp", args.amp), ("--tensorboard", getattr(args, "tensorboard", False)))
-             if value]
-    if zero >= 2 and args.patience:  # EarlyStopping restores whole weights, not the shards the optimizer steps
-        given.append("--patience")
-    if given:
-        return (f"--zero {zero} does not run with {', '.join(given)} yet: loss scaling, histograms"
-                + (" and early stopping's restore" if zero >= 2 else "")
-                + f" would see one rank's shard only; drop {' and '.join(given)}, or drop --zero "
-                "(plain --data-parallel runs them all)")
     return None
 
 
@@ -210,9 +202,9 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
     from minidl.train.callbacks import Callback, EarlyStopping
 
     callbacks, zero = [], getattr(args, "zero", None) or 0
-    # Every rank takes part in each checkpoint (a sharded run's state is gathered from all of them; rank 0
-    # writes), and the other ranks keep a silent callback in each logger's place, so that the loop's state
-    # has one layout on every rank and a checkpoint resumes on any number of them.
+    # Every rank takes part in each checkpoint and each histogram (a sharded run's state is gathered from
+    # all of them; rank 0 writes), and the other ranks keep a silent callback in each logger's place, so
+    # that the loop's state has one layout on every rank and a checkpoint resumes on any number of them.
     if root:
         callbacks = [ModelCheckpoint(out, monitor="val_accuracy"), JSONLLogger(os.path.join(out, "metrics.jsonl"))]
         if tensorboard:  # event files next to metrics.jsonl; the logger's state is in the checkpoint
@@ -223,8 +215,9 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
                 return _end(comm, _fail(str(exc)))
     else:
         callbacks = [ModelCheckpoint(out or "", monitor="val_accuracy", write=False), Callback()]
-        if tensorboard:
-            callbacks.append(Callback())
+        if tensorboard:  # counts validations and, under ZeRO-3, gathers the weights for each histogram
+            from minidl.train.tensorboard import TensorBoardLogger
+            callbacks.append(TensorBoardLogger("", write=False))
     if args.patience:
         callbacks.insert(0, EarlyStopping(monitor="val_accuracy", patience=args.patience, restore_best=True))
     trainer = run.trainer(callbacks=callbacks, progress=not args.quiet and root, metrics=("accuracy", "f1"),
@@ -337,8 +330,9 @@ def _add_train(sub):
                    help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
                         "gradients too, 3 the weights too (stage 2 and 3 need an elementwise optimizer: adam, "
                         "sgd, rmsprop...); its checkpoints are consolidated: --resume continues it in one "
-                        "process or on any number of ranks (see docs/parallelism.md; default: off, every rank "
-                        "holds everything)")
+                        "process or on any number of ranks; --clip-norm, --amp, --patience and --tensorboard "
+                        "see the whole model, as in one process (see docs/parallelism.md; default: off, every "
+                        "rank holds everything)")
     p.set_defaults(run=train_command)
 
 

@@ -434,19 +434,34 @@ class DistributedOptimizer(WrapsOptimizer):
     def clip_grad_norm_(self, max_norm: float):
         """Clip by the norm of the global gradient, as one process would; returns the norm before clipping.
 
-        Synchronizes first. Plain data parallelism and ZeRO stage 1 hold the whole global gradient
-        on every rank after the all-reduce (ZeRO-1's optimizer sees only the parameters this rank
-        owns, so every parameter is clipped here, not only those); stages 2 and 3 hold a shard of it,
-        and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks (a collective).
+        Synchronizes first. Plain data parallelism holds the whole global gradient on every rank
+        after the all-reduce. ZeRO stage 1 holds it too, but its optimizer steps (and a loss scaler
+        unscales) only the parameters this rank owns: those are clipped, by the norm whose squares
+        every rank adds for its own parameters (a collective); stages 2 and 3 hold a shard of it,
+        and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks likewise.
         """
         from minidl.nn.utils import clip_grad_norm_
         self.synchronize()
         if callable(getattr(self.model, "clip_grad_norm_", None)):
             return self.model.clip_grad_norm_(max_norm)
         params = getattr(self.optimizer, "all_params", None)
-        if params is None:
-            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if params is not None:  # ZeRO stage 1: each rank clips the parameters it owns, by the global norm
+            owned = [p for g in self.optimizer.param_groups for p in g["params"]]
+            return clip_spread_grad_norm_(owned, self.model.comm, max_norm, "DistributedOptimizer.clip_grad_norm_")
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
         return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+
+    def reduce_found_inf(self, found_inf: bool) -> bool:
+        """Whether any rank found an inf or NaN in the gradients it unscaled (a collective).
+
+        :class:`minidl.amp.GradScaler` calls it from ``unscale_``: under ZeRO a rank unscales only
+        its part of the gradient (stage 1: the parameters it owns; stages 2 and 3: its shard), and
+        an overflow in one rank's part must make every rank skip the step and back off its scale,
+        as one process checking the whole gradient would. A SUM of the 0/1 flags over the ranks.
+        """
+        flags = np.array([1.0 if found_inf else 0.0])
+        self.model.comm.host_allreduce_(flags)
+        return bool(flags[0] > 0)
 
     def state_dict(self):
         """This rank's optimizer state, as it holds it (ZeRO: its shard; see :meth:`consolidated_state_dict`)."""
@@ -488,6 +503,27 @@ class DistributedOptimizer(WrapsOptimizer):
 
     def __repr__(self):
         return f"DistributedOptimizer({self.optimizer!r})"
+
+
+def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
+    """Clip by the global norm of a gradient whose parts are spread over the ranks (a collective).
+
+    ``tensors`` are this rank's part (every element of the gradient is on exactly one rank):
+    ‖g‖² = Σ_ranks Σ (this rank's part)², added in float64; then each part is scaled by
+    min(1, max_norm / (‖g‖ + 1e-6)), PyTorch's rule, as one process clipping the whole gradient.
+    Returns ‖g‖ before clipping, the same number on every rank.
+    """
+    max_norm = float(max_norm)
+    if not max_norm > 0:
+        raise ValueError(f"{owner}: max_norm must be > 0, got {max_norm}")
+    parts = [t for t in tensors if t.grad is not None]
+    squares = np.array([sum(float((t.grad.data.astype(np.float64) ** 2).sum()) for t in parts)])
+    comm.host_allreduce_(squares)
+    total = float(np.sqrt(squares[0]))
+    scale = min(max_norm / (total + 1e-6), 1.0)
+    for t in parts:
+        t.grad = Tensor(t.grad.data * t.grad.dtype.type(scale))
+    return total
 
 
 def prepare_data_parallel(model, optimizer, loader=None, comm=None):

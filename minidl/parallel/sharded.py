@@ -55,6 +55,12 @@ Clipping by the global norm must add the squares of every rank's shard:
 ``opt.clip_grad_norm_(1.0)``, which the Trainer's ``max_grad_norm`` calls).
 ``nn.utils.clip_grad_norm_`` over ``parameters()`` would measure this rank's shards only.
 
+Under autocast a unit's weights reach its ops through casts, graph nodes that depend on the
+weights alone, so the backward walk may run them after the unit's boundary: a stage-3 forward
+under autocast leaves each unit's reduce-scatter to ``sync_gradients``, after the backward
+(stage 2's gradient memory for that step). ``whole_module()`` lends the wrapped module with its
+whole weights (a collective at stage 3), for TensorBoard's histograms.
+
 Checkpoints hold what one process saves: :meth:`ShardedDataParallel.consolidated_state_dict`
 (the whole weights) and ``DistributedOptimizer.consolidated_state_dict()`` (each shard's
 optimizer state all-gathered and cut into the parameters' shapes), so they load into one
@@ -62,14 +68,16 @@ process or into any number of ranks; ``load_state_dict`` of each cuts this rank'
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
+from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
-from minidl.parallel.data_parallel import DataParallel
+from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_
 from minidl.tensor import Tensor, mark_changed
 
 _WHOLE_TENSOR_OPTIMIZERS = ("LARS", "LAMB", "NovoGrad", "AdaHessian")
@@ -134,16 +142,19 @@ class FlatShard:
             self._point_params_at(gathered, changed)
         self.whole = True
 
-    def release(self) -> None:
+    def release(self, keep_grads: bool = False) -> None:
         """Free the whole parameters (stage 3): each keeps an empty array until the next gather.
 
         Storage is freed, no value changes: the parameters keep their versions, so a graph
         recorded with them still runs its backward (which gathers them again: :meth:`unpack`).
+        Their gradients are dropped too, unless ``keep_grads`` (they wait for a reduction
+        after the backward: see ``ShardedDataParallel``'s notes on autocast).
         """
         empty = self.xp.empty(0, self.dtype)
         for p in self.params:
             p._data = empty  # not .data =, which would count as an in-place change
-            p.grad = None
+            if not keep_grads:
+                p.grad = None
         self.whole = False
 
     # saved-tensor hooks of the unit's forward: a weight is saved as its place, not its values
@@ -208,21 +219,29 @@ class _UnitBoundary(Function):
     its backward runs when the unit's backward is done, reduce-scatters the
     unit's gradients into the shard's gradient and frees the whole weights.
 
+    With ``deferred`` (a forward under autocast) it passes ``dy`` on and nothing more: the
+    unit's weights then reach its ops through casts, graph nodes of their own that depend on
+    the weights only, and the walk may run them after this one; their gradients are reduced
+    after the backward, by :meth:`ShardedDataParallel.sync_gradients`.
+
     Tangent: ẏ = ẋ. The shard reaches y only through the unit's whole weights, which are
     gathered outside the graph, so a tangent of the shard does not reach ẏ here: forward
     mode through a stage-3 unit carries the input's tangent, not the parameters'.
     """
 
-    def __init__(self, unit: FlatShard, owner: "ShardedDataParallel"):
-        self.unit, self.owner = unit, owner
+    def __init__(self, unit: FlatShard, owner: "ShardedDataParallel", deferred: bool = False):
+        self.unit, self.owner, self.deferred = unit, owner, deferred
 
     def forward(self, x, shard):
         return x.view()
 
     def backward(self, gy):
+        gx = gy if self.inputs[0].requires_grad else None
+        if self.deferred:
+            return gx, None
         shard_grad = Tensor(self.unit.reduce_gradients(self.owner.gradient_weight))
         self.unit.release()
-        return (gy if self.inputs[0].requires_grad else None), shard_grad
+        return gx, shard_grad
 
     def jvp(self, dx, dshard):
         return dx
@@ -249,6 +268,7 @@ class ShardedDataParallel(DataParallel):
                             f"{type(module).__name__}; put the model's blocks in an nn.Sequential, or use stage=2")
         super().__init__(module, comm, reduction=reduction)
         self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
+        self._deferred = False  # stage 3 under autocast: the units' gradients wait for sync_gradients
         if stage == 2:
             params = [p for p in module.parameters() if p.requires_grad]
             self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True))]
@@ -273,6 +293,8 @@ class ShardedDataParallel(DataParallel):
             self._count_samples(x)
         if self.stage == 2:
             return self.module(x, *args, **kwargs)
+        deferred = grad_step and is_autocast_enabled()
+        self._deferred = self._deferred or deferred
         for layer, unit in self.units:
             if unit is None:
                 x = layer(x)
@@ -281,12 +303,12 @@ class ShardedDataParallel(DataParallel):
             if grad_step:
                 if not isinstance(x, Tensor):
                     x = Tensor(x)
-                x = _UnitBoundary(unit, self)(x, unit.shard)
+                x = _UnitBoundary(unit, self, deferred)(x, unit.shard)
                 with saved_tensors_hooks(unit.pack, unit.unpack):  # the weights saved as places, not values
                     x = layer(x)
             else:
                 x = layer(x)
-            unit.release()  # freed until its backward (or the next forward) gathers it again
+            unit.release(keep_grads=self._deferred)  # freed until its backward (or the next forward) gathers it
         return x
 
     def _count_samples(self, x):
@@ -305,7 +327,8 @@ class ShardedDataParallel(DataParallel):
 
     # ------------------------------------------------------------ the step
     def sync_gradients(self, num_samples: int | None = None) -> None:
-        """Stage 2: reduce-scatter the gradients into the shard (stage 3 did it during backward)."""
+        """Stage 2: reduce-scatter the gradients into the shard (stage 3 did it during backward,
+        except after a forward under autocast: then each unit's, here, and its weights freed)."""
         if num_samples is not None:
             counts = np.array([num_samples], np.float64)
             self.comm.host_allreduce_(counts)
@@ -313,6 +336,11 @@ class ShardedDataParallel(DataParallel):
         if self.stage == 2:
             _, unit = self.units[0]
             unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
+        elif self._deferred:
+            self._deferred = False
+            for unit in self._shard_units():
+                unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
+                unit.release()
 
     def after_step(self) -> None:
         """Stage 2: all-gather the updated shards (stage 3 gathers each unit before its next forward)."""
@@ -324,6 +352,18 @@ class ShardedDataParallel(DataParallel):
         for _, unit in self.units:
             if unit is not None:
                 unit.gather()
+
+    @contextlib.contextmanager
+    def whole_module(self):
+        """``with model.whole_module() as module:`` the wrapped module with its whole weights, to read
+        them or to run it alone (TensorBoard's histograms; a collective at stage 3, where every rank
+        enters it: the units are all-gathered on entry and freed again on exit)."""
+        if self.stage == 3:
+            self.gather_parameters()
+        try:
+            yield self.module
+        finally:
+            self._release_whole()
 
     # ------------------------------------------------------------ checkpoints
     # A checkpoint holds what one process would save: the whole weights (state_dict after
@@ -450,17 +490,8 @@ class ShardedDataParallel(DataParallel):
         Call it after ``DistributedOptimizer.synchronize()`` (``nn.utils.clip_grad_norm_`` over
         ``parameters()`` would see this rank's shards only). Returns ‖g‖ before clipping.
         """
-        max_norm = float(max_norm)
-        if not max_norm > 0:
-            raise ValueError(f"ShardedDataParallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
-        shards = [u.shard for _, u in self.units if u is not None and u.shard.grad is not None]
-        squares = np.array([sum(float((s.grad.data.astype(np.float64) ** 2).sum()) for s in shards)])
-        self.comm.host_allreduce_(squares)
-        total = float(np.sqrt(squares[0]))
-        scale = min(max_norm / (total + 1e-6), 1.0)
-        for s in shards:
-            s.grad = Tensor(s.grad.data * s.grad.dtype.type(scale))
-        return total
+        shards = [u.shard for _, u in self.units if u is not None]
+        return clip_spread_grad_norm_(shards, self.comm, max_norm, "ShardedDataParallel.clip_grad_norm_")
 
     def check_optimizer(self, optimizer) -> None:
         """Refuse optimizers that need whole tensors (norms, Hessians): a shard is a slice of several."""

@@ -34,6 +34,7 @@ import math
 import os
 
 from minidl.serialization import atomic_write, plain
+from minidl.train.run_state import consolidated_state
 
 
 class Callback:
@@ -140,6 +141,13 @@ class EarlyStopping(Callback):
     ``restore_best=True`` put back the weights of the best check -- the model
     then generalizes like the best point on the validation curve, not like the
     last. An improvement must beat the best by more than ``min_delta``.
+
+    The best weights kept are the model's consolidated state (``consolidated_state_dict()``
+    where the model has one, else ``state_dict()``): under ZeRO stage 2 or 3, whose ranks
+    each hold a shard, they are the whole weights, gathered from every rank (a collective:
+    every rank runs this callback, and every rank keeps the whole copy), and the restore
+    goes through the sharded model's ``load_state_dict``, which cuts each rank's shard back
+    out. So a checkpoint of this callback resumes in one process or on any number of ranks.
     """
 
     def __init__(self, monitor: str = "val_loss", patience: int = 5, min_delta: float = 0.0,
@@ -166,7 +174,7 @@ class EarlyStopping(Callback):
         if self.tracker.improved(value):
             self.tracker.best, self.wait, self.best_step = value, 0, trainer.step
             if self.restore_best:
-                self.best_state = trainer.model.state_dict()
+                self.best_state = consolidated_state(trainer.model)
             return
         self.wait += 1
         if self.wait >= self.patience:

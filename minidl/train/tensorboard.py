@@ -19,8 +19,18 @@ the validation loader unless ``probe=(x, y)`` is given), in eval mode and with
 batch-norm statistic, no ``.grad``. The same input at every validation makes the
 histograms comparable over time. The writer is tensorboardX (``pip install
 minidl[tensorboard]``); JSONL (``JSONLLogger``) stays the default log.
+
+A data-parallel run with ZeRO stage 2 or 3 (``parallel.ShardedDataParallel``) is read
+whole, through its ``whole_module()``: the histograms are of the whole weights, and the
+probe's activations and gradients those of the whole model on the whole probe batch, the
+very histograms one process writes (with the plain model's parameter names). At stage 3
+the weights are gathered from every rank at each histogram validation (a collective, and
+the only one): give every rank a logger, with ``write=False`` on all but rank 0; those
+take part in the gathering, compute and write nothing, and need no tensorboardX.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -29,9 +39,10 @@ from minidl.autograd import grad, no_grad
 from minidl.tensor import Tensor
 from minidl.train.callbacks import Callback
 
-__all__ = ["TensorBoardLogger"]
+__all__ = ["TensorBoardLogger", "histogram_values"]
 
 _NOT_SCALARS = ("step", "epoch", "time")
+_KINDS = ("weights", "gradients", "activations")
 
 
 def _summary_writer():
@@ -50,12 +61,14 @@ class TensorBoardLogger(Callback):
             (default: the first batch of the trainer's validation loader).
         step_scalars: also write the loss and lr of every optimizer step.
         flush_secs: how often the writer flushes to disk (it always does at the end).
+        write: False on the ranks other than 0 of a sharded run: count the validations and take
+            part in gathering the weights for each histogram, write nothing (see the module notes).
     """
 
-    KINDS = ("weights", "gradients", "activations")
+    KINDS = _KINDS
 
     def __init__(self, log_dir, histogram_every: int = 1, histograms=KINDS, probe=None,
-                 step_scalars: bool = True, flush_secs: int = 30):
+                 step_scalars: bool = True, flush_secs: int = 30, write: bool = True):
         unknown = set(histograms) - set(self.KINDS)
         if unknown:
             raise ValueError(f"TensorBoardLogger: histograms must be among {self.KINDS}, got {sorted(unknown)}")
@@ -64,14 +77,14 @@ class TensorBoardLogger(Callback):
                              f"got {histogram_every!r}")
         self.log_dir, self.histogram_every = str(log_dir), histogram_every
         self.histograms, self.probe = tuple(histograms), probe
-        self.step_scalars, self.flush_secs = step_scalars, flush_secs
+        self.step_scalars, self.flush_secs, self.write = step_scalars, flush_secs, bool(write)
         self.writer = None
         self._validations = 0
-        self._writer_class = _summary_writer()  # fail now, not after the first epoch
+        self._writer_class = _summary_writer() if self.write else None  # fail now, not after the first epoch
 
     # ------------------------------------------------------------ hooks
     def on_train_begin(self, trainer):
-        if self.writer is None:
+        if self.writer is None and self.write:
             # Event files are named by the second they were opened: a resumed run opened within the
             # same second as its first run would overwrite it, so the suffix says where the run starts.
             self.writer = self._writer_class(logdir=self.log_dir, flush_secs=self.flush_secs,
@@ -87,7 +100,7 @@ class TensorBoardLogger(Callback):
             self.on_train_begin(trainer)
         step = int(logs["step"])
         for key, value in logs.items():
-            if key not in _NOT_SCALARS:
+            if key not in _NOT_SCALARS and self.write:
                 self.writer.add_scalar(key, float(value), step)
         self._validations += 1
         if self.histogram_every and self._validations % self.histogram_every == 0:
@@ -116,28 +129,44 @@ class TensorBoardLogger(Callback):
 
     # ------------------------------------------------------------ histograms
     def write_histograms(self, trainer, step: int) -> None:
-        """Write the chosen histograms of ``trainer.model`` at ``step``."""
-        model = trainer.model
-        named = list(model.named_parameters())
-        if "weights" in self.histograms:
-            for name, p in named:
-                self.writer.add_histogram(f"weights/{name}", backend.to_numpy(p.data).astype(np.float64), step)
-        wanted = [k for k in ("gradients", "activations") if k in self.histograms]
-        batch = self._probe_batch(trainer) if wanted else None
-        if batch is None:
-            return
-        activations, gradients = probe_layers(model, trainer, batch, named)
-        if "activations" in self.histograms:
-            for name, values in activations:
-                self.writer.add_histogram(f"activations/{name}", values, step)
-        if "gradients" in self.histograms:
-            for name, values in gradients:
-                self.writer.add_histogram(f"gradients/{name}", values, step)
+        """Write the chosen histograms of ``trainer.model`` at ``step`` (``write=False``: take part only)."""
+        probing = self.write and any(k in self.histograms for k in ("gradients", "activations"))
+        batch = self._probe_batch(trainer) if probing else None
+        for tag, values in histogram_values(trainer, batch, self.histograms, compute=self.write):
+            self.writer.add_histogram(tag, values, step)
 
     def _probe_batch(self, trainer):
         if self.probe is None and trainer.val_loader is not None:
             self.probe = next(iter(trainer.val_loader))
         return self.probe
+
+
+def histogram_values(trainer, batch=None, kinds=_KINDS, compute: bool = True) -> list:
+    """What the histograms of ``trainer.model`` show: ``[(tag, float64 NumPy array), ...]``.
+
+    Tags ``weights/<parameter>`` (each of ``kinds`` present), then, when ``batch`` is given,
+    ``activations/<layer>`` and ``gradients/<parameter>`` of :func:`probe_layers` on it.
+    A model with ``whole_module()`` (ZeRO stage 2 or 3) is read through it: the whole weights,
+    the probe run on the whole module in this process. At stage 3 that gathers from every rank
+    (a collective): every rank calls this, and ``compute=False`` takes part and returns [].
+    """
+    model = trainer.model
+    whole = getattr(model, "whole_module", None)
+    with (whole() if callable(whole) else contextlib.nullcontext(model)) as module:
+        if not compute:
+            return []
+        named = list(module.named_parameters())
+        out = []
+        if "weights" in kinds:
+            out += [(f"weights/{name}", backend.to_numpy(p.data).astype(np.float64)) for name, p in named]
+        if batch is None or not any(k in kinds for k in ("gradients", "activations")):
+            return out
+        activations, gradients = probe_layers(module, trainer, batch, named)
+    if "activations" in kinds:
+        out += [(f"activations/{name}", values) for name, values in activations]
+    if "gradients" in kinds:
+        out += [(f"gradients/{name}", values) for name, values in gradients]
+    return out
 
 
 def probe_layers(model, trainer, batch, named=None):

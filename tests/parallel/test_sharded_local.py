@@ -153,3 +153,61 @@ def _one_step(model, opt):
     opt.zero_grad()
     F.cross_entropy(model(mdl.tensor(np.ones((4, 7)))), mdl.tensor(np.array([0, 1, 2, 0]))).backward()
     opt.step()
+
+
+@pytest.mark.parametrize("low", ["float16", "bfloat16"])
+def test_a_world_of_one_at_stage_3_under_autocast_trains_as_the_plain_model(low):
+    # under autocast a layer's weights reach its ops through casts, which the backward walk may run after
+    # the unit's boundary: their gradients are reduced after the backward, none is lost
+    if low == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    import minidl as mdl
+    from minidl import amp
+    from minidl.ops.loss import cross_entropy
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 8, 6)).astype(np.float32), rng.integers(0, 3, size=(3, 8))
+    results = []
+    for sharded in (False, True):
+        model = make_sequential().to(dtype=np.float32)
+        net = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=3) if sharded else model
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        opt = parallel.DistributedOptimizer(opt, net) if sharded else opt
+        for step in range(3):
+            with amp.autocast("cpu", dtype=getattr(mdl, low)):
+                loss = cross_entropy(net(mdl.tensor(x[step])), mdl.tensor(y[step]))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        if sharded:
+            net.gather_parameters()
+        results.append([p.data.copy() for p in model.parameters()])
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(results[0], [p.data for p in
+                                                                         make_sequential().parameters()]))
+    assert moved > 1e-3  # the plain model trained
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_whole_module_lends_the_whole_weights_and_the_histograms_read_them():
+    from minidl.train import Trainer
+    from minidl.train.tensorboard import TensorBoardLogger, histogram_values
+
+    x, y = np.random.default_rng(1).normal(size=(4, 6)), np.array([0, 1, 2, 0])
+    plain = make_sequential()
+    want = histogram_values(Trainer(plain, optim.SGD(plain.parameters()), [], progress=False), (x, y))
+    for stage in (2, 3):
+        sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=stage)
+        trainer = Trainer(sharded, optim.SGD(sharded.parameters()), [], progress=False)
+        got = histogram_values(trainer, (x, y))
+        assert [tag for tag, _ in got] == [tag for tag, _ in want]  # the plain model's names, not shard0...
+        for (tag, g), (_, w) in zip(got, want):
+            np.testing.assert_array_equal(g, w, err_msg=f"stage {stage}: {tag}")
+        if stage == 3:  # lent for the reading only: freed again
+            assert all(p.data.size == 0 for p in sharded.module.parameters())
+        assert histogram_values(trainer, (x, y), compute=False) == []
+    # the ranks other than 0 take part without a writer (nor tensorboardX), and count validations alike
+    silent = TensorBoardLogger("unused", write=False, histogram_every=2)
+    for step in (1, 2, 3):
+        silent.on_evaluate(trainer, {"step": step, "val_loss": 1.0})
+    assert silent.writer is None and silent.state_dict() == {"validations": 3}
