@@ -407,13 +407,13 @@ class _PipelineParts:
     :func:`decay_groups` of the whole GPT), gathered from the stages and cut back into them."""
 
     def __init__(self, model, pipe, opt, comm, tensor, weight_decay):
-        from minidl.parallel.tensor_parallel import parameter_layers, split_parameters
+        from minidl.parallel.tensor_parallel import split_parameters
         self.model, self.pipe, self.opt, self.comm, self.tensor = model, pipe, opt, comm, tensor
         self.tied = model.tok_emb.weight
         self.split = {id(p) for p in split_parameters(pipe.stage)}
-        self.layers = parameter_layers(pipe.stage)  # the split layers' parameters: their arrays convert
-        self.order = [p for g in decay_groups(model, weight_decay) for p in g["params"]]
-        self.groups = [len(g["params"]) for g in decay_groups(model, weight_decay)]
+        groups = decay_groups(model, weight_decay)  # the one-process AdamW's: its positions are the checkpoint's
+        self.order = [p for g in groups for p in g["params"]]
+        self.groups = [len(g["params"]) for g in groups]
         self.names = {id(p): name for name, p in model.named_parameters()}
         # The tied weight's two holders, the first and the last stage (Megatron-LM's embedding group); a
         # collective split of the pipeline, in which the middle stages make a group they never use.
@@ -454,40 +454,40 @@ class _PipelineParts:
                     p.grad = Tensor(p.grad.data * p.grad.data.dtype.type(scale))
         return norm
 
-    def _whole(self, p, array):
-        """``array``, shaped like this rank's part of parameter ``p``, as the whole parameter's (a collective
-        of the tensor group for a split one)."""
-        if id(p) in self.layers:
-            layer, name = self.layers[id(p)]
-            array = layer.gather_whole(name, array, what=f"parameter {self.names[id(p)]!r}")
-        return backend.to_numpy(array)
+    def _own(self) -> list:
+        """This stage's parameters in the order of its optimizer's positions."""
+        return [p for g in self.opt.param_groups for p in g["params"]]
 
-    def _part(self, p, array):
-        """This rank's part of ``array``, shaped like the whole parameter ``p`` (no communication)."""
-        if id(p) in self.layers:
-            layer, name = self.layers[id(p)]
-            return layer.slice_whole(name, array, what=f"parameter {self.names[id(p)]!r}")
-        return array
-
-    def _held(self):
-        """(optimizer position, parameter) of this stage's parameters that it contributes to the whole:
-        all but the tied weight on the last stage (the first stage's copy is the same)."""
-        own = [p for g in self.opt.param_groups for p in g["params"]]
-        return [(i, p) for i, p in enumerate(own) if not (p is self.tied and not self.pipe.is_first)]
+    def _regrouped(self, groups: list, counts: list) -> list:
+        """``groups``' hyperparameters with the positions of ``counts`` parameters in each, one after the other."""
+        out, start = [], 0
+        for group, count in zip(groups, counts):
+            out.append({**{k: v for k, v in group.items() if k != "params"}, "params": list(range(start,
+                                                                                                 start + count))})
+            start += count
+        return out
 
     def gathered(self):
         """(whole state dict, whole optimizer state) on the pipeline's rank 0, None on the others; a
-        collective of the stages (and of each stage's tensor group). Only tensor rank 0's pipeline sends."""
-        local = self.opt.state_dict()
-        position = {id(p): i for i, p in enumerate(self.order)}
-        weights, moments = {}, {}
-        for i, p in self._held():
-            weights[self.names[id(p)]] = self._whole(p, p.data)
-            moments[position[id(p)]] = {k: self._whole(p, v) if np.shape(v) == tuple(p.shape) else v
-                                        for k, v in local["state"].get(i, {}).items()}
+        collective of the stages (and, first, of each stage's tensor group, which gathers its split
+        weights and their moments whole: only tensor rank 0's pipeline then sends). The tied weight
+        comes from the first stage (the last one's copy is the same)."""
+        from minidl.parallel.tensor_parallel import consolidate_optimizer_state, consolidated_state_dict
+        own, local = self._own(), self.opt.state_dict()
+        if self.tensor is not None:
+            weights, local = consolidated_state_dict(self.pipe.stage), \
+                consolidate_optimizer_state(self.pipe.stage, local, own)
+        else:
+            weights = self.pipe.stage.state_dict()
         if self.tensor is not None and self.tensor.rank != 0:
             return None
-        pieces = self.comm.gather_object((weights, moments))
+        key = {id(p): k for k, p in self.pipe.stage.named_parameters()}
+        position = {id(p): i for i, p in enumerate(self.order)}
+        held = [(i, p) for i, p in enumerate(own) if not (p is self.tied and not self.pipe.is_first)]
+        mine = {self.names[id(p)]: backend.to_numpy(weights[key[id(p)]]) for _, p in held}
+        moments = {position[id(p)]: {k: backend.to_numpy(v) if np.ndim(v) else v
+                                     for k, v in local["state"].get(i, {}).items()} for i, p in held}
+        pieces = self.comm.gather_object((mine, moments))
         if pieces is None:
             return None
         weights, moments = {}, {}
@@ -495,12 +495,8 @@ class _PipelineParts:
             weights.update(w)
             moments.update(m)
         state = {name: weights[name] for name in self.model.state_dict()}
-        groups, start = [], 0
-        for group, count in zip(local["param_groups"], self.groups):
-            groups.append({**{k: v for k, v in group.items() if k != "params"},
-                           "params": list(range(start, start + count))})
-            start += count
-        return state, {"state": {pos: moments[pos] for pos in sorted(moments)}, "param_groups": groups}
+        return state, {"state": {pos: moments[pos] for pos in sorted(moments) if moments[pos]},
+                       "param_groups": self._regrouped(local["param_groups"], self.groups)}
 
     def save(self, path, rates, loader, loop: dict, settings: dict) -> None:
         """Write the resumable checkpoint to ``path`` (rank 0 gives a path, the others None; a collective)."""
@@ -524,15 +520,14 @@ class _PipelineParts:
                 raise ValueError(f"its optimizer holds parameter groups of {counts} parameters, this GPT's AdamW "
                                  f"{self.groups}")
             saved_state = {int(k): v for k, v in saved["optimizer"]["state"].items()}
-            own = [p for g in self.opt.param_groups for p in g["params"]]
-            state = {i: {k: self._part(p, v) if np.ndim(v) else v
-                         for k, v in saved_state.get(position[id(p)], {}).items()} for i, p in enumerate(own)}
-            groups, start = [], 0
-            for saved_group, group in zip(saved["optimizer"]["param_groups"], self.opt.param_groups):
-                groups.append({**{k: v for k, v in saved_group.items() if k != "params"},
-                               "params": list(range(start, start + len(group["params"])))})
-                start += len(group["params"])
-            local = {"state": {i: v for i, v in state.items() if v}, "param_groups": groups}
+            own = self._own()
+            local = {"state": {i: saved_state[position[id(p)]] for i, p in enumerate(own)
+                               if saved_state.get(position[id(p)])},
+                     "param_groups": self._regrouped(saved["optimizer"]["param_groups"],
+                                                     [len(g["params"]) for g in self.opt.param_groups])}
+            if self.tensor is not None:
+                from minidl.parallel.tensor_parallel import local_optimizer_state
+                local = local_optimizer_state(self.pipe.stage, local, own)
             self.opt.check_state_dict(local)
             rates.check_state_dict(saved["scheduler"])
             loader.check_state_dict(saved["loader"])

@@ -439,6 +439,22 @@ class Module:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
 
 
+class WrapsModule(Module):
+    """Base of the modules built around another one (``self.module``) that are seen as it: the data-,
+    tensor- and sharded-parallel wrappers. Their parameters, buffers and state-dict keys are the wrapped
+    module's, without a ``module.`` prefix, so a state dict moves between the wrapped and the plain
+    model unchanged (PyTorch's DDP adds the prefix; minidl does not)."""
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_parameters(prefix, recurse)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self.module.named_buffers(prefix, recurse)
+
+    def _state_items(self, prefix: str = ""):
+        return self.module._state_items(prefix)
+
+
 def _forget(module: Module, name: str) -> None:
     """Drop ``name`` from every registry and the instance dict before it is registered anew."""
     for table in (module._parameters, module._buffers, module._modules):

@@ -45,14 +45,14 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
-from minidl.nn.module import Module
+from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
 
 
-class DataParallel(Module):
+class DataParallel(WrapsModule):
     """Wrap ``module`` so that its gradients can be averaged over every rank of ``comm``.
 
     At construction the model's architecture is compared across ranks (a
@@ -116,15 +116,6 @@ class DataParallel(Module):
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._overlap_step)(out)
         return out
-
-    def named_parameters(self, prefix: str = "", recurse: bool = True):
-        return self.module.named_parameters(prefix, recurse)
-
-    def named_buffers(self, prefix: str = "", recurse: bool = True):
-        return self.module.named_buffers(prefix, recurse)
-
-    def _state_items(self, prefix: str = ""):
-        return self.module._state_items(prefix)
 
     def extra_repr(self) -> str:
         return f"rank={self.comm.rank}, size={self.comm.size}, backend={self.comm.name}"

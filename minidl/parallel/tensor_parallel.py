@@ -37,7 +37,7 @@ import numpy as np
 
 import minidl.functional as F
 from minidl import backend, nn
-from minidl.nn.module import Module, Parameter
+from minidl.nn.module import Module, Parameter, WrapsModule
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.optim.wrapper import WrapsOptimizer
 
@@ -494,7 +494,7 @@ def local_optimizer_state(model: Module, state_dict: dict, params) -> dict:
                                     "tensor_parallel.local_optimizer_state")
 
 
-class TensorParallel(Module):
+class TensorParallel(WrapsModule):
     """A model holding column- and row-parallel layers (a split GPT, or a DataParallel copy of one), seen
     whole by checkpoints.
 
@@ -519,15 +519,6 @@ class TensorParallel(Module):
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
-
-    def named_parameters(self, prefix: str = "", recurse: bool = True):
-        return self.module.named_parameters(prefix, recurse)
-
-    def named_buffers(self, prefix: str = "", recurse: bool = True):
-        return self.module.named_buffers(prefix, recurse)
-
-    def _state_items(self, prefix: str = ""):
-        return self.module._state_items(prefix)
 
     def consolidated_state_dict(self) -> dict:
         """The whole weights, keyed as the plain model's state dict (a collective of each tensor group)."""
