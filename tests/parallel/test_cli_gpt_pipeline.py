@@ -125,17 +125,22 @@ def _with(args, flag, value):
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
-def test_tensor_times_pipeline_gpt_equals_one_process(tmp_path, capsys):
-    """mpiexec -n 4 on a Mesh(pipeline=2, tensor=2): each of the 2 stages split over 2 ranks. Every step
-    clips (norm 0.05), so a clip that counts a stage's whole parameters twice or one rank's slices only
-    ends off by the order of lr = 3e-3 a step; the checkpoint holds the whole weights and moments."""
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_tensor_times_pipeline_gpt_equals_one_process(tmp_path, capsys, ranks):
+    """mpiexec -n 4 on a Mesh(pipeline=2, tensor=2): each of the 2 stages split over 2 ranks; mpiexec -n 8
+    on Mesh(data=2, pipeline=2, tensor=2), two replicas of that. Every step clips (norm 0.05), so a clip
+    that counts a stage's whole parameters twice or one rank's slices only ends off by the order of
+    lr = 3e-3 a step; the checkpoint holds the whole weights and moments."""
     assert main(["gpt", "train", *TINY, "--out", str(tmp_path / "one")]) == 0
     capsys.readouterr()
-    job = launch.run(4, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--tensor-parallel", "2",
-                         "--micro-batches", "2", *TINY, "--out", str(tmp_path / "four")], timeout=120)
+    replicated = ["--data-parallel"] if ranks == 8 else []
+    job = launch.run(ranks, ["-m", "minidl", "gpt", "train", "--pipeline-parallel", "2", "--tensor-parallel", "2",
+                             *replicated, "--micro-batches", "2", *TINY, "--out", str(tmp_path / "four")],
+                     timeout=180)
     assert job.returncode == 0, job.stderr[-3000:]
     assert job.stdout.count("writing to") == 1
-    assert "2 micro-batches of 4, schedule 1f1b, each stage tensor-parallel on 2 ranks" in job.stdout
+    assert (f"2 micro-batches of {8 // (ranks // 2)}, schedule 1f1b, each stage tensor-parallel on 2 ranks"
+            + (", data-parallel over 2 such pipelines" if replicated else "")) in job.stdout
     one, four = _losses(tmp_path / "one"), _losses(tmp_path / "four")
     assert [r[0] for r in four] == [r[0] for r in one] == [3, 6]
     np.testing.assert_allclose([r[1:] for r in four], [r[1:] for r in one], rtol=1e-5)
