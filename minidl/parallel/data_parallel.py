@@ -117,6 +117,11 @@ class DataParallel(WrapsModule):
             out = _BackwardStarts(self._overlap_step)(out)
         return out
 
+    def sum_over_replicas(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (a host array: running sums of losses and counts) added over the ranks, a new array;
+        the Trainer's records use it, so the training loss they log is the global batch's (a collective)."""
+        return self.comm.host_allreduce_(np.array(values, dtype=np.float64))
+
     def extra_repr(self) -> str:
         return f"rank={self.comm.rank}, size={self.comm.size}, backend={self.comm.name}"
 

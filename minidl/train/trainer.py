@@ -70,7 +70,12 @@ class Trainer:
 
     Args:
         model: a Module. Moved to ``device`` when one is given; batches (Tensors
-            from the loader, or arrays) are moved to the model's device.
+            from the loader, or arrays) are moved to the model's device. A model
+            with a ``sum_over_replicas(values)`` method (``parallel.DataParallel``,
+            also inside a wrapper's ``module``) is one replica of a data-parallel
+            job: each record's training loss and accuracy are summed over the
+            replicas first, so they are the global batch's, as one process logs
+            them (a collective at every record; the per-step curve stays this rank's).
         optimizer: anything with ``step()``, ``zero_grad()`` and ``param_groups``
             (``state_dict()``/``load_state_dict()`` for checkpoints).
         train_loader, val_loader: iterables of ``(x, y)`` batches; a
@@ -390,10 +395,12 @@ class Trainer:
         r = self._running
         epoch = self._epoch_progress() if epoch is None else epoch
         record = {"step": self.step, "epoch": round(epoch, 4)}
-        if r["count"]:
-            record["train_loss"] = r["loss"] / r["count"]
-        if r["classified"]:
-            record["train_accuracy"] = r["correct"] / r["classified"]
+        loss, count, correct, classified = self._over_replicas([r["loss"], r["count"], r["correct"],
+                                                                r["classified"]])
+        if count:
+            record["train_loss"] = loss / count
+        if classified:
+            record["train_accuracy"] = correct / classified
         record["lr"] = self._last_lr()
         if self.scaler.is_enabled():  # the loss scale and the steps skipped so far
             record["amp_scale"], record["skipped_steps"] = self.scaler.get_scale(), self.scaler.skipped_steps
@@ -410,6 +417,16 @@ class Trainer:
             self.scheduler.step(record[self.scheduler_monitor])
         self._call("on_evaluate", record)
         return record
+
+    def _over_replicas(self, sums: list) -> list:
+        """``sums`` added over the replicas of a data-parallel model (see the class docstring), else as they are."""
+        model = self.model
+        while model is not None:
+            reduce = getattr(model, "sum_over_replicas", None)
+            if callable(reduce):
+                return [float(v) for v in reduce(np.array(sums, dtype=np.float64))]
+            model = getattr(model, "module", None)
+        return sums
 
     def _epoch_progress(self) -> float:
         """Completed epochs plus the fraction of the current one (from the loader's position)."""

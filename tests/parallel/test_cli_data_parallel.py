@@ -7,6 +7,8 @@ after 45 Adam steps in float32, allows for the all-reduce adding the ranks' grad
 order than one process's batch sum (a few float32 roundings per step), and is far below any real
 difference: one step of Adam moves a weight by about lr = 1e-3.
 """
+import json
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,14 @@ def test_train_cli_on_two_ranks_equals_one_process(tmp_path, capsys):
     assert list(one) == list(two)
     for key in one:
         np.testing.assert_allclose(np.asarray(two[key]), np.asarray(one[key]), rtol=0, atol=1e-5, err_msg=key)
+    # the logged training loss and accuracy are the whole batches', summed over the two ranks (rank 0's
+    # own halves differ by 2.7e-3 relative; the uneven last batch is weighted by its 15 + 14 samples)
+    records = [[r for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+                if "split" not in r] for run in ("one", "two")]  # the training records (not the test set's)
+    assert [r["step"] for r in records[1]] == [r["step"] for r in records[0]] == [45]
+    for key in ("train_loss", "train_accuracy", "val_loss"):
+        np.testing.assert_allclose([r[key] for r in records[1]], [r[key] for r in records[0]], rtol=1e-5,
+                                   err_msg=key)
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
