@@ -27,6 +27,12 @@ GPipe holds the activations of all m micro-batches at once on every stage,
 1F1B at most p − s (a stage starts a backward as soon as it can, releasing a
 micro-batch's activations), so m can grow without the memory growing.
 
+Stages of unequal cost: the pipe moves at the pace of its slowest stage, so a step takes about
+(m + p − 1)·max_s(t_s) and every other stage waits the difference. Cutting by layer count is right
+for equal layers (a transformer's blocks); otherwise :func:`balanced_boundaries` cuts the layers'
+costs (measured by :func:`layer_costs`, or any numbers: parameters, FLOPs) into p contiguous stages
+whose largest cost is the least possible, and ``Pipeline(..., costs=...)`` uses it.
+
 Messages: a stage posts a send together with the receive that follows it
 from the same neighbour (``Communicator.sendrecv_``): in 1F1B's steady state
 two neighbours each send and then receive from the other, which blocking
@@ -61,10 +67,13 @@ def schedule(kind: str, stage: int, stages: int, micro_batches: int) -> list[tup
     return ops + [("B", k) for k in range(m - warmup, m)]
 
 
-def simulate(kind: str, stages: int, micro_batches: int, forward_time: float = 1.0,
-             backward_time: float = 2.0) -> list[list[tuple[str, int, float, float]]]:
+def simulate(kind: str, stages: int, micro_batches: int, forward_time=1.0,
+             backward_time=2.0) -> list[list[tuple[str, int, float, float]]]:
     """The ideal timeline of a schedule: every forward takes ``forward_time``, every backward
-    ``backward_time``, messages are free. Per stage: (kind, micro-batch, start, end)."""
+    ``backward_time`` (a number, or one per stage for stages of unequal cost), messages are free.
+    Per stage: (kind, micro-batch, start, end)."""
+    forward, backward = (_per_stage(t, stages, name) for t, name in ((forward_time, "forward_time"),
+                                                                       (backward_time, "backward_time")))
     ops = [schedule(kind, s, stages, micro_batches) for s in range(stages)]
     done, position, free = {}, [0] * stages, [0.0] * stages
     timelines = [[] for _ in range(stages)]
@@ -84,7 +93,7 @@ def simulate(kind: str, stages: int, micro_batches: int, forward_time: float = 1
             elif op == "B":  # the last stage: its own forward of k
                 ready = done[(s, "F", k)]
             start = max(free[s], ready)
-            end = start + (forward_time if op == "F" else backward_time)
+            end = start + (forward[s] if op == "F" else backward[s])
             done[(s, op, k)] = free[s] = end
             timelines[s].append((op, k, start, end))
             position[s] += 1
@@ -93,6 +102,13 @@ def simulate(kind: str, stages: int, micro_batches: int, forward_time: float = 1
         if not progressed:  # pragma: no cover - every schedule above makes progress
             raise RuntimeError(f"pipeline schedule {kind!r} cannot proceed")
     return timelines
+
+
+def _per_stage(time_, stages: int, name: str) -> list[float]:
+    times = [float(time_)] * stages if np.ndim(time_) == 0 else [float(t) for t in time_]
+    if len(times) != stages or any(not np.isfinite(t) or t < 0 for t in times):
+        raise ValueError(f"simulate: {name} must be a number ≥ 0 or one per stage ({stages}), got {time_!r}")
+    return times
 
 
 def bubble_fraction(timelines) -> float:
@@ -162,13 +178,87 @@ def equal_boundaries(layers: int, stages: int) -> list[int]:
     return [s * layers // stages for s in range(stages + 1)]
 
 
+def balanced_boundaries(costs, stages: int) -> list[int]:
+    """The cut of layers of ``costs`` (one non-negative number per layer) into ``stages`` contiguous,
+    non-empty stages whose largest total cost is the least possible: the pipe's pace.
+
+    Dynamic programming over prefixes: with C(i, j) the cost of layers i..j−1,
+
+        best(s, j) = min over i < j of max(best(s − 1, i), C(i, j)),    best(1, j) = C(0, j)
+
+    the least largest stage of j layers in s stages; the cut is traced back from best(stages, L).
+    O(stages · L²). Ties go to the later boundary, so of equally good cuts the earlier stages take more
+    layers (with equal costs that divide evenly, the cut is :func:`equal_boundaries`').
+    """
+    costs = [float(c) for c in costs]
+    layers = len(costs)
+    if any(not np.isfinite(c) or c < 0 for c in costs):
+        raise ValueError(f"balanced_boundaries: every layer's cost must be a finite number ≥ 0, got {costs}")
+    if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or not 1 <= stages <= layers:
+        raise ValueError(f"balanced_boundaries: {layers} layers make 1 to {layers} non-empty stages, "
+                         f"got stages={stages!r}")
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    best = np.full((stages + 1, layers + 1), np.inf)
+    cut = np.zeros((stages + 1, layers + 1), dtype=int)
+    best[1, 1:] = prefix[1:]
+    for s in range(2, stages + 1):
+        for j in range(s, layers + 1):
+            for i in range(s - 1, j):
+                value = max(best[s - 1, i], prefix[j] - prefix[i])
+                if value <= best[s, j]:  # ties: the latest i
+                    best[s, j], cut[s, j] = value, i
+    bounds = [layers]
+    for s in range(stages, 1, -1):
+        bounds.append(int(cut[s, bounds[-1]]))
+    return [0] + bounds[::-1]
+
+
+def layer_costs(model: Sequential, x, repeats: int = 3, comm=None) -> list[float]:
+    """Seconds of one forward and one backward through each layer of ``model`` on the input ``x`` (a
+    micro-batch): each layer's input is the previous layer's output, the backward given ones as the
+    output's gradient; the median of ``repeats`` runs per layer. Measured times differ from rank to
+    rank, and every rank must cut the same way: with ``comm``, rank 0's numbers are broadcast (a
+    collective), so each rank's ``balanced_boundaries`` agree."""
+    from minidl.autograd import no_grad
+    if not isinstance(model, Sequential):
+        raise TypeError(f"layer_costs: the model must be an nn.Sequential, got {type(model).__name__}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"layer_costs: repeats must be a positive int, got {repeats!r}")
+    costs = []
+    inp = _as_tensor(x)
+    for layer in model:
+        times = []
+        for _ in range(repeats):
+            leaf = Tensor(inp.data, requires_grad=inp.dtype.kind == "f")
+            start = time.perf_counter()
+            out = layer(leaf)
+            if out.requires_grad:
+                autograd_backward([out], [Tensor(out.xp.ones(out.shape, out.dtype))])
+            _synchronize(out)
+            times.append(time.perf_counter() - start)
+        model.zero_grad()
+        costs.append(float(np.median(times)))
+        with no_grad():
+            inp = layer(inp)
+    if comm is not None:
+        costs = list(comm.broadcast_(np.array(costs, dtype=np.float64), root=0))
+    return [float(c) for c in costs]
+
+
+def _synchronize(t) -> None:
+    if t.xp is not np:  # a GPU's kernels run after the call returns: wait for them
+        t.xp.cuda.get_current_stream().synchronize()
+
+
 class Pipeline(Module):
     """``Pipeline(model, comm, micro_batches, schedule="1f1b", boundaries=None)``: this rank's stage of ``model``.
 
     ``model`` is an ``nn.Sequential`` built the same way on every rank; rank s
     keeps ``model[boundaries[s]:boundaries[s+1]]`` (``self.stage``) and
     ``parameters()`` are that stage's. ``boundaries`` defaults to an equal
-    number of layers per stage. One training step on the global batch:
+    number of layers per stage; ``costs`` (one number per layer, the same on
+    every rank) cuts by :func:`balanced_boundaries` instead. One training step
+    on the global batch:
 
         opt.zero_grad()
         loss = pipe.train_step(x, y, F.cross_entropy)   # every rank passes the batch; returns the mean loss
@@ -180,7 +270,8 @@ class Pipeline(Module):
     the most micro-batches whose activations this stage held at once.
     """
 
-    def __init__(self, model: Sequential, comm, micro_batches: int, schedule: str = "1f1b", boundaries=None):
+    def __init__(self, model: Sequential, comm, micro_batches: int, schedule: str = "1f1b", boundaries=None,
+                 costs=None):
         super().__init__()
         if not isinstance(model, Sequential):
             raise TypeError(f"Pipeline: the model must be an nn.Sequential (its layers are cut into stages), "
@@ -190,6 +281,14 @@ class Pipeline(Module):
         if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
             raise ValueError(f"Pipeline: micro_batches must be a positive int, got {micro_batches!r}")
         layers = len(model)
+        if costs is not None:
+            if boundaries is not None:
+                raise ValueError("Pipeline: give boundaries= (the cut) or costs= (cut by balanced_boundaries), "
+                                 "not both")
+            if len(costs) != layers:
+                raise ValueError(f"Pipeline: costs= has {len(costs)} numbers for the {layers} layers of the "
+                                 "model; give one per layer (layer_costs(model, x) measures them)")
+            boundaries = balanced_boundaries(costs, comm.size)
         if boundaries is None:
             boundaries = equal_boundaries(layers, comm.size)
         boundaries = [int(b) for b in boundaries]

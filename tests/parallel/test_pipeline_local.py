@@ -4,9 +4,20 @@ The multi-rank proof (training equal to one process on 2 and 4 MPI ranks) is in 
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minidl import nn, parallel
-from minidl.parallel.pipeline import bubble_fraction, draw_timeline, message_plan, schedule, simulate
+from minidl.parallel.pipeline import (
+    balanced_boundaries,
+    bubble_fraction,
+    draw_timeline,
+    equal_boundaries,
+    layer_costs,
+    message_plan,
+    schedule,
+    simulate,
+)
 
 
 def _events(plan, stage, blocking_only=False):
@@ -146,3 +157,82 @@ def test_a_world_of_one_is_plain_gradient_accumulation():
     assert loss == pytest.approx(want.item(), abs=1e-14)
     for p, q in zip(pipe.parameters(), plain.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=0, atol=1e-14)
+
+
+# ---------------------------------------------------------------- stages of unequal cost
+def _brute_force_pace(costs, stages):
+    """The least largest stage over every cut of ``costs`` into ``stages`` non-empty contiguous stages."""
+    import itertools
+    best = np.inf
+    for inner in itertools.combinations(range(1, len(costs)), stages - 1):
+        bounds = [0, *inner, len(costs)]
+        best = min(best, max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=9), st.integers(1, 9))
+@settings(max_examples=200, deadline=None)
+def test_balanced_boundaries_reach_the_least_largest_stage(costs, stages):
+    """Integer costs: the sums are exact, so the DP's pace must equal the brute force's to the unit."""
+    stages = min(stages, len(costs))
+    bounds = balanced_boundaries(costs, stages)
+    assert bounds[0] == 0 and bounds[-1] == len(costs) and len(bounds) == stages + 1
+    assert all(a < b for a, b in zip(bounds, bounds[1:]))            # every stage holds a layer
+    assert max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])) == _brute_force_pace(costs, stages)
+
+
+def test_balanced_boundaries_by_hand_and_bad_input():
+    assert balanced_boundaries([1, 1, 1, 1, 1, 1], 3) == equal_boundaries(6, 3) == [0, 2, 4, 6]
+    # a first layer as dear as three others: a stage to itself; then 3 | 2, the pace 3 (the later cut of
+    # the equally good 3 | 1 1 1 | 1 1 and 3 | 1 1 | 1 1 1)
+    assert balanced_boundaries([3, 1, 1, 1, 1, 1], 3) == [0, 1, 4, 6]
+    assert balanced_boundaries([1, 9, 1], 2) == [0, 2, 3]            # ties (10 either way): the later cut
+    with pytest.raises(ValueError, match="3 layers make 1 to 3 non-empty stages, got stages=4"):
+        balanced_boundaries([1, 1, 1], 4)
+    with pytest.raises(ValueError, match="must be a finite number ≥ 0"):
+        balanced_boundaries([1, -1, 1], 2)
+
+
+def test_a_pipeline_cut_by_costs_keeps_the_balanced_stage():
+    costs = [5, 1, 1, 1, 1, 1]
+    pipes = [parallel.Pipeline(_stack(), Claimed(r, 2), micro_batches=2, costs=costs) for r in range(2)]
+    assert [p.boundaries for p in pipes] == [[0, 1, 6]] * 2             # 5 | 5: the first Linear alone
+    assert len(pipes[0].stage) == 1 and len(pipes[1].stage) == 5
+    with pytest.raises(ValueError, match="costs= has 2 numbers for the 6 layers"):
+        parallel.Pipeline(_stack(), Claimed(0, 2), micro_batches=2, costs=[1, 2])
+    with pytest.raises(ValueError, match="not both"):
+        parallel.Pipeline(_stack(), Claimed(0, 2), micro_batches=2, costs=costs, boundaries=[0, 3, 6])
+
+
+def test_layer_costs_times_each_layer_and_takes_rank_0s_numbers():
+    model = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 2))
+    x = np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32)
+    costs = layer_costs(model, x, repeats=2)
+    assert len(costs) == 3 and all(np.isfinite(c) and c > 0 for c in costs)
+    assert all(p.grad is None for p in model.parameters())            # the timing leaves no gradient behind
+
+    class FromRankZero(parallel.LocalComm):                            # what a broadcast from rank 0 does
+        def broadcast_(self, array, root=0):
+            array[...] = np.arange(1.0, len(array) + 1)
+            return array
+
+    assert layer_costs(model, x, repeats=1, comm=FromRankZero()) == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_unequal_stages_set_the_pace(kind):
+    """Forwards of 1 and 3 on two stages, backwards twice as long, m = 4 micro-batches. The forwards form
+    a flow shop of identical jobs: the last one leaves the last stage at Σ_s f_s + (m − 1)·max_s f_s =
+    4 + 3·3 = 13 (GPipe, whose forwards all come first). Whatever the schedule, the slow stage computes
+    m·(3 + 6) = 36 after its first input arrives at 1 and before the first stage's last backward (2):
+    the step takes at least 1 + 36 + 2 = 39, and both schedules meet it (the slow stage never waits once
+    started): the bubble is 1 − (4·3 + 4·9)/(2·39) = 38 %, where equal stages of the same total work
+    (2 and 4 per micro-batch each) would idle 1/5 of the time."""
+    lines = simulate(kind, 2, 4, forward_time=[1, 3], backward_time=[2, 6])
+    if kind == "gpipe":
+        assert max(end for op, _, _, end in lines[1] if op == "F") == 13
+    assert max(end for line in lines for *_, end in line) == 39
+    assert bubble_fraction(lines) == pytest.approx(1 - 48 / 78)
+    assert bubble_fraction(simulate(kind, 2, 4, forward_time=2, backward_time=4)) == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match=r"forward_time must be a number ≥ 0 or one per stage \(2\)"):
+        simulate(kind, 2, 4, forward_time=[1, 2, 3])
