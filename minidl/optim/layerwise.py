@@ -16,6 +16,8 @@ that layer only, so every layer moves by a similar fraction of its size.
 """
 from __future__ import annotations
 
+import numbers
+
 from minidl.backend import xp_of
 from minidl.optim.adam import adam_direction
 from minidl.optim.optimizer import Optimizer, check_nonnegative, check_unit
@@ -36,7 +38,58 @@ def norm(x):
     return xp_of(x).linalg.norm(x.reshape(-1))
 
 
-def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt=True):
+class WholeParameter:
+    """The layers of a plain parameter, for the per-layer norms: one, the parameter itself.
+
+    The seam between the update equations below and a sharded run. The
+    equations ask a parameter's ``layers`` for
+        norms(x)       ‖x‖ of each layer: a 0-d array here
+        spread(a)      a per-layer value for each element of the parameter: ``a`` itself here
+        ndims          each layer's ndim (LARS skips 1-D layers): the parameter's ndim here
+        shape          the shape of a per-layer value: () here
+    A ZeRO-2/3 shard holds pieces of several parameters (and padding); its
+    ``layers`` (:class:`minidl.parallel.sharded.ShardLayers`) give one norm per
+    parameter of the unit, added over the ranks, so the same equations give
+    what one process gives.
+    """
+
+    shape = ()
+
+    def __init__(self, ndim: int):
+        self.ndims = ndim
+
+    def norms(self, x):
+        return norm(x)
+
+    def spread(self, values):
+        return values
+
+
+def layers_of(p, w) -> WholeParameter:
+    """The layers of parameter ``p`` (its data ``w``): its own ``layers`` (a shard's), else the whole parameter."""
+    layers = getattr(p, "layers", None)
+    return WholeParameter(w.ndim) if layers is None else layers
+
+
+class LayerwiseOptimizer(Optimizer):
+    """Base of the optimizers whose update needs per-layer norms: ``update(w, g, state, group, layers)``.
+
+    ``layers`` say how the elements of ``w`` group into layers (:class:`WholeParameter`: one
+    layer, the parameter; a ZeRO shard: the pieces of the unit's parameters it holds).
+    ``layer_state`` names the state entries holding one number per layer (a 0-d array for a
+    whole parameter): a sharded run's checkpoint turns each into one number per parameter.
+    """
+
+    layer_state: tuple = ()
+
+    def update_parameter(self, p, w, g, state, group, probe=False):
+        layers = layers_of(p, w)
+        if probe and hasattr(layers, "local"):  # a trial on zeros (checkpoint checks): no collective
+            layers = layers.local()
+        self.update(w, g, state, group, layers)
+
+
+def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt=True, layers=None):
     """One LARS step, in place on w and the momentum buffer b.
 
     The paper's local rate of layer l, with η = trust_coefficient and β = weight_decay:
@@ -47,20 +100,26 @@ def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt
         b ← μb + lr·local·(g + βw)
         w ← w − b
     With η = 1, μ = 0, β = 0 this is the book's w ← w − lr·(‖w‖/‖g‖)·g.
+    ``layers`` (default: w is one layer) give the norms per layer and spread ``local`` and β
+    over the layers' elements (:class:`WholeParameter`); ``adapt`` is then one flag per layer.
     """
-    if not adapt:
-        local, weight_decay = 1.0, 0.0
+    layers = WholeParameter(w.ndim) if layers is None else layers
+    decay = weight_decay
+    if adapt is False:
+        local, decay = 1.0, 0.0
     else:
-        w_norm, g_norm = norm(w), norm(g)
+        w_norm, g_norm = layers.norms(w), layers.norms(g)
         ratio = trust_coefficient * trust_ratio(w_norm, g_norm + weight_decay * w_norm)
-        local = xp_of(w).where((w_norm > 0) & (g_norm > 0), ratio, 1)
-    step = g + weight_decay * w if weight_decay else g
+        local = layers.spread(xp_of(w).where(adapt & (w_norm > 0) & (g_norm > 0), ratio, 1))
+        if adapt is not True and weight_decay:  # one flag per layer: no decay on the layers that skip
+            decay = layers.spread(xp_of(w).where(adapt, weight_decay, 0).astype(w.dtype))
+    step = g + decay * w if not isinstance(decay, numbers.Real) or decay else g
     b *= momentum
     b += (lr * local) * step
     w -= b
 
 
-class LARS(Optimizer):
+class LARS(LayerwiseOptimizer):
     """``LARS(params, lr, momentum=0.9, trust_coefficient=0.001, weight_decay=0)``: see :func:`lars_update`.
 
     1-D parameters (biases, normalization scales) skip the adaptation and the
@@ -76,72 +135,81 @@ class LARS(Optimizer):
         group["momentum"] = check_unit(self.name, "momentum", group["momentum"])
         group["trust_coefficient"] = check_nonnegative(self.name, "trust_coefficient", group["trust_coefficient"])
 
-    def update(self, w, g, state, group):
+    def update(self, w, g, state, group, layers=None):
+        layers = WholeParameter(w.ndim) if layers is None else layers
         if "b" not in state:
             state["b"] = xp_of(w).zeros_like(w)
         lars_update(w, g, state["b"], lr=group["lr"], momentum=group["momentum"],
                     trust_coefficient=group["trust_coefficient"], weight_decay=group["weight_decay"],
-                    adapt=w.ndim > 1)
+                    adapt=layers.ndims > 1, layers=layers)
 
 
-def lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, weight_decay):
+def lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, weight_decay, layers=None):
     """One LAMB step, in place on w, m, v.
 
         r ← the Adam direction m̂/(√v̂ + ε)      (:func:`minidl.optim.adam.adam_direction`)
         u ← r + λw                               decoupled weight decay
         trust ← ‖w‖ / ‖u‖                        per layer; 1 when a norm is zero
         w ← w − lr·trust·u
+    ``layers`` (default: w is one layer) give the norms per layer and spread the trust ratios
+    over the layers' elements (:class:`WholeParameter`).
     """
+    layers = WholeParameter(w.ndim) if layers is None else layers
     r = adam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps)
     u = r + weight_decay * w if weight_decay else r
-    trust = trust_ratio(norm(w), norm(u))
-    w -= (lr * trust) * u
+    trust = trust_ratio(layers.norms(w), layers.norms(u))
+    w -= (lr * layers.spread(trust)) * u
 
 
-class LAMB(Optimizer):
+class LAMB(LayerwiseOptimizer):
     """``LAMB(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0)``: see :func:`lamb_update`."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    def update(self, w, g, state, group):
+    def update(self, w, g, state, group, layers=None):
         if "t" not in state:
             state.update(t=0, m=xp_of(w).zeros_like(w), v=xp_of(w).zeros_like(w))
         state["t"] += 1
         beta1, beta2 = group["betas"]
         lamb_update(w, g, state["m"], state["v"], t=state["t"], lr=group["lr"], beta1=beta1, beta2=beta2,
-                    eps=group["eps"], weight_decay=group["weight_decay"])
+                    eps=group["eps"], weight_decay=group["weight_decay"], layers=layers)
 
 
-def novograd_update(w, g, m, v, *, lr, beta1, beta2, eps, weight_decay, first):
-    """One NovoGrad step, in place on w and m; returns the new per-layer v (a 0-d array).
+def novograd_update(w, g, m, v, *, lr, beta1, beta2, eps, weight_decay, first, layers=None):
+    """One NovoGrad step, in place on w and m; returns the new per-layer v (a 0-d array; one per layer).
 
         v ← ‖g‖²  on the first step, then  v ← β₂v + (1 − β₂)‖g‖²      one number per layer
         m ← β₁m + g/(√v + ε) + λw
         w ← w − lr·m
-    The gradient itself is never modified.
+    The gradient itself is never modified. ``layers`` (default: w is one layer) give the norms
+    per layer and spread √v over the layers' elements (:class:`WholeParameter`).
     """
-    g_norm2 = norm(g) ** 2
+    layers = WholeParameter(w.ndim) if layers is None else layers
+    g_norm2 = layers.norms(g) ** 2
     v = g_norm2 if first else beta2 * v + (1 - beta2) * g_norm2
     m *= beta1
-    m += g / (xp_of(w).sqrt(v) + eps)
+    m += g / (layers.spread(xp_of(w).sqrt(v)) + eps)
     if weight_decay:
         m += weight_decay * w
     w -= lr * m
     return v
 
 
-class NovoGrad(Optimizer):
+class NovoGrad(LayerwiseOptimizer):
     """``NovoGrad(params, lr, betas=(0.95, 0.98), eps=1e-8, weight_decay=0)``: see :func:`novograd_update`."""
 
     def __init__(self, params, lr, betas=(0.95, 0.98), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
-    def update(self, w, g, state, group):
+    layer_state = ("v",)
+
+    def update(self, w, g, state, group, layers=None):
+        layers = WholeParameter(w.ndim) if layers is None else layers
         first = "m" not in state
         if first:
-            state.update(m=xp_of(w).zeros_like(w), v=xp_of(w).zeros((), w.dtype))
+            state.update(m=xp_of(w).zeros_like(w), v=xp_of(w).zeros(layers.shape, w.dtype))
         beta1, beta2 = group["betas"]
         v = novograd_update(w, g, state["m"], state["v"], lr=group["lr"], beta1=beta1, beta2=beta2,
-                            eps=group["eps"], weight_decay=group["weight_decay"], first=first)
+                            eps=group["eps"], weight_decay=group["weight_decay"], first=first, layers=layers)
         state["v"] = xp_of(w).asarray(v, dtype=w.dtype)  # a 0-d array: checkpoints keep its exact dtype

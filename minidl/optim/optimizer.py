@@ -183,7 +183,17 @@ class Optimizer(StepHooks):
             if p.grad is None or not p.requires_grad:
                 continue
             state = self.state.setdefault(position, {})
-            self.update(p.data, p.grad.data, state, group)
+            self.update_parameter(p, p.data, p.grad.data, state, group)
+
+    def update_parameter(self, p, w, g, state: dict, group: dict, probe: bool = False):
+        """Parameter ``p``'s update on the arrays ``w`` and ``g`` (its data and gradient): ``update``.
+
+        The seam for optimizers that need more of a parameter than its arrays: the layer-wise
+        ones (:class:`minidl.optim.layerwise.LayerwiseOptimizer`) ask it how its elements group
+        into layers (a ZeRO shard holds pieces of several). ``probe``: a trial on zero arrays,
+        to learn the state one step creates (checkpoint checks), which must not communicate.
+        """
+        self.update(w, g, state, group)
 
     def update(self, w, g, state: dict, group: dict):
         raise NotImplementedError(f"{self.name} must define update(w, g, state, group)")

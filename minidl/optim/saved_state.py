@@ -90,7 +90,7 @@ def checked_state(optimizer, state_dict):
         p, index = params[pos]
         if saved:
             where = f"{owner}: the state of parameter {pos} (shape {tuple(p.shape)}, {p.dtype})"
-            cache = (index, tuple(p.shape), str(p.dtype))
+            cache = (index, tuple(p.shape), str(p.dtype), id(getattr(p, "layers", None)))  # a shard's own layers
             if cache not in templates:
                 templates[cache] = state_template(optimizer, p, {**optimizer.param_groups[index], **groups[index]})
             _check_state_entry(where, saved, templates[cache], p)
@@ -108,7 +108,8 @@ def state_template(optimizer, p, group):
     try:
         with no_grad(), np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            optimizer.update(np.zeros(p.shape, p.dtype), np.zeros(p.shape, p.dtype), state, group)
+            optimizer.update_parameter(p, np.zeros(p.shape, p.dtype), np.zeros(p.shape, p.dtype), state, group,
+                                       probe=True)
     except Exception:  # no update of its own (NotImplementedError), or one that needs more than arrays
         return None
     return state

@@ -472,7 +472,7 @@ class DistributedOptimizer(WrapsOptimizer):
         """
         consolidate = getattr(self.model, "consolidate_optimizer_state", None)
         if consolidate is not None:
-            return consolidate(self.optimizer.state_dict())
+            return consolidate(self.optimizer.state_dict(), self._layer_state())
         if callable(getattr(self.optimizer, "consolidated_state_dict", None)):
             return self.optimizer.consolidated_state_dict()
         return self.optimizer.state_dict()
@@ -490,7 +490,11 @@ class DistributedOptimizer(WrapsOptimizer):
 
     def _local(self, state_dict):
         shard = getattr(self.model, "shard_optimizer_state", None)
-        return shard(state_dict) if shard is not None else state_dict
+        return shard(state_dict, self._layer_state()) if shard is not None else state_dict
+
+    def _layer_state(self) -> tuple:
+        """The state entries the optimizer keeps one number per layer of (NovoGrad's v), for ZeRO's shards."""
+        return tuple(getattr(self.optimizer, "layer_state", ()))
 
     def __getattr__(self, name):
         if name == "optimizer":  # not yet set (during unpickling): avoid recursion

@@ -75,12 +75,72 @@ import numpy as np
 
 from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
+from minidl.backend import to_numpy, xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_
 from minidl.tensor import Tensor, mark_changed
 
-_WHOLE_TENSOR_OPTIMIZERS = ("LARS", "LAMB", "NovoGrad", "AdaHessian")
+# optimizers the shards cannot run, and why (each needs more of the whole model than its norms per parameter)
+_REFUSED_OPTIMIZERS = {
+    "AdaHessian": "its Hutchinson estimate z ⊙ Hz needs the second backward (create_graph) through the whole "
+                  "weights, with the same Rademacher z on every rank and Hz averaged over the ranks like the "
+                  "gradient before it is cut into shards; stages 2 and 3 reduce-scatter plain gradients and "
+                  "(stage 3) free the weights after each unit's backward, so z ⊙ Hz is not available",
+    "SwitchOptimizer": "its switch to SGD estimates a learning rate from sums (pᵀp, pᵀg) over all the "
+                       "group's parameters, which a rank sees only its shard of",
+}
+
+
+class ShardLayers:
+    """How a shard is cut into the unit's parameters: the layers of the layer-wise optimizers' norms.
+
+    ``index[i]`` is the unit's parameter k that element i of this rank's shard belongs to (P, one
+    past the last, for the padding at the end of the unit), so for each of the P parameters
+        norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{i: index[i] = k} x_i² )
+    one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
+    ``spread(a)`` gives element i the value a[index[i]] of its parameter (0 on the padding);
+    ``ndims`` are the parameters' own ndims (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
+    per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
+    interface for a whole parameter: one layer.
+    """
+
+    def __init__(self, index, ndims, comm=None):
+        self.index, self.ndims, self.comm = index, ndims, comm
+        self.shape = (len(ndims),)
+
+    @classmethod
+    def of(cls, unit: "FlatShard") -> "ShardLayers":
+        count = len(unit.sizes)
+        owner = np.full(unit.padded, count, np.int64)
+        owner[:unit.numel] = np.repeat(np.arange(count), unit.sizes)
+        mine = owner[unit.comm.rank * unit.chunk:(unit.comm.rank + 1) * unit.chunk]
+        return cls(unit.xp.asarray(mine), unit.xp.asarray([len(s) for s in unit.shapes]), unit.comm)
+
+    def norms(self, x):
+        xp = xp_of(x)
+        count = self.shape[0]
+        squares = xp.bincount(self.index, weights=x * x, minlength=count + 1)[:count].astype(x.dtype)
+        if self.comm is not None:
+            self.comm.allreduce_(squares)
+        return xp.sqrt(squares)
+
+    def spread(self, values):
+        xp = xp_of(values)
+        return xp.concatenate([values, xp.zeros(1, values.dtype)])[self.index]
+
+    def local(self) -> "ShardLayers":
+        """The same layers on the host, without the all-reduce (a trial step on zeros: state shapes)."""
+        return ShardLayers(to_numpy(self.index), to_numpy(self.ndims))
+
+
+class ShardParameter(Parameter):
+    """This rank's shard of a unit, as the optimizer sees it: a flat Parameter with its ``layers``
+    (:class:`ShardLayers`), which the layer-wise optimizers (LARS, LAMB, NovoGrad) ask for their norms."""
+
+    def __init__(self, data, layers: ShardLayers):
+        super().__init__(data)
+        self.layers = layers
 
 
 class FlatShard:
@@ -102,13 +162,14 @@ class FlatShard:
         self._pack(full, [p.data for p in params])
         mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
         self.whole = True  # whether the parameters hold their whole values now
+        layers = ShardLayers.of(self)
         if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
             self.full = full
             self._point_params_at(full)
-            self.shard = Parameter(full[mine])
+            self.shard = ShardParameter(full[mine], layers)
         else:          # stage 3: the shard is all this rank keeps
             self.full = None
-            self.shard = Parameter(full[mine].copy())
+            self.shard = ShardParameter(full[mine].copy(), layers)
             self.release()
 
     def _pack(self, out, arrays):
@@ -409,12 +470,14 @@ class ShardedDataParallel(DataParallel):
     def _shard_units(self):
         return [unit for _, unit in self.units if unit is not None]
 
-    def consolidate_optimizer_state(self, state_dict: dict) -> dict:
+    def consolidate_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """An optimizer's state over the shards -> the state one process keeps per parameter (a collective).
 
         Each array of a shard's state (Adam's m and v: one entry per element of the shard) is
         all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
-        of the unit's parameters. Positions are those of the wrapped model's ``parameters()``.
+        of the unit's parameters; an entry named in ``layer_state`` (NovoGrad's v: one number per
+        parameter of the unit, the same on every rank) gives each parameter its own, a 0-d array.
+        Positions are those of the wrapped model's ``parameters()``.
         """
         units = self._shard_units()
         position = {id(p): i for i, p in enumerate(self.module.parameters())}
@@ -424,14 +487,18 @@ class ShardedDataParallel(DataParallel):
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
         for u, unit in enumerate(units):
             saved = state_dict["state"].get(u, {})
-            pieces = {key: (unit.split_gathered(value) if getattr(value, "shape", ()) == (unit.chunk,)
+            pieces = {key: ([np.array(value[i]) for i in range(len(unit.params))] if key in layer_state
+                            else unit.split_gathered(value) if getattr(value, "shape", ()) == (unit.chunk,)
                             else [value] * len(unit.params)) for key, value in saved.items()}
             for i, p in enumerate(unit.params):
                 state[position[id(p)]] = {key: values[i] for key, values in pieces.items()}
         return {"state": {pos: state[pos] for pos in sorted(state)}, "param_groups": groups}
 
-    def shard_optimizer_state(self, state_dict: dict) -> dict:
+    def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """The per-parameter state of :meth:`consolidate_optimizer_state` -> this rank's state over the shards.
+
+        An entry named in ``layer_state`` (one 0-d array per parameter: NovoGrad's v) becomes one
+        vector of the unit's parameters' values, as the shard's optimizer keeps it.
 
         Raises ValueError naming the parameter and both shapes when a saved array does not fit
         the model (a checkpoint of another model, or one that is not consolidated).
@@ -463,6 +530,14 @@ class ShardedDataParallel(DataParallel):
             state[u] = {}
             for key in entries[0]:
                 values = [entry[key] for entry in entries]
+                if key in layer_state:  # one number per parameter: the unit's vector of them
+                    for p, value in zip(unit.params, values):
+                        if tuple(getattr(value, "shape", (None,))) != ():
+                            raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
+                                             f"{names[id(p)]} must be one number per parameter (a 0-d array), got "
+                                             f"{_describe(value)}; load a consolidated checkpoint of this model")
+                    state[u][key] = unit.xp.asarray(np.stack([to_numpy(np.asarray(v)) for v in values]))
+                    continue
                 if getattr(values[0], "ndim", 0) == 0:  # a number shared by the unit's parameters (a step count)
                     state[u][key] = values[0]
                     continue
@@ -494,13 +569,20 @@ class ShardedDataParallel(DataParallel):
         return clip_spread_grad_norm_(shards, self.comm, max_norm, "ShardedDataParallel.clip_grad_norm_")
 
     def check_optimizer(self, optimizer) -> None:
-        """Refuse optimizers that need whole tensors (norms, Hessians): a shard is a slice of several."""
-        for cls in type(optimizer).__mro__:
-            if cls.__name__ in _WHOLE_TENSOR_OPTIMIZERS:
-                raise ValueError(f"ShardedDataParallel: {type(optimizer).__name__} needs whole tensors (a layer's "
-                                 f"norm or Hessian), but stage {self.stage} gives it flat shards; use an "
-                                 "elementwise optimizer (SGD, Adam, AdamW, RMSprop...) or ZeroRedundancyOptimizer "
-                                 "(stage 1, whole parameters)")
+        """Refuse the optimizers a shard cannot run (AdaHessian, SwitchOptimizer: see ``_REFUSED_OPTIMIZERS``).
+
+        Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
+        NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`.
+        """
+        inner = optimizer
+        while inner is not None:
+            for cls in type(inner).__mro__:
+                if cls.__name__ in _REFUSED_OPTIMIZERS:
+                    raise ValueError(f"ShardedDataParallel: {type(inner).__name__} cannot run on the flat shards "
+                                     f"of stage {self.stage}: {_REFUSED_OPTIMIZERS[cls.__name__]}; use "
+                                     "ZeroRedundancyOptimizer (stage 1, whole parameters), or another optimizer "
+                                     "(SGD, Adam, AdamW, LAMB, LARS, NovoGrad...)")
+            inner = getattr(inner, "optimizer", None)
 
     # ------------------------------------------------------------ memory
     def memory_report(self, optimizer=None) -> dict:
@@ -535,3 +617,8 @@ def _new_bytes(array, seen: set) -> int:
         return 0
     seen.add(key)
     return int(base.nbytes)
+
+
+def _describe(value) -> str:
+    shape = getattr(value, "shape", None)
+    return f"an array of shape {tuple(shape)}" if shape is not None else f"{type(value).__name__} {value!r}"

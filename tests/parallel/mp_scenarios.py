@@ -116,7 +116,14 @@ ZERO_RUNS = {
     "zero3_sgd": (3, "sgd", 12),
     "zero3_adam_uneven": (3, "adam", 11),   # 6 + 5 on 2 ranks, 3 + 3 + 3 + 2 on 4: weighted by sample counts
     "zero2_adam_clip": (2, "adam", 12),     # clipped to a global norm of 0.05 (every step clips: ‖g‖ ≈ 0.3)
+    # the layer-wise optimizers: each parameter's norm added over the pieces the ranks hold
+    "zero2_lamb": (2, "lamb", 12),          # one unit of all four parameters, cut across the ranks
+    "zero3_lars": (3, "lars", 12),          # the second unit holds a weight and a bias (1-D: no adaptation)
+    "zero3_novograd": (3, "novograd", 11),  # one v per parameter of each unit
 }
+# the per-layer norms each step all-reduces (one vector of the unit's parameters per norm): w and g for
+# LARS, w and u for LAMB, g for NovoGrad
+NORMS_PER_STEP = {"adam": 0, "sgd": 0, "lars": 2, "lamb": 2, "novograd": 1}
 CLIP = 0.05
 
 
@@ -128,6 +135,14 @@ def make_sequential(seed: int = 0):
 
 
 def make_optimizer(kind: str, params):
+    """Adam, SGD with momentum, or a layer-wise optimizer with weight decay (large enough steps to move
+    the weights by more than 1e-2 in STEPS steps)."""
+    if kind == "lamb":
+        return optim.LAMB(params, lr=LR, weight_decay=0.01)
+    if kind == "lars":
+        return optim.LARS(params, lr=0.5, momentum=0.9, trust_coefficient=0.02, weight_decay=0.01)
+    if kind == "novograd":
+        return optim.NovoGrad(params, lr=0.05, weight_decay=0.01)
     return optim.Adam(params, lr=LR) if kind == "adam" else optim.SGD(params, lr=0.1, momentum=0.9)
 
 

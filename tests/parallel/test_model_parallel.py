@@ -157,21 +157,31 @@ def test_sharded_training_equals_one_process(job, name):
 @pytest.mark.parametrize("name", list(mp_scenarios.ZERO_RUNS))
 def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     """Measured bytes per rank equal the ZeRO paper's formula (padded Ψ), and the payloads each step handed
-    the communicator equal the cost model's: a reduce-scatter of gΨ and an all-gather of pΨ/N (twice at stage 3)."""
+    the communicator equal the cost model's: a reduce-scatter of gΨ and an all-gather of pΨ/N (twice at stage 3);
+    a layer-wise optimizer adds one all-reduce of one number per parameter (4 in all) for each norm it takes."""
     from minidl.parallel import cost_model
     ranks, outputs = job
     stage, kind, _ = mp_scenarios.ZERO_RUNS[name]
     layers = (78, 70, 15) if stage == 3 else (163,)                 # elements of each flat unit
     padded = sum(ranks * -(-n // ranks) for n in layers)             # N·⌈Ψ_u/N⌉ per unit
-    state_bytes = 16 if kind == "adam" else 8                        # Adam: m and v; SGD: momentum (float64)
+    # per element, float64: Adam and LAMB keep m and v; SGD and LARS a momentum; NovoGrad m, and one v per
+    # parameter (4 numbers, on every rank)
+    state_bytes = {"adam": 16, "lamb": 16, "sgd": 8, "lars": 8, "novograd": 8}[kind]
+    per_layer = 4 * 8 if kind == "novograd" else 0
     want = cost_model.zero_bytes_per_rank(padded, ranks, stage, param_bytes=8, grad_bytes=8, state_bytes=state_bytes)
+    want = {**want, "optimizer_bytes": want["optimizer_bytes"] + per_layer,
+            "total_bytes": want["total_bytes"] + per_layer}
     payloads = cost_model.zero_step_payloads(padded, ranks, stage, param_bytes=8, grad_bytes=8)
+    norms = mp_scenarios.NORMS_PER_STEP[kind]
+    if norms:
+        payloads = {**payloads, "allreduce": norms * 4 * 8}
     for _, facts in outputs:
         memory = facts[name]["memory"]
         assert (memory["elements"], memory["padded_elements"]) == (163, padded)
         for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes", "total_bytes"):
             assert memory[key] == want[key], (key, memory, want)
         assert facts[name]["traffic"] == {op: mp_scenarios.STEPS * n for op, n in payloads.items()}
+    payloads.pop("allreduce", None)  # the ring below: the ZeRO payloads alone
     # what the ring then sends per step: (N−1)/N·(g + p)·Ψ at stage 2, the same as one all-reduce of the
     # gradients; (N−1)/N·(g + 2p)·Ψ at stage 3, which gathers the weights again for backward (the paper's 1.5×)
     sent = sum(cost_model.ring_bytes(op, n, ranks) for op, n in payloads.items())

@@ -49,8 +49,11 @@ def test_bad_settings_are_refused_before_any_work():
     with pytest.raises(TypeError, match="stage=3\\) shards an nn.Sequential layer by layer, got Net"):
         parallel.ShardedDataParallel(Net(), parallel.LocalComm(), stage=3)
     sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=2)
-    with pytest.raises(ValueError, match="LAMB needs whole tensors"):
-        parallel.DistributedOptimizer(optim.LAMB(sharded.parameters()), sharded)
+    with pytest.raises(ValueError, match=r"AdaHessian cannot run on the flat shards of stage 2: its Hutchinson "
+                                         r"estimate z ⊙ Hz needs the second backward"):
+        parallel.DistributedOptimizer(optim.AdaHessian(sharded.parameters()), sharded)
+    with pytest.raises(ValueError, match=r"SwitchOptimizer cannot run .* sums \(pᵀp, pᵀg\) over all the group"):
+        parallel.DistributedOptimizer(optim.SwitchOptimizer(sharded.parameters()), sharded)
     mixed = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).to(dtype=np.float64))
     with pytest.raises(ValueError, match="must share one dtype and device"):
         parallel.ShardedDataParallel(mixed, parallel.LocalComm(), stage=2)
@@ -85,15 +88,19 @@ def test_stage_3_frees_each_unit_after_its_forward_and_gathers_it_again_for_its_
         np.testing.assert_allclose(unit.shard.grad.data[:want.size], want, rtol=1e-15, atol=1e-16)
 
 
+@pytest.mark.parametrize("kind", ["adam", "lamb", "novograd"])
 @pytest.mark.parametrize("stage", [2, 3])
-def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_shards(stage):
-    # a world of one trains as the plain model bit for bit (above), so the consolidated state must
-    # equal the plain optimizer's state_dict exactly: every moment in its parameter's shape
+def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_shards(stage, kind):
+    # a world of one trains as the plain model bit for bit with Adam (above), so its consolidated state
+    # must equal the plain optimizer's state_dict exactly: every moment in its parameter's shape. The
+    # layer-wise optimizers add each norm's squares in another order (by parameter, from the flat shard):
+    # equal to float64 rounding, and NovoGrad's v one 0-d array per parameter, as one process keeps it.
+    tolerance = dict(rtol=0, atol=0) if kind == "adam" else dict(rtol=1e-12, atol=1e-15)
     plain = make_sequential()
-    plain_opt = make_optimizer("adam", plain.parameters())
+    plain_opt = make_optimizer(kind, plain.parameters())
     train_sequential(plain, plain_opt, 12)
     sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=stage)
-    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    opt = parallel.DistributedOptimizer(make_optimizer(kind, sharded.parameters()), sharded)
     train_sequential(sharded, opt, 12)
     weights, state = sharded.consolidated_state_dict(), opt.consolidated_state_dict()
     if stage == 3:
@@ -104,12 +111,19 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
     for pos, entry in want["state"].items():
         assert sorted(state["state"][pos]) == sorted(entry)
         for key, value in entry.items():
-            np.testing.assert_array_equal(np.asarray(state["state"][pos][key]), np.asarray(value))
+            got = state["state"][pos][key]
+            assert np.shape(got) == np.shape(value) and type(got) is type(value), (pos, key, got, value)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(value), **tolerance)
     for name, value in plain.state_dict().items():
-        np.testing.assert_array_equal(weights[name], value)
+        np.testing.assert_allclose(weights[name], value, **tolerance)
+    # it resumes in one process: a plain optimizer loads it (its checks: each entry's keys, shapes, dtypes)
+    resumed = make_sequential()
+    resumed.load_state_dict(weights)
+    resumed_opt = make_optimizer(kind, resumed.parameters())
+    resumed_opt.load_state_dict(state)
     # loaded into a fresh sharded model, the shards and their state are those of the trained one
     again = parallel.ShardedDataParallel(make_sequential(seed=5), parallel.LocalComm(), stage=stage)
-    again_opt = parallel.DistributedOptimizer(make_optimizer("adam", again.parameters()), again)
+    again_opt = parallel.DistributedOptimizer(make_optimizer(kind, again.parameters()), again)
     again.load_state_dict(weights)
     again_opt.check_state_dict(state)
     again_opt.load_state_dict(state)
@@ -119,6 +133,11 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
                                          sorted(opt.optimizer.state.items())):
         for key in want_entry:
             np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want_entry[key]))
+    # and both go on as one: a step more of each, from the same batch
+    train_sequential(again, again_opt, 12)
+    train_sequential(sharded, opt, 12)
+    for got, want_shard in zip(again.parameters(), sharded.parameters()):
+        np.testing.assert_array_equal(got.data, want_shard.data)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -211,3 +230,93 @@ def test_whole_module_lends_the_whole_weights_and_the_histograms_read_them():
     for step in (1, 2, 3):
         silent.on_evaluate(trainer, {"step": step, "val_loss": 1.0})
     assert silent.writer is None and silent.state_dict() == {"validations": 3}
+
+
+# ---------------------------------------------------------------- the layer-wise optimizers on the shards
+@pytest.mark.parametrize("stage", [2, 3])
+def test_the_shards_norms_are_the_parameters_norms_and_spread_back_over_their_elements(stage):
+    model = make_sequential()
+    params = [p.data.copy() for p in model.parameters()]
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=stage)
+    groups = [params] if stage == 2 else [[params[0]], [params[1], params[2]], [params[3]]]
+    for shard, arrays in zip(sharded.parameters(), groups):
+        layers = shard.layers
+        want = np.array([np.sqrt((a ** 2).sum()) for a in arrays])
+        np.testing.assert_allclose(layers.norms(shard.data), want, rtol=1e-14)
+        assert layers.shape == (len(arrays),) and list(layers.ndims) == [a.ndim for a in arrays]
+        spread = layers.spread(np.arange(1.0, len(arrays) + 1))
+        np.testing.assert_array_equal(spread, np.repeat(np.arange(1.0, len(arrays) + 1), [a.size for a in arrays]))
+
+
+class _SecondOfTwo(parallel.LocalComm):
+    """Rank 1 of 2, alone: its all-reduce leaves its own part (what that rank adds to the sum)."""
+    rank, size = 1, 2
+
+
+def test_the_padding_enters_no_norm_and_takes_no_value():
+    from minidl.parallel.sharded import FlatShard
+    rng = np.random.default_rng(3)
+    weight, bias = nn.Parameter(rng.normal(size=(3, 4))), nn.Parameter(rng.normal(size=3))
+    unit = FlatShard([weight, bias], _SecondOfTwo(), "a layer", keep_full=True)
+    # 15 elements on 2 ranks: chunks of 8, rank 1 holds weight's last 4, the bias, and 1 of padding
+    assert (unit.chunk, unit.padded) == (8, 16)
+    x = unit.shard.data.copy()
+    np.testing.assert_array_equal(x[:7], np.concatenate([weight.data.ravel()[8:], bias.data]))
+    x[7] = 1e6  # whatever the padding holds, it must not count
+    want = [np.sqrt((weight.data.ravel()[8:] ** 2).sum()), np.sqrt((bias.data ** 2).sum())]
+    np.testing.assert_allclose(unit.shard.layers.norms(x), want, rtol=1e-14)
+    np.testing.assert_array_equal(unit.shard.layers.spread(np.array([2.0, 3.0])), [2, 2, 2, 2, 3, 3, 3, 0])
+
+
+LAYERWISE = {
+    "lamb": lambda params: optim.LAMB(params, lr=0.01, weight_decay=0.01),
+    "lars": lambda params: optim.LARS(params, lr=0.5, momentum=0.9, trust_coefficient=0.02, weight_decay=0.01),
+    "novograd": lambda params: optim.NovoGrad(params, lr=0.05, weight_decay=0.01),
+    "rangerlars": lambda params: optim.RangerLARS(params, lr=0.01, weight_decay=0.01, k=2),
+}
+
+
+@pytest.mark.parametrize("kind", list(LAYERWISE))
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_world_of_one_trains_with_a_layerwise_optimizer_as_the_plain_model(stage, kind):
+    """Trust ratios and NovoGrad's v per parameter, not per shard: the plain run's weights to float64
+    rounding (each norm adds its squares in another order), though the first stage-2 step alone moves
+    the weights by more than 1e-3 from where one norm over the whole shard would take them."""
+    plain = make_sequential()
+    start = [p.data.copy() for p in plain.parameters()]
+    train_sequential(plain, LAYERWISE[kind](plain.parameters()), 12)
+    model = make_sequential()
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=stage)
+    opt = parallel.DistributedOptimizer(LAYERWISE[kind](sharded.parameters()), sharded)
+    train_sequential(sharded, opt, 12)
+    sharded.gather_parameters()
+    assert max(np.abs(p.data - s).max() for p, s in zip(plain.parameters(), start)) > 1e-2  # it trained
+    for got, want in zip(model.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.data, want.data, rtol=0, atol=1e-13)
+
+
+def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
+    """What the shard's layers fix: one LAMB step over the stage-2 shard equals the plain step of each
+    parameter with them, and misses it by far with one norm over the whole shard (so the tests can fail)."""
+    from minidl.optim.layerwise import lamb_update
+    rng = np.random.default_rng(4)
+    model = make_sequential()
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=2)
+    shard = sharded.units[0][1].shard
+    grads = [rng.normal(size=p.shape) * scale for p, scale in zip(model.parameters(), (1.0, 0.01, 3.0, 0.1))]
+    want = []
+    for p, g in zip(model.parameters(), grads):
+        w = p.data.copy()
+        lamb_update(w, g, np.zeros_like(w), np.zeros_like(w), t=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
+                    weight_decay=0.01)
+        want.append(w.ravel())
+    want = np.concatenate(want)
+    g = np.concatenate([g.ravel() for g in grads])
+    for layers, close in ((shard.layers, True), (None, False)):
+        w = shard.data.copy()
+        lamb_update(w, g, np.zeros_like(w), np.zeros_like(w), t=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
+                    weight_decay=0.01, layers=layers)
+        if close:
+            np.testing.assert_allclose(w, want, rtol=0, atol=1e-14)
+        else:
+            assert np.abs(w - want).max() > 1e-3
