@@ -13,6 +13,11 @@ that layer only, so every layer moves by a similar fraction of its size.
 - NovoGrad (Ginsburg et al. 2019): Adam with one second moment per layer
   (a scalar) instead of one per weight: less memory, and the gradient is
   normalized per layer before it enters the momentum.
+
+A layer is one parameter. The equations take its norms from the parameter's
+``layers`` (:class:`WholeParameter`: the plain norm), so that a ZeRO-2/3 shard,
+a flat piece of several parameters, gives each element the norm of its own
+parameter, added over the ranks (:class:`minidl.parallel.sharded.ShardLayers`).
 """
 from __future__ import annotations
 

@@ -41,10 +41,16 @@ place of any hooks around the model (``save_on_cpu``, ``save_as``).
 
 The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
 momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
-the whole model, so training equals one process. Optimizers that need a whole
-tensor's norm (LARS, LAMB, NovoGrad) or Hessian products (AdaHessian) would
-see a slice instead; they are refused (ZeRO stage 1, which shards by whole
-parameters, runs them).
+the whole model, so training equals one process. The layer-wise ones (LARS,
+LAMB, NovoGrad, RangerLARS) need each parameter's norm: a shard carries its
+:class:`ShardLayers` (which parameter each element belongs to), and
+
+    ‖x_k‖² = Σ_ranks Σ_{i in this rank's shard, of parameter k} x_i²     one all-reduce of P numbers per norm
+
+so they too give what one process gives. AdaHessian (a Hessian-vector product
+of the whole weights, reduced before its absolute value) and SwitchOptimizer
+(sums over all the group's parameters) are refused, with the reason
+(``_REFUSED_OPTIMIZERS``); ZeRO stage 1, which shards by whole parameters, runs them.
 
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
@@ -311,8 +317,8 @@ class _UnitBoundary(Function):
 class ShardedDataParallel(DataParallel):
     """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3)``.
 
-    ``parameters()`` are the shards (flat vectors, one per unit): give them to
-    an elementwise optimizer and wrap it in :class:`DistributedOptimizer`,
+    ``parameters()`` are the shards (flat vectors, one per unit, each a :class:`ShardParameter`):
+    give them to an optimizer and wrap it in :class:`DistributedOptimizer`,
     whose ``step()`` calls :meth:`sync_gradients` and :meth:`after_step`.
     Starts like :class:`DataParallel` (rank 0's weights everywhere, the same
     architecture checked on every rank). ``gather_parameters()`` puts the
