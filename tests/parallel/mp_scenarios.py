@@ -170,13 +170,15 @@ def train_sequential(model, opt, batch: int, comm=None, after_backward=None, cli
     return norms
 
 
-def zero_reference(name: str) -> list:
-    """The plain single-process run of a ZeRO scenario: the final parameters."""
+def zero_reference(name: str, with_state: bool = False):
+    """The plain single-process run of a ZeRO scenario: the final parameters (and the optimizer's state_dict)."""
     _, kind, batch = ZERO_RUNS[name]
     model = make_sequential()
     clip = (lambda max_norm: nn.utils.clip_grad_norm_(model.parameters(), max_norm)) if name.endswith("clip") else None
-    train_sequential(model, make_optimizer(kind, model.parameters()), batch, clip=clip)
-    return [p.data.copy() for p in model.parameters()]
+    opt = make_optimizer(kind, model.parameters())
+    train_sequential(model, opt, batch, clip=clip)
+    params = [p.data.copy() for p in model.parameters()]
+    return (params, opt.state_dict()) if with_state else params
 
 
 # ---------------------------------------------------------------- pipelines

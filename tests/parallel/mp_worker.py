@@ -139,7 +139,17 @@ def _zero_run(world, name):
     traffic = dict(world.traffic)
     sharded.gather_parameters()
     arrays = {str(i): p.data.copy() for i, p in enumerate(model.parameters())}
-    return arrays, {"memory": memory[-1], "traffic": traffic, "norms": norms}
+    # the optimizer state one process keeps, gathered from the shards; loaded back, this rank's state again
+    state = opt.consolidated_state_dict()
+    arrays.update({f"state/{pos}/{key}": np.asarray(value) for pos, entry in state["state"].items()
+                   for key, value in entry.items()})
+    mine = opt.state_dict()["state"]
+    opt.load_state_dict(state)
+    again = opt.state_dict()["state"]
+    reloaded = sorted(again) == sorted(mine) and all(
+        sorted(again[u]) == sorted(mine[u]) and all(np.array_equal(np.asarray(again[u][k]), np.asarray(mine[u][k]))
+                                                    for k in mine[u]) for u in mine)
+    return arrays, {"memory": memory[-1], "traffic": traffic, "norms": norms, "reloaded": bool(reloaded)}
 
 
 for _name in mp_scenarios.ZERO_RUNS:

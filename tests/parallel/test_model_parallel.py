@@ -155,6 +155,25 @@ def test_sharded_training_equals_one_process(job, name):
 
 
 @pytest.mark.parametrize("name", list(mp_scenarios.ZERO_RUNS))
+def test_sharded_optimizer_state_consolidates_to_one_process_and_shards_back(job, name):
+    """The state every rank's consolidated_state_dict gives is the plain optimizer's, entry by entry, of the
+    same shapes (NovoGrad's v: a 0-d array per parameter); loaded back, each rank holds its state again."""
+    ranks, outputs = job
+    _, want = mp_scenarios.zero_reference(name, with_state=True)
+    for rank, (arrays, facts) in enumerate(outputs):
+        assert facts[name]["reloaded"], f"{name}: rank {rank} of {ranks} did not get its shard's state back"
+        got = {key[len(name) + len("/state/"):]: value for key, value in arrays.items()
+               if key.startswith(f"{name}/state/")}
+        expected = {f"{pos}/{key}": np.asarray(value) for pos, entry in want["state"].items()
+                    for key, value in entry.items()}
+        assert sorted(got) == sorted(expected)
+        for key, value in expected.items():
+            assert got[key].shape == value.shape, (name, key, got[key].shape, value.shape)
+            np.testing.assert_allclose(got[key], value, rtol=1e-9, atol=TENSOR_TOLERANCE,
+                                       err_msg=f"{name}: state {key} on rank {rank} of {ranks}")
+
+
+@pytest.mark.parametrize("name", list(mp_scenarios.ZERO_RUNS))
 def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     """Measured bytes per rank equal the ZeRO paper's formula (padded Ψ), and the payloads each step handed
     the communicator equal the cost model's: a reduce-scatter of gΨ and an all-gather of pΨ/N (twice at stage 3);
