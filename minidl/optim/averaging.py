@@ -109,7 +109,7 @@ def radam_lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, rect, weight_deca
     r = radam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps, rect=rect)
     u = r + weight_decay * w if weight_decay else r
     trust = trust_ratio(layers.norms(w), layers.norms(u))
-    w -= (lr * layers.spread(trust)) * u
+    w -= layers.spread(lr * trust) * u
 
 
 class LayerwiseRAdam(LayerwiseOptimizer, RAdam):

@@ -115,12 +115,12 @@ def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt
     else:
         w_norm, g_norm = layers.norms(w), layers.norms(g)
         ratio = trust_coefficient * trust_ratio(w_norm, g_norm + weight_decay * w_norm)
-        local = layers.spread(xp_of(w).where(adapt & (w_norm > 0) & (g_norm > 0), ratio, 1))
+        local = xp_of(w).where(adapt & (w_norm > 0) & (g_norm > 0), ratio, 1)
         if adapt is not True and weight_decay:  # one flag per layer: no decay on the layers that skip
             decay = layers.spread(xp_of(w).where(adapt, weight_decay, 0).astype(w.dtype))
     step = g + decay * w if not isinstance(decay, numbers.Real) or decay else g
     b *= momentum
-    b += (lr * local) * step
+    b += layers.spread(lr * local) * step
     w -= b
 
 
@@ -163,7 +163,7 @@ def lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, weight_decay, layers=No
     r = adam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps)
     u = r + weight_decay * w if weight_decay else r
     trust = trust_ratio(layers.norms(w), layers.norms(u))
-    w -= (lr * layers.spread(trust)) * u
+    w -= layers.spread(lr * trust) * u
 
 
 class LAMB(LayerwiseOptimizer):

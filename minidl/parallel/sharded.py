@@ -101,43 +101,50 @@ _REFUSED_OPTIMIZERS = {
 class ShardLayers:
     """How a shard is cut into the unit's parameters: the layers of the layer-wise optimizers' norms.
 
-    ``index[i]`` is the unit's parameter k that element i of this rank's shard belongs to (P, one
-    past the last, for the padding at the end of the unit), so for each of the P parameters
-        norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{i: index[i] = k} x_i² )
+    ``pieces`` are (k, start, stop): elements start..stop of this rank's shard belong to the unit's
+    parameter k (a shard is a run of contiguous pieces, then the padding at the end of the unit),
+    so for each of the unit's P parameters
+        norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
     one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
-    ``spread(a)`` gives element i the value a[index[i]] of its parameter (0 on the padding);
+    ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding);
     ``ndims`` are the parameters' own ndims (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
     per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
     interface for a whole parameter: one layer.
     """
 
-    def __init__(self, index, ndims, comm=None):
-        self.index, self.ndims, self.comm = index, ndims, comm
+    def __init__(self, pieces, size: int, ndims, comm=None):
+        self.pieces, self.size, self.ndims, self.comm = pieces, size, ndims, comm
         self.shape = (len(ndims),)
 
     @classmethod
     def of(cls, unit: "FlatShard") -> "ShardLayers":
-        count = len(unit.sizes)
-        owner = np.full(unit.padded, count, np.int64)
-        owner[:unit.numel] = np.repeat(np.arange(count), unit.sizes)
-        mine = owner[unit.comm.rank * unit.chunk:(unit.comm.rank + 1) * unit.chunk]
-        return cls(unit.xp.asarray(mine), unit.xp.asarray([len(s) for s in unit.shapes]), unit.comm)
+        first, pieces, offset = unit.comm.rank * unit.chunk, [], 0
+        for k, size in enumerate(unit.sizes):
+            start, stop = max(offset, first) - first, min(offset + size, first + unit.chunk) - first
+            if start < stop:
+                pieces.append((k, start, stop))
+            offset += size
+        return cls(pieces, unit.chunk, unit.xp.asarray([len(s) for s in unit.shapes]), unit.comm)
 
     def norms(self, x):
         xp = xp_of(x)
-        count = self.shape[0]
-        squares = xp.bincount(self.index, weights=x * x, minlength=count + 1)[:count].astype(x.dtype)
+        squares = xp.zeros(self.shape, x.dtype)
+        for k, start, stop in self.pieces:
+            piece = x[start:stop]
+            squares[k] = piece.dot(piece)  # as np.linalg.norm squares a whole tensor
         if self.comm is not None:
             self.comm.allreduce_(squares)
         return xp.sqrt(squares)
 
     def spread(self, values):
-        xp = xp_of(values)
-        return xp.concatenate([values, xp.zeros(1, values.dtype)])[self.index]
+        out = xp_of(values).zeros(self.size, values.dtype)
+        for k, start, stop in self.pieces:
+            out[start:stop] = values[k]
+        return out
 
     def local(self) -> "ShardLayers":
         """The same layers on the host, without the all-reduce (a trial step on zeros: state shapes)."""
-        return ShardLayers(to_numpy(self.index), to_numpy(self.ndims))
+        return ShardLayers(self.pieces, self.size, to_numpy(self.ndims))
 
 
 class ShardParameter(Parameter):
