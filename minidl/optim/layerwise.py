@@ -115,8 +115,9 @@ def lars_update(w, g, b, *, lr, momentum, trust_coefficient, weight_decay, adapt
     else:
         w_norm, g_norm = layers.norms(w), layers.norms(g)
         ratio = trust_coefficient * trust_ratio(w_norm, g_norm + weight_decay * w_norm)
+        adapt = adapt if adapt is True else xp_of(w).asarray(adapt)  # one flag per layer: on w's device
         local = xp_of(w).where(adapt & (w_norm > 0) & (g_norm > 0), ratio, 1)
-        if adapt is not True and weight_decay:  # one flag per layer: no decay on the layers that skip
+        if adapt is not True and weight_decay:  # no decay on the layers that skip
             decay = layers.spread(xp_of(w).where(adapt, weight_decay, 0).astype(w.dtype))
     step = g + decay * w if not isinstance(decay, numbers.Real) or decay else g
     b *= momentum

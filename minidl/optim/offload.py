@@ -149,13 +149,13 @@ class OffloadedOptimizer(WrapsOptimizer):
 
     def _update(self, position, p, group):
         state = self.optimizer.state.setdefault(position, {})
-        self.optimizer.update(p.data, p.grad.data, state, group)
+        self.optimizer.update_parameter(p, p.data, p.grad.data, state, group)
 
     def _update_on_host(self, position, p, group):
         w = backend.to_numpy(p.data)
         g = backend.to_numpy(p.grad.data)
         state = self.optimizer.state.setdefault(position, {})
-        self.optimizer.update(w, g, state, group)
+        self.optimizer.update_parameter(p, w, g, state, group)
         with backend.using_array(p.data):
             p.data[...] = backend.to_device(w, p.device)  # into the same buffer: views of it stay valid
 
@@ -177,7 +177,7 @@ class OffloadedOptimizer(WrapsOptimizer):
         with backend.using(device):
             moved = {position: _moved(states.get(position, {}), p.device) for position, p, _ in chunk}
             for position, p, group in chunk:
-                self.optimizer.update(p.data, p.grad.data, moved[position], group)
+                self.optimizer.update_parameter(p, p.data, p.grad.data, moved[position], group)
             held = {"cpu": 0, "device": 0}
             _array_bytes(list(moved.values()), held)
             self.peak_device_state_bytes = max(self.peak_device_state_bytes, held["device"])

@@ -107,7 +107,7 @@ class ShardLayers:
         norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
     one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
     ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding);
-    ``ndims`` are the parameters' own ndims (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
+    ``ndims`` are the parameters' own ndims, on the host (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
     per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
     interface for a whole parameter: one layer.
     """
@@ -124,7 +124,7 @@ class ShardLayers:
             if start < stop:
                 pieces.append((k, start, stop))
             offset += size
-        return cls(pieces, unit.chunk, unit.xp.asarray([len(s) for s in unit.shapes]), unit.comm)
+        return cls(pieces, unit.chunk, np.array([len(s) for s in unit.shapes]), unit.comm)
 
     def norms(self, x):
         xp = xp_of(x)
@@ -143,8 +143,8 @@ class ShardLayers:
         return out
 
     def local(self) -> "ShardLayers":
-        """The same layers on the host, without the all-reduce (a trial step on zeros: state shapes)."""
-        return ShardLayers(self.pieces, self.size, to_numpy(self.ndims))
+        """The same layers without the all-reduce (a trial step on zeros: the state's shapes)."""
+        return ShardLayers(self.pieces, self.size, self.ndims)
 
 
 class ShardParameter(Parameter):

@@ -320,3 +320,18 @@ def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
             np.testing.assert_allclose(w, want, rtol=0, atol=1e-14)
         else:
             assert np.abs(w - want).max() > 1e-3
+
+
+def test_a_layerwise_optimizer_inside_a_wrapper_still_takes_the_norms_per_parameter():
+    """OffloadedOptimizer steps each parameter through ``update_parameter``, so the shard's layers reach LAMB."""
+    from minidl.optim.offload import OffloadedOptimizer
+    plain = make_sequential()
+    train_sequential(plain, LAYERWISE["lamb"](plain.parameters()), 12)
+    model = make_sequential()
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=2)
+    opt = parallel.DistributedOptimizer(OffloadedOptimizer(LAYERWISE["lamb"](sharded.parameters())), sharded)
+    with pytest.warns(UserWarning, match="on the CPU"):
+        train_sequential(sharded, opt, 12)
+    sharded.gather_parameters()
+    for got, want in zip(model.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.data, want.data, rtol=0, atol=1e-13)
