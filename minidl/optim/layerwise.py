@@ -56,9 +56,17 @@ class WholeParameter:
     ``layers`` (:class:`minidl.parallel.sharded.ShardLayers`) give one norm per
     parameter of the unit, added over the ranks, so the same equations give
     what one process gives.
+
+    Sums over a whole parameter group (SWATS's pᵀp and pᵀg, :mod:`minidl.optim.switch`)
+    take two more:
+        dots(a, b)          Σ aᵢbᵢ over each parameter's elements held here, a list of 0-d
+                            arrays: [(a * b).sum()] here (a shard: one per piece, no padding)
+        sum_over_ranks_(s)  the group's sums s (a host float64 array) added over the ranks
+                            that hold the other pieces, in place: none here (``comm`` is None)
     """
 
     shape = ()
+    comm = None
 
     def __init__(self, ndim: int):
         self.ndims = ndim
@@ -68,6 +76,12 @@ class WholeParameter:
 
     def spread(self, values):
         return values
+
+    def dots(self, a, b):
+        return [(a * b).sum()]
+
+    def sum_over_ranks_(self, sums):
+        return sums
 
 
 def layers_of(p, w) -> WholeParameter:

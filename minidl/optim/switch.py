@@ -18,14 +18,28 @@ w ← w − Λm). The estimate is kept per parameter group (the paper's Algorith
 treats the whole parameter vector as one group, the default here). On a GPU the
 Adam phase reads the two dot products back once per step (a synchronization);
 the SGD phase does not.
+
+On ZeRO-2/3 shards (:class:`minidl.parallel.ShardedDataParallel`) a rank holds a
+piece of the group's elements, so the sums come through each parameter's
+``layers`` (:mod:`minidl.optim.layerwise`'s seam): ``dots`` gives this rank's
+terms (the padding excluded), and ``sum_over_ranks_`` adds the group's two sums
+over the ranks, one all-reduce of 2 numbers per Adam step,
+
+    pᵀp = Σ_ranks Σ_{this rank's elements} pᵢ²,   pᵀg = Σ_ranks Σ_{this rank's elements} pᵢgᵢ,
+
+so every rank gets the sums one process gets, and switches at the same step
+with the same Λ.
 """
 from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from minidl.backend import fetch, xp_of
 from minidl.optim.adam import adam_direction
 from minidl.optim.kernels import run_update
+from minidl.optim.layerwise import layers_of
 from minidl.optim.optimizer import Optimizer, check_nonnegative
 from minidl.optim.regularization import l2_gradient
 from minidl.optim.sgd import sgdm_update
@@ -38,6 +52,18 @@ def swats_learning_rate(p_dot_p: float, p_dot_g: float, lam: float, t: int, beta
     gamma = p_dot_p / -p_dot_g
     lam = beta2 * lam + (1 - beta2) * gamma
     return gamma, lam, lam / (1 - beta2 ** t)
+
+
+def _group_layers(index: int, live):
+    """The ``layers`` (:class:`minidl.optim.layerwise.WholeParameter`, or a ZeRO shard's) that add the
+    group's sums over the ranks: all the group's parameters must share one ``comm`` (whole: None)."""
+    layers = [layers_of(p, p.data) for _, p in live]
+    if len({id(each.comm) for each in layers}) > 1:
+        kinds = sorted({f"{type(each).__name__} (comm {type(each.comm).__name__})" for each in layers})
+        raise ValueError(f"SwitchOptimizer: parameter group {index} mixes parameters whose pieces are held by "
+                         f"different ranks ({', '.join(kinds)}); its sums pᵀp and pᵀg must be over one kind: "
+                         "put ZeRO shards and whole parameters in separate parameter groups")
+    return layers[0]
 
 
 class SwitchOptimizer(Optimizer):
@@ -97,10 +123,11 @@ class SwitchOptimizer(Optimizer):
 
     def _adam_step(self, index, group, live):
         beta1, beta2 = group["betas"]
+        ranks = _group_layers(index, live)                  # whose sum_over_ranks_ completes the group's sums
         sw = self.switch[index]
         sw["t"] += 1
         t = sw["t"]
-        products = []                                        # pᵀp and pᵀg of each tensor, on its device
+        step_steps, step_grads = [], []                      # the terms of pᵀp and pᵀg, on the device
         for position, p in live:
             state = self.state.setdefault(position, {})
             if "m" not in state:
@@ -109,10 +136,14 @@ class SwitchOptimizer(Optimizer):
             g = l2_gradient(p.grad.data, p.data, group["weight_decay"])
             r = adam_direction(g, state["m"], state["v"], t=t, beta1=beta1, beta2=beta2, eps=group["eps"])
             step = r * -group["lr"]                          # p, Adam's step
-            products += [(step * step).sum(), (step * g).sum()]
+            layers = layers_of(p, p.data)
+            step_steps += layers.dots(step, step)
+            step_grads += layers.dots(step, g)
             p.data += step
-        values = fetch(*products)                            # one device-to-host copy per step
-        p_dot_p, p_dot_g = float(sum(values[0::2])), float(sum(values[1::2]))
+        values = fetch(*step_steps, *step_grads)             # one device-to-host copy per step
+        n = len(step_steps)
+        sums = np.array([float(sum(values[:n])), float(sum(values[n:]))])
+        p_dot_p, p_dot_g = (float(s) for s in ranks.sum_over_ranks_(sums))  # a ZeRO shard's: over the ranks
         gamma, sw["lam"], sw["estimate"] = swats_learning_rate(p_dot_p, p_dot_g, sw["lam"], t, beta2)
         settled = gamma is not None and t > 1 and abs(sw["estimate"] - gamma) < self.tol
         if (self.switch_at is None and settled) or (self.switch_at is not None and t >= self.switch_at):

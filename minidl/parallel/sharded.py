@@ -47,10 +47,13 @@ LAMB, NovoGrad, RangerLARS) need each parameter's norm: a shard carries its
 
     ‖x_k‖² = Σ_ranks Σ_{i in this rank's shard, of parameter k} x_i²     one all-reduce of P numbers per norm
 
-so they too give what one process gives. AdaHessian (a Hessian-vector product
-of the whole weights, reduced before its absolute value) and SwitchOptimizer
-(sums over all the group's parameters) are refused, with the reason
-(``_REFUSED_OPTIMIZERS``); ZeRO stage 1, which shards by whole parameters, runs them.
+so they too give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and
+pᵀg over all the group's elements: each rank sums its pieces (``ShardLayers.dots``)
+and one all-reduce of those 2 numbers per step (``sum_over_ranks_``) gives every
+rank the group's sums, so all switch at the same step with the same rate.
+AdaHessian (a Hessian-vector product of the whole weights, reduced before its
+absolute value) is refused, with the reason (``_REFUSED_OPTIMIZERS``); ZeRO
+stage 1, which shards by whole parameters, runs it.
 
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
@@ -93,8 +96,6 @@ _REFUSED_OPTIMIZERS = {
                   "weights, with the same Rademacher z on every rank and Hz averaged over the ranks like the "
                   "gradient before it is cut into shards; stages 2 and 3 reduce-scatter plain gradients and "
                   "(stage 3) free the weights after each unit's backward, so z ⊙ Hz is not available",
-    "SwitchOptimizer": "its switch to SGD estimates a learning rate from sums (pᵀp, pᵀg) over all the "
-                       "group's parameters, which a rank sees only its shard of",
 }
 
 
@@ -106,7 +107,9 @@ class ShardLayers:
     so for each of the unit's P parameters
         norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
     one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
-    ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding);
+    ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding); ``dots(a, b)``
+    this rank's terms of a sum over the group's elements (one per piece) and ``sum_over_ranks_`` the
+    all-reduce that completes such sums (SWATS's pᵀp and pᵀg, :mod:`minidl.optim.switch`);
     ``ndims`` are the parameters' own ndims, on the host (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
     per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
     interface for a whole parameter: one layer.
@@ -142,6 +145,18 @@ class ShardLayers:
             out[start:stop] = values[k]
         return out
 
+    def dots(self, a, b):
+        """Σ a[start:stop]·b[start:stop] of each piece: this rank's terms of a sum over the group's
+        elements (the padding in none); :meth:`sum_over_ranks_` adds the group's sums over the ranks."""
+        return [(a[start:stop] * b[start:stop]).sum() for _, start, stop in self.pieces]
+
+    def sum_over_ranks_(self, sums):
+        """Sums over a parameter group (a host float64 array: SWATS's pᵀp and pᵀg), each rank's over its
+        pieces, added over the ranks in place: one all-reduce of those few numbers for the whole group."""
+        if self.comm is not None:
+            self.comm.allreduce_(sums)
+        return sums
+
     def local(self) -> "ShardLayers":
         """The same layers without the all-reduce (a trial step on zeros: the state's shapes)."""
         return ShardLayers(self.pieces, self.size, self.ndims)
@@ -149,7 +164,8 @@ class ShardLayers:
 
 class ShardParameter(Parameter):
     """This rank's shard of a unit, as the optimizer sees it: a flat Parameter with its ``layers``
-    (:class:`ShardLayers`), which the layer-wise optimizers (LARS, LAMB, NovoGrad) ask for their norms."""
+    (:class:`ShardLayers`), which the layer-wise optimizers (LARS, LAMB, NovoGrad) ask for their norms
+    and SwitchOptimizer for its sums over the group."""
 
     def __init__(self, data, layers: ShardLayers):
         super().__init__(data)
@@ -490,7 +506,8 @@ class ShardedDataParallel(DataParallel):
         all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
         of the unit's parameters; an entry named in ``layer_state`` (NovoGrad's v: one number per
         parameter of the unit, the same on every rank) gives each parameter its own, a 0-d array.
-        Positions are those of the wrapped model's ``parameters()``.
+        Positions are those of the wrapped model's ``parameters()``. Entries beside "state" and
+        "param_groups" (SwitchOptimizer's "switch": one per group, the same on every rank) are kept as they are.
         """
         units = self._shard_units()
         position = {id(p): i for i, p in enumerate(self.module.parameters())}
@@ -505,13 +522,15 @@ class ShardedDataParallel(DataParallel):
                             else [value] * len(unit.params)) for key, value in saved.items()}
             for i, p in enumerate(unit.params):
                 state[position[id(p)]] = {key: values[i] for key, values in pieces.items()}
-        return {"state": {pos: state[pos] for pos in sorted(state)}, "param_groups": groups}
+        return {**_group_wide(state_dict), "state": {pos: state[pos] for pos in sorted(state)},
+                "param_groups": groups}
 
     def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """The per-parameter state of :meth:`consolidate_optimizer_state` -> this rank's state over the shards.
 
         An entry named in ``layer_state`` (one 0-d array per parameter: NovoGrad's v) becomes one
-        vector of the unit's parameters' values, as the shard's optimizer keeps it.
+        vector of the unit's parameters' values, as the shard's optimizer keeps it. Entries beside
+        "state" and "param_groups" (SwitchOptimizer's "switch") are kept as they are.
 
         Raises ValueError naming the parameter and both shapes when a saved array does not fit
         the model (a checkpoint of another model, or one that is not consolidated).
@@ -568,7 +587,7 @@ class ShardedDataParallel(DataParallel):
             raise ValueError(f"ShardedDataParallel: the optimizer over the shards has one parameter group, the "
                              f"state has {len(groups)}")
         groups[0]["params"] = list(range(len(units)))
-        return {"state": state, "param_groups": groups}
+        return {**_group_wide(state_dict), "state": state, "param_groups": groups}
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
@@ -582,10 +601,11 @@ class ShardedDataParallel(DataParallel):
         return clip_spread_grad_norm_(shards, self.comm, max_norm, "ShardedDataParallel.clip_grad_norm_")
 
     def check_optimizer(self, optimizer) -> None:
-        """Refuse the optimizers a shard cannot run (AdaHessian, SwitchOptimizer: see ``_REFUSED_OPTIMIZERS``).
+        """Refuse the optimizers a shard cannot run (AdaHessian: see ``_REFUSED_OPTIMIZERS``).
 
         Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
-        NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`.
+        NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`, and
+        SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``sum_over_ranks_``).
         """
         inner = optimizer
         while inner is not None:
@@ -630,6 +650,12 @@ def _new_bytes(array, seen: set) -> int:
         return 0
     seen.add(key)
     return int(base.nbytes)
+
+
+def _group_wide(state_dict: dict) -> dict:
+    """An optimizer state's entries beside its per-parameter "state" and its "param_groups" (SwitchOptimizer's
+    "switch", one per group): the same in one process and on every rank, so they pass through unchanged."""
+    return {key: value for key, value in state_dict.items() if key not in ("state", "param_groups")}
 
 
 def _describe(value) -> str:

@@ -120,10 +120,17 @@ ZERO_RUNS = {
     "zero2_lamb": (2, "lamb", 12),          # one unit of all four parameters, cut across the ranks
     "zero3_lars": (3, "lars", 12),          # the second unit holds a weight and a bias (1-D: no adaptation)
     "zero3_novograd": (3, "novograd", 11),  # one v per parameter of each unit
+    # SWATS: pᵀp and pᵀg over the whole group, each rank's pieces then one all-reduce of the 2 sums per
+    # Adam step; the criterion switches to SGD at step SWITCH_AT, so the last step is SGD's at the rate Λ
+    "zero2_switch": (2, "switch", 12),
+    "zero3_switch": (3, "switch", 12),
 }
 # the per-layer norms each step all-reduces (one vector of the unit's parameters per norm): w and g for
 # LARS, w and u for LAMB, g for NovoGrad
-NORMS_PER_STEP = {"adam": 0, "sgd": 0, "lars": 2, "lamb": 2, "novograd": 1}
+NORMS_PER_STEP = {"adam": 0, "sgd": 0, "lars": 2, "lamb": 2, "novograd": 1, "switch": 0}
+# SWATS on these batches: γ = 0.487, 0.404, 0.473, ... and |Λ − γ| = 0.042 at step 2, 0.019 at step 3,
+# so with tol = 0.03 (far from both) it switches after step 3, and step 4 is SGD with momentum
+SWITCH_TOL, SWITCH_AT = 0.03, 3
 CLIP = 0.05
 
 
@@ -135,14 +142,16 @@ def make_sequential(seed: int = 0):
 
 
 def make_optimizer(kind: str, params):
-    """Adam, SGD with momentum, or a layer-wise optimizer with weight decay (large enough steps to move
-    the weights by more than 1e-2 in STEPS steps)."""
+    """Adam, SGD with momentum, a layer-wise optimizer with weight decay (large enough steps to move
+    the weights by more than 1e-2 in STEPS steps), or SWATS (Adam, then SGD from step SWITCH_AT + 1)."""
     if kind == "lamb":
         return optim.LAMB(params, lr=LR, weight_decay=0.01)
     if kind == "lars":
         return optim.LARS(params, lr=0.5, momentum=0.9, trust_coefficient=0.02, weight_decay=0.01)
     if kind == "novograd":
         return optim.NovoGrad(params, lr=0.05, weight_decay=0.01)
+    if kind == "switch":
+        return optim.SwitchOptimizer(params, lr=LR, tol=SWITCH_TOL)
     return optim.Adam(params, lr=LR) if kind == "adam" else optim.SGD(params, lr=0.1, momentum=0.9)
 
 

@@ -149,7 +149,11 @@ def _zero_run(world, name):
     reloaded = sorted(again) == sorted(mine) and all(
         sorted(again[u]) == sorted(mine[u]) and all(np.array_equal(np.asarray(again[u][k]), np.asarray(mine[u][k]))
                                                     for k in mine[u]) for u in mine)
-    return arrays, {"memory": memory[-1], "traffic": traffic, "norms": norms, "reloaded": bool(reloaded)}
+    facts = {"memory": memory[-1], "traffic": traffic, "norms": norms, "reloaded": bool(reloaded)}
+    if kind == "switch":  # SWATS's estimate as this rank holds it, and as the consolidated state keeps it
+        facts.update(switch=opt.state_dict()["switch"], consolidated_switch=state["switch"],
+                     lr=[g["lr"] for g in state["param_groups"]])
+    return arrays, facts
 
 
 for _name in mp_scenarios.ZERO_RUNS:

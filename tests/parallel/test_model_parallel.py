@@ -185,7 +185,8 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     padded = sum(ranks * -(-n // ranks) for n in layers)             # N·⌈Ψ_u/N⌉ per unit
     # per element, float64: Adam and LAMB keep m and v; SGD and LARS a momentum; NovoGrad m, and one v per
     # parameter (4 numbers, on every rank)
-    state_bytes = {"adam": 16, "lamb": 16, "sgd": 8, "lars": 8, "novograd": 8}[kind]
+    # SWATS measured before its first SGD step: Adam's m and v
+    state_bytes = {"adam": 16, "lamb": 16, "sgd": 8, "lars": 8, "novograd": 8, "switch": 16}[kind]
     per_layer = 4 * 8 if kind == "novograd" else 0
     want = cost_model.zero_bytes_per_rank(padded, ranks, stage, param_bytes=8, grad_bytes=8, state_bytes=state_bytes)
     want = {**want, "optimizer_bytes": want["optimizer_bytes"] + per_layer,
@@ -194,18 +195,42 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     norms = mp_scenarios.NORMS_PER_STEP[kind]
     if norms:
         payloads = {**payloads, "allreduce": norms * 4 * 8}
+    traffic = {op: mp_scenarios.STEPS * n for op, n in payloads.items()}
+    if kind == "switch":  # SWATS: one all-reduce of its 2 sums (pᵀp, pᵀg) per Adam step, none once on SGD
+        traffic["allreduce"] = mp_scenarios.SWITCH_AT * 2 * 8
     for _, facts in outputs:
         memory = facts[name]["memory"]
         assert (memory["elements"], memory["padded_elements"]) == (163, padded)
         for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes", "total_bytes"):
             assert memory[key] == want[key], (key, memory, want)
-        assert facts[name]["traffic"] == {op: mp_scenarios.STEPS * n for op, n in payloads.items()}
+        assert facts[name]["traffic"] == traffic
     payloads.pop("allreduce", None)  # the ring below: the ZeRO payloads alone
     # what the ring then sends per step: (N−1)/N·(g + p)·Ψ at stage 2, the same as one all-reduce of the
     # gradients; (N−1)/N·(g + 2p)·Ψ at stage 3, which gathers the weights again for backward (the paper's 1.5×)
     sent = sum(cost_model.ring_bytes(op, n, ranks) for op, n in payloads.items())
     assert sent == pytest.approx((ranks - 1) / ranks * (8 + 8 * (2 if stage == 3 else 1)) * padded)
     assert sent == pytest.approx(cost_model.zero_step_bytes(padded, ranks, 0, 8, 8) * (1.5 if stage == 3 else 1))
+
+
+@pytest.mark.parametrize("name", [n for n, (_, kind, _) in mp_scenarios.ZERO_RUNS.items() if kind == "switch"])
+def test_sharded_swats_switches_on_every_rank_at_the_plain_step_with_the_plain_rate(job, name):
+    """pᵀp and pᵀg added over the ranks are the whole group's, so every rank's estimate is one process's:
+    each switches after the same Adam step with the same SGD rate Λ, and the consolidated state keeps both.
+    (Measured with each rank's own pieces alone, no all-reduce: the ranks switched after steps 2, 3, 4 or
+    not at all, each at its own rate, and the weights missed the plain run's by 8.8e-3 on 2 and on 4 ranks,
+    which this test and test_sharded_training_equals_one_process catch.)"""
+    ranks, outputs = job
+    _, want = mp_scenarios.zero_reference(name, with_state=True)
+    (switch,) = want["switch"]
+    assert switch["switched_at"] == mp_scenarios.SWITCH_AT < mp_scenarios.STEPS  # the plain run switched, then SGD
+    assert want["param_groups"][0]["lr"] == switch["estimate"] > 0
+    for rank, (_, facts) in enumerate(outputs):
+        for got in (facts[name]["switch"], facts[name]["consolidated_switch"]):
+            (got,) = got
+            assert (got["t"], got["switched_at"]) == (switch["t"], switch["switched_at"]), (rank, got, switch)
+            for key in ("lam", "estimate"):
+                assert got[key] == pytest.approx(switch[key], rel=1e-12, abs=0), (rank, key, got, switch)
+        assert facts[name]["lr"] == [pytest.approx(switch["estimate"], rel=1e-12, abs=0)]
 
 
 # ---------------------------------------------------------------- pipelines

@@ -52,8 +52,6 @@ def test_bad_settings_are_refused_before_any_work():
     with pytest.raises(ValueError, match=r"AdaHessian cannot run on the flat shards of stage 2: its Hutchinson "
                                          r"estimate z ⊙ Hz needs the second backward"):
         parallel.DistributedOptimizer(optim.AdaHessian(sharded.parameters()), sharded)
-    with pytest.raises(ValueError, match=r"SwitchOptimizer cannot run .* sums \(pᵀp, pᵀg\) over all the group"):
-        parallel.DistributedOptimizer(optim.SwitchOptimizer(sharded.parameters()), sharded)
     mixed = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).to(dtype=np.float64))
     with pytest.raises(ValueError, match="must share one dtype and device"):
         parallel.ShardedDataParallel(mixed, parallel.LocalComm(), stage=2)
@@ -88,7 +86,7 @@ def test_stage_3_frees_each_unit_after_its_forward_and_gathers_it_again_for_its_
         np.testing.assert_allclose(unit.shard.grad.data[:want.size], want, rtol=1e-15, atol=1e-16)
 
 
-@pytest.mark.parametrize("kind", ["adam", "lamb", "novograd"])
+@pytest.mark.parametrize("kind", ["adam", "lamb", "novograd", "switch"])
 @pytest.mark.parametrize("stage", [2, 3])
 def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_shards(stage, kind):
     # a world of one trains as the plain model bit for bit with Adam (above), so its consolidated state
@@ -116,6 +114,7 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
             np.testing.assert_allclose(np.asarray(got), np.asarray(value), **tolerance)
     for name, value in plain.state_dict().items():
         np.testing.assert_allclose(weights[name], value, **tolerance)
+    assert state.get("switch") == want.get("switch")  # SWATS's estimate and step, kept as one process keeps them
     # it resumes in one process: a plain optimizer loads it (its checks: each entry's keys, shapes, dtypes)
     resumed = make_sequential()
     resumed.load_state_dict(weights)
@@ -335,3 +334,55 @@ def test_a_layerwise_optimizer_inside_a_wrapper_still_takes_the_norms_per_parame
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), plain.parameters()):
         np.testing.assert_allclose(got.data, want.data, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_world_of_one_switches_from_adam_to_sgd_as_the_plain_model(stage):
+    """SWATS on the shards: its sums pᵀp and pᵀg are the pieces' (one per parameter, summed as one process
+    sums its tensors), so it switches after the same step with the same rate Λ, and the weights are the
+    plain run's bit for bit, the SGD step after the switch included. The all-reduce of the two sums is
+    counted once per Adam step (2 float64 numbers), none on SGD."""
+    from .mp_scenarios import STEPS, SWITCH_AT
+    plain = make_sequential()
+    plain_opt = make_optimizer("switch", plain.parameters())
+    train_sequential(plain, plain_opt, 12)
+    assert plain_opt.switched_at == [SWITCH_AT] and SWITCH_AT < STEPS  # it switched, and SGD stepped after
+    model = make_sequential()
+    comm = parallel.LocalComm()
+    sharded = parallel.ShardedDataParallel(model, comm, stage=stage)
+    opt = parallel.DistributedOptimizer(make_optimizer("switch", sharded.parameters()), sharded)
+    comm.reset_traffic()
+    train_sequential(sharded, opt, 12)
+    assert opt.optimizer.switch == plain_opt.switch
+    assert opt.param_groups[0]["lr"] == plain_opt.param_groups[0]["lr"] == plain_opt.switch[0]["estimate"]
+    assert comm.traffic["allreduce"] == SWITCH_AT * 2 * 8
+    sharded.gather_parameters()
+    for got, want in zip(model.parameters(), plain.parameters()):
+        np.testing.assert_array_equal(got.data, want.data)
+
+
+def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
+    """``dots`` over rank 1's shard of a unit of 15 elements on 2 ranks: one term per piece, Σ aᵢbᵢ of its
+    parameter's elements, whatever the padding holds; ``sum_over_ranks_`` all-reduces the group's sums in
+    place (16 bytes for two float64 numbers). A group mixing shards with whole parameters is refused."""
+    from minidl.optim.layerwise import WholeParameter
+    from minidl.parallel.sharded import FlatShard
+    rng = np.random.default_rng(3)
+    weight, bias = nn.Parameter(rng.normal(size=(3, 4))), nn.Parameter(rng.normal(size=3))
+    comm = _SecondOfTwo()
+    unit = FlatShard([weight, bias], comm, "a layer", keep_full=True)
+    a, b = rng.normal(size=8), rng.normal(size=8)
+    a[7] = b[7] = 1e6  # the padding: it must not count
+    want = [sum(a[i] * b[i] for i in range(4)), sum(a[i] * b[i] for i in range(4, 7))]
+    np.testing.assert_allclose([float(x) for x in unit.shard.layers.dots(a, b)], want, rtol=1e-14)
+    assert WholeParameter(1).dots(a, b)[0] == (a * b).sum()
+    sums = np.array([1.0, 2.0])
+    comm.reset_traffic()
+    assert unit.shard.layers.sum_over_ranks_(sums) is sums and comm.traffic == {"allreduce": 16}
+    assert WholeParameter(1).sum_over_ranks_(sums) is sums
+    extra = nn.Parameter(np.ones(3))
+    extra.grad, unit.shard.grad = nn.Parameter(np.ones(3)), nn.Parameter(np.ones(8))
+    opt = optim.SwitchOptimizer([unit.shard, extra])
+    with pytest.raises(ValueError, match=r"SwitchOptimizer: parameter group 0 mixes .*ShardLayers.*"
+                                         r"WholeParameter.* separate parameter groups"):
+        opt.step()
