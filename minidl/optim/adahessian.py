@@ -116,7 +116,7 @@ class AdaHessian(Optimizer):
             raise ValueError(f"{self.name}: hessian_power must lie in [0, 1], got {power}")
         group["hessian_power"] = power
 
-    def probe(self, params, reduce=None) -> None:
+    def probe(self, params, reduce=None, place=None) -> None:
         """Hutchinson's D = |z ⊙ Hz| now, while the gradients carry their graph; kept for the next ``step()``.
 
         The seam of data parallelism (``DistributedOptimizer.synchronize`` calls it before the
@@ -126,6 +126,9 @@ class AdaHessian(Optimizer):
         optimizer's own). ``reduce``: Hz of this rank's loss -> Hz of the whole batch's loss (the
         gradients' weighted all-reduce), applied before the absolute value. z must be the same on
         every rank: ``DistributedOptimizer`` gives every rank's generator rank 0's state.
+        ``place``: the list of D (one per parameter of ``params``) -> (parameter, D) pairs of this
+        optimizer's parameters (ZeRO stages 2 and 3: this rank's chunk of the flat layout of D, for
+        its shard); by default each parameter keeps its own D.
         """
         params = list(params)
         grads = [p.grad for p in params]
@@ -134,8 +137,9 @@ class AdaHessian(Optimizer):
                 "AdaHessian.probe(): the gradients carry no graph, so the Hessian cannot be probed; "
                 "call loss.backward(create_graph=True) before the optimizer synchronizes and steps")
         diagonals = hutchinson_diagonal(params, grads, self.generator, reduce)
+        pairs = zip(params, diagonals) if place is None else place(diagonals)
         own = {id(p) for _, p, _ in self.parameters()}
-        self._probed = {id(p): d for p, d in zip(params, diagonals) if id(p) in own}
+        self._probed = {id(p): d for p, d in pairs if id(p) in own}
 
     def generator_state(self) -> dict:
         """The state of the generator of z (a dict of plain numbers)."""

@@ -207,26 +207,27 @@ class DataParallel(WrapsModule):
         self.comm.host_allreduce_(meta)
         weight = self._weight(self.samples_seen, float(meta[0]))
         present = [p for p, here in zip(params, meta[1:] > 0) if here]
-
-        def reduce(arrays):
-            arrays = list(arrays)
-            out = [None] * len(arrays)
-            kinds = {}
-            for i, a in enumerate(arrays):
-                kinds.setdefault((a.dtype.str, str(type(a))), []).append(i)
-            for indices in kinds.values():
-                xp = xp_of(arrays[indices[0]])
-                flat = xp.concatenate([arrays[i].reshape(-1) for i in indices])
-                if weight != 1.0:
-                    xp.multiply(flat, weight, out=flat)
-                self.comm.allreduce_(flat)
-                offset = 0
-                for i in indices:
-                    out[i] = flat[offset:offset + arrays[i].size].reshape(arrays[i].shape)
-                    offset += arrays[i].size
-            return out
-
+        reduce = lambda arrays: self.weighted_sum_over_replicas(arrays, weight)  # noqa: E731
         probe(present, reduce)
+
+    def weighted_sum_over_replicas(self, arrays, weight: float) -> list:
+        """[Σ_r w_r a^(r) for each array a] as new arrays, ``weight`` = this rank's w_r: one all-reduce per dtype
+        and device, each array multiplied by the weight first, as the gradients are (a collective)."""
+        arrays = list(arrays)
+        out, kinds = [None] * len(arrays), {}
+        for i, a in enumerate(arrays):
+            kinds.setdefault((a.dtype.str, type(a)), []).append(i)
+        for indices in kinds.values():
+            xp = xp_of(arrays[indices[0]])
+            flat = xp.concatenate([arrays[i].reshape(-1) for i in indices])
+            if weight != 1.0:
+                xp.multiply(flat, weight, out=flat)
+            self.comm.allreduce_(flat)
+            offset = 0
+            for i in indices:
+                out[i] = flat[offset:offset + arrays[i].size].reshape(arrays[i].shape)
+                offset += arrays[i].size
+        return out
 
     def after_step(self) -> None:
         """Called by :class:`DistributedOptimizer` after each update (nothing to do here; ZeRO-2 all-gathers)."""

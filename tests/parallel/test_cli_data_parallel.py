@@ -87,11 +87,11 @@ def test_train_cli_refuses_zero_without_data_parallel(tmp_path, capsys, options,
 
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
 def test_train_cli_ends_the_whole_job_when_a_zero_stage_refuses_the_optimizer(tmp_path):
-    # AdaHessian needs a Hessian-vector product of the whole weights; a stage-2 shard's gradient has no graph
-    job = launch.run(2, ["-m", "minidl", "train", "--data-parallel", "--zero", "2", "--optimizer", "adahessian",
+    # SwitchOptimizer's switch to SGD needs sums over all the group's parameters, which a shard does not hold
+    job = launch.run(2, ["-m", "minidl", "train", "--data-parallel", "--zero", "2", "--optimizer", "switchoptimizer",
                          "--epochs", "1", "--quiet", "--out", str(tmp_path / "run")], timeout=60)
     assert job.returncode != 0, job.stderr[-3000:]                  # ended, not hung in a collective
-    assert "minidl train: error: ShardedDataParallel: AdaHessian cannot run on the flat shards of stage 2" \
+    assert "minidl train: error: ShardedDataParallel: SwitchOptimizer cannot run on the flat shards of stage 2" \
         in job.stderr
     assert not (tmp_path / "run").exists()
 
@@ -99,7 +99,8 @@ def test_train_cli_ends_the_whole_job_when_a_zero_stage_refuses_the_optimizer(tm
 @pytest.mark.skipif(REASON is not None, reason=f"MPI not installed: {REASON}")
 def test_train_cli_with_adahessian_on_two_ranks_equals_one_process(tmp_path, capsys):
     """Each rank probes its own graph with the same z, and the Hz are all-reduced with the gradients' weights
-    before |z ⊙ Hz| (plain data parallelism, and ZeRO stage 1, whose ranks draw z for every parameter).
+    before |z ⊙ Hz| (plain data parallelism; ZeRO stage 1, whose ranks draw z for every parameter; stages 2
+    and 3, where D of the whole parameters is cut into the shards).
 
     The tolerance is not the module's 1e-5: AdaHessian's step lr·m̂/(|D| + 1e-4) magnifies the rounding of
     D wherever |D| ≪ |g|, so a float32 run is far more sensitive to the order of its sums than Adam's. At
@@ -111,7 +112,7 @@ def test_train_cli_with_adahessian_on_two_ranks_equals_one_process(tmp_path, cap
     assert main(["train", *settings, "--out", str(tmp_path / "one")]) == 0
     capsys.readouterr()
     one = mdl.load(str(tmp_path / "one" / "model.safetensors"))
-    for zero in ([], ["--zero", "1"]):
+    for zero in ([], ["--zero", "1"], ["--zero", "3"]):  # stage 2: in float64 in test_model_parallel.py
         out = tmp_path / f"two{''.join(zero)}"
         job = launch.run(2, ["-m", "minidl", "train", "--data-parallel", *zero, *settings, "--out", str(out)],
                          timeout=120)
