@@ -950,7 +950,9 @@ def _walk(outputs, grad_outputs, retain_graph, create_graph, inputs):
     # outputs keeps them alive until their creator's backward, which may read them (exp, tanh)
     # after every consumer has been released.
     pending = {}
-    order = _topological_order({out.creator for out in outputs if out.creator is not None})
+    # roots in the outputs' order (a dict, not a set): the walk, and so the order in which a node's
+    # gradients are summed, must not depend on where the Functions happen to lie in memory
+    order = _topological_order(dict.fromkeys(out.creator for out in outputs if out.creator is not None))
     now = _clock[0]  # a node stamped with this value saw no in-place change since it was recorded
     with set_grad_enabled(create_graph), backend.using_array(outputs[0]._data):  # seeds and sums on outputs' GPU
         for out, g in zip(outputs, grad_outputs):

@@ -328,8 +328,9 @@ def _add_train(sub):
                         "(mpiexec -n 4 python -m mpi4py -m minidl train --data-parallel; see docs/data_parallel.md)")
     p.add_argument("--zero", type=int, choices=(1, 2, 3), default=None,
                    help="with --data-parallel, ZeRO: 1 shards the optimizer state across the ranks, 2 the "
-                        "gradients too, 3 the weights too (stage 2 and 3 run every optimizer but adahessian and "
-                        "switchoptimizer; lamb, lars and novograd take each parameter's norm over the ranks); "
+                        "gradients too, 3 the weights too (stage 2 and 3 run every optimizer: lamb, lars and novograd "
+                        "take each parameter's norm over the ranks, switchoptimizer its sums, adahessian its "
+                        "Hessian probe of the whole weights); "
                         "its checkpoints are consolidated: --resume continues it in one "
                         "process or on any number of ranks; --clip-norm, --amp, --patience and --tensorboard "
                         "see the whole model, as in one process (see docs/parallelism.md; default: off, every "

@@ -32,23 +32,38 @@ def spatial_average(d):
     return xp_of(d).broadcast_to(mean, d.shape)
 
 
-def hutchinson_diagonal(params, grads, generator):
-    """D = |z ⊙ Hz| for each parameter (spatially averaged for conv weights), Hz by autograd.
+def hessian_vector_products(params, grads, generator):
+    """z and Hz (arrays) for each parameter: z Rademacher from ``generator``, Hz by a second backward.
 
-    ``grads`` are the parameters' gradients with their graph; z is drawn from ``generator``
-    (a NumPy Generator) so the estimate is reproducible.
+    ``grads`` are the parameters' gradients with their graph (None, or without a graph: Hz = 0 for
+    that parameter); z is drawn for every parameter, in order, so the generator advances alike
+    whatever the gradients hold.
     """
     zs = []
     for p in params:
         z = (generator.integers(0, 2, size=p.shape) * 2 - 1).astype(p.dtype)
         zs.append(Tensor(backend.to_device(z, p.device)))
-    live = [i for i, g in enumerate(grads) if g.requires_grad]
-    hz = autograd_grad([grads[i] for i in live], params, grad_outputs=[zs[i] for i in live], allow_unused=True)
-    diagonals = []
-    for p, z, h in zip(params, zs, hz):
-        d = p.xp.zeros(p.shape, p.dtype) if h is None else p.xp.abs(z.data * h.data)
-        diagonals.append(spatial_average(d))
-    return diagonals
+    live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
+    hz = [None] * len(params)
+    if live:
+        hz = autograd_grad([grads[i] for i in live], params, grad_outputs=[zs[i] for i in live],
+                           allow_unused=True)
+    products = [p.xp.zeros(p.shape, p.dtype) if h is None else h.data for p, h in zip(params, hz)]
+    return [z.data for z in zs], products
+
+
+def hutchinson_diagonal(params, grads, generator, reduce=None):
+    """D = |z ⊙ Hz| for each parameter (spatially averaged for conv weights), Hz by autograd.
+
+    ``grads`` are the parameters' gradients with their graph; z is drawn from ``generator``
+    (a NumPy Generator) so the estimate is reproducible. ``reduce`` (a list of arrays -> a list
+    of arrays), when given, acts on the Hz before the absolute value: data parallelism's
+    weighted all-reduce, Hz = Σ_r w_r H_r z, the product of the whole batch's Hessian.
+    """
+    zs, products = hessian_vector_products(params, grads, generator)
+    if reduce is not None:
+        products = reduce(products)
+    return [spatial_average(xp_of(z).abs(z * h)) for z, h in zip(zs, products)]
 
 
 def adahessian_update(w, g, d, m, v, *, t, lr, beta1, beta2, eps, hessian_power, weight_decay, tmp=None):
@@ -79,6 +94,10 @@ class AdaHessian(Optimizer):
     vectors come from the optimizer's own generator, seeded by ``seed`` or,
     when None, from minidl's seeded generator (``mdl.manual_seed``); its state
     is part of ``state_dict()``.
+
+    Data parallelism probes the Hessian through :meth:`probe` before the
+    gradients are all-reduced (the all-reduced gradients carry no graph);
+    ``step()`` then uses the D the probe kept.
     """
 
     def __init__(self, params, lr=0.15, betas=(0.9, 0.999), eps=1e-4, weight_decay=0.0, hessian_power=1.0,
@@ -88,6 +107,7 @@ class AdaHessian(Optimizer):
         if seed is None:
             seed = int(backend.rng("cpu").integers(2 ** 63))
         self.generator = np.random.default_rng(seed)
+        self._probed = None  # {id(parameter): D} kept by probe() for the next step
 
     def check_group(self, group):
         super().check_group(group)
@@ -96,18 +116,63 @@ class AdaHessian(Optimizer):
             raise ValueError(f"{self.name}: hessian_power must lie in [0, 1], got {power}")
         group["hessian_power"] = power
 
+    def probe(self, params, reduce=None, place=None) -> None:
+        """Hutchinson's D = |z ⊙ Hz| now, while the gradients carry their graph; kept for the next ``step()``.
+
+        The seam of data parallelism (``DistributedOptimizer.synchronize`` calls it before the
+        gradient all-reduce). ``params``: the parameters to draw z for, in the order one process
+        draws them: this optimizer's parameters with a gradient on some rank (ZeRO stage 1 passes
+        every rank's, so the generator advances as in one process; D is kept for this
+        optimizer's own). ``reduce``: Hz of this rank's loss -> Hz of the whole batch's loss (the
+        gradients' weighted all-reduce), applied before the absolute value. z must be the same on
+        every rank: ``DistributedOptimizer`` gives every rank's generator rank 0's state.
+        ``place``: the list of D (one per parameter of ``params``) -> (parameter, D) pairs of this
+        optimizer's parameters (ZeRO stages 2 and 3: this rank's chunk of the flat layout of D, for
+        its shard); by default each parameter keeps its own D.
+        """
+        params = list(params)
+        grads = [p.grad for p in params]
+        if any(g is not None for g in grads) and not any(g is not None and g.requires_grad for g in grads):
+            raise RuntimeError(
+                "AdaHessian.probe(): the gradients carry no graph, so the Hessian cannot be probed; "
+                "call loss.backward(create_graph=True) before the optimizer synchronizes and steps")
+        diagonals = hutchinson_diagonal(params, grads, self.generator, reduce)
+        pairs = zip(params, diagonals) if place is None else place(diagonals)
+        own = {id(p) for _, p, _ in self.parameters()}
+        self._probed = {id(p): d for p, d in pairs if id(p) in own}
+
+    def generator_state(self) -> dict:
+        """The state of the generator of z (a dict of plain numbers)."""
+        return self.generator.bit_generator.state
+
+    def set_generator_state(self, state: dict) -> None:
+        """Continue z from ``state`` (data parallelism gives every rank rank 0's, so z is the same everywhere)."""
+        self.generator.bit_generator.state = state
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._probed = None  # a probe belongs to the gradients it was taken from
+        super().zero_grad(set_to_none)
+
     def step_groups(self):
         entries = [(pos, p, group) for pos, p, group in self.parameters()
                    if p.grad is not None and p.requires_grad]
+        probed, self._probed = self._probed, None
         if not entries:
             return
-        grads = [p.grad for _, p, _ in entries]
-        if not any(g.requires_grad for g in grads):
-            raise RuntimeError(
-                "AdaHessian.step(): the gradients carry no graph, so the Hessian cannot be probed; "
-                "call loss.backward(create_graph=True) before step()")
-        params = [p for _, p, _ in entries]
-        diagonals = hutchinson_diagonal(params, grads, self.generator)
+        if probed is None:
+            grads = [p.grad for _, p, _ in entries]
+            if not any(g.requires_grad for g in grads):
+                raise RuntimeError(
+                    "AdaHessian.step(): the gradients carry no graph, so the Hessian cannot be probed; "
+                    "call loss.backward(create_graph=True) before step()")
+            params = [p for _, p, _ in entries]
+            diagonals = hutchinson_diagonal(params, grads, self.generator)
+        else:
+            missing = [pos for pos, p, _ in entries if id(p) not in probed]
+            if missing:
+                raise RuntimeError(f"AdaHessian.step(): parameters at positions {missing} have a gradient but "
+                                   "were not probed; probe() must be given every parameter that steps")
+            diagonals = [probed[id(p)] for _, p, _ in entries]
         for (pos, p, group), d in zip(entries, diagonals):
             state = self.state.setdefault(pos, {})
             if "t" not in state:

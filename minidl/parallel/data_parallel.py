@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
+from minidl.backend import xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
 from minidl.tensor import Tensor, mark_changed
@@ -164,12 +165,7 @@ class DataParallel(WrapsModule):
         meta[1:] = [p.grad is not None for p in params]
         self.comm.host_allreduce_(meta)
         total, present = float(meta[0]), meta[1:] > 0
-        if self.reduction == "sum":
-            weight = 1.0
-        elif total > 0:
-            weight = float(count) / total  # a Python float: float32 gradients stay float32
-        else:  # no counts known: equal weights
-            weight = 1.0 / self.comm.size
+        weight = self._weight(count, total)
         plan = self._bucket_plan(params)
         sent = 0
         for bucket in plan:
@@ -181,6 +177,57 @@ class DataParallel(WrapsModule):
                 if present[index]:
                     p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
         self.last_sync = {"buckets": len(plan), "bytes": sent, "weight": weight, "samples": int(total)}
+
+    def _weight(self, count: int, total: float) -> float:
+        """This rank's weight in the sums: n_r / Σ_s n_s (``reduction="mean"``), or 1 (``"sum"``)."""
+        if self.reduction == "sum":
+            return 1.0
+        if total > 0:
+            return float(count) / total  # a Python float: float32 gradients stay float32
+        return 1.0 / self.comm.size      # no counts known: equal weights
+
+    def probe_gradients(self, probe, params) -> None:
+        """Let an optimizer probe the gradients' graph before they are all-reduced (AdaHessian's Hz).
+
+        The all-reduced gradients are new Tensors without a graph, so an optimizer that
+        differentiates its gradients again does it here, first, on this rank's gradients:
+        ``probe(present, reduce)`` with ``present`` the ``params`` that have a gradient on some
+        rank (what one process would see) and ``reduce(arrays)`` the gradients' own weighted sum,
+
+            reduce([a_1, ..., a_k]) = [Σ_r w_r a_1^(r), ..., Σ_r w_r a_k^(r)],   w_r = n_r / Σ_s n_s,
+
+        one all-reduce per dtype and device. The one-process loss is Σ_r w_r L_r, so for the same
+        z on every rank Σ_r w_r (H_r z) is H z of the whole batch. Costs one small host message
+        (counts and which gradients exist) besides the reduce.
+        """
+        params = list(params)
+        meta = np.zeros(1 + len(params), np.float64)
+        meta[0] = self.samples_seen
+        meta[1:] = [p.grad is not None for p in params]
+        self.comm.host_allreduce_(meta)
+        weight = self._weight(self.samples_seen, float(meta[0]))
+        present = [p for p, here in zip(params, meta[1:] > 0) if here]
+        reduce = lambda arrays: self.weighted_sum_over_replicas(arrays, weight)  # noqa: E731
+        probe(present, reduce)
+
+    def weighted_sum_over_replicas(self, arrays, weight: float) -> list:
+        """[Σ_r w_r a^(r) for each array a] as new arrays, ``weight`` = this rank's w_r: one all-reduce per dtype
+        and device, each array multiplied by the weight first, as the gradients are (a collective)."""
+        arrays = list(arrays)
+        out, kinds = [None] * len(arrays), {}
+        for i, a in enumerate(arrays):
+            kinds.setdefault((a.dtype.str, type(a)), []).append(i)
+        for indices in kinds.values():
+            xp = xp_of(arrays[indices[0]])
+            flat = xp.concatenate([arrays[i].reshape(-1) for i in indices])
+            if weight != 1.0:
+                xp.multiply(flat, weight, out=flat)
+            self.comm.allreduce_(flat)
+            offset = 0
+            for i in indices:
+                out[i] = flat[offset:offset + arrays[i].size].reshape(arrays[i].shape)
+                offset += arrays[i].size
+        return out
 
     def after_step(self) -> None:
         """Called by :class:`DistributedOptimizer` after each update (nothing to do here; ZeRO-2 all-gathers)."""
@@ -398,18 +445,44 @@ class DistributedOptimizer(WrapsOptimizer):
         model.check_optimizer(optimizer)
         self.optimizer, self.model = optimizer, model
         self._synchronized = False
+        probing = self._probing_optimizer()
+        if probing is not None:  # one z on every rank: rank 0's generator state (a collective)
+            probing.set_generator_state(model.comm.allgather_object(probing.generator_state())[0])
 
     @property
     def requires_create_graph(self) -> bool:
-        from minidl.optim import AdaHessian
-        return isinstance(self.optimizer, AdaHessian) or bool(getattr(self.optimizer, "requires_create_graph",
-                                                                       False))
+        """Whether the backward must record the graph of the gradients (an optimizer that probes it, as
+        AdaHessian, anywhere in the wrapped chain: ZeRO stage 1 wraps it too)."""
+        return self._probing_optimizer() is not None or bool(getattr(self.optimizer, "requires_create_graph",
+                                                                      False))
 
     def synchronize(self) -> None:
-        """All-reduce the gradients now (once per step)."""
+        """All-reduce the gradients now (once per step).
+
+        An optimizer that probes the gradients' graph (one with ``probe(params, reduce)``,
+        ``generator_state()`` and ``set_generator_state(state)``: AdaHessian's Hessian-vector
+        product) probes first, through :meth:`DataParallel.probe_gradients`: after the
+        all-reduce the graph is gone.
+        """
         if not self._synchronized:
+            probing = self._probing_optimizer()
+            if probing is not None:
+                # ZeRO stage 1: z for every rank's parameters, in one process's order
+                params = getattr(self.optimizer, "all_params", None)
+                if params is None:
+                    params = [p for g in probing.param_groups for p in g["params"]]
+                self.model.probe_gradients(probing.probe, [p for p in params if p.requires_grad])
             self.model.sync_gradients()
             self._synchronized = True
+
+    def _probing_optimizer(self):
+        """The optimizer in the wrapped chain with a ``probe`` (AdaHessian), or None."""
+        inner = self.optimizer
+        while inner is not None:
+            if callable(getattr(type(inner), "probe", None)):
+                return inner
+            inner = inner.__dict__.get("optimizer")
+        return None
 
     def step(self, closure=None):
         loss = None

@@ -51,9 +51,16 @@ so they too give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and
 pᵀg over all the group's elements: each rank sums its pieces (``ShardLayers.dots``)
 and one all-reduce of those 2 numbers per step (``sum_over_ranks_``) gives every
 rank the group's sums, so all switch at the same step with the same rate.
-AdaHessian (a Hessian-vector product of the whole weights, reduced before its
-absolute value) is refused, with the reason (``_REFUSED_OPTIMIZERS``); ZeRO
-stage 1, which shards by whole parameters, runs it.
+AdaHessian needs D = |z ⊙ Hz| of the
+whole weights, Hz summed over the ranks before the absolute value: before the
+reduce-scatter, :meth:`ShardedDataParallel.probe_gradients` takes the second
+backward on each rank (z drawn for the whole parameters, as one process draws
+it), all-reduces Hz with the gradients' weights (Ψ numbers more per step) and
+hands each shard its chunk of D. At stage 3 each unit then stays whole from its
+forward until the step's reduce-scatter (the second backward needs its weights;
+values the saved-tensor hooks pack carry no graph): during the step a rank holds
+pΨ of weights, as at stage 2, and one all-gather per step instead of two.
+No optimizer of ``minidl.optim`` is refused at present (``_REFUSED_OPTIMIZERS``).
 
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
@@ -92,10 +99,6 @@ from minidl.tensor import Tensor, mark_changed
 
 # optimizers the shards cannot run, and why (each needs more of the whole model than its norms per parameter)
 _REFUSED_OPTIMIZERS = {
-    "AdaHessian": "its Hutchinson estimate z ⊙ Hz needs the second backward (create_graph) through the whole "
-                  "weights, with the same Rademacher z on every rank and Hz averaged over the ranks like the "
-                  "gradient before it is cut into shards; stages 2 and 3 reduce-scatter plain gradients and "
-                  "(stage 3) free the weights after each unit's backward, so z ⊙ Hz is not available",
 }
 
 
@@ -359,6 +362,7 @@ class ShardedDataParallel(DataParallel):
         super().__init__(module, comm, reduction=reduction)
         self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
         self._deferred = False  # stage 3 under autocast: the units' gradients wait for sync_gradients
+        self._keep_graph = False  # an optimizer probes the gradients' graph (AdaHessian): see check_optimizer
         if stage == 2:
             params = [p for p in module.parameters() if p.requires_grad]
             self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True))]
@@ -383,7 +387,8 @@ class ShardedDataParallel(DataParallel):
             self._count_samples(x)
         if self.stage == 2:
             return self.module(x, *args, **kwargs)
-        deferred = grad_step and is_autocast_enabled()
+        keep_whole = grad_step and self._keep_graph
+        deferred = grad_step and (is_autocast_enabled() or keep_whole)
         self._deferred = self._deferred or deferred
         for layer, unit in self.units:
             if unit is None:
@@ -394,6 +399,9 @@ class ShardedDataParallel(DataParallel):
                 if not isinstance(x, Tensor):
                     x = Tensor(x)
                 x = _UnitBoundary(unit, self, deferred)(x, unit.shard)
+                if keep_whole:  # a second backward follows: plain saved values, whole weights until the sync
+                    x = layer(x)
+                    continue
                 with saved_tensors_hooks(unit.pack, unit.unpack):  # the weights saved as places, not values
                     x = layer(x)
             else:
@@ -431,6 +439,32 @@ class ShardedDataParallel(DataParallel):
             for unit in self._shard_units():
                 unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
                 unit.release()
+
+    def probe_gradients(self, probe, params=None) -> None:
+        """An optimizer's probe of the gradients' graph (AdaHessian), before they are reduce-scattered.
+
+        z is drawn for the units' whole parameters, in the order one process draws them (the wrapped
+        model's parameters that have a gradient on some rank; ``params``, the shards, are not what it
+        probes); Hz is summed over the ranks with the gradients' weights (an all-reduce of Ψ numbers,
+        :meth:`DataParallel.weighted_sum_over_replicas`), so |z ⊙ Hz| and a convolution kernel's
+        spatial average see whole parameters; ``place`` then lays D out flat as the unit's parameters
+        are and hands each shard this rank's chunk of it. Stage 3 holds the whole weights from the
+        forward until here (see :meth:`check_optimizer`).
+        """
+        units = self._shard_units()
+        whole = [p for unit in units for p in unit.params]
+        flags = np.array([p.grad is not None for p in whole], np.float64)
+        self.comm.host_allreduce_(flags)
+        present = [p for p, here in zip(whole, flags > 0) if here]
+        weight = self.gradient_weight
+
+        def place(diagonals):
+            of = {id(p): d for p, d in zip(present, diagonals)}
+            return [(unit.shard, unit.my_chunk([of.get(id(p), unit.xp.zeros(shape, unit.dtype))
+                                                for p, shape in zip(unit.params, unit.shapes)]))
+                    for unit in units]
+
+        probe(present, lambda arrays: self.weighted_sum_over_replicas(arrays, weight), place)
 
     def after_step(self) -> None:
         """Stage 2: all-gather the updated shards (stage 3 gathers each unit before its next forward)."""
@@ -601,14 +635,21 @@ class ShardedDataParallel(DataParallel):
         return clip_spread_grad_norm_(shards, self.comm, max_norm, "ShardedDataParallel.clip_grad_norm_")
 
     def check_optimizer(self, optimizer) -> None:
-        """Refuse the optimizers a shard cannot run (AdaHessian: see ``_REFUSED_OPTIMIZERS``).
+        """Refuse the optimizers a shard cannot run (none at present: see ``_REFUSED_OPTIMIZERS``).
 
         Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
         NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`, and
         SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``sum_over_ranks_``).
+        One that probes the gradients' graph (AdaHessian's ``probe``: a second backward through
+        the whole weights) gets it through :meth:`probe_gradients`; at stage 3 each unit then
+        keeps its whole weights from its forward until the step's reduce-scatter (the second
+        backward needs them, and values the saved-tensor hooks packed carry no graph): during a
+        step a rank holds the whole parameters, pΨ as at stage 2, and the shards only between steps.
         """
         inner = optimizer
         while inner is not None:
+            if callable(getattr(type(inner), "probe", None)):
+                self._keep_graph = True
             for cls in type(inner).__mro__:
                 if cls.__name__ in _REFUSED_OPTIMIZERS:
                     raise ValueError(f"ShardedDataParallel: {type(inner).__name__} cannot run on the flat shards "

@@ -85,3 +85,35 @@ def test_seeded_and_resumable():
     opt3 = optim.AdaHessian([w3], lr=0.1, seed=99)
     opt3.load_state_dict(saved)
     np.testing.assert_array_equal(run(opt3, w3, 3), first)
+
+
+def test_probe_then_step_is_the_plain_step_bit_for_bit():
+    """probe() (data parallelism's seam: D taken before the gradients lose their graph) keeps for step() exactly
+    the D that step() computes itself; with reduce, Hz passes through it before the absolute value."""
+    H = mdl.tensor(np.array([[2.0, 1.0], [1.0, -3.0]]))
+
+    def run(probe, reduce=None):
+        w = mdl.tensor([1.0, -1.0], requires_grad=True, dtype="float64")
+        b = mdl.tensor([0.5], requires_grad=True, dtype="float64")
+        opt = optim.AdaHessian([w, b], lr=0.1, seed=3)
+        for _ in range(4):
+            opt.zero_grad()
+            (0.5 * (w @ (H @ w)) + (w ** 4).sum() + (b ** 3).sum()).backward(create_graph=True)
+            if probe:
+                opt.probe([w, b], reduce)
+                w.grad, b.grad = mdl.Tensor(w.grad.data.copy()), mdl.Tensor(b.grad.data.copy())  # graph gone
+            opt.step()
+        return np.concatenate([w.numpy(), b.numpy()])
+
+    np.testing.assert_array_equal(run(probe=True), run(probe=False))
+    # a reduce that changes Hz changes the step (it acts before |z ⊙ Hz|): -Hz gives the same D, 3·Hz does not
+    np.testing.assert_array_equal(run(True, lambda hz: [-h for h in hz]), run(probe=False))
+    assert np.abs(run(True, lambda hz: [3 * h for h in hz]) - run(probe=False)).max() > 1e-3
+
+
+def test_a_probe_without_a_graph_raises():
+    w = mdl.tensor(np.ones(3), requires_grad=True)
+    opt = optim.AdaHessian([w])
+    (w * w).sum().backward()
+    with pytest.raises(RuntimeError, match=r"AdaHessian.probe\(\).*create_graph=True"):
+        opt.probe([w])

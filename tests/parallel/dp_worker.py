@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import scenarios  # noqa: E402
 
-from minidl import backend, optim, parallel  # noqa: E402
+from minidl import backend, parallel  # noqa: E402
 from minidl.data import DataLoader  # noqa: E402
 
 
@@ -28,9 +28,8 @@ def run(name, comm, device):
     dp = parallel.DataParallel(model, comm, bucket_bytes=256 if "small_buckets" in name else 25 * 2**20,
                                overlap=name.startswith("overlap"))
     if loop == "zero":
-        inner = parallel.ZeroRedundancyOptimizer(dp.parameters(), optim.Adam if kind == "adam" else optim.SGD,
-                                                 comm, **({"lr": 0.01} if kind == "adam" else
-                                                          {"lr": 0.1, "momentum": 0.9}))
+        cls, options = scenarios.OPTIMIZERS[kind]
+        inner = parallel.ZeroRedundancyOptimizer(dp.parameters(), cls, comm, **options)
     else:
         inner = scenarios.make_optimizer(kind, dp.parameters())
     opt = parallel.DistributedOptimizer(inner, dp)
@@ -46,7 +45,7 @@ def run(name, comm, device):
             x = backend.to_device(parallel.shard(xs[step], comm.rank, comm.size), device)
             y = parallel.shard(ys[step], comm.rank, comm.size)
             opt.zero_grad()
-            scenarios.loss_of(dp, x, y).backward()
+            scenarios.loss_of(dp, x, y).backward(create_graph=kind == "adahessian")
             opt.step()
     facts["sync"] = {k: float(v) for k, v in dp.last_sync.items()}
     if loop == "zero":

@@ -120,6 +120,9 @@ ZERO_RUNS = {
     "zero2_lamb": (2, "lamb", 12),          # one unit of all four parameters, cut across the ranks
     "zero3_lars": (3, "lars", 12),          # the second unit holds a weight and a bias (1-D: no adaptation)
     "zero3_novograd": (3, "novograd", 11),  # one v per parameter of each unit
+    # AdaHessian: z for the whole parameters, Hz all-reduced with the gradients' weights, D cut into the shards
+    "zero2_adahessian": (2, "adahessian", 11),
+    "zero3_adahessian": (3, "adahessian", 12),  # each unit whole from its forward until the step's sync
     # SWATS: pᵀp and pᵀg over the whole group, each rank's pieces then one all-reduce of the 2 sums per
     # Adam step; the criterion switches to SGD at step SWITCH_AT, so the last step is SGD's at the rate Λ
     "zero2_switch": (2, "switch", 12),
@@ -127,7 +130,7 @@ ZERO_RUNS = {
 }
 # the per-layer norms each step all-reduces (one vector of the unit's parameters per norm): w and g for
 # LARS, w and u for LAMB, g for NovoGrad
-NORMS_PER_STEP = {"adam": 0, "sgd": 0, "lars": 2, "lamb": 2, "novograd": 1, "switch": 0}
+NORMS_PER_STEP = {"adam": 0, "sgd": 0, "lars": 2, "lamb": 2, "novograd": 1, "switch": 0, "adahessian": 0}
 # SWATS on these batches: γ = 0.487, 0.404, 0.473, ... and |Λ − γ| = 0.042 at step 2, 0.019 at step 3,
 # so with tol = 0.03 (far from both) it switches after step 3, and step 4 is SGD with momentum
 SWITCH_TOL, SWITCH_AT = 0.03, 3
@@ -150,6 +153,8 @@ def make_optimizer(kind: str, params):
         return optim.LARS(params, lr=0.5, momentum=0.9, trust_coefficient=0.02, weight_decay=0.01)
     if kind == "novograd":
         return optim.NovoGrad(params, lr=0.05, weight_decay=0.01)
+    if kind == "adahessian":  # its z generator seeded by mdl.manual_seed (make_sequential)
+        return optim.AdaHessian(params, lr=0.05, weight_decay=0.01)
     if kind == "switch":
         return optim.SwitchOptimizer(params, lr=LR, tol=SWITCH_TOL)
     return optim.Adam(params, lr=LR) if kind == "adam" else optim.SGD(params, lr=0.1, momentum=0.9)
@@ -160,9 +165,10 @@ def sequential_batches(batch: int):
     return rng.normal(size=(STEPS, batch, 6)), rng.integers(0, 3, size=(STEPS, batch))
 
 
-def train_sequential(model, opt, batch: int, comm=None, after_backward=None, clip=None):
+def train_sequential(model, opt, batch: int, comm=None, after_backward=None, clip=None, create_graph=False):
     """STEPS steps on the fixed batches; with ``comm``, each rank takes its slice of every batch;
-    ``clip(max_norm)`` clips the gradients (after ``after_backward``) and returns the norm before."""
+    ``clip(max_norm)`` clips the gradients (after ``after_backward``) and returns the norm before;
+    ``create_graph``: the backward records its graph (AdaHessian)."""
     from minidl.parallel import shard
     xs, ys = sequential_batches(batch)
     norms = []
@@ -170,7 +176,7 @@ def train_sequential(model, opt, batch: int, comm=None, after_backward=None, cli
         if comm is not None:
             x, y = shard(x, comm.rank, comm.size), shard(y, comm.rank, comm.size)
         opt.zero_grad()
-        F.cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
+        F.cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward(create_graph=create_graph)
         if after_backward is not None:
             after_backward()
         if clip is not None:
@@ -185,7 +191,7 @@ def zero_reference(name: str, with_state: bool = False):
     model = make_sequential()
     clip = (lambda max_norm: nn.utils.clip_grad_norm_(model.parameters(), max_norm)) if name.endswith("clip") else None
     opt = make_optimizer(kind, model.parameters())
-    train_sequential(model, opt, batch, clip=clip)
+    train_sequential(model, opt, batch, clip=clip, create_graph=kind == "adahessian")
     params = [p.data.copy() for p in model.parameters()]
     return (params, opt.state_dict()) if with_state else params
 

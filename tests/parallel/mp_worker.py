@@ -135,7 +135,8 @@ def _zero_run(world, name):
         memory.append(sharded.memory_report(opt))
 
     norms = mp_scenarios.train_sequential(sharded, opt, batch, world, after_backward=reduced,
-                                          clip=sharded.clip_grad_norm_ if name.endswith("clip") else None)
+                                          clip=sharded.clip_grad_norm_ if name.endswith("clip") else None,
+                                          create_graph=kind == "adahessian")
     traffic = dict(world.traffic)
     sharded.gather_parameters()
     arrays = {str(i): p.data.copy() for i, p in enumerate(model.parameters())}

@@ -32,6 +32,12 @@ SCENARIOS = {
     "overlap_adam_f64": ("adam", "float64", 12, "manual"),
     "overlap_small_buckets_uneven_adam_f64": ("adam", "float64", 11, "manual"),
     "overlap_trainer_clip_sgd_f64": ("sgd", "float64", 12, "trainer_clip"),
+    # AdaHessian: every rank probes its own graph with the same z and the Hz are all-reduced with the
+    # gradients' weights before |z ⊙ Hz| (DataParallel.probe_gradients)
+    "adahessian_f64": ("adahessian", "float64", 12, "manual"),
+    "uneven_adahessian_f64": ("adahessian", "float64", 11, "manual"),
+    "zero_adahessian_f64": ("adahessian", "float64", 12, "zero"),   # z for every rank's parameters
+    "overlap_trainer_adahessian_f64": ("adahessian", "float64", 12, "trainer"),
 }
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 
@@ -54,10 +60,13 @@ def make_model(seed: int, dtype: str, hidden: int = 16) -> Net:
     return Net(hidden).to(dtype=np.dtype(dtype))
 
 
+OPTIMIZERS = {"sgd": (optim.SGD, {"lr": 0.1, "momentum": 0.9}), "adam": (optim.Adam, {"lr": 0.01}),
+              "adahessian": (optim.AdaHessian, {"lr": 0.05})}
+
+
 def make_optimizer(kind: str, params):
-    if kind == "sgd":
-        return optim.SGD(params, lr=0.1, momentum=0.9)
-    return optim.Adam(params, lr=0.01)
+    cls, options = OPTIMIZERS[kind]
+    return cls(params, **options)  # AdaHessian's z generator: seeded from mdl.manual_seed, alike on every rank
 
 
 def make_batches(batch: int, dtype: str):
@@ -97,7 +106,7 @@ def reference(name: str):
         xs, ys = make_batches(batch, dtype)
         for step in range(STEPS):
             opt.zero_grad()
-            loss_of(model, xs[step], ys[step]).backward()
+            loss_of(model, xs[step], ys[step]).backward(create_graph=kind == "adahessian")
             opt.step()
     return [p.data.copy() for p in model.parameters()], opt
 

@@ -216,3 +216,27 @@ def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without
     cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()  # its hook opened during backward
     dp(mdl.tensor(x))                                            # a new forward first closes it
     assert autograd._hooks == ()
+
+
+@pytest.mark.parametrize("how", ["plain", "overlap", "zero"])
+def test_adahessian_under_data_parallelism_in_a_world_of_one_steps_like_the_plain_one(how):
+    """The all-reduced gradients carry no graph: DistributedOptimizer probes the Hessian first (probe_gradients),
+    with the same z; in a world of one the reduce is the identity and every number is the plain run's, bit for bit."""
+    a, b = _model(), _model()
+    plain = optim.AdaHessian(a.parameters(), lr=0.05, seed=4)
+    dp = parallel.DataParallel(b, parallel.LocalComm(), overlap=how == "overlap")
+    inner = (parallel.ZeroRedundancyOptimizer(dp.parameters(), optim.AdaHessian, parallel.LocalComm(), lr=0.05,
+                                              seed=4) if how == "zero" else optim.AdaHessian(dp.parameters(), lr=0.05,
+                                                                                             seed=4))
+    dist = parallel.DistributedOptimizer(inner, dp)
+    assert dist.requires_create_graph
+    x, y = np.random.default_rng(1).normal(size=(6, 4)), np.arange(6) % 3
+    start = [p.data.copy() for p in a.parameters()]
+    for _ in range(3):
+        for model, opt in ((a, plain), (dp, dist)):
+            opt.zero_grad()
+            cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward(create_graph=True)
+            opt.step()
+    assert max(np.abs(p.data - s).max() for p, s in zip(a.parameters(), start)) > 1e-2
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)

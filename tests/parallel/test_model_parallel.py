@@ -186,7 +186,7 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     # per element, float64: Adam and LAMB keep m and v; SGD and LARS a momentum; NovoGrad m, and one v per
     # parameter (4 numbers, on every rank)
     # SWATS measured before its first SGD step: Adam's m and v
-    state_bytes = {"adam": 16, "lamb": 16, "sgd": 8, "lars": 8, "novograd": 8, "switch": 16}[kind]
+    state_bytes = {"adam": 16, "lamb": 16, "sgd": 8, "lars": 8, "novograd": 8, "switch": 16, "adahessian": 16}[kind]
     per_layer = 4 * 8 if kind == "novograd" else 0
     want = cost_model.zero_bytes_per_rank(padded, ranks, stage, param_bytes=8, grad_bytes=8, state_bytes=state_bytes)
     want = {**want, "optimizer_bytes": want["optimizer_bytes"] + per_layer,
@@ -195,6 +195,10 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
     norms = mp_scenarios.NORMS_PER_STEP[kind]
     if norms:
         payloads = {**payloads, "allreduce": norms * 4 * 8}
+    if kind == "adahessian":  # Hz of the 163 whole weights all-reduced; stage 3 keeps each unit whole from its
+        payloads = {**payloads, "allreduce": 163 * 8}        # forward to the sync: one all-gather per step
+        if stage == 3:
+            payloads["allgather"] /= 2
     traffic = {op: mp_scenarios.STEPS * n for op, n in payloads.items()}
     if kind == "switch":  # SWATS: one all-reduce of its 2 sums (pᵀp, pᵀg) per Adam step, none once on SGD
         traffic["allreduce"] = mp_scenarios.SWITCH_AT * 2 * 8
@@ -205,6 +209,8 @@ def test_sharded_memory_and_traffic_are_the_zero_formulas(job, name):
             assert memory[key] == want[key], (key, memory, want)
         assert facts[name]["traffic"] == traffic
     payloads.pop("allreduce", None)  # the ring below: the ZeRO payloads alone
+    if kind == "adahessian" and stage == 3:
+        payloads["allgather"] *= 2   # the formula's two gathers per step (AdaHessian's run makes one: above)
     # what the ring then sends per step: (N−1)/N·(g + p)·Ψ at stage 2, the same as one all-reduce of the
     # gradients; (N−1)/N·(g + 2p)·Ψ at stage 3, which gathers the weights again for backward (the paper's 1.5×)
     sent = sum(cost_model.ring_bytes(op, n, ranks) for op, n in payloads.items())

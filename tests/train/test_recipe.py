@@ -142,7 +142,3 @@ def test_a_zero_stage_is_refused_without_ranks_out_of_range_or_with_parameter_gr
     with pytest.raises(ValueError, match="ZeRO stage 3 optimizes flat shards .* takes no parameter groups"):
         recipe.build_run(_settings(), train, val, model=_model, comm=parallel.LocalComm(), zero=3,
                          params=lambda net: [{"params": list(net.parameters())}])
-    # a stage-2 shard holds no graph of the gradient for the Hessian-vector product
-    with pytest.raises(ValueError, match="AdaHessian cannot run on the flat shards of stage 2: its Hutchinson"):
-        recipe.build_run(_settings(optimizer="adahessian"), train, val, model=_model, comm=parallel.LocalComm(),
-                         zero=2)
