@@ -60,7 +60,7 @@ hands each shard its chunk of D. At stage 3 each unit then stays whole from its
 forward until the step's reduce-scatter (the second backward needs its weights;
 values the saved-tensor hooks pack carry no graph): during the step a rank holds
 pΨ of weights, as at stage 2, and one all-gather per step instead of two.
-No optimizer of ``minidl.optim`` is refused at present (``_REFUSED_OPTIMIZERS``).
+So every optimizer of ``minidl.optim`` runs on the shards.
 
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
@@ -96,10 +96,6 @@ from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_
 from minidl.tensor import Tensor, mark_changed
-
-# optimizers the shards cannot run, and why (each needs more of the whole model than its norms per parameter)
-_REFUSED_OPTIMIZERS = {
-}
 
 
 class ShardLayers:
@@ -635,7 +631,8 @@ class ShardedDataParallel(DataParallel):
         return clip_spread_grad_norm_(shards, self.comm, max_norm, "ShardedDataParallel.clip_grad_norm_")
 
     def check_optimizer(self, optimizer) -> None:
-        """Refuse the optimizers a shard cannot run (none at present: see ``_REFUSED_OPTIMIZERS``).
+        """Called by :class:`DistributedOptimizer`: every optimizer runs on the shards; this notes the one
+        that probes the gradients' graph.
 
         Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
         NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`, and
@@ -650,12 +647,6 @@ class ShardedDataParallel(DataParallel):
         while inner is not None:
             if callable(getattr(type(inner), "probe", None)):
                 self._keep_graph = True
-            for cls in type(inner).__mro__:
-                if cls.__name__ in _REFUSED_OPTIMIZERS:
-                    raise ValueError(f"ShardedDataParallel: {type(inner).__name__} cannot run on the flat shards "
-                                     f"of stage {self.stage}: {_REFUSED_OPTIMIZERS[cls.__name__]}; use "
-                                     "ZeroRedundancyOptimizer (stage 1, whole parameters), or another optimizer "
-                                     "(SGD, Adam, AdamW, LAMB, LARS, NovoGrad...)")
             inner = getattr(inner, "optimizer", None)
 
     # ------------------------------------------------------------ memory

@@ -30,6 +30,19 @@ def _losses(folder):
     return [(row["step"], row["train_loss"], row["val_loss"]) for row in rows]
 
 
+def _assert_same_run(got_folder, want_folder):
+    """The two runs logged the same losses at steps 3 and 6 and wrote the same whole weights (float32:
+    rtol and atol 1e-5, see the module docstring), keyed and ordered as the plain model's."""
+    got, want = _losses(got_folder), _losses(want_folder)
+    assert [r[0] for r in got] == [r[0] for r in want] == [3, 6]
+    np.testing.assert_allclose([r[1:] for r in got], [r[1:] for r in want], rtol=1e-5)
+    want = mdl.load(str(want_folder / "gpt.safetensors"))["model"]
+    got = mdl.load(str(got_folder / "gpt.safetensors"))["model"]
+    assert list(got) == list(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+
+
 def _assert_same_checkpoint(got_folder, want_folder):
     """``last.safetensors`` of a pipeline run holds what the one-process run's holds: the whole weights
     and AdamW's moments and step per parameter, at the one-process optimizer's positions (so the
@@ -104,14 +117,7 @@ def test_pipeline_with_data_parallel_equals_one_process(tmp_path, capsys):
     assert job.returncode == 0, job.stderr[-3000:]
     assert job.stdout.count("writing to") == 1                      # only the world's rank 0 speaks
     assert "2 micro-batches of 2, schedule 1f1b, data-parallel over 2 such pipelines" in job.stdout
-    one, four = _losses(tmp_path / "one"), _losses(tmp_path / "four")
-    assert [r[0] for r in four] == [r[0] for r in one] == [3, 6]
-    np.testing.assert_allclose([r[1:] for r in four], [r[1:] for r in one], rtol=1e-5)
-    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))["model"]
-    got = mdl.load(str(tmp_path / "four" / "gpt.safetensors"))["model"]
-    assert list(got) == list(want)
-    for key, value in want.items():
-        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+    _assert_same_run(tmp_path / "four", tmp_path / "one")
 
 
 # A constant rate (warmup of 1 step, then a cosine from lr to min_lr = lr): a run of 3 steps follows the
@@ -141,14 +147,7 @@ def test_tensor_times_pipeline_gpt_equals_one_process(tmp_path, capsys, ranks):
     assert job.stdout.count("writing to") == 1
     assert (f"2 micro-batches of {8 // (ranks // 2)}, schedule 1f1b, each stage tensor-parallel on 2 ranks"
             + (", data-parallel over 2 such pipelines" if replicated else "")) in job.stdout
-    one, four = _losses(tmp_path / "one"), _losses(tmp_path / "four")
-    assert [r[0] for r in four] == [r[0] for r in one] == [3, 6]
-    np.testing.assert_allclose([r[1:] for r in four], [r[1:] for r in one], rtol=1e-5)
-    want = mdl.load(str(tmp_path / "one" / "gpt.safetensors"))["model"]
-    got = mdl.load(str(tmp_path / "four" / "gpt.safetensors"))["model"]
-    assert list(got) == list(want)
-    for key, value in want.items():
-        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
+    _assert_same_run(tmp_path / "four", tmp_path / "one")
     _assert_same_checkpoint(tmp_path / "four", tmp_path / "one")
 
 
@@ -170,14 +169,8 @@ def test_a_pipeline_checkpoint_resumes_on_another_layout_and_ends_where_one_proc
                          "--data-parallel", "--resume", str(run / "last.safetensors"), "--steps", "6", "--quiet"],
                      timeout=120)
     assert job.returncode == 0, job.stderr[-3000:]
-    got, want = _losses(run), _losses(straight)
-    assert [r[0] for r in got] == [r[0] for r in want] == [3, 6]       # each row once
-    np.testing.assert_allclose([r[1:] for r in got], [r[1:] for r in want], rtol=1e-5)
+    _assert_same_run(run, straight)                                   # rows 3 and 6, each once
     _assert_same_checkpoint(run, straight)
-    want = mdl.load(str(straight / "gpt.safetensors"))["model"]
-    got = mdl.load(str(run / "gpt.safetensors"))["model"]
-    for key, value in want.items():
-        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value), rtol=1e-5, atol=1e-5, err_msg=key)
     # each loop resumes its own kind of checkpoint, and says which it is
     assert main(["gpt", "train", "--resume", str(run / "last.safetensors"), "--steps", "8", "--quiet"]) == 1
     assert "is the checkpoint of a pipeline run: resume it with --pipeline-parallel M" in capsys.readouterr().err
