@@ -284,6 +284,12 @@ class Trainer:
         synchronize = getattr(self.optimizer, "synchronize", None)
         if callable(synchronize):  # data parallel: all-reduce first, so clipping sees the global gradient
             synchronize()
+        elif callable(getattr(self.optimizer, "probe", None)):
+            # AdaHessian: D from the gradients' graph now, before a rescale, the scaler's unscale or a clip
+            # replaces them with new arrays (as PyTorch's in-place changes leave its graph unaware of them;
+            # data parallelism probes inside synchronize, before the all-reduce)
+            self.optimizer.probe([p for g in self._param_groups() for p in g["params"]
+                                  if p.grad is not None and p.requires_grad])
         params = [p for g in self._param_groups() for p in g["params"] if p.grad is not None]
         if micro_batches < self.accumulation_steps:
             # Gradients were scaled by 1/k; a shorter last group of m micro-batches needs k/m more.

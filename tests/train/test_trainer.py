@@ -234,3 +234,41 @@ def test_optimizer_and_callbacks_are_checked():
         Trainer(model, object(), [])
     with pytest.raises(TypeError, match="Callback"):
         Trainer(model, optim.SGD(model.parameters(), lr=0.1), [], callbacks=[print])
+
+
+def test_adahessian_with_clipping_probes_the_hessian_before_the_clip():
+    """AdaHessian needs the gradients' graph; clipping replaces the gradients with new arrays. The Trainer
+    takes D first (``probe``), then clips and steps: the run of a hand loop in that order, and the
+    clip changed it (a clip at 1e9 would not). Clipping first loses the graph, and says so."""
+    x = np.random.default_rng(0).normal(size=(8, 3))
+    y = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+
+    def model_and_optimizer():
+        mdl.manual_seed(0)
+        model = nn.Linear(3, 2).to(dtype=np.float64)
+        return model, optim.AdaHessian(model.parameters(), lr=0.1, seed=5)
+
+    def trained(max_grad_norm):
+        model, opt = model_and_optimizer()
+        Trainer(model, opt, DataLoader((x, y), batch_size=4), max_grad_norm=max_grad_norm, progress=False).fit(1)
+        return np.concatenate([p.numpy().ravel() for p in model.parameters()])
+
+    model, opt = model_and_optimizer()
+    params = list(model.parameters())
+    for start in (0, 4):
+        opt.zero_grad()
+        cross_entropy(model(mdl.tensor(x[start:start + 4])), mdl.tensor(y[start:start + 4])).backward(
+            create_graph=True)
+        opt.probe(params)
+        norm = np.sqrt(sum((p.grad.numpy() ** 2).sum() for p in params))
+        for p in params:                                  # nn.utils.clip_grad_norm_'s rule, by hand
+            p.grad = mdl.Tensor(p.grad.numpy() * min(1.0, 0.01 / (norm + 1e-6)))
+        opt.step()
+    by_hand = np.concatenate([p.numpy().ravel() for p in params])
+    np.testing.assert_allclose(trained(0.01), by_hand, rtol=0, atol=1e-15)
+    assert np.abs(trained(0.01) - trained(1e9)).max() > 1e-4
+    model, opt = model_and_optimizer()
+    cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward(create_graph=True)
+    nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+    with pytest.raises(RuntimeError, match="the gradients carry no graph"):
+        opt.step()
