@@ -407,10 +407,8 @@ class _PipelineParts:
     :func:`decay_groups` of the whole GPT), gathered from the stages and cut back into them."""
 
     def __init__(self, model, pipe, opt, comm, tensor, weight_decay):
-        from minidl.parallel.tensor_parallel import split_parameters
         self.model, self.pipe, self.opt, self.comm, self.tensor = model, pipe, opt, comm, tensor
         self.tied = model.tok_emb.weight
-        self.split = {id(p) for p in split_parameters(pipe.stage)}
         groups = decay_groups(model, weight_decay)  # the one-process AdamW's: its positions are the checkpoint's
         self.order = [p for g in groups for p in g["params"]]
         self.groups = [len(g["params"]) for g in groups]
@@ -435,23 +433,17 @@ class _PipelineParts:
         :func:`minidl.nn.utils.clip_grad_norm_`, with total² = Σ_stages (Σ_whole ‖g‖² + Σ_tensor ranks
         Σ_slices ‖g_r‖²): the tied weight (summed already) counted on the first stage only, the whole
         parameters of a split stage once (equal on every rank of its tensor group)."""
-        squares = [0.0, 0.0]  # [whole parameters, this rank's slices]
-        for p in self.pipe.parameters():
-            if p.grad is not None and not (p is self.tied and not self.pipe.is_first):
-                squares[id(p) in self.split] += float((p.grad.data.astype(np.float64) ** 2).sum())
-        if self.tensor is not None:
-            sliced = np.array([squares[1]])
-            self.tensor.host_allreduce_(sliced)
-            squares[1] = float(sliced[0])
-        total = np.array([squares[0] + squares[1]])
+        from minidl.parallel.data_parallel import scale_to_norm_
+        counted = [p for p in self.pipe.parameters() if not (p is self.tied and not self.pipe.is_first)]
+        if self.tensor is None:
+            squares = sum(float((p.grad.data.astype(np.float64) ** 2).sum()) for p in counted if p.grad is not None)
+        else:
+            from minidl.parallel.tensor_parallel import split_parameters, unsplit_grad_squares
+            squares = unsplit_grad_squares(counted, split_parameters(self.pipe.stage), self.tensor)
+        total = np.array([squares])
         self.comm.host_allreduce_(total)
         norm = float(np.sqrt(total[0]))
-        scale = max_norm / (norm + 1e-6)
-        if scale < 1:
-            from minidl.tensor import Tensor
-            for p in self.pipe.parameters():
-                if p.grad is not None:
-                    p.grad = Tensor(p.grad.data * p.grad.data.dtype.type(scale))
+        scale_to_norm_(list(self.pipe.parameters()), norm, max_norm)
         return norm
 
     def _own(self) -> list:

@@ -593,10 +593,18 @@ def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
     squares = np.array([sum(float((t.grad.data.astype(np.float64) ** 2).sum()) for t in parts)])
     comm.host_allreduce_(squares)
     total = float(np.sqrt(squares[0]))
-    scale = min(max_norm / (total + 1e-6), 1.0)
-    for t in parts:
-        t.grad = Tensor(t.grad.data * t.grad.dtype.type(scale))
+    scale_to_norm_(parts, total, max_norm)
     return total
+
+
+def scale_to_norm_(tensors, total: float, max_norm: float) -> None:
+    """Scale the gradient of each of ``tensors`` by min(1, max_norm / (total + 1e-6)): the rule of
+    :func:`minidl.nn.utils.clip_grad_norm_`, ``total`` the norm of the whole gradient (found however it
+    is spread over the ranks)."""
+    scale = min(max_norm / (total + 1e-6), 1.0)
+    for t in tensors:
+        if t.grad is not None:
+            t.grad = Tensor(t.grad.data * t.grad.dtype.type(scale))
 
 
 def prepare_data_parallel(model, optimizer, loader=None, comm=None):

@@ -622,7 +622,7 @@ def clip_grad_norm_(model: Module, max_norm: float):
     """
     import numpy as np
 
-    from minidl.tensor import Tensor
+    from minidl.parallel.data_parallel import scale_to_norm_
     layers = tensor_parallel_layers(model)
     if not layers:
         raise ValueError("tensor_parallel.clip_grad_norm_: the model has no column- or row-parallel layer; "
@@ -630,15 +630,22 @@ def clip_grad_norm_(model: Module, max_norm: float):
     max_norm = float(max_norm)
     if not max_norm > 0:
         raise ValueError(f"tensor_parallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
-    split = {id(p) for p in split_parameters(model)}
-    params = [p for p in model.parameters() if p.grad is not None]
+    params = list(model.parameters())
+    total = float(np.sqrt(unsplit_grad_squares(params, split_parameters(model), layers[0][1].comm)))
+    scale_to_norm_(params, total, max_norm)
+    return total
+
+
+def unsplit_grad_squares(params, split, comm) -> float:
+    """Σ ‖g‖² over the gradients of ``params`` as the unsplit model holds them: the whole (replicated)
+    parameters' once, the ``split`` ones' slices added over ``comm``, the tensor group (one all-reduce
+    of one number). The same number on every rank of the group."""
+    import numpy as np
+    split = {id(p) for p in split}
     squares = [0.0, 0.0]  # [replicated, this rank's slices], summed on the device: one read of each
     for p in params:
-        squares[int(id(p) in split)] = squares[int(id(p) in split)] + (p.grad.data.astype(np.float64) ** 2).sum()
+        if p.grad is not None:
+            squares[id(p) in split] = squares[id(p) in split] + (p.grad.data.astype(np.float64) ** 2).sum()
     sliced = np.array([float(squares[1])])
-    layers[0][1].comm.host_allreduce_(sliced)
-    total = float(np.sqrt(float(squares[0]) + sliced[0]))
-    scale = min(max_norm / (total + 1e-6), 1.0)
-    for p in params:
-        p.grad = Tensor(p.grad.data * p.grad.xp.asarray(scale, dtype=p.grad.dtype))
-    return total
+    comm.host_allreduce_(sliced)
+    return float(squares[0]) + float(sliced[0])
