@@ -476,13 +476,7 @@ class DistributedOptimizer(WrapsOptimizer):
             self._synchronized = True
 
     def _probing_optimizer(self):
-        """The optimizer in the wrapped chain with a ``probe`` (AdaHessian), or None."""
-        inner = self.optimizer
-        while inner is not None:
-            if callable(getattr(type(inner), "probe", None)):
-                return inner
-            inner = inner.__dict__.get("optimizer")
-        return None
+        return probing_optimizer(self.optimizer)
 
     def step(self, closure=None):
         loss = None
@@ -595,6 +589,17 @@ def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
     total = float(np.sqrt(squares[0]))
     scale_to_norm_(parts, total, max_norm)
     return total
+
+
+def probing_optimizer(optimizer):
+    """The optimizer in ``optimizer``'s wrapped chain (Lookahead, ZeRO-1, offloading...) that probes the
+    gradients' graph (one with ``probe``: AdaHessian), or None."""
+    inner = optimizer
+    while inner is not None:
+        if callable(getattr(type(inner), "probe", None)):
+            return inner
+        inner = vars(inner).get("optimizer")
+    return None
 
 
 def scale_to_norm_(tensors, total: float, max_norm: float) -> None:

@@ -94,7 +94,7 @@ from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
 from minidl.backend import to_numpy, xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
-from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_
+from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -643,11 +643,8 @@ class ShardedDataParallel(DataParallel):
         backward needs them, and values the saved-tensor hooks packed carry no graph): during a
         step a rank holds the whole parameters, pΨ as at stage 2, and the shards only between steps.
         """
-        inner = optimizer
-        while inner is not None:
-            if callable(getattr(type(inner), "probe", None)):
-                self._keep_graph = True
-            inner = getattr(inner, "optimizer", None)
+        if probing_optimizer(optimizer) is not None:
+            self._keep_graph = True
 
     # ------------------------------------------------------------ memory
     def memory_report(self, optimizer=None) -> dict:
