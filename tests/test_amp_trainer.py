@@ -5,7 +5,8 @@ import pytest
 import minidl as mdl
 from minidl import amp, nn, optim
 from minidl.data import DataLoader, gaussian_blobs
-from minidl.train import Callback, Trainer
+from minidl.train import Trainer
+from tests.train._helpers import StopAt
 
 # float16 overflows on purpose here (that is what the scaler is for): NumPy warns at each one
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value encountered")
@@ -24,16 +25,6 @@ def _trainer(mode="fp16", seed=0, max_grad_norm=1.0):
     return trainer
 
 
-class _StopAt(Callback):
-    def __init__(self, step, path):
-        self.at, self.path = step, path
-
-    def on_step_end(self, trainer, step, logs):
-        if step == self.at:
-            trainer.save_checkpoint(self.path)
-            trainer.stop_training = True
-
-
 def test_fp16_run_skips_overflowing_steps_without_stopping_and_logs_the_scale():
     trainer = _trainer()
     trainer.fit(6)
@@ -50,13 +41,13 @@ def test_fp16_run_skips_overflowing_steps_without_stopping_and_logs_the_scale():
 def test_resumed_fp16_run_is_bit_exact(tmp_path, stop_step):
     path = tmp_path / "ckpt.safetensors"
     straight = _trainer()
-    straight.callbacks.append(_StopAt(-1, path))
+    straight.callbacks.append(StopAt(-1, path))
     straight.fit(3)
     first = _trainer()
-    first.callbacks.append(_StopAt(stop_step, path))
+    first.callbacks.append(StopAt(stop_step, path))
     first.fit(3)
     resumed = _trainer(seed=1)
-    resumed.callbacks.append(_StopAt(-1, path))
+    resumed.callbacks.append(StopAt(-1, path))
     resumed.scaler = amp.GradScaler()  # everything, the scale included, must come from the file
     resumed.load_checkpoint(path)
     resumed.fit(3)

@@ -19,6 +19,7 @@ from minidl.train import (
     load_checkpoint,
     save_checkpoint,
 )
+from tests.train._helpers import StopAt
 
 
 def _trainer(callbacks=(), seed=0, epochs_total=3):
@@ -33,30 +34,20 @@ def _trainer(callbacks=(), seed=0, epochs_total=3):
                    eval_every=3, callbacks=list(callbacks), progress=False)
 
 
-class _StopAt(Callback):
-    def __init__(self, step, path):
-        self.at, self.path = step, path
-
-    def on_step_end(self, trainer, step, logs):
-        if step == self.at:
-            trainer.save_checkpoint(self.path)
-            trainer.stop_training = True
-
-
 @pytest.mark.parametrize("stop_step", [7, 10])  # mid-epoch, and exactly at an epoch end (5 steps per epoch)
 def test_stopped_and_resumed_run_ends_with_the_same_weights(tmp_path, stop_step):
     path = tmp_path / "ckpt.safetensors"
-    straight = _trainer([_StopAt(-1, path)])
+    straight = _trainer([StopAt(-1, path)])
     straight.fit(4)
 
-    first = _trainer([_StopAt(stop_step, path)])
+    first = _trainer([StopAt(stop_step, path)])
     first.fit(4)
     assert first.step == stop_step
     # A new process: different seed, fresh objects, random streams moved on; everything comes from the file.
     mdl.manual_seed(999)
     np.random.seed(5)
     random.seed(5)
-    resumed = _trainer([_StopAt(-1, path)], seed=1)
+    resumed = _trainer([StopAt(-1, path)], seed=1)
     resumed.load_checkpoint(path)
     resumed.fit(4)
 
