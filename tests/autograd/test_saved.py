@@ -231,3 +231,98 @@ def test_a_pytorch_style_function_reading_its_saved_result_works_under_the_hooks
     gc.collect()
     loss.backward()
     np.testing.assert_allclose(x.grad.numpy(), np.exp(x.numpy()), rtol=1e-15)
+
+
+# ---------------------------------------------------------------- what each node declares it saves
+class _Census(autograd.FunctionHook):
+    """Counting identity hooks (pack files the Tensor under a ticket, unpack hands it back), and the
+    nodes recorded inside the block: forward ops, and the ops a recorded backward calls."""
+
+    def __init__(self):
+        self.nodes, self.tickets, self.unpacked = [], [], []
+        self.hooks = autograd.saved_tensors_hooks(self.pack, self.unpack)
+
+    def pack(self, t):
+        self.tickets.append(t)
+        return len(self.tickets) - 1
+
+    def unpack(self, ticket):
+        self.unpacked.append(ticket)
+        return self.tickets[ticket]
+
+    def forward_postprocess(self, function, inputs, outputs):
+        first = outputs[0] if isinstance(outputs, tuple) else outputs
+        if first is not None and first.creator is function:
+            self.nodes.append(function)
+
+    def __enter__(self):
+        super().__enter__()
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)  # the packed arrays are let go here
+        self.left = self.undeclared_arrays()  # before a walk releases the nodes
+        return super().__exit__(*exc)
+
+    def assert_each_unpacked_at_most_once(self):
+        """Once for a node the walk ran; never for one it did not reach (a branch cut by detach)."""
+        assert len(set(self.unpacked)) == len(self.unpacked)
+        assert set(self.unpacked) <= set(range(len(self.tickets)))
+
+    def undeclared_arrays(self) -> list:
+        """'Class.name' for each array a recorded node holds: once the block has ended, every array a
+        node declares in saved_arrays was packed and let go, so what is left was not declared."""
+        return sorted({f"{type(node).__name__}.{name}" for node in self.nodes for name, value in vars(node).items()
+                       if isinstance(value, np.ndarray)})
+
+
+def _first_and_second_order(fn, inputs, record_hooks=None, backward_hooks=None):
+    """Gradients of fn's outputs (against fixed random cotangents), then of Σ g·w (fixed random w)
+    for those that depend on the inputs. ``record_hooks`` surround the forward pass,
+    ``backward_hooks`` the first backward (which records the gradient ops, create_graph=True)."""
+    from minidl.tensor import Tensor
+    wrt = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    mdl.manual_seed(3)  # the same random draws in every run
+    with record_hooks or contextlib.nullcontext():
+        outputs = fn(*inputs)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    rng = np.random.default_rng(1)
+    vs = [Tensor(rng.standard_normal(o.shape)) for o in outputs]
+    with backward_hooks or contextlib.nullcontext():
+        firsts = mdl.grad(outputs, wrt, grad_outputs=vs, create_graph=record_hooks is None, allow_unused=True)
+    terms = [(g * Tensor(rng.standard_normal(g.shape))).sum() for g in firsts if g is not None and g.requires_grad]
+    seconds = mdl.grad(terms, wrt, allow_unused=True) if terms else []
+    return [None if g is None else g.numpy() for g in list(firsts) + list(seconds)]
+
+
+_CASES = __import__("minidl.op_cases", fromlist=["cases"]).cases()
+
+
+@pytest.mark.parametrize("name,fn,inputs", _CASES, ids=[case[0] for case in _CASES])
+def test_census_every_array_a_node_keeps_is_declared_and_round_trips(name, fn, inputs):
+    """Each op of minidl.op_cases recorded under counting identity hooks, then each gradient op its
+    backward records (create_graph=True) under them too: no node keeps an array under a name it
+    did not declare in ``saved_arrays`` (the hooks never see such an array), no packed value is
+    unpacked twice, and the gradients, first and second order, are the plain run's to the last
+    bit: every declared array went through the hooks and came back for its backward."""
+    plain = _first_and_second_order(fn, inputs)
+
+    forward = _Census()
+    hooked = _first_and_second_order(fn, inputs, record_hooks=forward)
+    assert forward.nodes  # the case recorded its ops
+    assert forward.left == []
+    forward.assert_each_unpacked_at_most_once()
+    assert bool(forward.unpacked) == bool(forward.tickets)
+
+    backward = _Census()
+    second = _first_and_second_order(fn, inputs, backward_hooks=backward)
+    assert backward.left == []
+    backward.assert_each_unpacked_at_most_once()
+
+    assert len(second) == len(plain)  # a packed forward refuses create_graph: `hooked` is first order only
+    for reference in (hooked, second):
+        for p, h in zip(plain, reference):
+            assert (p is None) == (h is None)
+            if p is not None:
+                np.testing.assert_array_equal(h, p)
