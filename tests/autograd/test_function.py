@@ -137,3 +137,27 @@ def test_pytorch_style_errors_name_the_function():
         TooFew.apply(a, b).sum().backward()
     with pytest.raises(TypeError, match=r"_ReturnsGradient.apply calls Functions written in PyTorch's style"):
         _ReturnsGradient.apply(a)
+
+
+# ---------------------------------------------------------------- what a Function declares
+def test_reads_output_is_read_once_per_class_from_its_backward():
+    from minidl.ops.activation import Tanh
+    from minidl.ops.elementwise import Exp, Mul
+    assert Exp.reads_output and Tanh.reads_output and not Mul.reads_output
+
+    class Square(Function):
+        def forward(self, x):
+            return x * x
+
+        def backward(self, gy):
+            return 2 * gy * self.inputs[0]
+
+    class SquareFromOutput(Square):  # a new backward: asked again
+        def backward(self, gy):
+            return 2 * gy * self.output() ** 0.5
+
+    class SameBackward(SquareFromOutput):  # the parent's backward: the parent's answer
+        pass
+
+    assert not Square.reads_output and SquareFromOutput.reads_output and SameBackward.reads_output
+    assert _Scale._node_class.reads_output  # a PyTorch-style node: a saved result comes from its output

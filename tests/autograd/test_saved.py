@@ -234,6 +234,49 @@ def test_a_pytorch_style_function_reading_its_saved_result_works_under_the_hooks
 
 
 # ---------------------------------------------------------------- what each node declares it saves
+class _MaskedScale(autograd.Function):
+    """y = x · m, m = [x > 0] drawn in forward and declared; a second array kept but not declared."""
+    saved_inputs = ()
+    saved_arrays = ("mask",)
+
+    def forward(self, x):
+        self.mask = (x > 0).astype(x.dtype)
+        self.note = np.zeros(3)  # not declared: the hooks do not see it, and it stays on the node
+        return x * self.mask
+
+    def backward(self, gy):
+        return gy * mdl.tensor(self.mask)
+
+
+def test_a_functions_declared_arrays_are_packed_let_go_and_given_back():
+    x = _leaf((3, 4), 1)
+    log = []
+    with _copying_hooks(log):
+        y = _MaskedScale()(x)
+        node = y.creator
+        assert isinstance(node.mask, np.ndarray)  # still there after the call: its caller may read it
+        loss = y.sum()  # the next recorded op lets it go (Sum saves nothing)
+        assert node.mask is None
+    assert log == [(3, 4)]  # the mask, and nothing else: no input is saved, the undeclared array unseen
+    assert isinstance(node.note, np.ndarray)
+    loss.backward(retain_graph=True)
+    assert node.mask is None  # given back for the backward only
+    loss.backward()  # and given back again
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * (x.numpy() > 0).astype(np.float64))
+
+
+def test_only_declared_names_are_handed_out_or_put_back():
+    node = _MaskedScale()
+    assert node.saved_array_values() == {}  # nothing stored yet
+    node.forward(np.array([1.0, -1.0]))
+    assert list(node.saved_array_values()) == ["mask"]
+    with pytest.raises(ValueError, match=r"_MaskedScale.set_saved_arrays: 'note' is not one of its "
+                                         r"saved_arrays \('mask',\); declare it there"):
+        node.set_saved_arrays({"note": None})
+    node.set_saved_arrays({"mask": None})
+    assert node.mask is None and node.saved_array_values() == {}
+
+
 class _Census(autograd.FunctionHook):
     """Counting identity hooks (pack files the Tensor under a ticket, unpack hands it back), and the
     nodes recorded inside the block: forward ops, and the ops a recorded backward calls."""
