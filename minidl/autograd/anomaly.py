@@ -7,11 +7,15 @@ by where its op was written.
 import contextlib
 import os
 import traceback
+import weakref
 
 from minidl.autograd import function_hooks
 from minidl.autograd.function_hooks import FunctionHook
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # minidl/
+# node -> the user's line that created it, for every op recorded under detect_anomaly (kept here,
+# not on the node, and for as long as the node lives: a later block's backward can still name it)
+_created_at = weakref.WeakKeyDictionary()
 
 
 class AnomalyError(FloatingPointError):
@@ -48,9 +52,9 @@ class _AnomalyCheck(FunctionHook):
             return
         outputs = outputs if type(outputs) is tuple else (outputs,)
         if outputs[0].creator is fn:  # recorded: a NaN in its backward will name this line
-            fn.created_at = _user_frame()
+            _created_at[fn] = _user_frame()
         if not _all_finite(outputs):
-            where = getattr(fn, "created_at", None) or _user_frame()
+            where = _created_at.get(fn) or _user_frame()
             raise AnomalyError(f"{type(fn).__name__} produced NaN or Inf in its forward pass; "
                                f"the op was created at {where}")
 
@@ -61,7 +65,7 @@ class _AnomalyCheck(FunctionHook):
         self.backward_depth -= 1
         if grad_inputs is None or self.backward_depth or _all_finite(grad_inputs):
             return
-        where = getattr(fn, "created_at", None)
+        where = _created_at.get(fn)
         origin = (f"the op was created at {where}" if where else
                   "the op was created outside detect_anomaly(); wrap the forward pass too to see where")
         raise AnomalyError(f"{type(fn).__name__} produced NaN or Inf in its backward pass; {origin}")

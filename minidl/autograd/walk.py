@@ -27,6 +27,7 @@ def backward(outputs, grad_outputs=None, retain_graph=False, create_graph=False,
 
 
 def _walk(outputs, grad_outputs, retain_graph, create_graph, inputs):
+    """The walk itself (:func:`backward`, without the hooks' announcement)."""
     for out in outputs:
         if not out.requires_grad:
             raise RuntimeError("backward(): the tensor does not require grad and has no creator; "
