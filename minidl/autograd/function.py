@@ -68,11 +68,11 @@ class Function:
     # the op was recorded would move the gradient, so backward checks their versions as it
     # checks the saved inputs'. An op keeping such a Tensor sets this in its __init__.
     saved_indices: tuple = ()
-    # Names of the attributes holding arrays that backward reads, set by forward (a dropout mask,
-    # a norm's statistics) or by __init__ (an index array, a condition): e.g. ("mask", "mean").
-    # Each holds an array or None. saved_tensors_hooks packs exactly these, besides the saved
-    # inputs; an op keeping an array under a name not listed here keeps it out of the hooks'
-    # reach (tests/autograd/test_saved.py's census runs every op case to find one).
+    # Names of the attributes through which the node holds arrays: set by forward for backward
+    # (a dropout mask, a norm's statistics) or given to __init__ (an index array, a condition),
+    # e.g. ("mask", "mean"). Each holds an array or None. saved_tensors_hooks packs exactly
+    # these, besides the saved inputs; an array kept under a name not listed here stays out of
+    # the hooks' reach (tests/autograd/test_saved.py's census runs every op case to find one).
     saved_arrays: tuple = ()
     # Does backward read the op's own output (self.output(): exp, tanh)? Read once per class from
     # backward's code (see __init_subclass__); saved_tensors_hooks then packs the output too.
