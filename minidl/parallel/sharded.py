@@ -91,10 +91,11 @@ import numpy as np
 
 from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
-from minidl.backend import to_numpy, xp_of
+from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -348,6 +349,8 @@ class ShardedDataParallel(DataParallel):
     comparing; ``memory_report()`` measures what this rank holds.
     """
 
+    shards_gradients = True  # the optimizer sees flat shards: clipping adds their squares over the ranks
+
     def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean"):
         if stage not in (2, 3):
             raise ValueError(f"ShardedDataParallel: stage must be 2 (gradients and optimizer state sharded) or 3 "
@@ -530,94 +533,14 @@ class ShardedDataParallel(DataParallel):
         return [unit for _, unit in self.units if unit is not None]
 
     def consolidate_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
-        """An optimizer's state over the shards -> the state one process keeps per parameter (a collective).
-
-        Each array of a shard's state (Adam's m and v: one entry per element of the shard) is
-        all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
-        of the unit's parameters; an entry named in ``layer_state`` (NovoGrad's v: one number per
-        parameter of the unit, the same on every rank) gives each parameter its own, a 0-d array.
-        Positions are those of the wrapped model's ``parameters()``. Entries beside "state" and
-        "param_groups" (SwitchOptimizer's "switch": one per group, the same on every rank) are kept as they are.
-        """
-        units = self._shard_units()
-        position = {id(p): i for i, p in enumerate(self.module.parameters())}
-        groups, state = [], {}
-        for group in state_dict["param_groups"]:
-            params = [position[id(p)] for u in group["params"] for p in units[u].params]
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
-        for u, unit in enumerate(units):
-            saved = state_dict["state"].get(u, {})
-            pieces = {key: ([np.array(value[i]) for i in range(len(unit.params))] if key in layer_state
-                            else unit.split_gathered(value) if getattr(value, "shape", ()) == (unit.chunk,)
-                            else [value] * len(unit.params)) for key, value in saved.items()}
-            for i, p in enumerate(unit.params):
-                state[position[id(p)]] = {key: values[i] for key, values in pieces.items()}
-        return {**_group_wide(state_dict), "state": {pos: state[pos] for pos in sorted(state)},
-                "param_groups": groups}
+        """An optimizer's state over the shards -> the state one process keeps per parameter (a collective):
+        :func:`minidl.parallel.whole_state.consolidate_shard_state` of this model's units."""
+        return consolidate_shard_state(self._shard_units(), self.module, state_dict, layer_state)
 
     def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
-        """The per-parameter state of :meth:`consolidate_optimizer_state` -> this rank's state over the shards.
-
-        An entry named in ``layer_state`` (one 0-d array per parameter: NovoGrad's v) becomes one
-        vector of the unit's parameters' values, as the shard's optimizer keeps it. Entries beside
-        "state" and "param_groups" (SwitchOptimizer's "switch") are kept as they are.
-
-        Raises ValueError naming the parameter and both shapes when a saved array does not fit
-        the model (a checkpoint of another model, or one that is not consolidated).
-        """
-        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
-                or not isinstance(state_dict.get("param_groups"), list):
-            raise ValueError("ShardedDataParallel: expected an optimizer state {'state': ..., 'param_groups': [...]} "
-                             f"as one process saves it, got {type(state_dict).__name__}")
-        units = self._shard_units()
-        names = {id(p): name for name, p in self.module.named_parameters()}
-        position = {id(p): i for i, p in enumerate(self.module.parameters())}
-        count = len(position)
-        saved_count = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
-        if saved_count != count:
-            raise ValueError(f"ShardedDataParallel: the optimizer state is for {saved_count} parameters, the model "
-                             f"has {count}; load a consolidated checkpoint of this model (one process saves one "
-                             "entry per parameter)")
-        saved = {int(k): v for k, v in state_dict["state"].items()}
-        state = {}
-        for u, unit in enumerate(units):
-            entries = [saved.get(position[id(p)], {}) for p in unit.params]
-            keys = set(entries[0])
-            for p, entry in zip(unit.params, entries):
-                if set(entry) != keys:
-                    raise ValueError(f"ShardedDataParallel: parameter {names[id(p)]} has optimizer state "
-                                     f"{sorted(entry)}, others of {unit.name} have {sorted(keys)}")
-            if not keys:
-                continue
-            state[u] = {}
-            for key in entries[0]:
-                values = [entry[key] for entry in entries]
-                if key in layer_state:  # one number per parameter: the unit's vector of them
-                    for p, value in zip(unit.params, values):
-                        if tuple(getattr(value, "shape", (None,))) != ():
-                            raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
-                                             f"{names[id(p)]} must be one number per parameter (a 0-d array), got "
-                                             f"{_describe(value)}; load a consolidated checkpoint of this model")
-                    state[u][key] = unit.xp.asarray(np.stack([to_numpy(np.asarray(v)) for v in values]))
-                    continue
-                if getattr(values[0], "ndim", 0) == 0:  # a number shared by the unit's parameters (a step count)
-                    state[u][key] = values[0]
-                    continue
-                for p, shape, value in zip(unit.params, unit.shapes, values):
-                    if tuple(getattr(value, "shape", ())) != shape:
-                        raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
-                                         f"{names[id(p)]} has shape {tuple(getattr(value, 'shape', ()))}, the model's "
-                                         f"parameter has shape {shape}; load a consolidated checkpoint of this model")
-                state[u][key] = unit.my_chunk(values)
-        groups = []
-        for group in state_dict["param_groups"]:
-            entry = {k: v for k, v in group.items() if k != "params"}
-            groups.append(entry)
-        if len(groups) != 1:
-            raise ValueError(f"ShardedDataParallel: the optimizer over the shards has one parameter group, the "
-                             f"state has {len(groups)}")
-        groups[0]["params"] = list(range(len(units)))
-        return {**_group_wide(state_dict), "state": state, "param_groups": groups}
+        """The per-parameter state one process keeps -> this rank's state over the shards (no communication):
+        :func:`minidl.parallel.whole_state.shard_optimizer_state` of this model's units."""
+        return shard_optimizer_state(self._shard_units(), self.module, state_dict, layer_state)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
@@ -679,14 +602,3 @@ def _new_bytes(array, seen: set) -> int:
         return 0
     seen.add(key)
     return int(base.nbytes)
-
-
-def _group_wide(state_dict: dict) -> dict:
-    """An optimizer state's entries beside its per-parameter "state" and its "param_groups" (SwitchOptimizer's
-    "switch", one per group): the same in one process and on every rank, so they pass through unchanged."""
-    return {key: value for key, value in state_dict.items() if key not in ("state", "param_groups")}
-
-
-def _describe(value) -> str:
-    shape = getattr(value, "shape", None)
-    return f"an array of shape {tuple(shape)}" if shape is not None else f"{type(value).__name__} {value!r}"
