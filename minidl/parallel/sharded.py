@@ -43,14 +43,16 @@ The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
 momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
 the whole model, so training equals one process. The layer-wise ones (LARS,
 LAMB, NovoGrad, RangerLARS) need each parameter's norm: a shard carries its
-:class:`ShardLayers` (which parameter each element belongs to), and
+:class:`ShardLayers` (which parameter each element belongs to: the optimizers'
+seam :class:`minidl.optim.layerwise.Layers`), and
 
     ‖x_k‖² = Σ_ranks Σ_{i in this rank's shard, of parameter k} x_i²     one all-reduce of P numbers per norm
 
-so they too give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and
-pᵀg over all the group's elements: each rank sums its pieces (``ShardLayers.dots``)
-and one all-reduce of those 2 numbers per step (``sum_over_ranks_``) gives every
-rank the group's sums, so all switch at the same step with the same rate.
+handed back to each element of parameter k, so their single-device equations
+give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and pᵀg over all
+the group's elements: each rank sums its pieces (``ShardLayers.dots``) and one
+all-reduce of those 2 numbers per step (``complete_sums_``) gives every rank the
+group's sums, so all switch at the same step with the same rate.
 AdaHessian needs D = |z ⊙ Hz| of the
 whole weights, Hz summed over the ranks before the absolute value: before the
 reduce-scatter, :meth:`ShardedDataParallel.probe_gradients` takes the second
@@ -94,30 +96,35 @@ from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
 from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
+from minidl.optim.layerwise import Layers
 from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
 
-class ShardLayers:
-    """How a shard is cut into the unit's parameters: the layers of the layer-wise optimizers' norms.
+class ShardLayers(Layers):
+    """The layers of a shard (:class:`minidl.optim.layerwise.Layers`, the layer-wise optimizers' seam): which
+    of the unit's parameters each element of this rank's shard belongs to.
 
     ``pieces`` are (k, start, stop): elements start..stop of this rank's shard belong to the unit's
-    parameter k (a shard is a run of contiguous pieces, then the padding at the end of the unit),
-    so for each of the unit's P parameters
-        norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
-    one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
-    ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding); ``dots(a, b)``
-    this rank's terms of a sum over the group's elements (one per piece) and ``sum_over_ranks_`` the
-    all-reduce that completes such sums (SWATS's pᵀp and pᵀg, :mod:`minidl.optim.switch`);
-    ``ndims`` are the parameters' own ndims, on the host (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
-    per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
-    interface for a whole parameter: one layer.
+    parameter k (a shard is a run of contiguous pieces, then the padding at the end of the unit), so for
+    each of the unit's P parameters
+        layer_norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
+    one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm, and every
+    rank holds all P (NovoGrad's v, one number per parameter of the unit, is the same on every rank).
+    ``per_element(a)`` gives each element the value a[k] of its parameter (0 on the padding), so the
+    inherited ``norm(x)`` is each element's parameter's norm; ``ndim`` is each element's parameter's own
+    ndim (0 on the padding, which LARS then leaves alone); ``ndims`` the P ndims, on the host.
+    ``dots(a, b)`` are this rank's terms of a sum over the group's elements (one per piece) and
+    ``complete_sums_`` the all-reduce that adds a group's sums over the ranks (SWATS's pᵀp and pᵀg:
+    the same all-reduce for every shard of one communicator, so a group of them completes its sums once).
     """
 
-    def __init__(self, pieces, size: int, ndims, comm=None):
-        self.pieces, self.size, self.ndims, self.comm = pieces, size, ndims, comm
-        self.shape = (len(ndims),)
+    def __init__(self, pieces, size: int, ndims, comm=None, xp=np):
+        self.pieces, self.size, self.ndims, self.comm = pieces, size, np.asarray(ndims), comm
+        self.ndim = self.per_element(xp.asarray(self.ndims))
+        if comm is not None:  # otherwise Layers' own: the sums as they are
+            self.complete_sums_ = comm.allreduce_
 
     @classmethod
     def of(cls, unit: "FlatShard") -> "ShardLayers":
@@ -127,11 +134,11 @@ class ShardLayers:
             if start < stop:
                 pieces.append((k, start, stop))
             offset += size
-        return cls(pieces, unit.chunk, np.array([len(s) for s in unit.shapes]), unit.comm)
+        return cls(pieces, unit.chunk, [len(s) for s in unit.shapes], unit.comm, unit.xp)
 
-    def norms(self, x):
+    def layer_norms(self, x):
         xp = xp_of(x)
-        squares = xp.zeros(self.shape, x.dtype)
+        squares = xp.zeros(len(self.ndims), x.dtype)
         for k, start, stop in self.pieces:
             piece = x[start:stop]
             squares[k] = piece.dot(piece)  # as np.linalg.norm squares a whole tensor
@@ -139,7 +146,7 @@ class ShardLayers:
             self.comm.allreduce_(squares)
         return xp.sqrt(squares)
 
-    def spread(self, values):
+    def per_element(self, values):
         out = xp_of(values).zeros(self.size, values.dtype)
         for k, start, stop in self.pieces:
             out[start:stop] = values[k]
@@ -147,25 +154,19 @@ class ShardLayers:
 
     def dots(self, a, b):
         """Σ a[start:stop]·b[start:stop] of each piece: this rank's terms of a sum over the group's
-        elements (the padding in none); :meth:`sum_over_ranks_` adds the group's sums over the ranks."""
+        elements (the padding in none); :attr:`complete_sums_` adds the group's sums over the ranks."""
         return [(a[start:stop] * b[start:stop]).sum() for _, start, stop in self.pieces]
 
-    def sum_over_ranks_(self, sums):
-        """Sums over a parameter group (a host float64 array: SWATS's pᵀp and pᵀg), each rank's over its
-        pieces, added over the ranks in place: one all-reduce of those few numbers for the whole group."""
-        if self.comm is not None:
-            self.comm.allreduce_(sums)
-        return sums
-
     def local(self) -> "ShardLayers":
-        """The same layers without the all-reduce (a trial step on zeros: the state's shapes)."""
+        """The same layers without the all-reduces, on the host (a trial step on zeros: the state's shapes)."""
         return ShardLayers(self.pieces, self.size, self.ndims)
 
 
 class ShardParameter(Parameter):
-    """This rank's shard of a unit, as the optimizer sees it: a flat Parameter with its ``layers``
-    (:class:`ShardLayers`), which the layer-wise optimizers (LARS, LAMB, NovoGrad) ask for their norms
-    and SwitchOptimizer for its sums over the group."""
+    """This rank's shard of a unit, as the optimizer sees it: a flat Parameter whose ``layers``
+    (:class:`ShardLayers`, set here) say which of the unit's parameters each element belongs to, so the
+    layer-wise optimizers (LARS, LAMB, NovoGrad, RangerLARS) take each parameter's norm and ndim, and
+    SwitchOptimizer its sums over the group, as one process does."""
 
     def __init__(self, data, layers: ShardLayers):
         super().__init__(data)
@@ -559,7 +560,7 @@ class ShardedDataParallel(DataParallel):
 
         Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
         NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`, and
-        SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``sum_over_ranks_``).
+        SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``complete_sums_``).
         One that probes the gradients' graph (AdaHessian's ``probe``: a second backward through
         the whole weights) gets it through :meth:`probe_gradients`; at stage 3 each unit then
         keeps its whole weights from its forward until the step's reduce-scatter (the second
