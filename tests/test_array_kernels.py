@@ -136,3 +136,28 @@ def test_other_keys_fall_back_to_np_add_at(key):
     values = np.ones(target[key].shape)
     mine, reference = _both(target, key, values)
     np.testing.assert_array_equal(mine, reference)
+
+
+# ---------------------------------------------------------------- sums over short rows
+@pytest.mark.parametrize("shape, count", [((5, 7), 1), ((3, 4, 6), 2), ((2, 3, 300), 1), ((4,), 1)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.complex128])
+def test_sum_trailing_is_the_sum_over_the_last_axes(shape, count, dtype):
+    x = RNG.standard_normal(shape).astype(dtype)
+    axes = tuple(range(len(shape) - count, len(shape)))
+    expected = x.astype(np.complex256 if dtype == np.complex128 else np.longdouble).sum(axis=axes, keepdims=True)
+    total = array_kernels.sum_trailing(x, count)
+    assert total.shape == expected.shape and total.dtype == x.dtype
+    np.testing.assert_allclose(total.astype(np.complex128), expected.astype(np.complex128),
+                               rtol=0, atol=64 * np.finfo(dtype).eps * np.abs(x).sum())
+    assert array_kernels.sum_trailing(x, count, keepdims=False).shape == expected.shape[:len(shape) - count]
+    strided = np.asarray(x)[..., ::2]  # not contiguous: NumPy's own sum
+    np.testing.assert_array_equal(array_kernels.sum_trailing(strided, 1), strided.sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((6, 5), (6, 5)), ((5,), (3, 5)), ((2, 3, 4), (3, 4)),
+                                              ((1, 3, 4), (2, 3, 4)), ((2, 400), (2, 400))])
+def test_dot_trailing_is_the_sum_of_products_over_the_last_axis(a_shape, b_shape):
+    a, b = RNG.standard_normal(a_shape), RNG.standard_normal(b_shape)
+    expected = (a * b).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(array_kernels.dot_trailing(a, b, 1), expected, rtol=1e-13, atol=1e-13)
+    assert array_kernels.dot_trailing(a, b, 1).shape == expected.shape

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from minidl import autograd, backend
+from minidl import array_kernels, autograd, backend
 from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
@@ -453,9 +453,9 @@ class Softmax(Function):
 
     def forward(self, x):
         _check_axis("softmax", x, self.axis)
-        xp = xp_of(x)
-        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
-        e /= e.sum(axis=self.axis, keepdims=True)
+        e = x - x.max(axis=self.axis, keepdims=True)  # the one new array: exp and the division in place
+        xp_of(x).exp(e, out=e)
+        e /= _sum_along(e, self.axis)
         return e
 
     def backward(self, gy):
@@ -490,7 +490,9 @@ class SoftmaxGrad(Function):
         self.axis = axis
 
     def forward(self, y, gy):
-        return y * (gy - (gy * y).sum(axis=self.axis, keepdims=True))
+        z = gy - _dot_along(gy, y, self.axis)
+        z *= y
+        return z
 
     def backward(self, gz):
         y, gy = self.inputs
@@ -523,7 +525,9 @@ class LogSoftmax(Function):
         _check_axis("log_softmax", x, self.axis)
         shifted = x - _finite_max(x, self.axis)
         xp = xp_of(x)
-        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
+        total = _sum_along(xp.exp(shifted), self.axis)
+        shifted -= xp.log(total)
+        return shifted
 
     def backward(self, gy):
         return LogSoftmaxGrad(self.axis)(self.output(), gy)
@@ -549,7 +553,10 @@ class LogSoftmaxGrad(Function):
         self.axis = axis
 
     def forward(self, y, gy):
-        return gy - xp_of(y).exp(y) * gy.sum(axis=self.axis, keepdims=True)
+        z = xp_of(y).exp(y)
+        z *= _sum_along(gy, self.axis)
+        xp_of(y).subtract(gy, z, out=z)
+        return z
 
     def backward(self, gz):
         y, gy = self.inputs
@@ -606,6 +613,20 @@ def _finite_max(x, axis):
     xp = xp_of(x)
     m = x.max(axis=axis, keepdims=True)
     return xp.where(xp.isfinite(m), m, 0)
+
+
+def _sum_along(x, axis):
+    """x summed along one axis, keepdims; the last axis of short rows by one einsum (minidl.array_kernels)."""
+    if axis == -1 or axis == x.ndim - 1:
+        return array_kernels.sum_trailing(x, 1)
+    return x.sum(axis=axis, keepdims=True)
+
+
+def _dot_along(a, b, axis):
+    """Σ a·b along one axis, keepdims, without the a·b temporary for short last-axis rows."""
+    if axis == -1 or axis == a.ndim - 1:
+        return array_kernels.dot_trailing(a, b, 1)
+    return (a * b).sum(axis=axis, keepdims=True)
 
 
 def _logsumexp(x, axis):
