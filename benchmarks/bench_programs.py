@@ -4,8 +4,9 @@ Each program of ``benchmarks/programs/`` is a PyTorch program (``import torch``,
 torch.nn as nn``, ...). It is loaded twice from the same text: once as written, once with its
 import lines changed to minidl's (``import minidl as torch``, ...), nothing else. The two steps
 are timed in alternating rounds (a, b, b, a, ...), each round running a step as often as fits in
-a quarter of a second, at 1 thread and at 2 threads (BLAS and PyTorch's intra-op pool alike); a
-time is the median of the rounds and the ratio the median of the per-round ratios.
+a quarter of a second, at 1 thread and at 2 threads (BLAS and PyTorch's intra-op pool alike, with a
+0.15 s pause before each round there, as in bench_conv.py); a time is the median of the rounds and
+the ratio the median of the per-round ratios.
 
 At 1 thread both libraries compute in the calling thread, so the default clock there is that
 thread's CPU time (``time.thread_time``): other work on a shared machine slows neither side's
@@ -57,8 +58,10 @@ def load(name: str, library: str) -> types.ModuleType:
     return module
 
 
-def alternate(steps: dict, rounds: int, clock, round_seconds: float = 0.25) -> dict:
-    """``{name: [seconds per step, one per round]}``: warmed up, then timed in alternating order."""
+def alternate(steps: dict, rounds: int, clock, round_seconds: float = 0.25, pause: float = 0.0) -> dict:
+    """``{name: [seconds per step, one per round]}``: warmed up, then timed in alternating order,
+    with ``pause`` seconds before each round (the other library's threads spin for about 0.1 s
+    after a call, and would take the cores from the round that follows)."""
     for step in steps.values():
         for _ in range(3):
             step()
@@ -72,6 +75,7 @@ def alternate(steps: dict, rounds: int, clock, round_seconds: float = 0.25) -> d
     order = list(steps.items())
     for _ in range(rounds):
         for name, step in order:
+            time.sleep(pause)
             start = clock()
             for _ in range(number):
                 step()
@@ -90,7 +94,7 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
         with threadpool_limits(limits=count, user_api="blas"):
             for name in names:
                 steps = {"minidl": load(name, "minidl").make_step(0), "torch": load(name, "torch").make_step(0)}
-                times = alternate(steps, rounds, clock)
+                times = alternate(steps, rounds, clock, pause=0.15 if count > 1 else 0.0)
                 entry = {"minidl_ms": statistics.median(times["minidl"]) * 1e3,
                          "torch_ms": statistics.median(times["torch"]) * 1e3,
                          "ratio": statistics.median(a / b for a, b in zip(times["minidl"], times["torch"])),
