@@ -11,8 +11,9 @@ Three places where the obvious NumPy line costs a real program much of its step:
 - ``x.sum(axis=-1)`` over short rows pays NumPy's pairwise-sum setup once per row:
   :func:`sum_trailing` and :func:`dot_trailing` sum short rows in one ``einsum``.
 
-erf and scatter_add work on NumPy arrays (the sums fall back to ``x.sum`` on any other); ``minidl.backend`` picks these or CuPy's own spellings
-(``cupyx.scipy.special.erf``, ``cupyx.scatter_add``), so the ops never need to know which.
+erf and scatter_add work on NumPy arrays (the sums fall back to ``x.sum`` on any other);
+``minidl.backend`` picks these or CuPy's own spellings (``cupyx.scipy.special.erf``,
+``cupyx.scatter_add``), so the ops never need to know which.
 """
 from __future__ import annotations
 
@@ -239,7 +240,8 @@ def dot_trailing(a, b, count: int):
     for n in a.shape[a.ndim - count:]:
         row *= n
     if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.shape != b.shape or row > SHORT_ROW
-            or not a.flags.c_contiguous or not b.flags.c_contiguous or a.dtype != b.dtype or a.dtype not in _EINSUM_DTYPES):
+            or not a.flags.c_contiguous or not b.flags.c_contiguous or a.dtype != b.dtype
+            or a.dtype not in _EINSUM_DTYPES):
         return (a * b).sum(axis=axes, keepdims=True)
     lead = a.shape[:a.ndim - count]
     return np.einsum("ij,ij->i", a.reshape(-1, row), b.reshape(-1, row)).reshape(lead + (1,) * count)

@@ -309,8 +309,13 @@ def test_small_powers_are_within_three_ulps_of_the_exact_power(dtype):
         x = x + 1j * rng.uniform(-2, 2, 500)
     x = x.astype(dtype) if dtype != np.int64 else rng.integers(-50, 50, 500)
     for c in sorted(SMALL_POWERS):
-        if dtype == np.int64 and c < 0 or dtype == np.int64 and c == 0.5:
-            assert np.array_equal(power_array(x, c), x ** c, equal_nan=True) if c >= 0 else True
+        if dtype == np.int64 and type(c) is int and c < 0:  # NumPy refuses integers to negative integer powers
+            with pytest.raises(ValueError):
+                power_array(x, c)
+            continue
+        if dtype == np.int64 and abs(c) == 0.5:  # NumPy's own float64 power, NaN for the negative integers
+            with np.errstate(invalid="ignore", divide="ignore"):
+                np.testing.assert_array_equal(power_array(x, c), x ** c)
             continue
         with np.errstate(invalid="ignore"):
             y = power_array(x, c)

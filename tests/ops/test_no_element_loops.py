@@ -69,5 +69,6 @@ def test_the_scan_finds_the_fallbacks_it_refuses(snippet):
 
 
 def test_the_scan_lets_scalar_math_and_axis_loops_pass():
-    ok = "c = math.sqrt(2 / math.pi)\nfor axis in range(x.ndim):\n    y = y.sum(axis)\nz = [math.prod(s) for s in shapes]"
+    ok = ("c = math.sqrt(2 / math.pi)\nfor axis in range(x.ndim):\n    y = y.sum(axis)\n"
+          "z = [math.prod(s) for s in shapes]")
     assert element_loops(ok) == []
