@@ -39,30 +39,12 @@ all-gathers the weights twice: (N−1)/N·(g + 2p)Ψ bytes per rank, the paper's
 3Ψ against data parallelism's 2Ψ (p = g). Inside a unit these hooks take the
 place of any hooks around the model (``save_on_cpu``, ``save_as``).
 
-The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
-momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
-the whole model, so training equals one process. The layer-wise ones (LARS,
-LAMB, NovoGrad, RangerLARS) need each parameter's norm: a shard carries its
-:class:`ShardLayers` (which parameter each element belongs to: the optimizers'
-seam :class:`minidl.optim.layerwise.Layers`), and
-
-    ‖x_k‖² = Σ_ranks Σ_{i in this rank's shard, of parameter k} x_i²     one all-reduce of P numbers per norm
-
-handed back to each element of parameter k, so their single-device equations
-give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and pᵀg over all
-the group's elements: each rank sums its pieces (``ShardLayers.dots``) and one
-all-reduce of those 2 numbers per step (``complete_sums_``) gives every rank the
-group's sums, so all switch at the same step with the same rate.
-AdaHessian needs D = |z ⊙ Hz| of the
-whole weights, Hz summed over the ranks before the absolute value: before the
-reduce-scatter, :meth:`ShardedDataParallel.probe_gradients` takes the second
-backward on each rank (z drawn for the whole parameters, as one process draws
-it), all-reduces Hz with the gradients' weights (Ψ numbers more per step) and
-hands each shard its chunk of D. At stage 3 each unit then stays whole from its
-forward until the step's reduce-scatter (the second backward needs its weights;
-values the saved-tensor hooks pack carry no graph): during the step a rank holds
-pΨ of weights, as at stage 2, and one all-gather per step instead of two.
-So every optimizer of ``minidl.optim`` runs on the shards.
+The optimizer sees the shards: flat vectors. An elementwise optimizer updates each entry
+exactly as on the whole model; the layer-wise ones read each parameter's norms through the
+seam of :mod:`minidl.optim.layerwise` (:class:`ShardLayers` here: one all-reduce per norm),
+SWATS completes its group sums the same way, and AdaHessian's Hessian probe runs before the
+reduce-scatter (:meth:`ShardedDataParallel.probe_gradients`). Which optimizer needs what, and
+what it costs per step: docs/parallelism.md, "Sharded data parallelism".
 
     model = parallel.ShardedDataParallel(model, comm, stage=3)
     opt = parallel.DistributedOptimizer(optim.Adam(model.parameters(), lr=1e-3), model)
