@@ -84,7 +84,7 @@ ASSIGNMENTS = (
                         ("a2.softmax", "a2.cross_entropy"), ("2.1",)),
                    Task("2.4", "conv2d: the output size and col2im, the backward of the windows",
                         (f"{_OPS}.conv.output_size", f"{_OPS}.conv.col2im_array"), 15,
-                        ("a2.output_size", "a2.col2im"), ("2.1",)),
+                        ("a2.output_size", "a2.col2im"), ("2.1", "2.2")),
                    Task("2.5", "layer normalization's backward",
                         (f"{_OPS}.norm.NormalizeGrad.forward",), 15, ("a2.normalize",), ("2.1",)),
                    Task("2.6", "attention's backward: dQ, dK, dV through the softmax",

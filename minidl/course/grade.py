@@ -57,6 +57,7 @@ class TaskGrade:
     mistakes: list = field(default_factory=list)
     checks_run: int = 0
     checks_passed: int = 0
+    failures: list = field(default_factory=list)  # the runner's failure records (check, case, hidden, message...)
 
 
 @dataclass
@@ -159,7 +160,7 @@ def _task_grade(task, result: dict) -> TaskGrade:
                          [f"no points: only {ran} of the {planned} checks the task declares ran"], mistakes, ran, 0)
     points = round(task.points * passed / planned, 2)
     lines = [f"{passed} of {planned} checks passed"] + feedback_lines(result)
-    return TaskGrade(task.id, task.title, points, task.points, lines, mistakes, ran, passed)
+    return TaskGrade(task.id, task.title, points, task.points, lines, mistakes, ran, passed, result["failures"])
 
 
 def grade(submission, seed: int | None = None, timeout: float = 60.0, tasks=None) -> Grade:

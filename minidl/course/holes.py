@@ -20,7 +20,7 @@ from pathlib import Path
 
 import minidl
 
-__all__ = ["FunctionSite", "HoleError", "engine_root", "locate", "replace_bodies", "stub"]
+__all__ = ["FunctionSite", "HoleError", "body_of", "engine_root", "locate", "replace_bodies", "stub"]
 
 
 class HoleError(ValueError):
@@ -94,6 +94,17 @@ def _find(tree: ast.Module, qualname: str):
 def _has_docstring(node) -> bool:
     first = node.body[0]
     return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+
+
+def body_of(name: str) -> str:
+    """The body of the engine's function ``name`` after its docstring, dedented: what a hole takes away."""
+    site = locate(name)
+    source = (engine_root() / site.file).read_text(encoding="utf-8")
+    node = _find(ast.parse(source), site.qualname)
+    statements = node.body[1:] if _has_docstring(node) else node.body
+    first = statements[0]
+    start = min([first.lineno] + [d.lineno for d in getattr(first, "decorator_list", ())])
+    return textwrap.dedent("".join(source.splitlines(keepends=True)[start - 1:node.end_lineno]))
 
 
 def stub(message: str) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import minidl
 from minidl.course.assignments import Assignment, find
-from minidl.course.holes import engine_root, locate, replace_bodies, stub
+from minidl.course.holes import body_of, engine_root, locate, replace_bodies, stub
 
-__all__ = ["NOTEBOOKS", "holes", "make", "manifest"]
+__all__ = ["NOTEBOOKS", "fill", "holes", "make", "manifest"]
 
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 MANIFEST = "assignment.json"
@@ -89,3 +89,15 @@ def make(name: str, out, solutions: bool = False) -> Path:
     shutil.copyfile(NOTEBOOKS / assignment.notebook, out / assignment.notebook)
     (out / "README.md").write_text(_readme(assignment, solutions), encoding="utf-8")
     return out
+
+
+def fill(folder, bodies: dict) -> None:
+    """Write code into functions of an assignment copy: ``bodies`` maps qualified names to body text, or to
+    None for the engine's own body (a solved task). How a teacher tries the grader on a planted mistake."""
+    by_file = defaultdict(dict)
+    for name, code in bodies.items():
+        site = locate(name)
+        by_file[site.file][site.qualname] = body_of(name) if code is None else code
+    for file, replaced in by_file.items():
+        path = Path(folder) / file
+        path.write_text(replace_bodies(path.read_text(encoding="utf-8"), replaced, file), encoding="utf-8")

@@ -50,6 +50,12 @@ MISTAKES = {
     "averaged, not summed": "the gradient was averaged over the broadcast axes; it must be summed",
     "dilation ignored": "the kernel's taps are dilation apart: a dilated kernel spans d·(k − 1) + 1 pixels",
     "stride ignored": "the windows were placed one pixel apart, as if the stride were 1",
+    "wrong factor": "the product rule gives each factor the *other* factor's value times the output's gradient",
+    "input used for output": "the derivative is a function of the op's output (tanh: 1 − y², exp: y), and the "
+                             "input was used in its place",
+    "power not lowered": "the derivative of xⁿ is n·xⁿ⁻¹: the power drops by one",
+    "missing seed": "the walk starts from the output's own gradient, ∂L/∂L = 1",
+    "node visited twice": "a node reached along two paths ran its backward twice",
 }
 
 
@@ -178,8 +184,8 @@ def compare(what: str, expected, got, dtype=None, mistakes: dict | None = None, 
 
     ``mistakes``: name -> what that mistake gives on this case (an array, or a function of nothing
     that computes it; one that raises is skipped), as a dict or as (name, value) pairs when one
-    name has several forms. The generic ones are always tried: the sign, a
-    factor of 2, and a gradient left with its broadcast shape.
+    name has several forms. The generic ones are always tried: the sign, a factor of 2, a result
+    transposed, and a gradient left with its broadcast shape.
     """
     expected = np.asarray(expected)
     dtype = dtype if dtype is not None else expected.dtype
@@ -223,6 +229,10 @@ def _matching(expected, got, dtype, mistakes: dict) -> list:
             found.append("sign")
         if "factor of 2" not in found and (close(2.0 * expected, got, dtype) or close(0.5 * expected, got, dtype)):
             found.append("factor of 2")
+    if expected.ndim >= 2 and "transposed operand" not in found:
+        swapped = np.swapaxes(got, -1, -2)
+        if swapped.shape == expected.shape and close(expected, swapped, dtype) and not close(expected, got, dtype):
+            found.append("transposed operand")
     if got.shape != expected.shape and "missing sum over broadcast axes" not in found:
         summed = _sum_to_numpy(np.asarray(got, np.float64), expected.shape)
         if summed is not None and close(expected, summed, dtype):
