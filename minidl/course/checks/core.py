@@ -56,6 +56,11 @@ MISTAKES = {
     "power not lowered": "the derivative of xⁿ is n·xⁿ⁻¹: the power drops by one",
     "missing seed": "the walk starts from the output's own gradient, ∂L/∂L = 1",
     "node visited twice": "a node reached along two paths ran its backward twice",
+    "receptive field ignored": "a convolution's fans count every tap of its kernel: in·∏k and out·∏k",
+    "variance for standard deviation": "a variance was used where a standard deviation belongs (a gain is √2 "
+                                       "for ReLU, not 2; σ = gain/√fan, not gain²/fan)",
+    "only one fan": "Xavier balances both directions: Var(w) = 2/(fan_in + fan_out), not 1/fan_in",
+    "no logarithm": "a bias that makes softmax or the sigmoid give the base rates is a log-odds: log(prior)",
 }
 
 
@@ -277,3 +282,17 @@ def again(what: str, expected, got, dtype=None):
     except Mismatch as exc:
         raise Mismatch(exc.message + " (the first backward was right: it changed a value the graph keeps)",
                        ["in-place write into a saved input"]) from None
+
+
+def statistic(what: str, expected: float, got: float, mistakes: dict | None = None, rtol: float = 0.03):
+    """Compare a measured statistic (a sample's standard deviation) to ``rtol``, with the mistakes it matches."""
+    def near(a, b):
+        return b is not None and abs(a - b) <= rtol * abs(b)
+    if near(got, expected):
+        return
+    named = []
+    for name, predicted in (mistakes or {}).items():
+        value = predicted() if callable(predicted) else predicted
+        if near(got, value) and not near(value, expected):
+            named.append(name)
+    raise Mismatch(f"{what} is {_fmt(got)}, expected {_fmt(expected)} (within {rtol:.0%})", named)
