@@ -51,8 +51,9 @@ MISTAKES = {
     "dilation ignored": "the kernel's taps are dilation apart: a dilated kernel spans d·(k − 1) + 1 pixels",
     "stride ignored": "the windows were placed one pixel apart, as if the stride were 1",
     "wrong factor": "the product rule gives each factor the *other* factor's value times the output's gradient",
-    "input used for output": "the derivative is a function of the op's output (tanh: 1 − y², exp: y), and the "
-                             "input was used in its place",
+    "input used for output": "the derivative uses the op's input where its output belongs, or the other way "
+                             "round (tanh: 1 − y², exp: y, log: 1/x)",
+    "missing square": "a square is missing (tanh: 1 − y², the quotient rule: a/b has derivative (ȧb − aḃ)/b²)",
     "power not lowered": "the derivative of xⁿ is n·xⁿ⁻¹: the power drops by one",
     "missing seed": "the walk starts from the output's own gradient, ∂L/∂L = 1",
     "node visited twice": "a node reached along two paths ran its backward twice",
