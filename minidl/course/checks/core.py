@@ -61,6 +61,8 @@ MISTAKES = {
     "variance for standard deviation": "a variance was used where a standard deviation belongs (a gain is √2 "
                                        "for ReLU, not 2; σ = gain/√fan, not gain²/fan)",
     "only one fan": "Xavier balances both directions: Var(w) = 2/(fan_in + fan_out), not 1/fan_in",
+    "rounded down": "√L is rounded to the nearest whole number, not down",
+    "nothing checkpointed": "the layers ran plainly: every activation is kept and nothing is rematerialized",
     "no logarithm": "a bias that makes softmax or the sigmoid give the base rates is a log-odds: log(prior)",
 }
 
