@@ -63,6 +63,9 @@ MISTAKES = {
     "only one fan": "Xavier balances both directions: Var(w) = 2/(fan_in + fan_out), not 1/fan_in",
     "rounded down": "√L is rounded to the nearest whole number, not down",
     "nothing checkpointed": "the layers ran plainly: every activation is kept and nothing is rematerialized",
+    "steps off by one": "the ring takes N − 1 steps: one more adds a chunk twice, one fewer leaves chunks partial",
+    "added, not copied": "the all-gather stores each chunk it receives; adding it mixes in stale values",
+    "not a ring": "a ring sends 2(N − 1)/N of the array from each rank, in chunks; whole arrays cost far more",
     "no logarithm": "a bias that makes softmax or the sigmoid give the base rates is a log-odds: log(prior)",
 }
 

@@ -45,6 +45,8 @@ def _where(exc, root=None) -> str:
     if root is None:
         import minidl
         root = os.path.dirname(os.path.dirname(os.path.abspath(minidl.__file__)))
+    while exc.__cause__ is not None and exc.__cause__.__traceback__ is not None:
+        exc = exc.__cause__  # the original exception, where a check raised it again with more words
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if os.path.abspath(f.filename).startswith(os.path.join(root, "minidl") + os.sep)]
     if not frames:
