@@ -66,6 +66,9 @@ MISTAKES = {
     "steps off by one": "the ring takes N − 1 steps: one more adds a chunk twice, one fewer leaves chunks partial",
     "added, not copied": "the all-gather stores each chunk it receives; adding it mixes in stale values",
     "not a ring": "a ring sends 2(N − 1)/N of the array from each rank, in chunks; whole arrays cost far more",
+    "updated too early": "a running average was updated before the line that must read its old value",
+    "trust ratio inverted": "the trust ratio is ‖w‖ / ‖update‖, not its inverse",
+    "1-D layers adapted": "LARS skips the trust ratio (and the decay) for 1-D parameters: biases, norm scales",
     "no logarithm": "a bias that makes softmax or the sigmoid give the base rates is a log-odds: log(prior)",
 }
 
@@ -162,13 +165,18 @@ def as_array(value):
 
 
 def close(expected, got, dtype) -> bool:
-    """``got`` equals ``expected`` to the tolerance of ``dtype`` (scaled by the largest expected entry)."""
+    """``got`` equals ``expected`` to the tolerance of ``dtype`` (scaled by the largest finite expected entry);
+    a NaN or an infinity matches only the same non-finite value (a mistake's prediction may hold them)."""
     if got is None or np.shape(got) != np.shape(expected):
         return False
     rtol, atol = tolerance(dtype)
     expected, got = np.asarray(expected, np.float64), np.asarray(got, np.float64)
-    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
-    return bool(np.all(np.abs(got - expected) <= atol * scale + rtol * np.abs(expected)))
+    finite = np.isfinite(expected)
+    scale = max(1.0, float(np.max(np.abs(expected[finite])))) if finite.any() else 1.0
+    with np.errstate(invalid="ignore"):
+        near = np.abs(got - expected) <= atol * scale + rtol * np.abs(expected)
+    same = (np.isnan(expected) & np.isnan(got)) | (~finite & (expected == got))
+    return bool(np.all(np.where(finite, near, same)))
 
 
 def _sum_to_numpy(array, shape):
