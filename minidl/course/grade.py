@@ -100,7 +100,8 @@ def _run_checks(submission: Path, assignment: Assignment, task_ids, seed: int, t
     with tempfile.TemporaryDirectory(prefix="minidl-grade-") as scratch:
         request = Path(scratch) / "request.json"
         result = Path(scratch) / "result.json"
-        request.write_text(json.dumps({"tasks": [{"id": t.id, "checks": list(t.checks)} for t in tasks],
+        request.write_text(json.dumps({"tasks": [{"id": t.id, "checks": list(t.checks), "functions": list(t.functions)}
+                                                 for t in tasks],
                                        "hidden_seed": seed, "timeout": timeout, "result": str(result)}))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg")

@@ -83,17 +83,42 @@ class Mismatch(AssertionError):
 
 @dataclass
 class Case:
-    """One case of a check: its ``params`` (shapes, settings), a random generator for its data, and a label."""
+    """One case of a check: its ``params`` (shapes, settings), a random generator for its data, and the
+    qualified names of the task's functions (from the table of assignments, so that a check that calls
+    one of them directly follows a rename there)."""
 
     params: dict
     rng: np.random.Generator
     hidden: bool
+    functions: tuple = ()
 
     def __getitem__(self, key):
         return self.params[key]
 
     def get(self, key, default=None):
         return self.params.get(key, default)
+
+    def function(self, suffix: str):
+        """The task's function whose qualified name ends with ``suffix``, imported (the student's)."""
+        for name in self.functions:
+            if name.endswith(suffix):
+                return resolve(name)
+        raise LookupError(f"the task names no function ending in {suffix!r} (its functions: {self.functions})")
+
+
+def resolve(name: str):
+    """The object a qualified name such as ``minidl.autograd._topological_order`` names."""
+    import importlib
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            obj = getattr(obj, attribute)
+        return obj
+    raise LookupError(f"no module for {name!r}")
 
 
 @dataclass
@@ -112,13 +137,15 @@ class Check:
     hidden_count: int
     label: Callable = field(default=lambda p: ", ".join(f"{k}={v}" for k, v in p.items()))
 
-    def cases(self, hidden_seed=None) -> list:
-        """The public cases, and with a ``hidden_seed`` the hidden ones after them: (params, Case) pairs."""
-        out = [Case(dict(p), np.random.default_rng([index, 1]), False) for index, p in enumerate(self.public)]
+    def cases(self, hidden_seed=None, functions=()) -> list:
+        """The public cases, and with a ``hidden_seed`` the hidden ones after them."""
+        functions = tuple(functions)
+        out = [Case(dict(p), np.random.default_rng([index, 1]), False, functions)
+               for index, p in enumerate(self.public)]
         if hidden_seed is not None:
             rng = np.random.default_rng([hidden_seed, _stable_hash(self.name)])
             drawn = self.hidden(rng)
-            out += [Case(dict(p), np.random.default_rng([hidden_seed, _stable_hash(self.name), index]), True)
+            out += [Case(dict(p), np.random.default_rng([hidden_seed, _stable_hash(self.name), index]), True, functions)
                     for index, p in enumerate(drawn)]
         return out
 
@@ -209,7 +236,9 @@ def compare(what: str, expected, got, dtype=None, mistakes: dict | None = None, 
     expected = np.asarray(expected)
     dtype = dtype if dtype is not None else expected.dtype
     if got is None:
-        raise Mismatch(f"{what}: got None (no value came back; expected an array of shape {expected.shape})")
+        names = [n for n, v in (mistakes.items() if isinstance(mistakes, dict) else mistakes or ())
+                 if not callable(v) and v is not None and np.all(np.asarray(v) == 0)]
+        raise Mismatch(f"{what}: got None (no value came back; expected an array of shape {expected.shape})", names)
     got_array = as_array(got)
     if not np.issubdtype(got_array.dtype, np.number) and got_array.dtype != np.bool_:
         raise Mismatch(f"{what}: got a {type(got).__name__}, expected numbers of shape {expected.shape}")

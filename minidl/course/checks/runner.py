@@ -56,7 +56,7 @@ def _where(exc, root=None) -> str:
     return f"{os.path.relpath(f.filename, root)}:{f.lineno}{line}"
 
 
-def run_task(task_id: str, check_names, hidden_seed=None) -> dict:
+def run_task(task_id: str, check_names, hidden_seed=None, functions=()) -> dict:
     """Every case of the task's checks; a dict: planned and ran counts, passed, and each failure located."""
     result = {"id": task_id, "planned": 0, "ran": 0, "passed": 0, "failures": [], "error": None}
     try:
@@ -67,7 +67,7 @@ def run_task(task_id: str, check_names, hidden_seed=None) -> dict:
     import minidl
     for name, chk in checks.items():
         try:
-            cases = chk.cases(hidden_seed)
+            cases = chk.cases(hidden_seed, functions)
         except Exception as exc:  # noqa: BLE001
             result["error"] = f"check {name} could not draw its cases: {type(exc).__name__}: {exc}"
             return result
@@ -93,7 +93,7 @@ def run_task(task_id: str, check_names, hidden_seed=None) -> dict:
 
 
 # ---------------------------------------------------------------- the grader's side: one child per task
-def _run_forked(task_id, check_names, hidden_seed, timeout) -> dict:
+def _run_forked(task_id, check_names, hidden_seed, timeout, functions=()) -> dict:
     """``run_task`` in a forked child with a time limit; what the child reports, or why it reported nothing."""
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -101,7 +101,7 @@ def _run_forked(task_id, check_names, hidden_seed, timeout) -> dict:
         code = 0
         try:
             os.close(read_end)
-            payload = json.dumps(run_task(task_id, check_names, hidden_seed)).encode()
+            payload = json.dumps(run_task(task_id, check_names, hidden_seed, functions)).encode()
             with os.fdopen(write_end, "wb") as out:
                 out.write(payload)
         except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
@@ -158,9 +158,10 @@ def main(submission: str, request_path: str) -> int:
     else:
         for t in request["tasks"]:
             if hasattr(os, "fork") and request.get("isolate", True):
-                results.append(_run_forked(t["id"], t["checks"], request["hidden_seed"], request["timeout"]))
+                results.append(_run_forked(t["id"], t["checks"], request["hidden_seed"], request["timeout"],
+                                           t.get("functions", ())))
             else:
-                results.append(run_task(t["id"], t["checks"], request["hidden_seed"]))
+                results.append(run_task(t["id"], t["checks"], request["hidden_seed"], t.get("functions", ())))
     with open(request["result"], "w") as f:
         json.dump(results, f)
     return 0

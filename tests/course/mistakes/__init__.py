@@ -21,5 +21,5 @@ class Mistake:
 
 
 def bank() -> list:
-    from tests.course.mistakes import a1, a2, a4, a5, a6, a7, a8
-    return [m for module in (a1, a2, a4, a5, a6, a7, a8) for m in module.MISTAKES]
+    from tests.course.mistakes import a1, a2, a3, a4, a5, a6, a7, a8
+    return [m for module in (a1, a2, a3, a4, a5, a6, a7, a8) for m in module.MISTAKES]
