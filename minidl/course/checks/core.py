@@ -143,11 +143,25 @@ class Check:
         out = [Case(dict(p), np.random.default_rng([index, 1]), False, functions)
                for index, p in enumerate(self.public)]
         if hidden_seed is not None:
-            rng = np.random.default_rng([hidden_seed, _stable_hash(self.name)])
-            drawn = self.hidden(rng)
+            drawn = self.draw_hidden(np.random.default_rng([hidden_seed, _stable_hash(self.name)]))
             out += [Case(dict(p), np.random.default_rng([hidden_seed, _stable_hash(self.name), index]), True, functions)
                     for index, p in enumerate(drawn)]
         return out
+
+
+    def draw_hidden(self, rng) -> list:
+        """``hidden_count`` hidden cases from ``rng``, none of them a public case (drawn again until so)."""
+        public = {_key(p) for p in self.public}
+        kept = []
+        for _ in range(50):
+            kept += [p for p in self.hidden(rng) if _key(p) not in public]
+            if len(kept) >= self.hidden_count:
+                return kept[:self.hidden_count]
+        return kept  # fewer than declared: the runner reports the shortfall
+
+
+def _key(params) -> str:
+    return repr(sorted((k, repr(v)) for k, v in params.items()))
 
 
 _REGISTRY: dict = {}

@@ -28,12 +28,14 @@ MODULES = {"a1": "scalar", "a2": "op_backwards", "a3": "walk", "a4": "optimizers
 
 def load(check_names) -> dict:
     """The Check objects named (``"a2.matmul"``...), importing the modules that register them."""
+    found = core.registry()
     for name in check_names:
         prefix = name.split(".")[0]
+        if name in found:
+            continue
         if prefix not in MODULES:
             raise KeyError(f"course: no check module for {name!r}")
         importlib.import_module(f"{__package__}.{MODULES[prefix]}")
-    found = core.registry()
     missing = [n for n in check_names if n not in found]
     if missing:
         raise KeyError(f"course: checks not found: {', '.join(missing)}")

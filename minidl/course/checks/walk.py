@@ -76,7 +76,7 @@ def order(case):
 
 
 def _accumulate_hidden(rng):
-    return [dict(n=int(rng.integers(3, 8)), dtype="float32"), dict(n=int(rng.integers(3, 8)))]
+    return [dict(n=int(rng.integers(5, 9)), dtype="float32"), dict(n=int(rng.integers(5, 9)))]
 
 
 @check("a3.accumulate", public=[dict(n=4)], hidden=_accumulate_hidden, hidden_count=2,
@@ -136,7 +136,7 @@ def accumulate(case):
 
 
 @check("a3.double_backward", public=[dict(n=5)],
-       hidden=lambda rng: [dict(n=int(rng.integers(3, 9)), dtype="float32"), dict(n=int(rng.integers(3, 9)))],
+       hidden=lambda rng: [dict(n=int(rng.integers(6, 10)), dtype="float32"), dict(n=int(rng.integers(6, 10)))],
        hidden_count=2, label=lambda p: f"vectors of {p['n']}, {p.get('dtype', 'float64')}")
 def double_backward(case):
     n, dtype = case["n"], np.dtype(case.get("dtype", "float64"))
