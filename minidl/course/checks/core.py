@@ -152,12 +152,14 @@ class Check:
     def draw_hidden(self, rng) -> list:
         """``hidden_count`` hidden cases from ``rng``, none of them a public case (drawn again until so)."""
         public = {_key(p) for p in self.public}
-        kept = []
-        for _ in range(50):
-            kept += [p for p in self.hidden(rng) if _key(p) not in public]
-            if len(kept) >= self.hidden_count:
-                return kept[:self.hidden_count]
-        return kept  # fewer than declared: the runner reports the shortfall
+        drawn = list(self.hidden(rng))  # fewer than declared: the runner reports the shortfall
+        for i in range(len(drawn)):
+            for _ in range(50):
+                if _key(drawn[i]) not in public:
+                    break
+                again = self.hidden(rng)
+                drawn[i] = again[i] if i < len(again) else drawn[i]
+        return drawn
 
 
 def _key(params) -> str:
