@@ -93,8 +93,9 @@ def test_the_checks_import_the_engine_and_their_own_modules_only():
     for path in Path(core.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("minidl.course"):
-                assert node.module in allowed and (node.module != "minidl.course" or
-                                                   {a.name for a in node.names} <= {"scalar", "ring"}), (path, node.module)
+                names = {a.name for a in node.names}
+                assert node.module in allowed, (path, node.module)
+                assert node.module != "minidl.course" or names <= {"scalar", "ring"}, (path, names)
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("minidl.course") for a in node.names), path
 

@@ -53,8 +53,8 @@ def fans(case):
           {"fan_in and fan_out swapped": expected[::-1], "receptive field ignored": (shape[1], shape[0])})
     gain, param = case["gain"], case.get("param")
     slope = 0.01 if param is None else param
-    compare(f"calculate_gain({gain!r}" + (f", {param:g})" if param is not None else ")"), np.float64(_gain(gain, param)),
-            np.float64(init.calculate_gain(gain, param)), np.float64, {
+    call = f"calculate_gain({gain!r}" + (f", {param:g})" if param is not None else ")")
+    compare(call, np.float64(_gain(gain, param)), np.float64(init.calculate_gain(gain, param)), np.float64, {
                 "variance for standard deviation": _gain(gain, param) ** 2,
                 "missing term": math.sqrt(2.0 / (1 + slope)) if gain == "leaky_relu" else None}, exact_dtype=False)
 

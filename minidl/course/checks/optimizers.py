@@ -220,7 +220,8 @@ def _adam_check(case, cls, decoupled):
     mistakes = [("bias correction t off by one", ref("t - 1")), ("bias correction t off by one", ref("t + 1")),
                 ("missing bias correction", ref("no correction"))]
     if decoupled and kwargs.get("weight_decay"):
-        mistakes += [("weight decay on the gradient", ref("decay on gradient")), ("missing scale", ref("decay without lr"))]
+        mistakes += [("weight decay on the gradient", ref("decay on gradient")),
+                     ("missing scale", ref("decay without lr"))]
     _compare_path(path, ref(), dtype, mistakes, weights)
 
 
@@ -274,8 +275,9 @@ def lars(case):
 
     def ref(variant=None):
         return _steps(lars_reference(**kwargs, variant=variant), weights, grads, {})
-    _compare_path(path, ref(), dtype, [("trust ratio inverted", ref("inverted")), ("missing term", ref("no decay term")),
-                                       ("1-D layers adapted", ref("adapt 1-D"))], weights)
+    mistakes = [("trust ratio inverted", ref("inverted")), ("missing term", ref("no decay term")),
+                ("1-D layers adapted", ref("adapt 1-D"))]
+    _compare_path(path, ref(), dtype, mistakes, weights)
 
 
 def lamb_reference(lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, variant=None):

@@ -89,7 +89,7 @@ visit(self)
 for node in reversed(order):
     node._backward()
 """}, ("missing seed",)),
-    Mistake("1.3", "a recursive topological sort: a long chain passes Python's recursion limit", {BACKWARD: _WALK_HEAD + """
+    Mistake("1.3", "a recursive topological sort: a long chain passes the recursion limit", {BACKWARD: _WALK_HEAD + """
 def visit(node):
     if id(node) not in seen:
         seen.add(id(node))

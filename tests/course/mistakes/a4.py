@@ -98,7 +98,8 @@ s += g * g
 w -= lr * g / xp_of(w).sqrt(s + eps)
 """}, ("ε inside the square root",)),
     Mistake("4.2", "RMSProp with ε under the root", {RMSPROP: _RMSPROP.format(
-        square="(1 - rho) * g * g", root_centered="xp.sqrt(s - g_avg ** 2 + eps)", root="xp.sqrt(s + eps)")}, ("ε inside the square root",)),
+        square="(1 - rho) * g * g", root_centered="xp.sqrt(s - g_avg ** 2 + eps)", root="xp.sqrt(s + eps)")},
+        ("ε inside the square root",)),
     Mistake("4.2", "RMSProp's average without 1 − ρ", {RMSPROP: _RMSPROP.format(
         square="g * g", root_centered="xp.sqrt(s - g_avg ** 2) + eps", root="xp.sqrt(s) + eps")}, ("missing scale",)),
     Mistake("4.3", "E[Δw²] updated with g before Δw is taken", {ADADELTA: _ADADELTA.format(body="""
@@ -125,8 +126,8 @@ return w
 """}, ("missing scale",)),
     Mistake("4.5", "LARS's trust ratio upside down", {LARS: _LARS.format(
         adapt_1d="", ratio="trust_ratio(g_norm + weight_decay * w_norm, w_norm)")}, ("trust ratio inverted",)),
-    Mistake("4.5", "LARS's ratio without β‖w‖ below", {LARS: _LARS.format(adapt_1d="", ratio="trust_ratio(w_norm, g_norm)")},
-            ("missing term",), public_passes=True),
+    Mistake("4.5", "LARS's ratio without β‖w‖ below", {LARS: _LARS.format(
+        adapt_1d="", ratio="trust_ratio(w_norm, g_norm)")}, ("missing term",), public_passes=True),
     Mistake("4.5", "LARS adapts biases too", {LARS: _LARS.format(
         adapt_1d=" and False", ratio="trust_ratio(w_norm, g_norm + weight_decay * w_norm)")},
         ("1-D layers adapted",), public_passes=True),
