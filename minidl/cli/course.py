@@ -114,7 +114,7 @@ def add_commands(subparsers) -> None:
                     description="Write an assignment into a new folder: a complete copy of minidl whose task "
                                 "functions raise NotImplementedError, its assignment.json, notebook and README.")
     p.add_argument("name", help="the assignment: its name (op-backwards) or number (2); see 'minidl course list'")
-    p.add_argument("--out", required=True, help="the folder to write (new, or empty)")
+    p.add_argument("--out", required=True, help="the folder to write, new or empty (required: no default)")
     p.add_argument("--solutions", action="store_true", help="leave every function whole: the teacher's copy")
     p.set_defaults(run=_make)
     p = add_command(sub, "check", help="the public checks of one task or all (run inside the assignment folder)",
