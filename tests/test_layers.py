@@ -31,8 +31,8 @@ LAYERS = [
     # verification and measurement; `minidl` itself (the package face imports up to here, the rest lazily)
     ["minidl.gradcheck", "minidl.func", "minidl.serialization", "minidl.profiler", "minidl.memory",
      "minidl.op_cases", "minidl"],
-    ["minidl.nn"],
-    ["minidl.optim", "minidl.quant"],
+    ["minidl.nn", "minidl.quant"],  # quantized layers and their conversion: layers, beside nn
+    ["minidl.optim"],
     ["minidl.amp", "minidl.cuda"],  # GradScaler drives an optimizer; minidl.cuda.amp is PyTorch's path to amp
     ["minidl.checkpoint", "minidl.utils.checkpoint"],
     ["minidl.data", "minidl.utils.data", "minidl.utils"],

@@ -26,6 +26,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.pipeline`: a Sequential cut into stages, micro-batches, GPipe and 1F1B schedules
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
 - :mod:`minidl.parallel.sharded`: ZeRO stages 2 and 3 (gradients, then parameters, sharded too)
+- :mod:`minidl.parallel.ring`: the ring all-reduce written out on point-to-point calls (what the engines do)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
@@ -35,6 +36,7 @@ from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, ncc
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.pipeline import Pipeline
+from minidl.parallel.ring import ring_allreduce_
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
 from minidl.parallel.sharded import ShardedDataParallel
 from minidl.parallel.tensor_parallel import (
@@ -51,5 +53,5 @@ __all__ = [
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
     "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "Pipeline", "RowParallelLinear", "ShardedDataParallel",
     "ShardedDataset", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
-    "nccl_available", "prepare_data_parallel", "shard", "shard_bounds", "shard_loader",
+    "nccl_available", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds", "shard_loader",
 ]

@@ -83,6 +83,27 @@ def p2p(world):
     return arrays, {}
 
 
+
+RING_LENGTHS = (12, 7, 3)  # divides by 2 and 4 ranks; does not; fewer elements than 4 ranks (empty chunks)
+
+
+def ring_values(rank, n):
+    """What rank r hands the ring all-reduce: n float64 values drawn from seed 100·r + n."""
+    return np.random.default_rng(100 * rank + n).standard_normal(n)
+
+
+@check
+def ring(world):
+    """The hand-written ring all-reduce on the world and inside each tensor group; the bytes the world's sent."""
+    from minidl.parallel.ring import ring_allreduce_
+    arrays, facts = {}, {}
+    for n in RING_LENGTHS:
+        world.reset_traffic()
+        arrays[f"world/{n}"] = ring_allreduce_(world, ring_values(world.rank, n))
+        facts[f"sent/{n}"] = world.traffic.get("send", 0)
+        arrays[f"tensor/{n}"] = ring_allreduce_(mesh_for(world).group("tensor"), ring_values(world.rank, n))
+    return arrays, facts
+
 def _tensor_parallel_run(world, kind):
     """Train the split model (the whole world is the tensor group); save the gathered whole parameters."""
     model = mp_scenarios.make_mlp(world) if kind == "mlp" else mp_scenarios.make_gpt(world)

@@ -94,6 +94,37 @@ TENSOR_TOLERANCE = 1e-10
 _references = {}
 
 
+
+@pytest.mark.parametrize("n", mp_worker.RING_LENGTHS)
+def test_the_hand_written_ring_all_reduce_sums_over_the_group_and_sends_the_ring_bytes(job, n):
+    """Each rank ends with Σ of its group's arrays (summed here with NumPy); over the world each rank sent
+    2(N−1) chunks: 2(N−1)/N · n elements when N divides n (the cost model's ring bytes), and between
+    2(N−1)·⌊n/N⌋ and 2(N−1)·⌈n/N⌉ elements otherwise."""
+    from minidl.parallel.cost_model import ring_bytes
+    ranks, outputs = job
+    for rank, (arrays, facts) in enumerate(outputs):
+        world_sum = sum(mp_worker.ring_values(r, n) for r in range(ranks))
+        np.testing.assert_allclose(arrays[f"ring/world/{n}"], world_sum, rtol=1e-12, atol=1e-12)
+        group_sum = sum(mp_worker.ring_values(r, n) for r in _group_of(ranks, "tensor", rank))
+        np.testing.assert_allclose(arrays[f"ring/tensor/{n}"], group_sum, rtol=1e-12, atol=1e-12)
+        sent = facts["ring"][f"sent/{n}"]
+        if n % ranks == 0:
+            assert sent == ring_bytes("allreduce", 8 * n, ranks)
+        else:
+            assert 2 * (ranks - 1) * 8 * (n // ranks) <= sent <= 2 * (ranks - 1) * 8 * -(-n // ranks)
+
+
+def test_the_ring_all_reduce_of_one_rank_is_the_identity_and_refuses_a_strided_array():
+    from minidl.parallel import LocalComm
+    from minidl.parallel.ring import chunk_bounds, ring_allreduce_
+    x = np.arange(6.0)
+    assert ring_allreduce_(LocalComm(), x) is x
+    np.testing.assert_array_equal(x, np.arange(6.0))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ring_allreduce_(LocalComm(), np.arange(12.0).reshape(3, 4)[:, ::2])
+    assert chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert chunk_bounds(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
+
 def _reference(kind):
     if kind not in _references:
         _references[kind] = mp_scenarios.reference(kind)
