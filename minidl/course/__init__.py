@@ -7,8 +7,9 @@
 - :mod:`minidl.course.checks`: the checks (public and hidden cases) and the mistakes they name;
 - :mod:`minidl.course.selfcheck`, :mod:`minidl.course.grade`, :mod:`minidl.course.gradebook`: the
   student's checks, one submission graded, a class graded;
-- :mod:`minidl.course.scalar`, :mod:`minidl.course.ring`: the teaching modules of assignments 1 and 7
-  (a scalar autograd engine; a ring all-reduce), real code that the tests run.
+- :mod:`minidl.course.scalar`, :mod:`minidl.course.data_parallel`: the teaching modules of assignments 1
+  and 7 (a scalar autograd engine; gradients averaged over replicas on the engine's ring), real code that
+  the tests run.
 
 The command is ``minidl course`` (:mod:`minidl.cli.course`); docs/course.md is the teacher's guide.
 Nothing in minidl imports this package except the command line.

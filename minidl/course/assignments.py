@@ -142,13 +142,10 @@ ASSIGNMENTS = (
                )),
     Assignment(7, "data-parallel", "Data parallelism: a ring all-reduce", "Data parallelism",
                "A7_data_parallel.ipynb", (
-                   Task("7.1", "the ring's reduce-scatter", ("minidl.course.ring.ring_reduce_scatter_",), 10,
-                        ("a7.reduce_scatter",)),
-                   Task("7.2", "the ring's all-gather", ("minidl.course.ring.ring_allgather_",), 10,
-                        ("a7.allgather",)),
-                   Task("7.3", "the all-reduce, and gradients averaged over the ranks equal to one process",
-                        ("minidl.course.ring.ring_allreduce_", "minidl.course.ring.average_gradients_"), 10,
-                        ("a7.allreduce",), ("7.1", "7.2")),
+                   Task("7.1", "the ring all-reduce: a reduce-scatter, then an all-gather, on sendrecv_",
+                        ("minidl.parallel.ring.ring_allreduce_",), 20, ("a7.allreduce",)),
+                   Task("7.2", "gradients averaged over the ranks, equal to one process's",
+                        ("minidl.course.data_parallel.average_gradients_",), 10, ("a7.average",), ("7.1",)),
                )),
     Assignment(8, "forward-mode", "Forward mode: tangent rules", "Automatic differentiation, forward and reverse",
                "A8_forward_mode.ipynb", (

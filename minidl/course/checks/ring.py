@@ -1,9 +1,11 @@
-"""Assignment 7's checks: the ring's two phases and the all-reduce on N thread ranks, against sums.
+"""Assignment 7's checks: the ring all-reduce on N thread ranks against the sum, and gradients averaged over
+replicas against one process's.
 
 The ranks run as threads (:mod:`.threads`); each rank's result is compared with
-the sum over ranks computed here. The known mistakes are recognized by running
-the ring's rules in lockstep in NumPy with one rule changed (a chunk index, a
-step count, an assignment for an addition) and comparing with what came back.
+the sum over ranks computed here, and each rank's traffic with the ring's 2(N − 1)
+chunks. The known mistakes are recognized by running the ring's rules in lockstep
+in NumPy with one rule changed (a chunk index, a step count, an assignment for an
+addition) and comparing with what came back.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import numpy as np
 
 import minidl
 from minidl import nn
-from minidl.course import ring
+from minidl.course import data_parallel
+from minidl.parallel import ring
 
-from .core import Mismatch, check, compare, equal
+from .core import Mismatch, check, compare
 from .threads import run_ranks
 
 
@@ -58,6 +61,12 @@ def simulate_allgather(xs, steps=None, forward=True, add=False):
     return arrays
 
 
+def simulate_allreduce(xs, scatter=None, gather=None):
+    """The whole ring in lockstep, each phase with its own changed rule (None where it fails to run)."""
+    scattered = simulate_reduce_scatter(xs, **(scatter or {}))
+    return None if scattered is None else simulate_allgather(scattered, **(gather or {}))
+
+
 def _inputs(case):
     n, size = case["n"], case["ranks"]
     dtype = np.dtype(case.get("dtype", "float64"))
@@ -65,115 +74,75 @@ def _inputs(case):
 
 
 def _label(p):
-    return f"{p['ranks']} ranks, {p['n']} values, {p.get('dtype', 'float64')}"
+    return f"{p['ranks']} ranks, {p['n']} values, {p.get('dtype', 'float64')}" + \
+        (f", shape {p['shape']}" if p.get("shape") else "")
 
 
-def _hidden(rng):
-    return [dict(ranks=int(rng.integers(4, 7)), n=int(rng.integers(20, 40)), dtype="float32"),
-            dict(ranks=2, n=int(rng.integers(5, 9))), dict(ranks=int(rng.integers(3, 6)), n=int(rng.integers(40, 80)))]
-
-
-@check("a7.reduce_scatter", public=[dict(ranks=3, n=9), dict(ranks=4, n=10)], hidden=_hidden, hidden_count=3,
-       label=_label)
-def reduce_scatter(case):
-    xs = _inputs(case)
-    size = len(xs)
-    arrays = [x.copy() for x in xs]
-    owned, comms = run_ranks(size, lambda comm: ring.ring_reduce_scatter_(comm, arrays[comm.rank]))
-    total = np.sum([x.astype(np.float64) for x in xs], axis=0)
-    bounds = _bounds(xs[0].size, size)
-    wrong = {"steps off by one": [simulate_reduce_scatter(xs, steps=size), simulate_reduce_scatter(xs, steps=size - 2)],
-             "chunks misrouted": [simulate_reduce_scatter(xs, receive_shift=0)],
-             "gradient overwritten, not accumulated": [simulate_reduce_scatter(xs, add=False)]}
-    for r in range(size):
-        equal(f"the chunk rank {r} owns after the reduce-scatter", (r + 1) % size,
-              int(owned[r]) if isinstance(owned[r], (int, np.integer)) else owned[r])
-        chunk = slice(*bounds[(r + 1) % size])
-        compare(f"rank {r}'s chunk {(r + 1) % size} (the sum over the ranks)", total[chunk], arrays[r][chunk],
-                xs[0].dtype, [(name, (lambda sim=sim, r=r: sim[r][chunk] if sim is not None else None))
-                              for name, sims in wrong.items() for sim in sims])
-    _traffic(comms, bounds, xs[0].itemsize, lambda r, s: (r - s) % size)
-
-
-def _traffic(comms, bounds, itemsize, sent_chunk):
-    """Each rank sent exactly the N − 1 chunks the ring moves (``sent_chunk(rank, step)``), no more."""
+def _traffic(comms, bounds, itemsize):
+    """Each rank sent exactly the 2(N − 1) chunks the ring moves, no more, no fewer."""
     size = len(comms)
     for r, comm in enumerate(comms):
-        expected = sum(bounds[sent_chunk(r, s)][1] - bounds[sent_chunk(r, s)][0] for s in range(size - 1)) * itemsize
+        sent = [(r - s) % size for s in range(size - 1)] + [(r + 1 - s) % size for s in range(size - 1)]
+        expected = sum(bounds[c][1] - bounds[c][0] for c in sent) * itemsize
         if comm.sent_bytes != expected:
             extra = comm.sent_bytes - expected
             chunk_sizes = {(b - a) * itemsize for a, b in bounds}
-            names = ["steps off by one"] if extra in chunk_sizes or -extra in chunk_sizes else \
-                ["not a ring"] if extra > 0 else []
-            raise Mismatch(f"rank {r} sent {comm.sent_bytes} bytes; the ring's N − 1 steps send {expected}", names)
+            names = ["steps off by one"] if abs(extra) in chunk_sizes else ["not a ring"] if extra > 0 else []
+            raise Mismatch(f"rank {r} sent {comm.sent_bytes} bytes; the ring's 2(N − 1) steps send {expected}", names)
 
 
-def _owned_inputs(xs, total):
-    """Each rank's array with its own chunk final and the others garbage, as after a reduce-scatter."""
-    size = len(xs)
-    bounds = _bounds(xs[0].size, size)
-    out = []
-    for r, x in enumerate(xs):
-        a = x.copy()
-        a[slice(*bounds[(r + 1) % size])] = total[slice(*bounds[(r + 1) % size])]
-        out.append(a)
-    return out
+def _allreduce_hidden(rng):
+    return [dict(ranks=int(rng.integers(4, 7)), n=int(rng.integers(20, 40)), dtype="float32"),
+            dict(ranks=2, n=int(rng.integers(5, 9))), dict(ranks=3, n=12, shape=(3, 4)),
+            dict(ranks=int(rng.integers(3, 6)), n=int(rng.integers(40, 80)))]
 
 
-@check("a7.allgather", public=[dict(ranks=3, n=9), dict(ranks=4, n=10)], hidden=_hidden, hidden_count=3,
+@check("a7.allreduce", public=[dict(ranks=3, n=9), dict(ranks=4, n=10)], hidden=_allreduce_hidden, hidden_count=4,
        label=_label)
-def allgather(case):
-    xs = _inputs(case)
-    size = len(xs)
-    total = np.sum([x.astype(np.float64) for x in xs], axis=0).astype(xs[0].dtype)
-    arrays = _owned_inputs(xs, total)
-    start = [a.copy() for a in arrays]
-    _, comms = run_ranks(size, lambda comm: ring.ring_allgather_(comm, arrays[comm.rank], (comm.rank + 1) % size))
-    wrong = {"steps off by one": [simulate_allgather(start, steps=size - 2), simulate_allgather(start, steps=size)],
-             "chunks misrouted": [simulate_allgather(start, forward=False)],
-             "added, not copied": [simulate_allgather(start, add=True)]}
-    for r in range(size):
-        compare(f"rank {r}'s array after the all-gather", total, arrays[r], xs[0].dtype,
-                [(name, (lambda sim=sim, r=r: sim[r] if sim is not None else None))
-                 for name, sims in wrong.items() for sim in sims])
-    _traffic(comms, _bounds(xs[0].size, size), xs[0].itemsize, lambda r, s: (r + 1 - s) % size)
-
-
-@check("a7.allreduce", public=[dict(ranks=3, n=12, batch=12)],
-       hidden=lambda rng: [dict(ranks=4, n=int(rng.integers(10, 30)), batch=16, dtype="float32"),
-                           dict(ranks=2, n=int(rng.integers(3, 8)), batch=6)], hidden_count=2,
-       label=lambda p: _label(p) + f"; a Linear layer's gradients on a batch of {p['batch']}")
 def allreduce(case):
     xs = _inputs(case)
-    size = len(xs)
-    arrays = [x.copy().reshape(1, -1) if i % 2 else x.copy() for i, x in enumerate(xs)]  # any shape works
+    size, shape = len(xs), tuple(case.get("shape") or (case["n"],))
+    arrays = [x.copy().reshape(shape) for x in xs]
     _, comms = run_ranks(size, lambda comm: ring.ring_allreduce_(comm, arrays[comm.rank]))
     total = np.sum([x.astype(np.float64) for x in xs], axis=0)
+    wrong = [("steps off by one", simulate_allreduce(xs, scatter=dict(steps=size - 2))),
+             ("steps off by one", simulate_allreduce(xs, gather=dict(steps=size - 2))),
+             ("chunks misrouted", simulate_allreduce(xs, scatter=dict(receive_shift=0))),
+             ("chunks misrouted", simulate_allreduce(xs, gather=dict(forward=False))),
+             ("gradient overwritten, not accumulated", simulate_allreduce(xs, scatter=dict(add=False))),
+             ("added, not copied", simulate_allreduce(xs, gather=dict(add=True)))]
     for r in range(size):
-        compare(f"rank {r}'s array after the all-reduce", total.reshape(arrays[r].shape), arrays[r], xs[0].dtype)
-    chunk = -(-xs[0].size // size) * xs[0].itemsize
-    for r, comm in enumerate(comms):
-        if comm.sent_bytes > 2 * (size - 1) * chunk:
-            raise Mismatch(f"rank {r} sent {comm.sent_bytes} bytes for an all-reduce of {xs[0].nbytes}: a ring sends "
-                           f"at most 2(N − 1) chunks, {2 * (size - 1) * chunk} bytes", ["not a ring"])
-    # data parallelism: the ranks' gradients on their shares of the batch, averaged, are one process's
+        compare(f"rank {r}'s array after the all-reduce", total.reshape(shape), arrays[r], xs[0].dtype,
+                [(name, (lambda sim=sim, r=r: sim[r].reshape(shape) if sim is not None else None))
+                 for name, sim in wrong])
+    _traffic(comms, _bounds(xs[0].size, size), xs[0].itemsize)
+
+
+@check("a7.average", public=[dict(ranks=3, batch=12)],
+       hidden=lambda rng: [dict(ranks=4, batch=16, dtype="float32"), dict(ranks=2, batch=int(rng.choice([6, 8])))],
+       hidden_count=2, label=lambda p: f"{p['ranks']} replicas, a batch of {p['batch']}, {p.get('dtype', 'float64')}")
+def average(case):
+    """The ranks' gradients on their shares of the batch, averaged, are one process's on the whole batch."""
+    size, batch = case["ranks"], case["batch"]
     dtype = np.dtype(case.get("dtype", "float64"))
-    batch = case["batch"]
     x = case.rng.standard_normal((batch, 5)).astype(dtype)
     y = case.rng.standard_normal((batch, 3)).astype(dtype)
 
     def model():
         minidl.manual_seed(7)
         return nn.Linear(5, 3).to(dtype)
+
+    def loss(m, rows):
+        return ((m(minidl.tensor(x[rows])) - minidl.tensor(y[rows])) ** 2).mean()
     whole = model()
-    ((whole(minidl.tensor(x)) - minidl.tensor(y)) ** 2).mean().backward()
-    replicas, share = [model() for _ in range(size)], batch // size
+    replicas = [model() for _ in range(size)]
+    loss(whole, slice(None)).backward()
+    share = batch // size
     for r, m in enumerate(replicas):
-        part = slice(r * share, (r + 1) * share)
-        ((m(minidl.tensor(x[part])) - minidl.tensor(y[part])) ** 2).mean().backward()
-    run_ranks(size, lambda comm: ring.average_gradients_(comm, list(replicas[comm.rank].parameters())))
+        loss(m, slice(r * share, (r + 1) * share)).backward()
+    run_ranks(size, lambda comm: data_parallel.average_gradients_(comm, list(replicas[comm.rank].parameters())))
     for r, m in enumerate(replicas):
-        for name, (p, q) in zip(("weight", "bias"), zip(m.parameters(), whole.parameters())):
+        for (name, p), q in zip(m.named_parameters(), whole.parameters()):
             expected = q.grad.numpy().astype(np.float64)
             compare(f"rank {r}'s {name} gradient after averaging (one process's on the whole batch)", expected,
-                    p.grad, dtype, {"not averaged": expected * size})
+                    p.grad, dtype, [("not averaged", expected * size), ("missing scale", expected / size)])
