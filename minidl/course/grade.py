@@ -95,8 +95,15 @@ def read_manifest(submission) -> dict:
 
 
 def _run_checks(submission: Path, assignment: Assignment, task_ids, seed: int, timeout: float) -> list:
-    """The runner's per-task results (dicts), from one fresh interpreter rooted at the submission."""
+    """The runner's per-task results (dicts): one fresh interpreter rooted at the submission, which forks a
+    child per task; where the system cannot fork, one interpreter per task."""
     tasks = [t for t in assignment.tasks if t.id in task_ids]
+    if hasattr(os, "fork"):
+        return _run_in_one(submission, tasks, seed, timeout)
+    return [r for t in tasks for r in _run_in_one(submission, [t], seed, timeout)]
+
+
+def _run_in_one(submission: Path, tasks, seed: int, timeout: float) -> list:
     with tempfile.TemporaryDirectory(prefix="minidl-grade-") as scratch:
         request = Path(scratch) / "request.json"
         result = Path(scratch) / "result.json"
@@ -110,7 +117,8 @@ def _run_checks(submission: Path, assignment: Assignment, task_ids, seed: int, t
         try:
             run = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
-            return [{"id": t.id, "error": f"the submission did not finish within {limit:g} s (while importing?)",
+            return [{"id": t.id, "error": f"the checks did not finish within {limit:g} s (an endless loop, or an "
+                                          "import that never ends)",
                      "planned": 0, "ran": 0, "passed": 0, "failures": []} for t in tasks]
         if not result.is_file():
             tail = (run.stderr or run.stdout or "").strip().splitlines()[-3:]

@@ -42,6 +42,13 @@ def test_a_hang_an_exit_and_a_crash_each_cost_one_task_with_the_reason(course_co
     assert crashed.points == 0 and "killed by signal" in crashed.feedback[0]
 
 
+def test_without_fork_each_task_gets_an_interpreter_of_its_own(course_copy, monkeypatch):
+    import os
+    monkeypatch.delattr(os, "fork")  # as on Windows: the grader starts one interpreter per task
+    result = grade(course_copy("scalar-autograd", solutions=True), seed=SEED, tasks=["1.1", "1.3"])
+    assert [t.id for t in result.tasks] == ["1.1", "1.3"] and result.total == 20
+
+
 def test_a_submission_that_does_not_import_fails_every_task_with_the_place(course_copy, tmp_path):
     folder = derive(course_copy("forward-mode", solutions=True), tmp_path / "s", {})
     path = folder / "minidl" / "ops" / "elementwise.py"
