@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function, _topological_order
+from minidl.autograd import Function, topological_order
 from minidl.tensor import Tensor
 
 __all__ = ["draw_graph", "graph_nodes"]
@@ -170,7 +170,7 @@ def draw_graph(y: Tensor, params=None, names=None, order: bool = False, memory: 
     tensors, functions, edges = graph_nodes(y)
     params = {id(t): name for name, t in (params or {}).items()}
     names = {**{id(t): name for name, t in (names or {}).items()}, **params}
-    walk = _topological_order({y.creator}) if y.creator is not None else []
+    walk = topological_order({y.creator}) if y.creator is not None else []
     visit = {fn: step + 1 for step, fn in enumerate(walk)}
     per_node, held = _held_bytes(functions, visit) if memory else (None, None)
     positions = _layout(y, tensors, functions, edges, walk)

@@ -83,8 +83,8 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
     nor the inputs that are edges without values.
     """
     arrays, packed_inputs, packed_names = [], set(), set()
-    if fn._packed is not None:
-        for key, packed, *_ in fn._packed[1]:
+    if fn.packed is not None:
+        for key, packed, *_ in fn.packed.values:
             if type(key) is str:
                 packed_names.add(key)  # held packed; the array itself is dropped from the node
             elif type(key) is int:
@@ -98,7 +98,7 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
         if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
             arrays.append(x.data)
     for name, value in vars(fn).items():
-        if name in ("inputs", "_packed") or name in packed_names:
+        if name in ("inputs", "packed") or name in packed_names:
             continue
         if isinstance(value, Tensor):
             value = value.data

@@ -4,7 +4,7 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-from minidl.autograd import _topological_order
+from minidl.autograd import topological_order
 from minidl.graphdraw import graph_nodes
 
 pytest.importorskip("matplotlib")
@@ -37,7 +37,7 @@ def test_drawn_with_names_shapes_and_the_backward_order():
     figure = mdl.draw_graph(c, names={"a": a, "b": b}, order=True)
     labels = texts(figure)
     assert {"a\n2", "b\n2", "Mul", "Exp", "Add", "Sum", "scalar"} <= set(labels)
-    walk = _topological_order({c.creator})  # the engine's own visit order
+    walk = topological_order({c.creator})  # the engine's own visit order
     for step, fn in enumerate(walk, start=1):
         name = type(fn).__name__
         assert labels[labels.index(name) + 1] == f"backward #{step}"  # the note right under the op

@@ -1,46 +1,10 @@
-"""The seams: backward-walk hooks, optimizer step hooks, global module hooks, the random generator's hook."""
+"""The seams outside autograd: optimizer step hooks, global module hooks, the random generator's hook.
+(The backward walk's hooks are tested with FunctionHook, in tests/autograd/test_function_hooks.py.)"""
 import numpy as np
 import pytest
 
 import minidl as mdl
-from minidl import autograd, backend, hooks, nn, optim
-
-
-class _Log(autograd.FunctionHook):
-    def __init__(self):
-        self.events = []
-
-    def walk_preprocess(self, outputs):
-        self.events.append(("walk", len(outputs)))
-
-    def walk_postprocess(self, outputs):
-        self.events.append(("/walk", len(outputs)))
-
-    def backward_preprocess(self, function, grad_outputs):
-        self.events.append(("node", type(function).__name__))
-
-
-def test_walk_hooks_surround_the_nodes_of_each_walk():
-    x = mdl.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    with _Log() as log:
-        y = (x * x).sum()
-        y.backward()
-        (g,) = mdl.grad((x * 3.0).sum(), [x])
-    assert log.events[0] == ("walk", 1) and log.events[-1] == ("/walk", 1)
-    assert [e[0] for e in log.events].count("walk") == 2  # backward() and grad()
-    first = log.events[:log.events.index(("/walk", 1)) + 1]
-    assert {e[1] for e in first if e[0] == "node"} == {"Sum", "Mul"}
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0, 6.0])  # the walk itself is unchanged
-    np.testing.assert_allclose(g.numpy(), [3.0, 3.0, 3.0])
-
-
-def test_walk_postprocess_runs_when_the_walk_raises():
-    x = mdl.tensor([1.0, 2.0], requires_grad=True)
-    y = (x * x).sum()
-    y.backward()
-    with _Log() as log, pytest.raises(RuntimeError):
-        y.backward()  # the graph was released by the first walk
-    assert log.events[0] == ("walk", 1) and log.events[-1] == ("/walk", 1)
+from minidl import backend, hooks, nn, optim
 
 
 def _sgd_problem():

@@ -114,15 +114,16 @@ def test_the_tracker_is_a_hook_removed_on_exit_and_nesting_refused():
     plain_call, plain_release = Function.__call__, Function.release
     with pytest.raises(ZeroDivisionError):
         with memory.track():
-            assert len(autograd._hooks) == 1 and isinstance(autograd._hooks[0], memory.track)
+            (active,) = autograd.function_hooks.active
+            assert isinstance(active, memory.track)
             1 / 0
-    assert autograd._hooks == ()
+    assert autograd.function_hooks.active == ()
     assert Function.__call__ is plain_call and Function.release is plain_release  # nothing was swapped
     with memory.track():
         with pytest.raises(RuntimeError, match="already active"):
             with memory.track():
                 pass
-    assert autograd._hooks == ()
+    assert autograd.function_hooks.active == ()
 
 
 def test_the_tracker_and_the_profiler_measure_together():

@@ -29,7 +29,7 @@ def mlp_step(device, with_region=None):
 
 def originals():
     """What a profile must leave as it found it: the engine's functions, an op class, the active hooks."""
-    return (autograd.Function.__call__, autograd.backward, Linear.__dict__["forward"], autograd._hooks)
+    return (autograd.Function.__call__, autograd.backward, Linear.__dict__["forward"], autograd.function_hooks.active)
 
 
 def test_records_each_op_type_forward_and_backward(device):

@@ -1,7 +1,7 @@
 """The ``opsdoc`` directive: the "Ops and their gradients" page, generated from the ops.
 
-Every module of :mod:`minidl.ops` (and :mod:`minidl.autograd`, for the device
-and dtype moves) becomes a section; every :class:`~minidl.autograd.Function`
+Every module of :mod:`minidl.ops` (and :mod:`minidl.autograd.conversions`, for the
+device and dtype moves) becomes a section; every :class:`~minidl.autograd.Function`
 subclass in it that has a backward becomes a subsection showing
 
 - the forward and backward math, cut from the first paragraph of the class
@@ -35,7 +35,7 @@ FAMILY_ORDER = ["elementwise", "math", "reduction", "scan", "shape", "rearrange"
                 "linalg", "einsum", "activation", "loss", "distance", "attention", "norm", "regularization", "conv",
                 "pool", "resample"]
 # The ops of modules whose docstring is about something else.
-OWN_WORDS = {"minidl.autograd": (
+OWN_WORDS = {"minidl.autograd.conversions": (
     "Moves between devices and dtypes",
     "``t.to(device)`` and the dtype conversions (``t.double()``...) are recorded ops too, so a gradient "
     "flows back to the device and the dtype its input came from.")}
@@ -43,12 +43,12 @@ _INLINE = re.compile(r"``(.+?)``|:[\w:.]+:`~?([^`]+)`")
 
 
 def family_modules():
-    """The ops modules in reading order, then minidl.autograd (ToDevice, Cast)."""
+    """The ops modules in reading order, then minidl.autograd.conversions (ToDevice, Cast)."""
     import minidl.ops
     names = [info.name for info in pkgutil.iter_modules(minidl.ops.__path__)]
     ordered = [n for n in FAMILY_ORDER if n in names] + sorted(n for n in names if n not in FAMILY_ORDER)
     modules = [importlib.import_module(f"minidl.ops.{name}") for name in ordered]
-    return modules + [importlib.import_module("minidl.autograd")]
+    return modules + [importlib.import_module("minidl.autograd.conversions")]
 
 
 def op_classes(module):

@@ -7,8 +7,8 @@ per optimizer class that ``minidl.optim`` exports, showing
 - the signature with its defaults (``inspect.signature``), the paper, where it is defined;
 - the class docstring (its comparison with PyTorch is there);
 - the docstrings of the update functions the class runs, found by reading the
-  code of its methods (``Adam.update`` calls ``adam_update``, which calls
-  ``adam_direction``), their equation lines typeset (``docmath.py``, ``mathnodes.py``);
+  code of its methods (``LAMB.update`` calls ``lamb_update``, which calls
+  ``adam_moments``), their equation lines typeset (``docmath.py``, ``mathnodes.py``);
 - its trajectory on the ravine f = x²/20 + y², run at build time with
   :mod:`minidl.optim.trajectories`.
 

@@ -59,8 +59,13 @@ def _gpu_usable() -> bool:
     return True
 
 
+_FLAGS = {"data": "--data-parallel", "pipeline": "--pipeline-parallel", "tensor": "--tensor-parallel",
+          "micro_batches": "--micro-batches", "batch_size": "--batch-size"}
+_LAUNCH = "python -m mpi4py -m minidl gpt train"
+
+
 def train_command(args) -> int:
-    from minidl.models.gpt_train import DEFAULTS, PIPELINE_LOOP, train, warmup_steps
+    from minidl.models.gpt_train import DEFAULTS, check_layout, train
     from minidl.train.run_state import read_checkpoint
 
     s = dict(DEFAULTS)
@@ -76,12 +81,6 @@ def train_command(args) -> int:
         if not isinstance(saved, dict) or set(saved) != set(DEFAULTS):
             print(f"minidl gpt train: error: {args.resume} is not a checkpoint of minidl gpt train", file=sys.stderr)
             return 1
-        piped = (checkpoint.get("trainer") or {}).get("loop") == PIPELINE_LOOP
-        if piped != (args.pipeline_parallel is not None):
-            print(f"minidl gpt train: error: {args.resume} is the checkpoint of a "
-                  + ("pipeline run: resume it with --pipeline-parallel M (any M the blocks divide into)" if piped
-                     else "run without a pipeline: resume it without --pipeline-parallel"), file=sys.stderr)
-            return 1
         s.update(saved)
     for _, key, _, _ in _OPTIONS:
         if getattr(args, key) is not None:
@@ -95,37 +94,31 @@ def train_command(args) -> int:
         print(f"minidl gpt train: error: --block-size {s['block_size']} is longer than the validation text allows "
               f"(at most {longest_block()} characters of context)", file=sys.stderr)
         return 2
-    if args.pipeline_parallel is not None or args.micro_batches is not None or args.schedule is not None:
-        problem = _pipeline_problem(args, s)
-        if problem:
-            print(f"minidl gpt train: error: {problem}", file=sys.stderr)
-            return 2
-        return _pipeline_command(args, s)
-    tp = args.tensor_parallel
-    if tp is not None:
-        problem = _tensor_parallel_problem(args, s)
-        if problem:
-            print(f"minidl gpt train: error: {problem}", file=sys.stderr)
-            return 2
-    comm = tensor = None
-    if args.data_parallel or tp is not None:
+    m, n, k = args.pipeline_parallel, args.tensor_parallel, args.micro_batches
+    if m is None and (k is not None or args.schedule is not None):
+        print("minidl gpt train: error: --micro-batches and --schedule go with --pipeline-parallel M", file=sys.stderr)
+        return 2
+    asked = _asked(args)
+    try:  # the settings against the layout, before MPI is up
+        check_layout(s, pipeline=m, tensor=n, micro_batches=k, names=_FLAGS)
+    except ValueError as exc:
+        print(f"minidl gpt train: error: {asked}: {exc}", file=sys.stderr)
+        return 2
+    groups = world = None
+    if args.data_parallel or m is not None or n is not None:
         from minidl import parallel
         world = parallel.init(device=args.device)
-        misfit = tp is not None and _world_misfit(world, f"--tensor-parallel {tp}", tp, f"tensor groups of {tp}",
-                                                   "slice", args.data_parallel)
-        if misfit:
+        try:  # the world against the layout (every rank checks the same numbers)
+            groups = parallel.layout(world, data=args.data_parallel, pipeline=m, tensor=n, names=_FLAGS,
+                                     launch=_LAUNCH)
+            check_layout(s, pipeline=m, tensor=n, micro_batches=k, replicas=groups.size("data"), names=_FLAGS)
+        except ValueError as exc:
             if world.rank == 0:
-                print("minidl gpt train: error: " + misfit, file=sys.stderr)
+                on = f" on {world.size} ranks" if groups is not None else ""
+                print(f"minidl gpt train: error: {asked}{on}: {exc}" if groups is not None
+                      else f"minidl gpt train: error: {exc}", file=sys.stderr)
             return 2
-        if tp is None:
-            comm = world
-        elif args.data_parallel:  # a data × tensor mesh: the tensor axis varies fastest (neighbouring ranks)
-            mesh = parallel.Mesh(world, data=world.size // tp, tensor=tp)
-            comm, tensor = mesh.group("data"), mesh.group("tensor")
-        else:
-            tensor = world
-    root = (comm is None or comm.rank == 0) and (tensor is None or tensor.rank == 0)
-    job = world if comm is not None or tensor is not None else None
+    root = groups is None or groups.is_root
     from minidl.train.run_folder import RunFolderError, claim, write_failure
     folder = None
     if root:
@@ -135,23 +128,16 @@ def train_command(args) -> int:
                            run_files=RUN_FILES, stamped=False)
         except RunFolderError as exc:  # in use, holding a run, or not writable
             print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
-            if job is not None and job.size > 1:
-                job.abort(2)  # the other ranks would wait for this one in a collective
+            if world is not None and world.size > 1:
+                world.abort(2)  # the other ranks would wait for this one in a collective
             return 2
     out = folder.path if root else args.out
+    schedule = args.schedule or "1f1b"
     try:
         if root:
-            print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
-                  f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
-                  f"tokens; AdamW lr {s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to "
-                  f"{s['min_lr']:g}), clip "
-                  f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
-                  + (f", mixed precision {s['amp']}" if s["amp"] else "")
-                  + (f", data-parallel on {comm.size} ranks" if comm is not None else "")
-                  + (f", tensor-parallel on {tensor.size} ranks" if tensor is not None else "")
-                  + (f", on {args.device}" if args.device != "cpu" else "") + f"\nwriting to {out}")
-        result = train(s, out, resume=args.resume, show=not args.quiet, comm=comm, device=args.device,
-                       tensor=tensor)
+            print(_describe(s, args, groups, schedule) + f"\nwriting to {out}", flush=True)
+        result = train(s, out, resume=args.resume, show=not args.quiet, comm=groups, device=args.device,
+                       micro_batches=k, schedule=schedule)
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
@@ -165,135 +151,44 @@ def train_command(args) -> int:
         written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
         print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
               f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
+        if "bubble" in result:
+            k = k or m
+            print(f"pipeline bubble of the last step: {result['bubble']:.0%} idle (with free messages and equal "
+                  f"stages (M-1)/(K+M-1) = {(m - 1) / (k + m - 1):.0%}); the first stage held "
+                  f"{result['peak_in_flight']} of {k} micro-batches' activations at once")
         print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
     return 0
 
 
-def _tensor_parallel_problem(args, s) -> str | None:
-    """Why ``--tensor-parallel`` cannot run with these arguments and settings, or None: checked before any work."""
-    from minidl.models.gpt import check_tensor_parallel
-    tp = args.tensor_parallel
-    try:
-        check_tensor_parallel(s["n_head"], s["n_embd"], s["dropout"], tp)
-    except ValueError as exc:
-        return f"--tensor-parallel {tp}: {exc}"
-    return None
+def _asked(args) -> str:
+    """The layout's flags as given (the prefix of an error about them)."""
+    parts = [f"{_FLAGS[key]} {value}" for key, value in (("pipeline", args.pipeline_parallel),
+                                                        ("tensor", args.tensor_parallel),
+                                                        ("micro_batches", args.micro_batches)) if value is not None]
+    return " ".join(parts + (["--data-parallel"] if args.data_parallel else [])) or "gpt train"
 
 
-def _pipeline_problem(args, s) -> str | None:
-    """Why ``--pipeline-parallel`` cannot run with these arguments and settings, or None: checked before
-    any work (the world size is checked once MPI is up)."""
-    from minidl.models.gpt import check_pipeline
-    m = args.pipeline_parallel
-    if m is None:
-        return "--micro-batches and --schedule go with --pipeline-parallel M"
-    k = args.micro_batches if args.micro_batches is not None else m
-    for flag, given in (("--checkpoint-blocks", s["checkpoint_blocks"]), ("--amp", bool(s["amp"])),
-                        ("--device cuda", args.device != "cpu"), ("--accumulate", s["accumulate"] != 1)):
-        if given:
-            return (f"--pipeline-parallel {m} does not combine with {flag} yet (the pipeline's micro-batches "
-                    "are its accumulation; it runs on the CPU, in float32, and keeps every micro-batch's "
-                    "activations as its schedule says)")
-    try:
-        check_pipeline(s["n_layer"], s["dropout"], m)
-    except ValueError as exc:
-        return f"--pipeline-parallel {m}: {exc}"
-    if args.tensor_parallel is not None:
-        problem = _tensor_parallel_problem(args, s)
-        if problem:
-            return problem
-    if s["batch_size"] % k:
-        valid = ", ".join(str(d) for d in range(1, s["batch_size"] + 1) if s["batch_size"] % d == 0)
-        return (f"--micro-batches {k}: a batch of {s['batch_size']} sequences does not split into {k} equal "
-                f"micro-batches; choose --micro-batches among {valid}")
-    return None
-
-
-def _world_misfit(world, flags: str, n: int, groups: str, one: str, data_parallel: bool) -> str | None:
-    """Why the MPI world does not fit the options ``flags`` that need n ranks (one per ``one``; with
-    --data-parallel a multiple of n, data groups × ``groups``), or None when it fits."""
-    if (world.size % n == 0) if data_parallel else (world.size == n):
-        return None
-    if data_parallel:
-        return (f"{flags} --data-parallel needs a world of a multiple of {n} ranks (data groups × {groups}), "
-                f"got {world.size}")
-    return (f"{flags} needs a world of {n} ranks (one per {one}: mpiexec -n {n} python -m mpi4py -m minidl gpt "
-            f"train {flags} ...), got {world.size}; with --data-parallel a multiple of {n}")
-
-
-def _pipeline_command(args, s) -> int:
-    """``gpt train --pipeline-parallel M [--tensor-parallel N] [--data-parallel]``: M stages (of N ranks each),
-    on the MPI world laid out as Mesh(data=D, pipeline=M, tensor=N); the world's rank 0 speaks and writes."""
-    from minidl import parallel
-    from minidl.models.gpt_train import train_pipeline, warmup_steps
-    from minidl.train.run_folder import RunFolderError, claim, write_failure
-    m, k = args.pipeline_parallel, args.micro_batches or args.pipeline_parallel
-    n = args.tensor_parallel or 1
-    schedule = args.schedule or "1f1b"
-    world = parallel.init(device=args.device)
-    flags = f"--pipeline-parallel {m}" + (f" --tensor-parallel {n}" if n > 1 else "")
-    misfit = _world_misfit(world, flags, m * n, f"pipelines of {m} stages" + (f" of {n} ranks" if n > 1 else ""),
-                           "stage" if n == 1 else "slice of a stage", args.data_parallel)
-    d = world.size // (m * n) if args.data_parallel else 1
-    if not misfit and d > 1 and s["batch_size"] % (d * k):
-        if world.rank == 0:
-            print(f"minidl gpt train: error: --pipeline-parallel {m} --micro-batches {k} --data-parallel on "
-                  f"{world.size} ranks: a batch of {s['batch_size']} sequences does not split into {d} replicas' "
-                  f"{k} equal micro-batches; choose --batch-size a multiple of {d * k}", file=sys.stderr)
-        return 2
-    if misfit:
-        if world.rank == 0:
-            print("minidl gpt train: error: " + misfit, file=sys.stderr)
-        return 2
-    # data × pipeline × tensor, row-major: the tensor axis, which communicates in every block, varies fastest
-    # (neighbouring ranks: one machine), the data axis, which communicates once a step, slowest
-    sizes = {"data": d, "pipeline": m, "tensor": n}
-    mesh = parallel.Mesh(world, **{axis: size for axis, size in sizes.items() if size > 1 or axis == "pipeline"})
-    data = mesh.group("data") if d > 1 else None
-    tensor = mesh.group("tensor") if n > 1 else None
-    stages = mesh.group("pipeline")
-    folder = None
-    if world.rank == 0:
-        given = args.out or (os.path.dirname(os.path.abspath(args.resume)) if args.resume else None)
-        try:
-            folder = claim("gpt train", given, default="gpt", resume=bool(args.resume), overwrite=args.overwrite,
-                           run_files=RUN_FILES, stamped=False)
-        except RunFolderError as exc:
-            print(f"minidl gpt train: error: {exc}", file=sys.stderr, flush=True)
-            if world.size > 1:
-                world.abort(2)  # the other stages would wait for this one
-            return 2
-    out = folder.path if folder is not None else None
-    try:
-        if folder is not None:
-            print(f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
-                  f"{s['block_size']}; {s['steps']} steps of {s['batch_size']}x{s['block_size']} tokens; AdamW lr "
-                  f"{s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to {s['min_lr']:g}), clip "
-                  f"{s['clip_norm']:g}, pipeline-parallel on {m} ranks ({s['n_layer'] // m} blocks a stage), "
-                  f"{k} micro-batches of {s['batch_size'] // (k * d)}, schedule {schedule}"
-                  + (f", each stage tensor-parallel on {n} ranks" if tensor is not None else "")
-                  + (f", data-parallel over {d} such pipelines" if data is not None else "")
-                  + f"\nwriting to {out}", flush=True)
-        result = train_pipeline(s, out, stages, k, schedule, show=not args.quiet, data=data, tensor=tensor,
-                                resume=args.resume)
-    except ValueError as exc:
-        print(f"minidl gpt train: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(write_failure("gpt train", exc), file=sys.stderr)
-        return 2
-    finally:
-        if folder is not None:
-            folder.release()
-    if folder is not None:
-        written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
-        print(f"validation loss {result['val_loss']:.4f} nats after {result['steps']} steps "
-              f"({result['seconds']:.0f} s, {result['tokens_per_s']:,.0f} tokens/s)")
-        print(f"pipeline bubble of the last step: {result['bubble']:.0%} idle (with free messages and equal "
-              f"stages (M-1)/(K+M-1) = {(m - 1) / (k + m - 1):.0%}); the first stage held {result['peak_in_flight']} "
-              f"of {k} micro-batches' activations at once")
-        print(f"wrote {out}/: {', '.join(written)}; try: minidl gpt sample --run {out}")
-    return 0
+def _describe(s, args, groups, schedule) -> str:
+    """The run in one paragraph: the model, the recipe and the layout."""
+    from minidl.models.gpt_train import warmup_steps
+    text = (f"GPT on Shakespeare: {s['n_layer']} blocks, {s['n_head']} heads, width {s['n_embd']}, context "
+            f"{s['block_size']}; {s['steps']} steps of {s['batch_size'] * s['accumulate']}x{s['block_size']} "
+            f"tokens; AdamW lr {s['lr']:g} (warmup {warmup_steps(s['warmup'], s['steps'])}, cosine to "
+            f"{s['min_lr']:g}), clip "
+            f"{s['clip_norm']:g}" + (", checkpointing every block" if s["checkpoint_blocks"] else "")
+            + (f", mixed precision {s['amp']}" if s["amp"] else ""))
+    size = (lambda axis: groups.size(axis)) if groups is not None else (lambda axis: 1)
+    d, m, n = size("data"), args.pipeline_parallel, size("tensor")
+    if m is not None:
+        k = args.micro_batches or m
+        text += (f", pipeline-parallel on {m} ranks ({s['n_layer'] // m} blocks a stage), {k} micro-batches of "
+                 f"{s['batch_size'] // (k * d)}, schedule {schedule}"
+                 + (f", each stage tensor-parallel on {n} ranks" if n > 1 else "")
+                 + (f", data-parallel over {d} such pipelines" if groups.data is not None else ""))
+    else:
+        text += ((f", data-parallel on {d} ranks" if groups is not None and groups.data is not None else "")
+                 + (f", tensor-parallel on {n} ranks" if groups is not None and groups.tensor is not None else ""))
+    return text + (f", on {args.device}" if args.device != "cpu" else "")
 
 
 def sample_command(args) -> int:

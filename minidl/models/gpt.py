@@ -269,15 +269,18 @@ class SequenceEmbedding(nn.Module):
 
 class SequenceBlock(nn.Module):
     """One of the model's blocks on a (B, T, C) activation, the shape that travels between stages (a block
-    needs T, the sequence length, to know which positions attend to which)."""
+    needs T, the sequence length, to know which positions attend to which). ``checkpointed``: in training,
+    the block is recomputed in backward, as the GPT's ``checkpoint_blocks`` does it."""
 
-    def __init__(self, block: Block):
+    def __init__(self, block: Block, checkpointed: bool = False):
         super().__init__()
-        self.block = block
+        self.block, self.checkpointed = block, checkpointed
 
     def forward(self, x):
         B, T, C = x.shape  # noqa: N806
-        return self.block(x.reshape(B * T, C), T).reshape(B, T, C)
+        rows = x.reshape(B * T, C)
+        y = checkpoint(self.block, rows, T) if self.checkpointed and self.training else self.block(rows, T)
+        return y.reshape(B, T, C)
 
 
 class TiedHead(nn.Module):
@@ -302,11 +305,11 @@ def pipeline_layers(model: GPT) -> nn.Sequential:
 
     A model split by :func:`tensor_parallel` pipelines as it is (tensor × pipeline): each block keeps its
     parallel layers, whose all-reduces run within the stage's tensor group, and the (B, T, C) activation
-    that travels between stages is whole on every rank of that group."""
-    if model.checkpoint_blocks:
-        raise ValueError("GPT pipeline: checkpoint_blocks=True is not supported in a pipeline (a stage keeps "
-                         "its micro-batches' activations by the schedule); build the GPT without it")
-    return nn.Sequential(SequenceEmbedding(model), *[SequenceBlock(b) for b in model.blocks], TiedHead(model))
+    that travels between stages is whole on every rank of that group. A model with ``checkpoint_blocks``
+    recomputes each block in backward here too (a stage then keeps each micro-batch's block inputs only,
+    as GPipe's rematerialization)."""
+    return nn.Sequential(SequenceEmbedding(model), *[SequenceBlock(b, model.checkpoint_blocks) for b in model.blocks],
+                         TiedHead(model))
 
 
 def check_pipeline(n_layer: int, dropout: float, stages: int) -> None:

@@ -58,6 +58,7 @@ class ReLUGrad(Function):
     (almost everywhere): the only input is dy.
     """
     saved_inputs = ()
+    saved_arrays = ("positive",)
 
     def __init__(self, positive):
         self.positive = positive
@@ -76,6 +77,7 @@ class ReLUGrad(Function):
 class LeakyReLU(Function):
     """y = x for x > 0, αx otherwise;  dx = dy · (1 or α)."""
     saved_inputs = ()
+    saved_arrays = ("slopes",)
 
     def __init__(self, slope=0.01):
         self.slope = slope
@@ -99,6 +101,7 @@ def leaky_relu(x, negative_slope=0.01, inplace=False):
 class ELU(Function):
     """y = x for x > 0, α(eˣ − 1) otherwise;  dx = dy · (1 or y + α)."""
     saved_inputs = ()
+    saved_arrays = ("positive",)
 
     def __init__(self, alpha=1.0):
         self.alpha = alpha
@@ -269,6 +272,7 @@ def logsigmoid(x):
 class CELU(Function):
     """y = x for x > 0, α(e^(x/α) − 1) otherwise;  dx = dy · (1 or y/α + 1)."""
     saved_inputs = ()
+    saved_arrays = ("positive",)
 
     def __init__(self, alpha=1.0):
         if alpha == 0:
@@ -296,6 +300,7 @@ def celu(x, alpha=1.0, inplace=False):
 class Hardtanh(Function):
     """y = min(max(x, lo), hi);  dx = dy where lo < x < hi, else 0 (0 at the kinks, as PyTorch)."""
     saved_inputs = ()
+    saved_arrays = ("inside",)
 
     def __init__(self, lo=-1.0, hi=1.0):
         self.lo, self.hi = lo, hi
@@ -343,6 +348,7 @@ class GELU(Function):
     Forward keeps Φ(x) for the backward: an erf costs NumPy (SciPy) about ten times an exp,
     so computing it once per step instead of twice is worth one more activation-sized array.
     """
+    saved_arrays = ("cdf",)
 
     def __init__(self, approximate="none"):
         if approximate not in ("none", "tanh"):
@@ -375,6 +381,7 @@ class GELUGrad(Function):
 
     ``cdf`` is Φ(x) as GELU's forward computed it, for this same x (computed here if not given).
     """
+    saved_arrays = ("cdf",)
 
     def __init__(self, approximate, cdf=None):
         self.approximate, self.cdf = approximate, cdf

@@ -119,6 +119,7 @@ class ScaledDotProductAttention(Function):
     are constants held by the op (``mask_tensor``: the boolean mask's Tensor, whose version
     backward checks). The backward is the gradient op AttentionGrad.
     """
+    saved_arrays = ("mask", "probs", "dead", "dropout")
 
     def __init__(self, scale, mask=None, dropout_p=0.0, mask_tensor=None):
         self.scale, self.mask, self.dropout_p = scale, mask, dropout_p
@@ -164,6 +165,7 @@ class AttentionGrad(Function):
     Its backward recomputes P from (Q, K, B) with differentiable ops, so third
     derivatives work too; the first-order backward never does (it reads the saved P).
     """
+    saved_arrays = ("mask", "dead", "probs", "dropout")
 
     def __init__(self, scale, mask, dead, probs, dropout):
         self.scale, self.mask, self.dead, self.probs, self.dropout = scale, mask, dead, probs, dropout
@@ -259,7 +261,7 @@ def _plain_node(plain, tiled):
     for it: its forward run on the same inputs (for what it saves), its inputs and outputs those of
     ``tiled``, so that its backward or tangent rule can be used for the tiled op's."""
     plain.forward(*[x.data for x in tiled.inputs])
-    plain.inputs, plain.outputs, plain._stamp = tiled.inputs, tiled.outputs, tiled._stamp
+    plain.inputs, plain.outputs, plain.recorded_at = tiled.inputs, tiled.outputs, tiled.recorded_at
     return plain
 
 
@@ -297,6 +299,7 @@ class TiledAttention(Function):
     keys j ≤ i, each block's part of that mask made as the block is (the n × n mask is never held);
     no float mask and no dropout (the plain op has them). ``block``: keys per block.
     """
+    saved_arrays = ("mask", "out", "lse")
 
     def __init__(self, scale, mask=None, causal=False, block=128, mask_tensor=None):
         self.scale, self.mask, self.causal, self.block = scale, mask, bool(causal), int(block)
@@ -346,6 +349,7 @@ class TiledAttentionGrad(Function):
     dropout), so its own backward and tangent are AttentionGrad's, taken through a plain node
     (second order holds L × S again).
     """
+    saved_arrays = ("mask", "out", "lse")
 
     def __init__(self, scale, mask, causal, block, out, lse):
         self.scale, self.mask, self.causal, self.block, self.out, self.lse = scale, mask, causal, block, out, lse

@@ -307,6 +307,7 @@ class Clip(Function):
     At a bound the gradient passes (the interval is closed), as PyTorch's clamp.
     """
     saved_inputs = ()
+    saved_arrays = ("lo", "hi", "inside")
 
     def __init__(self, lo, hi):
         self.lo, self.hi = lo, hi
@@ -337,6 +338,7 @@ class ClampTensor(Function):
     left out is passed in as ±∞ (its gradient is never needed).
     """
     saved_inputs = ()
+    saved_arrays = ("to_x", "to_lo", "to_hi")
 
     def forward(self, x, lo, hi):
         xp = _xp(x)
@@ -427,6 +429,7 @@ class Where(Function):
     ``condition_tensor`` is the Tensor ``cond`` came from, if any: its version is checked.
     """
     saved_inputs = ()
+    saved_arrays = ("cond",)
 
     def __init__(self, cond, condition_tensor=()):
         self.cond, self.saved_indices = cond, condition_tensor
@@ -472,6 +475,7 @@ def where(cond, a, b):
 class Maximum(Binary):
     """y = max(a, b);  the gradient goes to the larger input, split evenly on ties."""
     saved_inputs = ()
+    saved_arrays = ("share_a",)
     name = "maximum"
 
     def compute(self, a, b):
@@ -498,6 +502,7 @@ def maximum(a, b):
 
 class Minimum(Maximum):
     """y = min(a, b);  the gradient goes to the smaller input, split evenly on ties."""
+    saved_arrays = ("share_a",)
     name = "minimum"
 
     def compute(self, a, b):

@@ -156,6 +156,7 @@ class CrossEntropy(Function):
     ``target`` is the Tensor A was made from (class indices or probabilities): backward
     does not read it, but PyTorch's does, so a change to it in place is refused alike.
     """
+    saved_arrays = ("coefficients", "probs")
 
     def __init__(self, coefficients, target=None):
         self.coefficients = coefficients
@@ -188,6 +189,7 @@ class CrossEntropyGrad(Function):
     d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
     (the softmax Jacobian applied to dz: a SoftmaxGrad).
     """
+    saved_arrays = ("probs", "coefficients", "totals")
 
     def __init__(self, probs, coefficients):
         self.probs, self.coefficients = probs, coefficients

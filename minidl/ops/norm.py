@@ -56,6 +56,7 @@ class Normalize(Function):
     The variance is the biased one (divided by n), as every normalization
     layer uses. The backward reuses the saved x̂ and s.
     """
+    saved_arrays = ("mean", "var", "inv_std")
 
     def __init__(self, axes, eps):
         self.axes, self.eps = axes, eps
@@ -96,6 +97,7 @@ class NormalizeGrad(Function):
     The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
     from x with Tensor ops, so that it can be differentiated again.
     """
+    saved_arrays = ("x_hat", "inv_std")
 
     def __init__(self, axes, eps, x_hat, inv_std):
         self.axes, self.eps, self.x_hat, self.inv_std = axes, eps, x_hat, inv_std

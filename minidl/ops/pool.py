@@ -121,6 +121,7 @@ class MaxPool2d(Function):
     ``return_indices``.
     """
     saved_inputs = ()
+    saved_arrays = ("choice",)
 
     def __init__(self, kernel, stride, padding, dilation=(1, 1)):
         self.kernel, self.stride, self.padding, self.dilation = kernel, stride, _sides(padding), dilation

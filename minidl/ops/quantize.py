@@ -37,6 +37,7 @@ class FakeQuantize(Function):
     half to even, as NumPy's and PyTorch's.
     """
     saved_inputs = ()
+    saved_arrays = ("scale", "zero_point", "inside")
 
     def __init__(self, scale, zero_point, q_min: int, q_max: int):
         self.scale, self.zero_point, self.q_min, self.q_max = scale, zero_point, q_min, q_max

@@ -113,6 +113,7 @@ def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
 class Max(Reduction):
     """y = max x over axes;  dx = dy at the maximum, split evenly among ties."""
     saved_inputs = ()
+    saved_arrays = ("share",)
 
     extreme = "max"
 

@@ -33,6 +33,7 @@ class Dropout(Function):
     dropout draws one per (sample, channel), shape (N, C, 1, ..., 1).
     """
     saved_inputs = ()
+    saved_arrays = ("scale",)
 
     def __init__(self, p, mask_shape=None):
         self.p, self.mask_shape = p, mask_shape

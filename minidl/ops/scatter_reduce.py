@@ -80,6 +80,7 @@ class ScatterReduce(Function):
     the places it does when not ``include_self``. The table has one row per place
     reached and one column per member of the largest group.
     """
+    saved_arrays = ("filled", "count", "places", "self_slots", "src_slots", "share")
 
     def __init__(self, dim, index: Tensor, reduce, include_self):
         self.dim, self.index, self.reduce, self.include_self = dim, index, reduce, include_self

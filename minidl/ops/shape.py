@@ -369,6 +369,7 @@ class GetItem(Function):
     boolean Tensors, whose versions backward checks.
     """
     saved_inputs = ()
+    saved_arrays = ("key",)
 
     def __init__(self, key, select=None, index_tensors=()):
         self.key, self.select, self.saved_indices = key, select, index_tensors
@@ -390,6 +391,7 @@ class GetItem(Function):
 class GetItemGrad(Function):
     """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
     saved_inputs = ()
+    saved_arrays = ("key",)
 
     def __init__(self, key, shape, select=None, index_tensors=()):
         self.key, self.shape, self.select, self.saved_indices = key, shape, select, index_tensors

@@ -120,15 +120,15 @@ class AdaHessian(Optimizer):
         """Hutchinson's D = |z ⊙ Hz| now, while the gradients carry their graph; kept for the next ``step()``.
 
         The seam of data parallelism (``DistributedOptimizer.synchronize`` calls it before the
-        gradient all-reduce). ``params``: the parameters to draw z for, in the order one process
-        draws them: this optimizer's parameters with a gradient on some rank (ZeRO stage 1 passes
-        every rank's, so the generator advances as in one process; D is kept for this
-        optimizer's own). ``reduce``: Hz of this rank's loss -> Hz of the whole batch's loss (the
-        gradients' weighted all-reduce), applied before the absolute value. z must be the same on
-        every rank: ``DistributedOptimizer`` gives every rank's generator rank 0's state.
-        ``place``: the list of D (one per parameter of ``params``) -> (parameter, D) pairs of this
-        optimizer's parameters (ZeRO stages 2 and 3: this rank's chunk of the flat layout of D, for
-        its shard); by default each parameter keeps its own D.
+        gradients are averaged, which drops their graph). ``params``: the parameters to draw z for,
+        in the order one process draws them; they may be more than this optimizer's own (so the
+        generator advances as in one process), and D is kept for this optimizer's own.
+        ``reduce``: the list of Hz -> the Hz of the whole batch's loss (the gradients' weighted
+        average), applied before the absolute value; by default Hz as it is. ``place``: the list
+        of D (one per parameter of ``params``) -> (parameter, D) pairs of this optimizer's
+        parameters, where they are laid out otherwise than ``params``; by default each parameter
+        keeps its own D. Every caller must draw the same z: ``DistributedOptimizer`` gives every
+        copy of the optimizer the same generator state (:meth:`set_generator_state`).
         """
         params = list(params)
         grads = [p.grad for p in params]
@@ -146,7 +146,7 @@ class AdaHessian(Optimizer):
         return self.generator.bit_generator.state
 
     def set_generator_state(self, state: dict) -> None:
-        """Continue z from ``state`` (data parallelism gives every rank rank 0's, so z is the same everywhere)."""
+        """Continue z from ``state`` (data parallelism gives every process the same, so z is the same everywhere)."""
         self.generator.bit_generator.state = state
 
     def zero_grad(self, set_to_none: bool = True):

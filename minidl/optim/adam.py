@@ -26,13 +26,49 @@ from minidl.optim.optimizer import Optimizer, check_nonnegative
 from minidl.optim.regularization import decay_weights_, l2_gradient
 
 
+def adam_update(w, g, m, v, v_max=None, *, t, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False,
+                tmp=None):
+    """One Adam step at step number t (1, 2, ...), in place on w, m, v (and v_max): the book's lines, in order.
+
+        g ← g + λw                      L2 weight decay (Adam)
+        w ← w − lr·λ·w                  decoupled weight decay instead (AdamW)
+        m ← β₁m + (1 − β₁)g             first moment: momentum
+        v ← β₂v + (1 − β₂)g²            second moment: the gradient's running size
+        v_max ← max(v_max, v)           AMSGrad only: v̂ is then made from v_max, the largest v so far
+        m̂ = m / (1 − β₁ᵗ)              bias corrections: m and v start at 0
+        v̂ = v / (1 − β₂ᵗ)
+        w ← w − lr·m̂ / (√v̂ + ε)
+    Returns the step lr·m̂/(√v̂ + ε) it took (in ``tmp``, scratch shaped like w, when given).
+    A bias correction is a multiply by 1/(1 − βᵗ), twice as fast as a divide.
+    """
+    xp = xp_of(w)
+    tmp = xp.empty_like(w) if tmp is None else tmp
+    if decoupled:
+        decay_weights_(w, lr, weight_decay)
+    else:
+        g = l2_gradient(g, w, weight_decay)
+    m *= beta1                                                    # m ← β₁m + (1 − β₁)g
+    m += xp.multiply(g, 1 - beta1, out=tmp)
+    v *= beta2                                                    # v ← β₂v + (1 − β₂)g²
+    v += xp.multiply(1 - beta2, xp.square(g, out=tmp), out=tmp)
+    if v_max is not None:                                         # AMSGrad: v_max ← max(v_max, v)
+        v = xp.maximum(v_max, v, out=v_max)
+    m_hat = xp.multiply(m, 1 / (1 - beta1 ** t), out=tmp)        # m̂ = m / (1 − β₁ᵗ)
+    v_hat = xp.multiply(v, 1 / (1 - beta2 ** t))                 # v̂ = v / (1 − β₂ᵗ)
+    denominator = xp.add(xp.sqrt(v_hat, out=v_hat), eps, out=v_hat)          # √v̂ + ε
+    step = xp.multiply(xp.divide(m_hat, denominator, out=tmp), lr, out=tmp)  # lr·m̂ / (√v̂ + ε)
+    w -= step                                                     # w ← w − lr·m̂ / (√v̂ + ε)
+    return step
+
+
 def adam_moments(g, m, v, *, beta1, beta2, tmp, d=None):
-    """Adam's two running averages, in place on m and v: the book's lines, shared by the whole family.
+    """Adam's two running averages, in place on m and v: the piece of Adam's lines its family shares.
 
         m ← β₁m + (1 − β₁)g             first moment: momentum
         v ← β₂v + (1 − β₂)g²            second moment: the gradient's running size
     AdaHessian passes its Hessian diagonal estimate ``d``: v ← β₂v + (1 − β₂)D².
-    ``tmp`` is scratch shaped like g (its contents are overwritten).
+    ``tmp`` is scratch shaped like g (its contents are overwritten). :func:`adam_update` writes
+    these lines out itself, so that Adam reads as the book in one place.
     """
     xp = xp_of(g)
     m *= beta1                                      # m ← β₁m + (1 − β₁)g
@@ -47,46 +83,6 @@ def bias_corrected(moment, beta, t, out=None):
     Written as a multiply by 1/(1 − βᵗ), twice as fast as a divide.
     """
     return xp_of(moment).multiply(moment, 1 / (1 - beta ** t), out=out)
-
-
-def adam_direction(g, m, v, v_max=None, *, t, beta1, beta2, eps, tmp=None):
-    """The book's Adam lines; updates m and v in place and returns r (in ``tmp`` if given).
-
-        m ← β₁m + (1 − β₁)g             first moment: momentum              (:func:`adam_moments`)
-        v ← β₂v + (1 − β₂)g²            second moment: the gradient's running size
-        m̂ ← m / (1 − β₁ᵗ)              bias corrections: m and v start at 0 (:func:`bias_corrected`)
-        v̂ ← v / (1 − β₂ᵗ)              (AMSGrad: v_max ← max(v_max, v); v̂ ← v_max / (1 − β₂ᵗ))
-        r ← m̂ / (√v̂ + ε)
-    """
-    xp = xp_of(g)
-    tmp = xp.empty_like(g) if tmp is None else tmp
-    adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=tmp)
-    if v_max is not None:
-        xp.maximum(v_max, v, out=v_max)
-        v = v_max
-    v_hat = bias_corrected(v, beta2, t)
-    denom = xp.sqrt(v_hat, out=v_hat)
-    denom += eps
-    m_hat = bias_corrected(m, beta1, t, out=tmp)
-    r = xp.divide(m_hat, denom, out=tmp)
-    return r
-
-
-def adam_update(w, g, m, v, v_max=None, *, t, lr, beta1, beta2, eps, weight_decay=0.0, decoupled=False,
-                tmp=None):
-    """One Adam step at step number t (1, 2, ...), in place on w, m, v (and v_max).
-
-        g ← g + λw                      L2 weight decay (Adam)
-        w ← w − lr·λ·w                  decoupled weight decay instead (AdamW)
-        r ← the Adam direction          :func:`adam_direction`, the book's lines
-        w ← w − lr·r
-    """
-    if decoupled:
-        decay_weights_(w, lr, weight_decay)
-    else:
-        g = l2_gradient(g, w, weight_decay)
-    r = adam_direction(g, m, v, v_max, t=t, beta1=beta1, beta2=beta2, eps=eps, tmp=tmp)
-    w -= xp_of(w).multiply(r, lr, out=r)
 
 
 class Adam(Optimizer):

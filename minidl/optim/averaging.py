@@ -23,7 +23,7 @@ from minidl.autograd import no_grad
 from minidl.backend import xp_of
 from minidl.optim.adam import RAdam, radam_direction, radam_rectification
 from minidl.optim.kernels import run_update
-from minidl.optim.layerwise import LayerwiseOptimizer, WholeParameter, trust_ratio
+from minidl.optim.layerwise import LayerwiseOptimizer, WholeParameter, norm, trust_ratio
 from minidl.optim.optimizer import Optimizer, check_unit
 from minidl.optim.saved_state import host_copy, on_device
 from minidl.optim.wrapper import WrapsOptimizer
@@ -96,31 +96,31 @@ class Ranger(Lookahead):
                                decoupled_weight_decay=True), k=k, alpha=alpha)
 
 
-def radam_lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, rect, weight_decay, layers=None):
+def radam_lamb_update(w, g, m, v, *, t, lr, beta1, beta2, eps, rect, weight_decay, norm=norm):
     """RAdam's direction scaled per layer by LAMB's trust ratio (the inner step of RangerLARS).
 
         r ← RAdam's direction (:func:`minidl.optim.adam.radam_direction`)
         u ← r + λw
         trust ← ‖w‖ / ‖u‖          1 when a norm is zero
         w ← w − lr·trust·u
-    ``layers``: as in :func:`minidl.optim.layerwise.lamb_update` (default: w is one layer).
+    ``norm(x)``: ‖·‖ of the layer each element of x belongs to, as in :func:`minidl.optim.layerwise.lamb_update`.
     """
-    layers = WholeParameter(w.ndim) if layers is None else layers
     r = radam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps, rect=rect)
     u = r + weight_decay * w if weight_decay else r
-    trust = trust_ratio(layers.norms(w), layers.norms(u))
-    w -= layers.spread(lr * trust) * u
+    trust = trust_ratio(norm(w), norm(u))
+    w -= lr * trust * u
 
 
 class LayerwiseRAdam(LayerwiseOptimizer, RAdam):
     """RAdam whose step is scaled per layer by LAMB's trust ratio: see :func:`radam_lamb_update`."""
 
     def update(self, w, g, state, group, layers=None):
+        layers = WholeParameter(w.ndim) if layers is None else layers
         self.begin(w, state)
         beta1, beta2 = group["betas"]
         radam_lamb_update(w, g, state["m"], state["v"], t=state["t"], lr=group["lr"], beta1=beta1, beta2=beta2,
                           eps=group["eps"], rect=radam_rectification(state["t"], beta2),
-                          weight_decay=group["weight_decay"], layers=layers)
+                          weight_decay=group["weight_decay"], norm=layers.norm)
 
 
 class RangerLARS(Lookahead):

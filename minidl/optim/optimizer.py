@@ -190,8 +190,8 @@ class Optimizer(StepHooks):
 
         The seam for optimizers that need more of a parameter than its arrays: the layer-wise
         ones (:class:`minidl.optim.layerwise.LayerwiseOptimizer`) ask it how its elements group
-        into layers (a ZeRO shard holds pieces of several). ``probe``: a trial on zero arrays,
-        to learn the state one step creates (checkpoint checks), which must not communicate.
+        into layers (:class:`minidl.optim.layerwise.Layers`). ``probe``: a trial on zero arrays,
+        to learn the state one step creates (checkpoint checks), which must consult nothing else.
         """
         self.update(w, g, state, group)
 

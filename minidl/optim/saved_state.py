@@ -90,7 +90,7 @@ def checked_state(optimizer, state_dict):
         p, index = params[pos]
         if saved:
             where = f"{owner}: the state of parameter {pos} (shape {tuple(p.shape)}, {p.dtype})"
-            cache = (index, tuple(p.shape), str(p.dtype), id(getattr(p, "layers", None)))  # a shard's own layers
+            cache = (index, tuple(p.shape), str(p.dtype), id(getattr(p, "layers", None)))  # its own layers, if any
             if cache not in templates:
                 templates[cache] = state_template(optimizer, p, {**optimizer.param_groups[index], **groups[index]})
             _check_state_entry(where, saved, templates[cache], p)

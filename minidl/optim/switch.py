@@ -19,16 +19,13 @@ treats the whole parameter vector as one group, the default here). On a GPU the
 Adam phase reads the two dot products back once per step (a synchronization);
 the SGD phase does not.
 
-On ZeRO-2/3 shards (:class:`minidl.parallel.ShardedDataParallel`) a rank holds a
-piece of the group's elements, so the sums come through each parameter's
-``layers`` (:mod:`minidl.optim.layerwise`'s seam): ``dots`` gives this rank's
-terms (the padding excluded), and ``sum_over_ranks_`` adds the group's two sums
-over the ranks, one all-reduce of 2 numbers per Adam step,
-
-    pᵀp = Σ_ranks Σ_{this rank's elements} pᵢ²,   pᵀg = Σ_ranks Σ_{this rank's elements} pᵢgᵢ,
-
-so every rank gets the sums one process gets, and switches at the same step
-with the same Λ.
+The sums run over every element of the group: each parameter's ``layers``
+(:class:`minidl.optim.layerwise.Layers`, the layer-wise optimizers' seam) give its
+terms (``dots``; a plain parameter gives one, Σᵢ aᵢbᵢ), added in the group's
+order, and the group's ``complete_sums_`` finishes the two sums (a plain group has
+nothing to add). Parameters laid out otherwise (the flat parameters of
+:mod:`minidl.parallel`) bring their own ``layers``, and get the sums, so the
+switch and its Λ, of one plain group.
 """
 from __future__ import annotations
 
@@ -37,7 +34,7 @@ import numbers
 import numpy as np
 
 from minidl.backend import fetch, xp_of
-from minidl.optim.adam import adam_direction
+from minidl.optim.adam import adam_update
 from minidl.optim.kernels import run_update
 from minidl.optim.layerwise import layers_of
 from minidl.optim.optimizer import Optimizer, check_nonnegative
@@ -54,16 +51,16 @@ def swats_learning_rate(p_dot_p: float, p_dot_g: float, lam: float, t: int, beta
     return gamma, lam, lam / (1 - beta2 ** t)
 
 
-def _group_layers(index: int, live):
-    """The ``layers`` (:class:`minidl.optim.layerwise.WholeParameter`, or a ZeRO shard's) that add the
-    group's sums over the ranks: all the group's parameters must share one ``comm`` (whole: None)."""
+def _complete_sums(index: int, live):
+    """The ``complete_sums_`` of the group's parameters' layers (:class:`minidl.optim.layerwise.Layers`):
+    pᵀp and pᵀg are sums over the whole group, so its parameters must all complete them alike."""
     layers = [layers_of(p, p.data) for _, p in live]
-    if len({id(each.comm) for each in layers}) > 1:
-        kinds = sorted({f"{type(each).__name__} (comm {type(each.comm).__name__})" for each in layers})
-        raise ValueError(f"SwitchOptimizer: parameter group {index} mixes parameters whose pieces are held by "
-                         f"different ranks ({', '.join(kinds)}); its sums pᵀp and pᵀg must be over one kind: "
-                         "put ZeRO shards and whole parameters in separate parameter groups")
-    return layers[0]
+    if len({each.complete_sums_ for each in layers}) > 1:
+        kinds = ", ".join(sorted({type(each).__name__ for each in layers}))
+        raise ValueError(f"SwitchOptimizer: parameter group {index} mixes parameters whose sums pᵀp and pᵀg are "
+                         f"completed differently ({kinds}); its sums must be over one kind: put the kinds in "
+                         "separate parameter groups")
+    return layers[0].complete_sums_
 
 
 class SwitchOptimizer(Optimizer):
@@ -123,27 +120,26 @@ class SwitchOptimizer(Optimizer):
 
     def _adam_step(self, index, group, live):
         beta1, beta2 = group["betas"]
-        ranks = _group_layers(index, live)                  # whose sum_over_ranks_ completes the group's sums
+        complete_sums_ = _complete_sums(index, live)
         sw = self.switch[index]
         sw["t"] += 1
         t = sw["t"]
-        step_steps, step_grads = [], []                      # the terms of pᵀp and pᵀg, on the device
+        p_dot_p_terms, p_dot_g_terms = [], []                # the terms of pᵀp and pᵀg, on the device
         for position, p in live:
             state = self.state.setdefault(position, {})
             if "m" not in state:
                 xp = xp_of(p.data)
                 state.update(m=xp.zeros_like(p.data), v=xp.zeros_like(p.data))
             g = l2_gradient(p.grad.data, p.data, group["weight_decay"])
-            r = adam_direction(g, state["m"], state["v"], t=t, beta1=beta1, beta2=beta2, eps=group["eps"])
-            step = r * -group["lr"]                          # p, Adam's step
+            step = -adam_update(p.data, g, state["m"], state["v"], t=t, lr=group["lr"], beta1=beta1, beta2=beta2,
+                                eps=group["eps"])            # p: Adam's step, w ← w + p
             layers = layers_of(p, p.data)
-            step_steps += layers.dots(step, step)
-            step_grads += layers.dots(step, g)
-            p.data += step
-        values = fetch(*step_steps, *step_grads)             # one device-to-host copy per step
-        n = len(step_steps)
-        sums = np.array([float(sum(values[:n])), float(sum(values[n:]))])
-        p_dot_p, p_dot_g = (float(s) for s in ranks.sum_over_ranks_(sums))  # a ZeRO shard's: over the ranks
+            p_dot_p_terms += layers.dots(step, step)
+            p_dot_g_terms += layers.dots(step, g)
+        values = fetch(*p_dot_p_terms, *p_dot_g_terms)       # one device-to-host copy per step
+        n = len(p_dot_p_terms)
+        sums = complete_sums_(np.array([float(sum(values[:n])), float(sum(values[n:]))]))
+        p_dot_p, p_dot_g = float(sums[0]), float(sums[1])
         gamma, sw["lam"], sw["estimate"] = swats_learning_rate(p_dot_p, p_dot_g, sw["lam"], t, beta2)
         settled = gamma is not None and t > 1 and abs(sw["estimate"] - gamma) < self.tol
         if (self.switch_at is None and settled) or (self.switch_at is not None and t >= self.switch_at):

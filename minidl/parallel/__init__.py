@@ -27,6 +27,10 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
 - :mod:`minidl.parallel.sharded`: ZeRO stages 2 and 3 (gradients, then parameters, sharded too)
 - :mod:`minidl.parallel.ring`: the ring all-reduce written out on point-to-point calls (what the engines do)
+- :mod:`minidl.parallel.protocol`: what the Trainer calls on every scheme's model and optimizer wrappers
+- :mod:`minidl.parallel.whole_state`: split ↔ whole state for every kind of split (checkpoints, resumes)
+- :mod:`minidl.parallel.layout`: ``layout`` (the world as data × pipeline × tensor groups) and
+  ``prepare`` (the wrappers nested for it)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
@@ -34,8 +38,10 @@ from __future__ import annotations
 
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
+from minidl.parallel.layout import Layout, layout, prepare
 from minidl.parallel.mesh import Mesh
-from minidl.parallel.pipeline import Pipeline
+from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.parallel.ring import ring_allreduce_
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
 from minidl.parallel.sharded import ShardedDataParallel
@@ -44,14 +50,18 @@ from minidl.parallel.tensor_parallel import (
     ParallelCausalSelfAttention,
     ParallelMLP,
     RowParallelLinear,
-    consolidated_state_dict,
+    TensorParallel,
+    TensorParallelOptimizer,
 )
+from minidl.parallel.whole_state import consolidated_state_dict
 from minidl.parallel.world import get_world, init, is_root
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "LocalComm", "MPIComm", "Mesh",
-    "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "Pipeline", "RowParallelLinear", "ShardedDataParallel",
-    "ShardedDataset", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
-    "nccl_available", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds", "shard_loader",
+    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "Layout", "LocalComm", "MPIComm",
+    "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "ParallelModule", "ParallelOptimizer",
+    "Pipeline", "PipelineOptimizer", "RowParallelLinear", "ShardedDataParallel", "ShardedDataset", "TensorParallel",
+    "TensorParallelOptimizer", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
+    "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",
+    "shard_loader",
 ]

@@ -48,12 +48,13 @@ from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
 from minidl.backend import xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
 
 
-class DataParallel(WrapsModule):
+class DataParallel(WrapsModule, ParallelModule):
     """Wrap ``module`` so that its gradients can be averaged over every rank of ``comm``.
 
     At construction the model's architecture is compared across ranks (a
@@ -75,6 +76,8 @@ class DataParallel(WrapsModule):
     length) while training, for the weights; ``sync_gradients(num_samples=n)``
     overrides the count. ``state_dict()`` has the wrapped model's keys, without a prefix.
     """
+
+    shards_gradients = False  # each rank holds every parameter's whole gradient (ZeRO-2/3: shards of them)
 
     def __init__(self, module: Module, comm=None, bucket_bytes: int = BUCKET_BYTES, reduction: str = "mean",
                  overlap: bool = False):
@@ -117,6 +120,12 @@ class DataParallel(WrapsModule):
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._overlap_step)(out)
         return out
+
+    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
+        """The wrapped module's own step (a pipeline's: see :class:`~minidl.parallel.protocol.ParallelModule`),
+        its samples counted for the gradients' weights as :meth:`forward` counts them."""
+        self.samples_seen += len(x)
+        return super().train_step(x, y, loss_fn, loss_scale=loss_scale, autocast=autocast)
 
     def sum_over_replicas(self, values: np.ndarray) -> np.ndarray:
         """``values`` (a host array: running sums of losses and counts) added over the ranks, a new array;
@@ -429,7 +438,7 @@ def check_same_model(module: Module, comm) -> None:
                          + "\n  ".join(problems[:8]))
 
 
-class DistributedOptimizer(WrapsOptimizer):
+class DistributedOptimizer(ParallelOptimizer):
     """An optimizer whose ``step()`` first all-reduces the gradients of a ``DataParallel`` model.
 
     Everything else (``param_groups``, ``state``, ``zero_grad``, ``state_dict``)
@@ -505,14 +514,21 @@ class DistributedOptimizer(WrapsOptimizer):
         """
         from minidl.nn.utils import clip_grad_norm_
         self.synchronize()
-        if callable(getattr(self.model, "clip_grad_norm_", None)):
+        if self.model.shards_gradients:  # stages 2 and 3: this rank's shards
             return self.model.clip_grad_norm_(max_norm)
-        params = getattr(self.optimizer, "all_params", None)
-        if params is not None:  # ZeRO stage 1: each rank clips the parameters it owns, by the global norm
-            owned = [p for g in self.optimizer.param_groups for p in g["params"]]
-            return clip_spread_grad_norm_(owned, self.model.comm, max_norm, "DistributedOptimizer.clip_grad_norm_")
+        if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: the parameters this rank owns
+            return self.optimizer.clip_grad_norm_(max_norm)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+
+    def grad_squares(self, params) -> float:
+        """Σ ‖g‖² of ``params``' synchronized gradients: every rank holds the whole global gradient, so
+        no sum over the ranks (ZeRO stage 1 adds its owners' parts; stages 2 and 3 hold shards of no
+        parameter and are not cut further: a pipeline of ZeRO shards is not a layout)."""
+        if self.model.shards_gradients:
+            raise ValueError("DistributedOptimizer.grad_squares: the gradients are ZeRO-2/3 shards, not "
+                             "parameters; clip with clip_grad_norm_ (ZeRO stages 2 and 3 do not nest in a pipeline)")
+        return super().grad_squares(params)
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
         """Whether any rank found an inf or NaN in the gradients it unscaled (a collective).
@@ -562,11 +578,6 @@ class DistributedOptimizer(WrapsOptimizer):
     def _layer_state(self) -> tuple:
         """The state entries the optimizer keeps one number per layer of (NovoGrad's v), for ZeRO's shards."""
         return tuple(getattr(self.optimizer, "layer_state", ()))
-
-    def __getattr__(self, name):
-        if name == "optimizer":  # not yet set (during unpickling): avoid recursion
-            raise AttributeError(name)
-        return getattr(self.optimizer, name)
 
     def __repr__(self):
         return f"DistributedOptimizer({self.optimizer!r})"

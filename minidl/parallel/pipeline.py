@@ -40,13 +40,23 @@ sends alone would deadlock once a message is too large to buffer.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 
+from minidl.autocast_mode import get_autocast_dtype, is_autocast_enabled
 from minidl.autograd import backward as autograd_backward
+from minidl.autograd import enable_grad, no_grad
 from minidl.nn.containers import Sequential
-from minidl.nn.module import Module
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.whole_state import (
+    gather_owned_state,
+    gather_owned_weights,
+    local_state_dict,
+    owned_state,
+    parameter_layers,
+)
 from minidl.tensor import Tensor
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -169,6 +179,31 @@ def _as_tensor(x):
     return x if isinstance(x, Tensor) else Tensor(x)
 
 
+def _array(x):
+    """The array of a batch (a loader's Tensor, or an array): the pipeline slices and sends arrays."""
+    return x.data if isinstance(x, Tensor) else x
+
+
+def _as_groups(params) -> list:
+    """An optimizer's ``params`` argument (tensors, or parameter-group dicts) as a list of group dicts."""
+    groups = list(params)
+    if groups and not isinstance(groups[0], dict):
+        groups = [{"params": groups}]
+    return [{**g, "params": [g["params"]] if isinstance(g["params"], Tensor) else list(g["params"])} for g in groups]
+
+
+def _holders(model: Sequential, boundaries) -> dict:
+    """``{id(tensor): (stage, ...)}``: the stages whose layers hold each parameter and buffer of ``model``
+    (a tied one: several), in stage order."""
+    holders = {}
+    for stage in range(len(boundaries) - 1):
+        for i in range(boundaries[stage], boundaries[stage + 1]):
+            for t in list(model[i].parameters()) + list(model[i].buffers()):
+                if stage not in holders.setdefault(id(t), ()):
+                    holders[id(t)] += (stage,)
+    return holders
+
+
 def equal_boundaries(layers: int, stages: int) -> list[int]:
     """Stage s gets layers s·L/p .. (s+1)·L/p; the layer count must divide by the stages."""
     if stages < 1 or layers % stages:
@@ -219,7 +254,6 @@ def layer_costs(model: Sequential, x, repeats: int = 3, comm=None) -> list[float
     output's gradient; the median of ``repeats`` runs per layer. Measured times differ from rank to
     rank, and every rank must cut the same way: with ``comm``, rank 0's numbers are broadcast (a
     collective), so each rank's ``balanced_boundaries`` agree."""
-    from minidl.autograd import no_grad
     if not isinstance(model, Sequential):
         raise TypeError(f"layer_costs: the model must be an nn.Sequential, got {type(model).__name__}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -250,7 +284,7 @@ def _synchronize(t) -> None:
         t.xp.cuda.get_current_stream().synchronize()
 
 
-class Pipeline(Module):
+class Pipeline(ParallelModule):
     """``Pipeline(model, comm, micro_batches, schedule="1f1b", boundaries=None)``: this rank's stage of ``model``.
 
     ``model`` is an ``nn.Sequential`` built the same way on every rank; rank s
@@ -268,10 +302,22 @@ class Pipeline(Module):
     seconds (``gather_timeline()`` collects every stage's, for
     :func:`draw_timeline` and :func:`bubble_fraction`); ``peak_in_flight``
     the most micro-batches whose activations this stage held at once.
+
+    The Trainer drives it through the protocol of :mod:`minidl.parallel.protocol`, as it drives
+    the data-parallel wrappers: ``train_step`` and ``eval_step`` (``runs_own_step``), with a
+    :class:`PipelineOptimizer` for the stage's optimizer. A parameter that several stages hold
+    (a tied embedding and output layer: the same Parameter in two layers) gets the sum of its
+    stages' gradients (:meth:`sync_gradients`, over a group of those stages split from ``comm``
+    at construction, a collective: every rank builds the pipeline). Checkpoints are whole:
+    ``whole`` is the module whose parameters the layers hold (a GPT cut by
+    :func:`minidl.models.gpt.pipeline_layers`; default ``model``), and
+    :meth:`consolidated_state_dict` is its state dict, each tensor from the first stage that
+    holds it (a split layer's gathered whole over its tensor group first);
+    :meth:`load_state_dict` takes such a whole state (from any layout, or one process).
     """
 
     def __init__(self, model: Sequential, comm, micro_batches: int, schedule: str = "1f1b", boundaries=None,
-                 costs=None):
+                 costs=None, whole=None):
         super().__init__()
         if not isinstance(model, Sequential):
             raise TypeError(f"Pipeline: the model must be an nn.Sequential (its layers are cut into stages), "
@@ -302,6 +348,37 @@ class Pipeline(Module):
         self.stage = Sequential(*[model[i] for i in range(boundaries[comm.rank], boundaries[comm.rank + 1])])
         self.timeline, self.peak_in_flight = [], 0
         self._shapes = {}
+        # Not a submodule: the parameters of the other stages are not this rank's to train or move.
+        vars(self)["_whole"] = model if whole is None else whole
+        self._holders = _holders(model, boundaries)
+        self._shared = self._shared_groups()
+
+    def _shared_groups(self) -> list:
+        """(parameter, group of its holders) for each parameter of this stage that other stages hold too,
+        in the whole model's order; the groups split from ``comm`` in that order on every rank."""
+        groups, out = {}, []
+        for p in self._whole.parameters():
+            holders = self._holders.get(id(p), ())
+            if len(holders) < 2:
+                continue
+            if holders not in groups:  # a collective: every rank reaches it in the same order
+                mine = self.stage_index in holders
+                groups[holders] = self.comm if len(holders) == self.stages else \
+                    self.comm.split(0 if mine else 1, key=self.comm.rank)
+            if self.stage_index in holders:
+                out.append((p, groups[holders]))
+        return out
+
+    def saves(self, tensor) -> bool:
+        """Whether this stage is the first that holds ``tensor`` (a parameter or buffer of the model): the
+        one whose value the checkpoint keeps and whose gradient the global norm counts."""
+        holders = self._holders.get(id(tensor), ())
+        return bool(holders) and holders[0] == self.stage_index
+
+    @property
+    def whole(self):
+        """The module whose parameters the layers hold (``whole=``, default the Sequential cut into stages)."""
+        return vars(self)["_whole"]
 
     @property
     def is_first(self) -> bool:
@@ -315,9 +392,19 @@ class Pipeline(Module):
         return self.stage(x)
 
     # ------------------------------------------------------------ one training step
-    def train_step(self, x, y, loss_fn) -> float:
+    @property
+    def runs_own_step(self) -> bool:
+        return True
+
+    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
         """Forward and backward of the global batch (x, y) in micro-batches; gradients accumulate in the
-        stage's parameters. Returns the mean loss of the batch (the same number on every rank)."""
+        stage's parameters. Returns the mean loss of the batch (the same number on every rank).
+
+        The gradients are those of ``loss_scale`` times the batch's mean loss (each micro-batch's mean
+        loss over m): ``loss_scale`` = 1/k for k accumulated batches, times a loss scaler's S under
+        fp16. ``autocast()``, when given, is entered around each micro-batch's forward and loss
+        (mixed precision), never around a backward."""
+        x, y = _array(x), _array(y)
         m = self.micro_batches
         n = len(x)
         if n % m:
@@ -327,7 +414,9 @@ class Pipeline(Module):
         size = n // m
         xs = [x[k * size:(k + 1) * size] for k in range(m)]
         ys = [y[k * size:(k + 1) * size] for k in range(m)]
-        (in_shape, in_dtype), (out_shape, out_dtype) = self._message_shapes(xs[0])
+        forward_mode = autocast if autocast is not None else contextlib.nullcontext
+        with forward_mode():
+            (in_shape, in_dtype), (out_shape, out_dtype) = self._message_shapes(xs[0])
         xp = self._xp()
         inputs, outputs, losses = {}, {}, []
         held = None  # the last result, when it goes out together with the next receive
@@ -345,10 +434,12 @@ class Pipeline(Module):
             start = time.perf_counter()
             if op == "F":
                 inp = Tensor(received, requires_grad=True) if received is not None else _as_tensor(xs[k])
-                out = self.stage(inp)
-                if self.is_last:
-                    out = loss_fn(out, ys[k]) / m
-                    losses.append(out.data)  # read once, after the step: no host wait per micro-batch
+                with forward_mode():
+                    out = self.stage(inp)
+                    if self.is_last:
+                        loss = loss_fn(out, ys[k])
+                        losses.append(loss.data)  # read once, after the step: no host wait per micro-batch
+                        out = loss / m if loss_scale == 1.0 else loss * (loss_scale / m)
                 inputs[k], outputs[k] = inp, out
                 self.peak_in_flight = max(self.peak_in_flight, len(outputs))
                 result = None if self.is_last else out.data
@@ -362,9 +453,80 @@ class Pipeline(Module):
                 self.comm.send(xp.ascontiguousarray(result), self.stage_index + (1 if op == "F" else -1))
             elif after == "hold":
                 held = xp.ascontiguousarray(result)
-        total = np.array([float(sum(losses)) if self.is_last else 0.0])
+        total = np.array([sum(float(v) for v in losses) / m if self.is_last else 0.0])
         self.comm.host_allreduce_(total)
         return float(total[0])
+
+    def eval_step(self, x, y, loss_fn) -> float:
+        """The mean of ``loss_fn(outputs, y)`` over the batch (x, y), forward only, the batch whole: each
+        stage receives the activations of the one before (the first: ``x``), runs its layers and sends
+        them on; the last stage's loss is shared by an all-reduce (the same number on every rank)."""
+        x, y = _array(x), _array(y)
+        with no_grad():
+            (in_shape, in_dtype), _ = self._message_shapes(x)
+            inp = x if self.is_first else self._xp().empty(in_shape, in_dtype)
+            if not self.is_first:
+                self.comm.recv_(inp, self.stage_index - 1)
+            out = self.stage(_as_tensor(inp))
+            if self.is_last:
+                loss = float(loss_fn(out, y).data)
+            else:
+                self.comm.send(out.xp.ascontiguousarray(out.data), self.stage_index + 1)
+                loss = 0.0
+        total = np.array([loss])
+        self.comm.host_allreduce_(total)
+        return float(total[0])
+
+    # ------------------------------------------------------------ between backward and step
+    def sync_gradients(self) -> None:
+        """Sum the gradient of every parameter several stages hold over those stages (their group: the
+        first and the last stage for a tied embedding, Megatron-LM's embedding group), so each holder
+        steps with the gradient one process's backward gives it through the tie. A collective of each
+        such group; a stage that holds no shared parameter does nothing."""
+        for p, group in self._shared:
+            grad = p.grad.data.copy() if p.grad is not None else p.xp.zeros(p.shape, p.dtype)
+            group.allreduce_(grad)
+            p.grad = Tensor(grad)
+
+    # ------------------------------------------------------------ whole state (minidl.parallel.whole_state)
+    def consolidated_state_dict(self) -> dict:
+        """The whole model's state dict (``whole``'s keys, in its order), each entry from the first stage that
+        holds it, a split layer's gathered whole over its tensor group first (a collective of the pipeline
+        and of each tensor group; every rank gets it)."""
+        layers = parameter_layers(self.stage)
+        local = self._whole.state_dict()
+        mine = {}
+        for key, t in self._whole._state_items():
+            if key in local and key not in mine and self.saves(t):
+                layer = layers.get(id(t))
+                mine[key] = t.data if layer is None else layer[0].gather_whole(layer[1], t.data, f"parameter {key!r}")
+        merged = gather_owned_weights(mine, self.comm)
+        return {key: merged[key] if key in merged else value for key, value in local.items()}
+
+    def check_state_dict(self, state, strict: bool = True):
+        """What ``load_state_dict(state, strict)`` would raise or return; no change, no communication."""
+        return self._whole.check_state_dict(local_state_dict(self._whole, state), strict)
+
+    def load_state_dict(self, state, strict: bool = True):
+        """Load a whole state (as :meth:`consolidated_state_dict` or one process gives it) into ``whole``:
+        this stage takes its parameters (a split layer its slices), the others' stay unused. All or nothing."""
+        return self._whole.load_state_dict(local_state_dict(self._whole, state), strict)
+
+    @contextlib.contextmanager
+    def whole_module(self):
+        """``with pipe.whole_module() as model:`` the whole model (``whole``) holding every stage's current
+        weights, gathered (a collective: every rank enters it), to read them or run it in this process
+        (TensorBoard's histograms); a tensor-split model's forward stays a collective of its groups."""
+        self.load_state_dict(self.consolidated_state_dict())
+        yield self.whole
+
+    def stage_groups(self, params) -> list:
+        """The parameter groups of an optimizer of this stage: ``params`` (the whole model's parameters or
+        parameter groups, as one process's optimizer takes them) with only this stage's parameters, in
+        their order, each group's hyperparameters kept (a group may be left empty)."""
+        groups = _as_groups(params)
+        mine = {id(p) for p in self.stage.parameters()}
+        return [{**g, "params": [p for p in g["params"] if id(p) in mine]} for g in groups]
 
     def gather_timeline(self) -> list:
         """Every stage's timeline of the last step, times from the earliest start (a collective).
@@ -379,10 +541,14 @@ class Pipeline(Module):
         params = list(self.stage.parameters())
         return params[0].xp if params else np
 
+    def _device(self) -> str:
+        return next((p.device for p in self.stage.parameters()), "cpu").partition(":")[0]
+
     def _message_shapes(self, first_micro_batch):
         """(shape, dtype) of what this stage receives and what it sends, found once per input shape by
         passing a header (ndim, shape, dtype) down the pipe, each stage running its layers on zeros."""
-        key = (tuple(np.shape(first_micro_batch)), str(getattr(first_micro_batch, "dtype", "")))
+        mode = str(get_autocast_dtype(self._device())) if is_autocast_enabled(self._device()) else None
+        key = (tuple(np.shape(first_micro_batch)), str(getattr(first_micro_batch, "dtype", "")), mode)
         if key in self._shapes:
             return self._shapes[key]
         header = np.zeros(9, np.int64)
@@ -393,7 +559,6 @@ class Pipeline(Module):
             self.comm.recv_(header, self.stage_index - 1)
             in_shape = (tuple(int(d) for d in header[1:1 + header[0]]), np.dtype(_DTYPES[header[8]]))
             probe = self._xp().zeros(in_shape[0], in_shape[1])
-        from minidl.autograd import no_grad
         with no_grad():
             out = self.stage(Tensor(probe) if not isinstance(probe, Tensor) else probe)
         out_shape = (tuple(out.shape), np.dtype(out.dtype))
@@ -411,3 +576,112 @@ class Pipeline(Module):
         return (f"stage {self.stage_index} of {self.stages}: layers {self.boundaries[self.stage_index]}.."
                 f"{self.boundaries[self.stage_index + 1] - 1}, micro_batches={self.micro_batches}, "
                 f"schedule={self.schedule_kind}")
+
+
+class PipelineOptimizer(ParallelOptimizer):
+    """``PipelineOptimizer(optimizer, pipe, params)``: the optimizer of one stage of ``pipe``, seen whole.
+
+    ``params`` is what one process's optimizer takes over the whole model (its parameters, or its
+    parameter groups); ``optimizer`` is built over ``pipe.stage_groups(params)`` (the same groups with
+    this stage's parameters only), perhaps wrapped: a :class:`~minidl.parallel.DistributedOptimizer` for
+    data-parallel copies of the pipeline, a
+    :class:`~minidl.parallel.tensor_parallel.TensorParallelOptimizer` for stages split over tensor groups.
+    It answers the protocol of :mod:`minidl.parallel.protocol` for the pipeline:
+
+    - ``synchronize()``: the wrapped optimizer's (the replicas' all-reduce), then the shared parameters'
+      gradients summed over their stages (:meth:`Pipeline.sync_gradients`); once per step.
+    - ``clip_grad_norm_(c)``: ‖g‖² = Σ_stages Σ ‖g_p‖² over the parameters the stage saves (a shared one
+      counted on its first stage only; a split one's slices added over its tensor group by the wrapped
+      optimizer's ``grad_squares``), one all-reduce over the stages; every gradient of the stage scaled
+      by min(1, c/(‖g‖ + 1e-6)), the rule of :func:`minidl.nn.utils.clip_grad_norm_`.
+    - ``reduce_found_inf``: an overflow on any stage skips the step on every stage (fp16 loss scaling).
+    - ``consolidated_state_dict()`` / ``load_state_dict``: the state of one process's optimizer over
+      ``params``, each parameter's entry at its position there, gathered from the stages (a shared
+      parameter's from its first stage: :func:`minidl.parallel.whole_state.gather_owned_state`), and
+      cut back (:func:`~minidl.parallel.whole_state.owned_state`).
+    """
+
+    def __init__(self, optimizer, pipe: Pipeline, params):
+        if not isinstance(pipe, Pipeline):
+            raise TypeError(f"PipelineOptimizer: pipe must be a Pipeline, got {type(pipe).__name__}")
+        self.optimizer, self.pipe = optimizer, pipe
+        groups = _as_groups(params)
+        position = {id(p): i for i, p in enumerate(p for g in groups for p in g["params"])}
+        own = self._own_params()
+        missing = [i for i, p in enumerate(own) if id(p) not in position]
+        if missing:
+            raise ValueError(f"PipelineOptimizer: {len(missing)} of the stage optimizer's {len(own)} parameters are "
+                             "not among params (the whole model's); build it over pipe.stage_groups(params)")
+        if len(optimizer.param_groups) != len(groups):
+            raise ValueError(f"PipelineOptimizer: the stage optimizer has {len(optimizer.param_groups)} parameter "
+                             f"groups, params {len(groups)}; build it over pipe.stage_groups(params)")
+        self.positions = [position[id(p)] for p in own]   # each stage parameter's place in the whole optimizer
+        self.group_sizes = [len(g["params"]) for g in groups]
+        self.saved = [pipe.saves(p) for p in own]         # a shared parameter's state: from its first stage
+        self._synchronized = False
+
+    def synchronize(self) -> None:
+        if not self._synchronized:
+            super().synchronize()
+            self.pipe.sync_gradients()
+            self._synchronized = True
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+            self._synchronized = False
+        self.synchronize()
+        self.optimizer.step()
+        self._synchronized = False
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._synchronized = False
+        self.optimizer.zero_grad(set_to_none)
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        from minidl.parallel.data_parallel import scale_to_norm_
+        max_norm = float(max_norm)
+        if not max_norm > 0:
+            raise ValueError(f"PipelineOptimizer.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
+        self.synchronize()
+        total = np.array([self.grad_squares(self._own_params())])
+        self.pipe.comm.host_allreduce_(total)
+        norm = float(np.sqrt(total[0]))
+        scale_to_norm_(self._own_params(), norm, max_norm)
+        return norm
+
+    def grad_squares(self, params) -> float:
+        """Σ ‖g‖² of ``params`` this stage saves (a shared parameter on its first stage only), as the wrapped
+        optimizer adds them (over a tensor group); the sum over the stages is :meth:`clip_grad_norm_`'s."""
+        return super().grad_squares([p for p in params if self.pipe.saves(p)])
+
+    def reduce_found_inf(self, found_inf: bool) -> bool:
+        flags = np.array([1.0 if found_inf else 0.0])
+        self.pipe.comm.host_allreduce_(flags)
+        return super().reduce_found_inf(bool(flags[0] > 0))
+
+    def state_dict(self) -> dict:
+        """This stage's state, at its own positions (see :meth:`consolidated_state_dict`)."""
+        return self.optimizer.state_dict()
+
+    def consolidated_state_dict(self) -> dict:
+        return gather_owned_state(super().consolidated_state_dict(), self.positions, self.pipe.comm,
+                                  self.group_sizes, self.saved)
+
+    def _local(self, state_dict) -> dict:
+        return owned_state(state_dict, self.positions, [len(g["params"]) for g in self.optimizer.param_groups],
+                           "PipelineOptimizer.load_state_dict")
+
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        self.optimizer.check_state_dict(self._local(state_dict))
+
+    def load_state_dict(self, state_dict) -> None:
+        """Load the state of one process's optimizer over ``params`` (or :meth:`consolidated_state_dict`'s)."""
+        self.optimizer.load_state_dict(self._local(state_dict))
+
+    def __repr__(self):
+        return f"PipelineOptimizer(stage {self.pipe.stage_index} of {self.pipe.stages}: {self.optimizer!r})"

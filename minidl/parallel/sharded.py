@@ -43,14 +43,16 @@ The optimizer sees the shards: flat vectors. An elementwise optimizer (SGD,
 momentum, Adam, AdamW, RMSprop, Adagrad...) updates each entry exactly as on
 the whole model, so training equals one process. The layer-wise ones (LARS,
 LAMB, NovoGrad, RangerLARS) need each parameter's norm: a shard carries its
-:class:`ShardLayers` (which parameter each element belongs to), and
+:class:`ShardLayers` (which parameter each element belongs to: the optimizers'
+seam :class:`minidl.optim.layerwise.Layers`), and
 
     ‖x_k‖² = Σ_ranks Σ_{i in this rank's shard, of parameter k} x_i²     one all-reduce of P numbers per norm
 
-so they too give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and
-pᵀg over all the group's elements: each rank sums its pieces (``ShardLayers.dots``)
-and one all-reduce of those 2 numbers per step (``sum_over_ranks_``) gives every
-rank the group's sums, so all switch at the same step with the same rate.
+handed back to each element of parameter k, so their single-device equations
+give what one process gives. SwitchOptimizer (SWATS) sums pᵀp and pᵀg over all
+the group's elements: each rank sums its pieces (``ShardLayers.dots``) and one
+all-reduce of those 2 numbers per step (``complete_sums_``) gives every rank the
+group's sums, so all switch at the same step with the same rate.
 AdaHessian needs D = |z ⊙ Hz| of the
 whole weights, Hz summed over the ranks before the absolute value: before the
 reduce-scatter, :meth:`ShardedDataParallel.probe_gradients` takes the second
@@ -91,32 +93,38 @@ import numpy as np
 
 from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
-from minidl.backend import to_numpy, xp_of
+from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
+from minidl.optim.layerwise import Layers
 from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
 
-class ShardLayers:
-    """How a shard is cut into the unit's parameters: the layers of the layer-wise optimizers' norms.
+class ShardLayers(Layers):
+    """The layers of a shard (:class:`minidl.optim.layerwise.Layers`, the layer-wise optimizers' seam): which
+    of the unit's parameters each element of this rank's shard belongs to.
 
     ``pieces`` are (k, start, stop): elements start..stop of this rank's shard belong to the unit's
-    parameter k (a shard is a run of contiguous pieces, then the padding at the end of the unit),
-    so for each of the unit's P parameters
-        norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
-    one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm.
-    ``spread(a)`` gives each element the value a[k] of its parameter (0 on the padding); ``dots(a, b)``
-    this rank's terms of a sum over the group's elements (one per piece) and ``sum_over_ranks_`` the
-    all-reduce that completes such sums (SWATS's pᵀp and pᵀg, :mod:`minidl.optim.switch`);
-    ``ndims`` are the parameters' own ndims, on the host (LARS skips the 1-D ones); ``shape`` = (P,) is that of a
-    per-layer state (NovoGrad's v). :class:`minidl.optim.layerwise.WholeParameter` is the same
-    interface for a whole parameter: one layer.
+    parameter k (a shard is a run of contiguous pieces, then the padding at the end of the unit), so for
+    each of the unit's P parameters
+        layer_norms(x)[k] = ‖x_k‖ = √( Σ_ranks Σ_{pieces of k} x[start:stop]·x[start:stop] )
+    one all-reduce of a vector of P numbers (x's dtype) per norm; the padding enters no norm, and every
+    rank holds all P (NovoGrad's v, one number per parameter of the unit, is the same on every rank).
+    ``per_element(a)`` gives each element the value a[k] of its parameter (0 on the padding), so the
+    inherited ``norm(x)`` is each element's parameter's norm; ``ndim`` is each element's parameter's own
+    ndim (0 on the padding, which LARS then leaves alone); ``ndims`` the P ndims, on the host.
+    ``dots(a, b)`` are this rank's terms of a sum over the group's elements (one per piece) and
+    ``complete_sums_`` the all-reduce that adds a group's sums over the ranks (SWATS's pᵀp and pᵀg:
+    the same all-reduce for every shard of one communicator, so a group of them completes its sums once).
     """
 
-    def __init__(self, pieces, size: int, ndims, comm=None):
-        self.pieces, self.size, self.ndims, self.comm = pieces, size, ndims, comm
-        self.shape = (len(ndims),)
+    def __init__(self, pieces, size: int, ndims, comm=None, xp=np):
+        self.pieces, self.size, self.ndims, self.comm = pieces, size, np.asarray(ndims), comm
+        self.ndim = self.per_element(xp.asarray(self.ndims))
+        if comm is not None:  # otherwise Layers' own: the sums as they are
+            self.complete_sums_ = comm.allreduce_
 
     @classmethod
     def of(cls, unit: "FlatShard") -> "ShardLayers":
@@ -126,11 +134,11 @@ class ShardLayers:
             if start < stop:
                 pieces.append((k, start, stop))
             offset += size
-        return cls(pieces, unit.chunk, np.array([len(s) for s in unit.shapes]), unit.comm)
+        return cls(pieces, unit.chunk, [len(s) for s in unit.shapes], unit.comm, unit.xp)
 
-    def norms(self, x):
+    def layer_norms(self, x):
         xp = xp_of(x)
-        squares = xp.zeros(self.shape, x.dtype)
+        squares = xp.zeros(len(self.ndims), x.dtype)
         for k, start, stop in self.pieces:
             piece = x[start:stop]
             squares[k] = piece.dot(piece)  # as np.linalg.norm squares a whole tensor
@@ -138,7 +146,7 @@ class ShardLayers:
             self.comm.allreduce_(squares)
         return xp.sqrt(squares)
 
-    def spread(self, values):
+    def per_element(self, values):
         out = xp_of(values).zeros(self.size, values.dtype)
         for k, start, stop in self.pieces:
             out[start:stop] = values[k]
@@ -146,25 +154,19 @@ class ShardLayers:
 
     def dots(self, a, b):
         """Σ a[start:stop]·b[start:stop] of each piece: this rank's terms of a sum over the group's
-        elements (the padding in none); :meth:`sum_over_ranks_` adds the group's sums over the ranks."""
+        elements (the padding in none); :attr:`complete_sums_` adds the group's sums over the ranks."""
         return [(a[start:stop] * b[start:stop]).sum() for _, start, stop in self.pieces]
 
-    def sum_over_ranks_(self, sums):
-        """Sums over a parameter group (a host float64 array: SWATS's pᵀp and pᵀg), each rank's over its
-        pieces, added over the ranks in place: one all-reduce of those few numbers for the whole group."""
-        if self.comm is not None:
-            self.comm.allreduce_(sums)
-        return sums
-
     def local(self) -> "ShardLayers":
-        """The same layers without the all-reduce (a trial step on zeros: the state's shapes)."""
+        """The same layers without the all-reduces, on the host (a trial step on zeros: the state's shapes)."""
         return ShardLayers(self.pieces, self.size, self.ndims)
 
 
 class ShardParameter(Parameter):
-    """This rank's shard of a unit, as the optimizer sees it: a flat Parameter with its ``layers``
-    (:class:`ShardLayers`), which the layer-wise optimizers (LARS, LAMB, NovoGrad) ask for their norms
-    and SwitchOptimizer for its sums over the group."""
+    """This rank's shard of a unit, as the optimizer sees it: a flat Parameter whose ``layers``
+    (:class:`ShardLayers`, set here) say which of the unit's parameters each element belongs to, so the
+    layer-wise optimizers (LARS, LAMB, NovoGrad, RangerLARS) take each parameter's norm and ndim, and
+    SwitchOptimizer its sums over the group, as one process does."""
 
     def __init__(self, data, layers: ShardLayers):
         super().__init__(data)
@@ -348,6 +350,8 @@ class ShardedDataParallel(DataParallel):
     comparing; ``memory_report()`` measures what this rank holds.
     """
 
+    shards_gradients = True  # the optimizer sees flat shards: clipping adds their squares over the ranks
+
     def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean"):
         if stage not in (2, 3):
             raise ValueError(f"ShardedDataParallel: stage must be 2 (gradients and optimizer state sharded) or 3 "
@@ -530,94 +534,14 @@ class ShardedDataParallel(DataParallel):
         return [unit for _, unit in self.units if unit is not None]
 
     def consolidate_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
-        """An optimizer's state over the shards -> the state one process keeps per parameter (a collective).
-
-        Each array of a shard's state (Adam's m and v: one entry per element of the shard) is
-        all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
-        of the unit's parameters; an entry named in ``layer_state`` (NovoGrad's v: one number per
-        parameter of the unit, the same on every rank) gives each parameter its own, a 0-d array.
-        Positions are those of the wrapped model's ``parameters()``. Entries beside "state" and
-        "param_groups" (SwitchOptimizer's "switch": one per group, the same on every rank) are kept as they are.
-        """
-        units = self._shard_units()
-        position = {id(p): i for i, p in enumerate(self.module.parameters())}
-        groups, state = [], {}
-        for group in state_dict["param_groups"]:
-            params = [position[id(p)] for u in group["params"] for p in units[u].params]
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
-        for u, unit in enumerate(units):
-            saved = state_dict["state"].get(u, {})
-            pieces = {key: ([np.array(value[i]) for i in range(len(unit.params))] if key in layer_state
-                            else unit.split_gathered(value) if getattr(value, "shape", ()) == (unit.chunk,)
-                            else [value] * len(unit.params)) for key, value in saved.items()}
-            for i, p in enumerate(unit.params):
-                state[position[id(p)]] = {key: values[i] for key, values in pieces.items()}
-        return {**_group_wide(state_dict), "state": {pos: state[pos] for pos in sorted(state)},
-                "param_groups": groups}
+        """An optimizer's state over the shards -> the state one process keeps per parameter (a collective):
+        :func:`minidl.parallel.whole_state.consolidate_shard_state` of this model's units."""
+        return consolidate_shard_state(self._shard_units(), self.module, state_dict, layer_state)
 
     def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
-        """The per-parameter state of :meth:`consolidate_optimizer_state` -> this rank's state over the shards.
-
-        An entry named in ``layer_state`` (one 0-d array per parameter: NovoGrad's v) becomes one
-        vector of the unit's parameters' values, as the shard's optimizer keeps it. Entries beside
-        "state" and "param_groups" (SwitchOptimizer's "switch") are kept as they are.
-
-        Raises ValueError naming the parameter and both shapes when a saved array does not fit
-        the model (a checkpoint of another model, or one that is not consolidated).
-        """
-        if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
-                or not isinstance(state_dict.get("param_groups"), list):
-            raise ValueError("ShardedDataParallel: expected an optimizer state {'state': ..., 'param_groups': [...]} "
-                             f"as one process saves it, got {type(state_dict).__name__}")
-        units = self._shard_units()
-        names = {id(p): name for name, p in self.module.named_parameters()}
-        position = {id(p): i for i, p in enumerate(self.module.parameters())}
-        count = len(position)
-        saved_count = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
-        if saved_count != count:
-            raise ValueError(f"ShardedDataParallel: the optimizer state is for {saved_count} parameters, the model "
-                             f"has {count}; load a consolidated checkpoint of this model (one process saves one "
-                             "entry per parameter)")
-        saved = {int(k): v for k, v in state_dict["state"].items()}
-        state = {}
-        for u, unit in enumerate(units):
-            entries = [saved.get(position[id(p)], {}) for p in unit.params]
-            keys = set(entries[0])
-            for p, entry in zip(unit.params, entries):
-                if set(entry) != keys:
-                    raise ValueError(f"ShardedDataParallel: parameter {names[id(p)]} has optimizer state "
-                                     f"{sorted(entry)}, others of {unit.name} have {sorted(keys)}")
-            if not keys:
-                continue
-            state[u] = {}
-            for key in entries[0]:
-                values = [entry[key] for entry in entries]
-                if key in layer_state:  # one number per parameter: the unit's vector of them
-                    for p, value in zip(unit.params, values):
-                        if tuple(getattr(value, "shape", (None,))) != ():
-                            raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
-                                             f"{names[id(p)]} must be one number per parameter (a 0-d array), got "
-                                             f"{_describe(value)}; load a consolidated checkpoint of this model")
-                    state[u][key] = unit.xp.asarray(np.stack([to_numpy(np.asarray(v)) for v in values]))
-                    continue
-                if getattr(values[0], "ndim", 0) == 0:  # a number shared by the unit's parameters (a step count)
-                    state[u][key] = values[0]
-                    continue
-                for p, shape, value in zip(unit.params, unit.shapes, values):
-                    if tuple(getattr(value, "shape", ())) != shape:
-                        raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
-                                         f"{names[id(p)]} has shape {tuple(getattr(value, 'shape', ()))}, the model's "
-                                         f"parameter has shape {shape}; load a consolidated checkpoint of this model")
-                state[u][key] = unit.my_chunk(values)
-        groups = []
-        for group in state_dict["param_groups"]:
-            entry = {k: v for k, v in group.items() if k != "params"}
-            groups.append(entry)
-        if len(groups) != 1:
-            raise ValueError(f"ShardedDataParallel: the optimizer over the shards has one parameter group, the "
-                             f"state has {len(groups)}")
-        groups[0]["params"] = list(range(len(units)))
-        return {**_group_wide(state_dict), "state": state, "param_groups": groups}
+        """The per-parameter state one process keeps -> this rank's state over the shards (no communication):
+        :func:`minidl.parallel.whole_state.shard_optimizer_state` of this model's units."""
+        return shard_optimizer_state(self._shard_units(), self.module, state_dict, layer_state)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
@@ -636,7 +560,7 @@ class ShardedDataParallel(DataParallel):
 
         Elementwise optimizers run on the flat shards as they are; the layer-wise ones (LARS, LAMB,
         NovoGrad, RangerLARS) take each parameter's norm from the shards' :class:`ShardLayers`, and
-        SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``sum_over_ranks_``).
+        SwitchOptimizer its group-wide sums pᵀp and pᵀg (``dots``, ``complete_sums_``).
         One that probes the gradients' graph (AdaHessian's ``probe``: a second backward through
         the whole weights) gets it through :meth:`probe_gradients`; at stage 3 each unit then
         keeps its whole weights from its forward until the step's reduce-scatter (the second
@@ -679,14 +603,3 @@ def _new_bytes(array, seen: set) -> int:
         return 0
     seen.add(key)
     return int(base.nbytes)
-
-
-def _group_wide(state_dict: dict) -> dict:
-    """An optimizer state's entries beside its per-parameter "state" and its "param_groups" (SwitchOptimizer's
-    "switch", one per group): the same in one process and on every rank, so they pass through unchanged."""
-    return {key: value for key, value in state_dict.items() if key not in ("state", "param_groups")}
-
-
-def _describe(value) -> str:
-    shape = getattr(value, "shape", None)
-    return f"an array of shape {tuple(shape)}" if shape is not None else f"{type(value).__name__} {value!r}"

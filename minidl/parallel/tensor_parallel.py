@@ -40,6 +40,15 @@ from minidl import backend, nn
 from minidl.nn.module import Module, Parameter, WrapsModule
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.optim.wrapper import WrapsOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.whole_state import (  # noqa: F401 - the whole-state conversions, also reachable from here
+    SplitLayer,
+    consolidate_optimizer_state,
+    consolidated_state_dict,
+    local_optimizer_state,
+    local_state_dict,
+    parameter_layers,
+)
 
 
 def _group(comm):
@@ -79,7 +88,7 @@ def _own_parameter(array) -> Parameter:
     return Parameter(array.copy())  # a contiguous array of its own: the full weight can be freed
 
 
-class ColumnParallelLinear(Module):
+class ColumnParallelLinear(SplitLayer):
     """Y_r = f(X) W_rᵀ + b_r: this rank's rows of the weight, so its slice of the output features.
 
     ``ColumnParallelLinear(in_features, out_features, comm)`` draws the whole
@@ -211,7 +220,7 @@ def _check_whole_shape(layer, name, array, what):
                      "checkpoint of minidl gpt train holds one), not model.state_dict() of one rank")
 
 
-class RowParallelLinear(Module):
+class RowParallelLinear(SplitLayer):
     """Y = g(X_r W_rᵀ) + b: this rank's columns of the weight, summed over the group.
 
     The input is already split (``X_r``: this rank's ``in/N`` features, as a
@@ -387,114 +396,7 @@ def tensor_parallel_layers(model: Module):
                                                                                RowParallelLinear))]
 
 
-# ---------------------------------------------------------------- whole states: checkpoints
-# A checkpoint of a split model holds what one process would save: each split parameter whole, and
-# the optimizer's state of it (Adam's m and v, shaped like the parameter) whole too, so it loads into
-# one process or into a model split any other way. The conversions work on any array shaped like a
-# split parameter; gathering is a collective of each tensor group, slicing needs no communication.
-def parameter_layers(model: Module) -> dict:
-    """``{id(parameter): (layer, name)}`` for every parameter of the column- and row-parallel layers of
-    ``model``: the layer whose :meth:`~ColumnParallelLinear.gather_whole` and ``slice_whole`` convert arrays
-    shaped like it, and its attribute name ("weight" or "bias"). A row-parallel bias is whole on every
-    rank (both conversions copy it); every parameter not in the map is whole everywhere."""
-    return {id(getattr(layer, name)): (layer, name) for _, layer in tensor_parallel_layers(model)
-            for name in ("weight", "bias") if getattr(layer, name) is not None}
-
-
-def consolidated_state_dict(model: Module) -> dict:
-    """The state dict of the unsplit model: every split weight gathered whole (a collective of each group).
-
-    Every rank of the tensor group must call it; each gets the full arrays,
-    keyed as the plain model's state dict.
-    """
-    layers = parameter_layers(model)
-    state = dict(model.state_dict())
-    for key, p in model.named_parameters():
-        if id(p) in layers:
-            layer, name = layers[id(p)]
-            state[key] = layer.gather_whole(name, p.data, what=f"parameter {key!r}")
-    return state
-
-
-def local_state_dict(model: Module, state: dict) -> dict:
-    """A state dict of whole weights (one process's, or :func:`consolidated_state_dict`'s) -> this rank's:
-    each split parameter's slice cut as the split model holds it, every other entry as it is (no
-    communication). Raises ValueError naming the parameter, the shape got, the whole shape and this rank's
-    slice shape when a split parameter's entry is not whole (one rank's slices, saved by
-    ``model.state_dict()`` of a split model); what the module's own load checks (missing or unknown keys,
-    the other shapes) is left to it."""
-    if not isinstance(state, dict):
-        raise TypeError(f"tensor_parallel.local_state_dict: expected a state dict (name → array), got "
-                        f"{type(state).__name__}")
-    layers = parameter_layers(model)
-    out = dict(state)
-    for key, p in model.named_parameters():
-        if id(p) in layers and key in state:
-            layer, name = layers[id(p)]
-            out[key] = layer.slice_whole(name, state[key], what=f"parameter {key!r}")
-    return out
-
-
-def _optimizer_parts(state_dict, params, owner: str):
-    if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
-            or not isinstance(state_dict.get("param_groups"), list):
-        raise ValueError(f"{owner}: expected an optimizer state {{'state': {{position: ...}}, 'param_groups': "
-                         f"[...]}}, got {type(state_dict).__name__}")
-    saved = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
-    if saved != len(params):
-        raise ValueError(f"{owner}: the optimizer state is for {saved} parameters, the optimizer has "
-                         f"{len(params)}; load the state of an optimizer over the same model")
-    return state_dict["state"]
-
-
-def _convert_optimizer_state(model, state_dict, params, convert, owner):
-    entries = _optimizer_parts(state_dict, params, owner)
-    layers = parameter_layers(model)
-    names = {id(p): key for key, p in model.named_parameters()}
-    for pos in entries:
-        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < len(params):
-            raise ValueError(f"{owner}: the optimizer state has an entry at position {pos!r}; the optimizer has "
-                             f"{len(params)} parameters (positions 0 to {len(params) - 1})")
-    state = {}
-    for pos in sorted(entries):  # the same order on every rank: the gathers meet
-        entry, p = entries[pos], params[pos]
-        if id(p) not in layers or not isinstance(entry, dict):
-            state[pos] = entry
-            continue
-        layer, name = layers[id(p)]
-        what = f"parameter {names.get(id(p), f'at position {pos}')!r}"
-        state[pos] = {key: (convert(layer, name, value, f"the optimizer state {key!r} of {what}")
-                            if np.ndim(value) > 0 else value) for key, value in entry.items()}
-    return {"state": state, "param_groups": [dict(g) if isinstance(g, dict) else g for g in state_dict["param_groups"]]}
-
-
-def consolidate_optimizer_state(model: Module, state_dict: dict, params) -> dict:
-    """An optimizer's state over this rank's slices -> the state one process keeps (a collective of each
-    tensor group).
-
-    ``state_dict`` is minidl's ``{"state": {position: {...}}, "param_groups": [...]}``, the positions
-    those of ``params`` (the optimizer's parameters in order: its groups' lists one after the other; a
-    pipeline stage's, or any subset of ``model``'s). Each array of a split parameter's state (Adam's m and
-    v: shaped like the parameter) is gathered whole by its layer; numbers (a step count), the other
-    parameters' states and the groups are kept as they are. Every rank of the group must call it.
-    """
-    return _convert_optimizer_state(model, state_dict, list(params),
-                                    lambda layer, name, value, what: backend.to_numpy(
-                                        layer.gather_whole(name, layer.weight.xp.asarray(value), what)),
-                                    "tensor_parallel.consolidate_optimizer_state")
-
-
-def local_optimizer_state(model: Module, state_dict: dict, params) -> dict:
-    """The state of :func:`consolidate_optimizer_state` (or of one process's optimizer over the unsplit
-    model) -> this rank's, each array of a split parameter's state sliced as the parameter is (no
-    communication). Raises ValueError naming the parameter, the state and the shapes when an array is
-    not whole (one rank's state of a split model): checked before anything is returned."""
-    return _convert_optimizer_state(model, state_dict, list(params),
-                                    lambda layer, name, value, what: layer.slice_whole(name, value, what),
-                                    "tensor_parallel.local_optimizer_state")
-
-
-class TensorParallel(WrapsModule):
+class TensorParallel(WrapsModule, ParallelModule):
     """A model holding column- and row-parallel layers (a split GPT, or a DataParallel copy of one), seen
     whole by checkpoints.
 
@@ -504,8 +406,8 @@ class TensorParallel(WrapsModule):
     :meth:`load_state_dict` / :meth:`check_state_dict` take whole weights, from a run split any way or
     from one process, and cut this rank's slices (:func:`local_state_dict`: a state of one rank's slices
     is refused, naming the parameter and the shapes; nothing changes). The protocol of
-    :class:`~minidl.parallel.ShardedDataParallel`, so :func:`minidl.train.run_state.save_checkpoint` and
-    ``load_checkpoint`` need nothing more.
+    :mod:`minidl.parallel.protocol`, so the Trainer and :func:`minidl.train.run_state.save_checkpoint`
+    and ``load_checkpoint`` need nothing more.
     """
 
     def __init__(self, module: Module):
@@ -533,7 +435,7 @@ class TensorParallel(WrapsModule):
         return self.module.load_state_dict(local_state_dict(self.module, state), strict)
 
 
-class TensorParallelOptimizer(WrapsOptimizer):
+class TensorParallelOptimizer(ParallelOptimizer):
     """The optimizer of a :class:`TensorParallel` model, whose checkpoint state is one process's.
 
     ``step``, ``zero_grad``, the groups and the state are the wrapped optimizer's (it may itself be a
@@ -559,10 +461,23 @@ class TensorParallelOptimizer(WrapsOptimizer):
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the unsplit model's global gradient norm; returns the norm before clipping. Data-parallel
         gradients are all-reduced first (``synchronize``), so the norm is the global batch's."""
-        synchronize = getattr(self.optimizer, "synchronize", None)
-        if callable(synchronize):
-            synchronize()
+        self.synchronize()
         return clip_grad_norm_(self.model, max_norm)
+
+    def grad_squares(self, params) -> float:
+        """Σ ‖g‖² of ``params`` as the unsplit model holds them: the slices' squares added over the tensor
+        group, the whole parameters' once (:func:`unsplit_grad_squares`, a collective of the group)."""
+        return unsplit_grad_squares(params, split_parameters(self.model), self._group())
+
+    def reduce_found_inf(self, found_inf: bool) -> bool:
+        """Whether any rank of the tensor group (each unscales its own slices) or of the wrapped optimizer's
+        data group found an inf or NaN (a collective)."""
+        flags = np.array([1.0 if found_inf else 0.0])
+        self._group().host_allreduce_(flags)
+        return super().reduce_found_inf(bool(flags[0] > 0))
+
+    def _group(self):
+        return tensor_parallel_layers(self.model)[0][1].comm
 
     def _params(self) -> list:
         return [p for group in self.param_groups for p in group["params"]]
@@ -587,11 +502,6 @@ class TensorParallelOptimizer(WrapsOptimizer):
     def load_state_dict(self, state_dict) -> None:
         """Load a state as :meth:`consolidated_state_dict` gives it (whole shapes; any split saved it)."""
         self.optimizer.load_state_dict(local_optimizer_state(self.model, state_dict, self._params()))
-
-    def __getattr__(self, name):
-        if name == "optimizer":  # not yet set (during unpickling): avoid recursion
-            raise AttributeError(name)
-        return getattr(self.optimizer, name)
 
     def __repr__(self):
         return f"TensorParallelOptimizer({self.optimizer!r})"

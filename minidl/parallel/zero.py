@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.optim.wrapper import WrapsOptimizer
+from minidl.parallel.protocol import ParallelOptimizer
+from minidl.parallel.whole_state import gather_owned_state, owned_state, regrouped
 from minidl.tensor import Tensor, mark_changed
 
 
@@ -45,7 +46,7 @@ def partition_parameters(sizes, size: int) -> list[int]:
     return owner
 
 
-class ZeroRedundancyOptimizer(WrapsOptimizer):
+class ZeroRedundancyOptimizer(ParallelOptimizer):
     """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, **options)``.
 
     ``params`` is what ``optimizer_class`` takes (tensors or parameter-group
@@ -125,6 +126,28 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
             by_rank[self.owner[pos]].append(p)
         return [(by_rank, max(sum(p.numel() for p in ps) for ps in by_rank)) for by_rank in kinds.values()]
 
+    # ------------------------------------------------------------ the protocol (minidl.parallel.protocol)
+    # Each rank steps (and a loss scaler unscales) only the parameters it owns: the global norm adds the
+    # owners' squares over the ranks, and an overflow in any rank's part skips the step everywhere.
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip the owned parameters by the norm of the whole (all-reduced) gradient: its squares added over
+        the owners (a collective); returns the norm before clipping."""
+        from minidl.parallel.data_parallel import clip_spread_grad_norm_
+        return clip_spread_grad_norm_(self._own_params(), self.comm, max_norm, "DistributedOptimizer.clip_grad_norm_")
+
+    def grad_squares(self, params) -> float:
+        """Σ ‖g‖² over ``params``, each counted on the rank that owns it (an all-reduce of one number)."""
+        owned = {id(p) for p in self._own_params()}
+        squares = np.array([super().grad_squares([p for p in params if id(p) in owned])])
+        self.comm.host_allreduce_(squares)
+        return float(squares[0])
+
+    def reduce_found_inf(self, found_inf: bool) -> bool:
+        """Whether any rank found an inf or NaN in the gradients of the parameters it owns (a collective)."""
+        flags = np.array([1.0 if found_inf else 0.0])
+        self.comm.host_allreduce_(flags)
+        return bool(flags[0] > 0)
+
     # ------------------------------------------------------------ memory
     def state_bytes(self) -> int:
         """Bytes of optimizer state on this rank (arrays only)."""
@@ -153,41 +176,20 @@ class ZeroRedundancyOptimizer(WrapsOptimizer):
         """
         local = self.optimizer.state_dict()
         state = {self.local_positions[pos]: value for pos, value in local["state"].items()}
-        return {"state": state, "param_groups": self._global_groups(local["param_groups"]),
+        return {"state": state, "param_groups": regrouped(local["param_groups"], self.group_sizes),
                 "zero_rank": self.comm.rank, "zero_size": self.comm.size}
 
-    def _global_groups(self, local_groups):
-        """The local groups' hyperparameters with the full groups' parameter positions."""
-        out, position = [], 0
-        for group, n in zip(local_groups, self.group_sizes):
-            entry = {k: v for k, v in group.items() if k != "params"}
-            entry["params"] = list(range(position, position + n))
-            position += n
-            out.append(entry)
-        return out
-
     def consolidated_state_dict(self) -> dict:
-        """The full optimizer state, as the unsharded optimizer would save it (a collective)."""
-        shards = self.comm.allgather_object(self.state_dict()["state"])
-        state = {}
-        for shard in shards:
-            state.update(shard)
-        state = {pos: state[pos] for pos in sorted(state)}
-        groups = self._global_groups(self.optimizer.state_dict()["param_groups"])
-        return {"state": state, "param_groups": groups}
+        """The full optimizer state, as the unsharded optimizer would save it (a collective):
+        :func:`minidl.parallel.whole_state.gather_owned_state` of every rank's owned parameters."""
+        return gather_owned_state(self.optimizer.state_dict(), self.local_positions, self.comm, self.group_sizes)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a full (consolidated) or sharded state: each rank keeps the positions it owns."""
-        local_of = {pos: i for i, pos in enumerate(self.local_positions)}
-        state = {local_of[int(pos)]: value for pos, value in state_dict["state"].items()
-                 if int(pos) in local_of}
-        groups, position = [], 0  # local positions run on across the local groups
-        for saved, mine in zip(state_dict["param_groups"], self.optimizer.param_groups):
-            n = len(mine["params"])
-            groups.append({**{k: v for k, v in saved.items() if k != "params"},
-                           "params": list(range(position, position + n))})
-            position += n
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+        whole = {k: v for k, v in state_dict.items() if k not in ("zero_rank", "zero_size")}  # a shard's own marks
+        self.optimizer.load_state_dict(owned_state(whole, self.local_positions,
+                                                   [len(g["params"]) for g in self.optimizer.param_groups],
+                                                   "ZeroRedundancyOptimizer.load_state_dict"))
 
     def __repr__(self):
         return (f"ZeroRedundancyOptimizer({self.optimizer_class.__name__}, rank {self.comm.rank}/{self.comm.size}, "

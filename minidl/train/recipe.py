@@ -144,7 +144,7 @@ class Run:
 def build_run(settings: dict, train_set, val_set, model, *, params=None, optimizer: str | None = None,
               optimizer_options: dict | None = None, schedule=None, epochs: int | None = None,
               steps: int | None = None, device=None, comm=None, zero: int = 0, drop_last: bool = False,
-              val_batch_size: int = 512) -> Run:
+              val_batch_size: int = 512, pipeline: dict | None = None) -> Run:
     """Build a run from ``settings`` (the keys of :data:`DEFAULTS` it uses: seed, optimizer, lr,
     weight_decay, batch_size, accumulate, schedule, epochs).
 
@@ -158,15 +158,19 @@ def build_run(settings: dict, train_set, val_set, model, *, params=None, optimiz
             ``settings["schedule"]`` of :func:`make_schedule`).
         epochs, steps: the schedule spans ``steps`` optimizer steps, or ``epochs`` epochs of the
             training loader (default ``settings["epochs"]``).
-        device: where the model goes (default: where it was built); ``comm``: a communicator for data
-            parallelism (model, optimizer and loader wrapped by :func:`minidl.parallel.prepare_data_parallel`).
-        zero: with ``comm``, the ZeRO stage: 0 plain data parallelism; 1 the optimizer state sharded
+        device: where the model goes (default: where it was built).
+        comm: the run's parallel layout: a :class:`~minidl.parallel.layout.Layout` (data × pipeline ×
+            tensor groups: :func:`minidl.parallel.layout`), or a communicator for data parallelism over
+            it; model, optimizer and loader are wrapped by :func:`minidl.parallel.prepare`.
+        zero: with a data group, the ZeRO stage: 0 plain data parallelism; 1 the optimizer state sharded
             (:class:`~minidl.parallel.ZeroRedundancyOptimizer`); 2 the gradients too, 3 the parameters too
             (:class:`~minidl.parallel.ShardedDataParallel`, whose optimizer sees flat shards: no ``params``).
+        pipeline: with a pipeline group, how the model is cut: ``layers`` (model → ``nn.Sequential``),
+            ``boundaries``, ``micro_batches`` and ``schedule`` as :func:`minidl.parallel.prepare` takes them.
         drop_last: drop the last short training batch; ``val_batch_size``: the validation loader's batch.
 
     Raises ValueError for an unknown optimizer or schedule, a ZeRO stage other than 0 to 3 or without
-    ``comm``, or an optimizer a ZeRO stage cannot shard, before anything is trained.
+    a data group, or an optimizer a ZeRO stage cannot shard, before anything is trained.
     """
     from minidl.data import DataLoader
     from minidl.train.trainer import seed_everything
@@ -187,20 +191,11 @@ def build_run(settings: dict, train_set, val_set, model, *, params=None, optimiz
     name = optimizer or s["optimizer"]
     lr = resolve_lr(name, s.get("lr"))
     cls, options = _optimizer_and_options(name, lr, s.get("weight_decay", 0.0), optimizer_options or {})
-    if zero >= 2:  # the optimizer updates this rank's shard of the flat parameters
-        from minidl import parallel
-        net = parallel.ShardedDataParallel(net, comm, stage=zero)
-    wanted = params(net) if params is not None else net.parameters()
-    if zero == 1:  # each rank keeps the state of the whole parameters it owns
-        from minidl import parallel
-        opt = parallel.ZeroRedundancyOptimizer(wanted, cls, comm, **options)
-    else:
-        opt = cls(wanted, **options)
     train_loader = DataLoader(train_set, batch_size=int(s["batch_size"]), shuffle=True, drop_last=drop_last,
                               seed=s["seed"])
-    if comm is not None:
-        from minidl import parallel
-        net, opt, train_loader = parallel.prepare_data_parallel(net, opt, train_loader, comm)
+    from minidl.parallel.layout import prepare
+    net, opt, train_loader = prepare(net, cls, train_loader, comm, params=params, zero=zero, **(pipeline or {}),
+                                     **options)
     val_loader = DataLoader(val_set, batch_size=val_batch_size) if val_set is not None else None
     if steps is None:
         steps = math.ceil(len(train_loader) / int(s.get("accumulate", 1))) * int(epochs or s["epochs"])

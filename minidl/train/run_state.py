@@ -42,6 +42,7 @@ import random
 import numpy as np
 
 from minidl import backend
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.serialization import load, save, short_repr
 
 FORMAT = "minidl.training-checkpoint"
@@ -149,8 +150,9 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, tr
     Any argument but ``path`` and ``model`` may be None. ``trainer_state`` and
     ``extra`` are nestings of dicts, lists, tuples, numbers, strings and arrays.
 
-    A model or optimizer whose state is spread over the ranks of a sharded run
-    (ZeRO) has a ``consolidated_state_dict()``: the state one process would
+    A model or optimizer whose state is spread over the ranks of a parallel run
+    (a wrapper of :mod:`minidl.parallel.protocol`: ZeRO, tensor or pipeline
+    parallel) has a ``consolidated_state_dict()``: the state one process would
     save, gathered by a collective. It is used instead of ``state_dict()``, so
     every rank must call this function; ranks other than 0 pass ``write=False``
     (they take part in the gathering and write nothing). ``model`` and
@@ -172,12 +174,14 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, loader=None, tr
 
 
 def consolidated_state(obj) -> dict:
-    """``obj.consolidated_state_dict()`` (a collective of a sharded run) where it has one, else ``obj.state_dict()``;
-    a dict is a state already gathered (a pipeline gathers its stages' parts itself) and is taken as it is."""
+    """The state one process would save: ``obj.consolidated_state_dict()`` for a parallel scheme's wrapper
+    (:mod:`minidl.parallel.protocol`: a collective), else ``obj.state_dict()``; a dict is a state already
+    gathered and is taken as it is."""
     if isinstance(obj, dict):
         return obj
-    consolidate = getattr(obj, "consolidated_state_dict", None)
-    return consolidate() if callable(consolidate) else obj.state_dict()
+    if isinstance(obj, (ParallelModule, ParallelOptimizer)):
+        return obj.consolidated_state_dict()
+    return obj.state_dict()
 
 
 def _has_state(obj) -> bool:

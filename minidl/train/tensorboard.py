@@ -36,6 +36,7 @@ import numpy as np
 
 from minidl import backend
 from minidl.autograd import grad, no_grad
+from minidl.parallel.protocol import ParallelModule
 from minidl.tensor import Tensor
 from minidl.train.callbacks import Callback
 
@@ -146,13 +147,13 @@ def histogram_values(trainer, batch=None, kinds=_KINDS, compute: bool = True) ->
 
     Tags ``weights/<parameter>`` (each of ``kinds`` present), then, when ``batch`` is given,
     ``activations/<layer>`` and ``gradients/<parameter>`` of :func:`probe_layers` on it.
-    A model with ``whole_module()`` (ZeRO stage 2 or 3) is read through it: the whole weights,
+    A parallel wrapper (:class:`~minidl.parallel.protocol.ParallelModule`) is read through its
+    ``whole_module()`` (ZeRO stage 2 or 3 gathers there): the whole weights,
     the probe run on the whole module in this process. At stage 3 that gathers from every rank
     (a collective): every rank calls this, and ``compute=False`` takes part and returns [].
     """
     model = trainer.model
-    whole = getattr(model, "whole_module", None)
-    with (whole() if callable(whole) else contextlib.nullcontext(model)) as module:
+    with (model.whole_module() if isinstance(model, ParallelModule) else contextlib.nullcontext(model)) as module:
         if not compute:
             return []
         named = list(module.named_parameters())

@@ -34,6 +34,7 @@ tests/train/test_device_sync_budget.py holds an MLP and a CNN to this.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -43,6 +44,7 @@ import numpy as np
 from minidl import amp as mixed
 from minidl import backend
 from minidl.autograd import no_grad
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.serialization import is_number, short_repr
 from minidl.tensor import Tensor
 from minidl.train import run_state
@@ -70,14 +72,19 @@ class Trainer:
 
     Args:
         model: a Module. Moved to ``device`` when one is given; batches (Tensors
-            from the loader, or arrays) are moved to the model's device. A model
-            with a ``sum_over_replicas(values)`` method (``parallel.DataParallel``,
-            also inside a wrapper's ``module``) is one replica of a data-parallel
-            job: each record's training loss and accuracy are summed over the
-            replicas first, so they are the global batch's, as one process logs
-            them (a collective at every record; the per-step curve stays this rank's).
+            from the loader, or arrays) are moved to the model's device. A parallel
+            scheme's wrapper (a :class:`~minidl.parallel.protocol.ParallelModule`, also
+            inside a plain wrapper's ``module``) is driven through the protocol of
+            :mod:`minidl.parallel.protocol`: each record's training loss and accuracy
+            are summed over its replicas first, so they are the global batch's, as one
+            process logs them (a collective at every record; the per-step curve stays
+            this rank's); a pipeline runs each batch through its own ``train_step``
+            (micro-batches from stage to stage) and validates through ``eval_step``
+            (the loss only: its outputs are on its last stage).
         optimizer: anything with ``step()``, ``zero_grad()`` and ``param_groups``
-            (``state_dict()``/``load_state_dict()`` for checkpoints).
+            (``state_dict()``/``load_state_dict()`` for checkpoints). A
+            :class:`~minidl.parallel.protocol.ParallelOptimizer` synchronizes the
+            gradients before clipping and clips to the whole model's norm.
         train_loader, val_loader: iterables of ``(x, y)`` batches; a
             ``DataLoader`` also resumes mid-epoch from a checkpoint.
         loss_fn: ``loss_fn(outputs, targets)`` returning a scalar Tensor;
@@ -172,6 +179,32 @@ class Trainer:
         self.log_every = int(log_every)
         self._unread = []        # steps whose numbers are still on the GPU: (step, lr, micro-batches, norm)
         self._micro = []         # this step's micro-batches so far: (loss, samples, correct or None)
+        self._bind_protocol(model, optimizer)
+
+    def _bind_protocol(self, model, optimizer) -> None:
+        """The methods of minidl.parallel.protocol this loop calls, looked up once (None: the plain step)."""
+        wrapper = model
+        while wrapper is not None and not isinstance(wrapper, ParallelModule):
+            wrapper = getattr(wrapper, "module", None)  # a plain wrapper around a parallel one
+        parallel_opt = optimizer if isinstance(optimizer, ParallelOptimizer) else None
+        self._synchronize = parallel_opt.synchronize if parallel_opt is not None else None
+        self._global_clip = parallel_opt.clip_grad_norm_ if parallel_opt is not None else None
+        self._probe = optimizer.probe if parallel_opt is None and callable(getattr(optimizer, "probe", None)) \
+            else None  # AdaHessian's Hessian probe (a wrapper probes inside synchronize)
+        self._sum_over_replicas = wrapper.sum_over_replicas if wrapper is not None else None
+        own = wrapper is not None and wrapper.runs_own_step
+        self._train_step = wrapper.train_step if own else None
+        self._eval_step = wrapper.eval_step if own else None
+        if own and self.create_graph:
+            raise ValueError(f"Trainer: {type(optimizer).__name__} differentiates the gradients again (create_graph), "
+                             f"which needs one graph through the whole model; {type(wrapper).__name__} runs "
+                             "backward stage by stage and keeps no graph of the gradients; use an optimizer "
+                             "of first derivatives (AdamW, SGD...)")
+        self._train_loss = functools.partial(self._loss, smoothing=self.label_smoothing)
+        self._val_loss = functools.partial(self._loss, smoothing=0.0)
+        device = next((p.device for p in model.parameters()), "cpu")
+        self._autocast = functools.partial(mixed.autocast, device.partition(":")[0], dtype=self.amp) \
+            if self.amp is not None else None
 
     # ------------------------------------------------------------ the loop
     @property
@@ -264,6 +297,14 @@ class Trainer:
 
     def _micro_batch(self, batch, k: int) -> None:
         x, y = self._to_device(batch)
+        if self._train_step is not None:  # a pipeline: forward and backward inside, micro-batch by micro-batch
+            scale = self.scaler.get_scale() * (1.0 / k) if (k > 1 or self.scaler.is_enabled()) else 1.0
+            value = self._train_step(x, y, self._train_loss, loss_scale=scale, autocast=self._autocast)
+            if not math.isfinite(value):  # a number on the host already: stop before the update
+                self._stop_non_finite("loss", value)
+            self._batches_in_epoch += 1
+            self._micro.append((value, len(y), None))
+            return
         with mixed.autocast(self.device.partition(":")[0], dtype=self.amp, enabled=self.amp is not None):
             out = self.model(x)
             loss = self._loss(out, y, smoothing=self.label_smoothing)
@@ -281,15 +322,14 @@ class Trainer:
         self._micro.append((value, len(y), correct))
 
     def _optimizer_step(self, micro_batches: int) -> None:
-        synchronize = getattr(self.optimizer, "synchronize", None)
-        if callable(synchronize):  # data parallel: all-reduce first, so clipping sees the global gradient
-            synchronize()
-        elif callable(getattr(self.optimizer, "probe", None)):
+        if self._synchronize is not None:  # parallel: one gradient for the batch first, so clipping sees it
+            self._synchronize()
+        elif self._probe is not None:
             # AdaHessian: D from the gradients' graph now, before a rescale, the scaler's unscale or a clip
             # replaces them with new arrays (as PyTorch's in-place changes leave its graph unaware of them;
             # data parallelism probes inside synchronize, before the all-reduce)
-            self.optimizer.probe([p for g in self._param_groups() for p in g["params"]
-                                  if p.grad is not None and p.requires_grad])
+            self._probe([p for g in self._param_groups() for p in g["params"]
+                         if p.grad is not None and p.requires_grad])
         params = [p for g in self._param_groups() for p in g["params"] if p.grad is not None]
         if micro_batches < self.accumulation_steps:
             # Gradients were scaled by 1/k; a shorter last group of m micro-batches needs k/m more.
@@ -303,9 +343,8 @@ class Trainer:
             clip_grad_value_(params, self.max_grad_value)
         norm = None
         if self.max_grad_norm is not None:
-            clip = getattr(self.optimizer, "clip_grad_norm_", None)
-            if callable(clip):  # data parallel: the global gradient's norm, its pieces perhaps on other ranks
-                norm = clip(self.max_grad_norm)
+            if self._global_clip is not None:  # parallel: the whole gradient's norm, its pieces perhaps elsewhere
+                norm = self._global_clip(self.max_grad_norm)
             else:
                 from minidl.optim import clip_grad_norm_
                 norm = clip_grad_norm_(params, self.max_grad_norm).data
@@ -426,13 +465,9 @@ class Trainer:
 
     def _over_replicas(self, sums: list) -> list:
         """``sums`` added over the replicas of a data-parallel model (see the class docstring), else as they are."""
-        model = self.model
-        while model is not None:
-            reduce = getattr(model, "sum_over_replicas", None)
-            if callable(reduce):
-                return [float(v) for v in reduce(np.array(sums, dtype=np.float64))]
-            model = getattr(model, "module", None)
-        return sums
+        if self._sum_over_replicas is None:
+            return sums
+        return [float(v) for v in self._sum_over_replicas(np.array(sums, dtype=np.float64))]
 
     def _epoch_progress(self) -> float:
         """Completed epochs plus the fraction of the current one (from the loader's position)."""
@@ -458,9 +493,12 @@ class Trainer:
             with no_grad():
                 for batch in loader:
                     x, y = self._to_device(batch)
-                    out = self.model(x)
-                    losses.append((self._loss(out, y, smoothing=0.0).data, len(y)))  # read once, at the end
                     count += len(y)
+                    if self._eval_step is not None:  # a pipeline: the loss from its last stage, shared
+                        losses.append((np.asarray(self._eval_step(x, y, self._val_loss)), len(y)))
+                        continue
+                    out = self.model(x)
+                    losses.append((self._val_loss(out, y).data, len(y)))  # read once, at the end
                     if self.metrics and is_classification(y, out):
                         outputs.append(backend.to_numpy(out.data))
                         targets.append(backend.to_numpy(y.data))
@@ -479,6 +517,10 @@ class Trainer:
 
     def predict(self, loader) -> np.ndarray:
         """The model's outputs for every batch of ``loader`` (eval mode, NumPy, concatenated)."""
+        if self._eval_step is not None:
+            raise ValueError(f"Trainer.predict: {type(self.model).__name__} runs its own steps, and its outputs "
+                             "exist on its last stage only; save the run and predict with the whole model in "
+                             "one process (the checkpoint holds its whole weights)")
         was_training = self.model.training
         self.model.eval()
         try:

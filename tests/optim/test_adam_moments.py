@@ -1,8 +1,9 @@
 """One moment function for the Adam family, and every member's step bit for bit against its equations in NumPy.
 
-Adam, AdamW, AMSGrad, NAdam, RAdam, LAMB and AdaHessian share ``adam_moments``
-(m ← β₁m + (1 − β₁)g, v ← β₂v + (1 − β₂)g²) and ``bias_corrected``
-(m̂ = m/(1 − β₁ᵗ)). The transcriptions below write each optimizer's equations as
+Adam, AdamW and AMSGrad write the book's lines out in ``adam_update``; NAdam,
+RAdam, LAMB and AdaHessian share its pieces ``adam_moments`` (m ← β₁m + (1 − β₁)g,
+v ← β₂v + (1 − β₂)g²) and ``bias_corrected`` (m̂ = m/(1 − β₁ᵗ)). The
+transcriptions below write each optimizer's equations as
 whole-array NumPy expressions in float32, with the floating-point operations
 the update performs (a bias correction is a multiply by 1/(1 − βᵗ); (1 − β₂)·(g²),
 not ((1 − β₂)·g)·g), so every rounding is the same and the results must be

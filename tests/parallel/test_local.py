@@ -203,7 +203,7 @@ def test_overlap_in_a_world_of_one_gives_the_same_gradients_and_starts_buckets_i
     # buckets of 100 B in reverse order: [2.bias], [2.weight], [0.bias], [0.weight]; the last Linear's two
     # are final after its backward, the first's only at the last node: they start at the sync
     assert overlapped.last_sync["buckets"] == 4 and overlapped.last_sync["started_in_backward"] == 2
-    assert autograd._hooks == ()  # the gradient hook is gone after the sync
+    assert autograd.function_hooks.active == ()  # the gradient hook is gone after the sync
 
 
 def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without_sync():
@@ -215,7 +215,7 @@ def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without
         dp.sync_gradients(num_samples=4)
     cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()  # its hook opened during backward
     dp(mdl.tensor(x))                                            # a new forward first closes it
-    assert autograd._hooks == ()
+    assert autograd.function_hooks.active == ()
 
 
 @pytest.mark.parametrize("how", ["plain", "overlap", "zero"])

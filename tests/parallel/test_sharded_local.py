@@ -260,10 +260,14 @@ def test_the_shards_norms_are_the_parameters_norms_and_spread_back_over_their_el
     for shard, arrays in zip(sharded.parameters(), groups):
         layers = shard.layers
         want = np.array([np.sqrt((a ** 2).sum()) for a in arrays])
-        np.testing.assert_allclose(layers.norms(shard.data), want, rtol=1e-14)
-        assert layers.shape == (len(arrays),) and list(layers.ndims) == [a.ndim for a in arrays]
-        spread = layers.spread(np.arange(1.0, len(arrays) + 1))
-        np.testing.assert_array_equal(spread, np.repeat(np.arange(1.0, len(arrays) + 1), [a.size for a in arrays]))
+        np.testing.assert_allclose(layers.layer_norms(shard.data), want, rtol=1e-14)
+        assert layers.layer_norms(shard.data).shape == (len(arrays),)
+        assert list(layers.ndims) == [a.ndim for a in arrays]
+        sizes = [a.size for a in arrays]
+        np.testing.assert_array_equal(layers.ndim, np.repeat([a.ndim for a in arrays], sizes))
+        spread = layers.per_element(np.arange(1.0, len(arrays) + 1))
+        np.testing.assert_array_equal(spread, np.repeat(np.arange(1.0, len(arrays) + 1), sizes))
+        np.testing.assert_allclose(layers.norm(shard.data), np.repeat(want, sizes), rtol=1e-14)  # per element
 
 
 class _SecondOfTwo(parallel.LocalComm):
@@ -282,8 +286,9 @@ def test_the_padding_enters_no_norm_and_takes_no_value():
     np.testing.assert_array_equal(x[:7], np.concatenate([weight.data.ravel()[8:], bias.data]))
     x[7] = 1e6  # whatever the padding holds, it must not count
     want = [np.sqrt((weight.data.ravel()[8:] ** 2).sum()), np.sqrt((bias.data ** 2).sum())]
-    np.testing.assert_allclose(unit.shard.layers.norms(x), want, rtol=1e-14)
-    np.testing.assert_array_equal(unit.shard.layers.spread(np.array([2.0, 3.0])), [2, 2, 2, 2, 3, 3, 3, 0])
+    np.testing.assert_allclose(unit.shard.layers.layer_norms(x), want, rtol=1e-14)
+    np.testing.assert_array_equal(unit.shard.layers.per_element(np.array([2.0, 3.0])), [2, 2, 2, 2, 3, 3, 3, 0])
+    np.testing.assert_array_equal(unit.shard.layers.ndim, [2, 2, 2, 2, 1, 1, 1, 0])  # LARS leaves the padding alone
 
 
 LAYERWISE = {
@@ -315,7 +320,8 @@ def test_a_world_of_one_trains_with_a_layerwise_optimizer_as_the_plain_model(sta
 
 def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
     """What the shard's layers fix: one LAMB step over the stage-2 shard equals the plain step of each
-    parameter with them, and misses it by far with one norm over the whole shard (so the tests can fail)."""
+    parameter with their norm, and misses it by far with one norm over the whole shard (so the tests can fail)."""
+    from minidl.optim import layerwise
     from minidl.optim.layerwise import lamb_update
     rng = np.random.default_rng(4)
     model = make_sequential()
@@ -330,10 +336,10 @@ def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
         want.append(w.ravel())
     want = np.concatenate(want)
     g = np.concatenate([g.ravel() for g in grads])
-    for layers, close in ((shard.layers, True), (None, False)):
+    for norm, close in ((shard.layers.norm, True), (layerwise.norm, False)):
         w = shard.data.copy()
         lamb_update(w, g, np.zeros_like(w), np.zeros_like(w), t=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
-                    weight_decay=0.01, layers=layers)
+                    weight_decay=0.01, norm=norm)
         if close:
             np.testing.assert_allclose(w, want, rtol=0, atol=1e-14)
         else:
@@ -382,7 +388,7 @@ def test_a_world_of_one_switches_from_adam_to_sgd_as_the_plain_model(stage):
 
 def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
     """``dots`` over rank 1's shard of a unit of 15 elements on 2 ranks: one term per piece, Σ aᵢbᵢ of its
-    parameter's elements, whatever the padding holds; ``sum_over_ranks_`` all-reduces the group's sums in
+    parameter's elements, whatever the padding holds; ``complete_sums_`` all-reduces the group's sums in
     place (16 bytes for two float64 numbers). A group mixing shards with whole parameters is refused."""
     from minidl.optim.layerwise import WholeParameter
     from minidl.parallel.sharded import FlatShard
@@ -397,8 +403,8 @@ def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
     assert WholeParameter(1).dots(a, b)[0] == (a * b).sum()
     sums = np.array([1.0, 2.0])
     comm.reset_traffic()
-    assert unit.shard.layers.sum_over_ranks_(sums) is sums and comm.traffic == {"allreduce": 16}
-    assert WholeParameter(1).sum_over_ranks_(sums) is sums
+    assert unit.shard.layers.complete_sums_(sums) is sums and comm.traffic == {"allreduce": 16}
+    assert WholeParameter(1).complete_sums_(sums) is sums
     extra = nn.Parameter(np.ones(3))
     extra.grad, unit.shard.grad = nn.Parameter(np.ones(3)), nn.Parameter(np.ones(8))
     opt = optim.SwitchOptimizer([unit.shard, extra])

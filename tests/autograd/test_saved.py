@@ -231,3 +231,141 @@ def test_a_pytorch_style_function_reading_its_saved_result_works_under_the_hooks
     gc.collect()
     loss.backward()
     np.testing.assert_allclose(x.grad.numpy(), np.exp(x.numpy()), rtol=1e-15)
+
+
+# ---------------------------------------------------------------- what each node declares it saves
+class _MaskedScale(autograd.Function):
+    """y = x · m, m = [x > 0] drawn in forward and declared; a second array kept but not declared."""
+    saved_inputs = ()
+    saved_arrays = ("mask",)
+
+    def forward(self, x):
+        self.mask = (x > 0).astype(x.dtype)
+        self.note = np.zeros(3)  # not declared: the hooks do not see it, and it stays on the node
+        return x * self.mask
+
+    def backward(self, gy):
+        return gy * mdl.tensor(self.mask)
+
+
+def test_a_functions_declared_arrays_are_packed_let_go_and_given_back():
+    x = _leaf((3, 4), 1)
+    log = []
+    with _copying_hooks(log):
+        y = _MaskedScale()(x)
+        node = y.creator
+        assert isinstance(node.mask, np.ndarray)  # still there after the call: its caller may read it
+        loss = y.sum()  # the next recorded op lets it go (Sum saves nothing)
+        assert node.mask is None
+    assert log == [(3, 4)]  # the mask, and nothing else: no input is saved, the undeclared array unseen
+    assert isinstance(node.note, np.ndarray)
+    loss.backward(retain_graph=True)
+    assert node.mask is None  # given back for the backward only
+    loss.backward()  # and given back again
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * (x.numpy() > 0).astype(np.float64))
+
+
+def test_only_declared_names_are_handed_out_or_put_back():
+    node = _MaskedScale()
+    assert node.saved_array_values() == {}  # nothing stored yet
+    node.forward(np.array([1.0, -1.0]))
+    assert list(node.saved_array_values()) == ["mask"]
+    with pytest.raises(ValueError, match=r"_MaskedScale.set_saved_arrays: 'note' is not one of its "
+                                         r"saved_arrays \('mask',\); declare it there"):
+        node.set_saved_arrays({"note": None})
+    node.set_saved_arrays({"mask": None})
+    assert node.mask is None and node.saved_array_values() == {}
+
+
+class _Census(autograd.FunctionHook):
+    """Counting identity hooks (pack files the Tensor under a ticket, unpack hands it back), and the
+    nodes recorded inside the block: forward ops, and the ops a recorded backward calls."""
+
+    def __init__(self):
+        self.nodes, self.tickets, self.unpacked = [], [], []
+        self.hooks = autograd.saved_tensors_hooks(self.pack, self.unpack)
+
+    def pack(self, t):
+        self.tickets.append(t)
+        return len(self.tickets) - 1
+
+    def unpack(self, ticket):
+        self.unpacked.append(ticket)
+        return self.tickets[ticket]
+
+    def forward_postprocess(self, function, inputs, outputs):
+        first = outputs[0] if isinstance(outputs, tuple) else outputs
+        if first is not None and first.creator is function:
+            self.nodes.append(function)
+
+    def __enter__(self):
+        super().__enter__()
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)  # the packed arrays are let go here
+        self.left = self.undeclared_arrays()  # before a walk releases the nodes
+        return super().__exit__(*exc)
+
+    def assert_each_unpacked_at_most_once(self):
+        """Once for a node the walk ran; never for one it did not reach (a branch cut by detach)."""
+        assert len(set(self.unpacked)) == len(self.unpacked)
+        assert set(self.unpacked) <= set(range(len(self.tickets)))
+
+    def undeclared_arrays(self) -> list:
+        """'Class.name' for each array a recorded node holds: once the block has ended, every array a
+        node declares in saved_arrays was packed and let go, so what is left was not declared."""
+        return sorted({f"{type(node).__name__}.{name}" for node in self.nodes for name, value in vars(node).items()
+                       if isinstance(value, np.ndarray)})
+
+
+def _first_and_second_order(fn, inputs, record_hooks=None, backward_hooks=None):
+    """Gradients of fn's outputs (against fixed random cotangents), then of Σ g·w (fixed random w)
+    for those that depend on the inputs. ``record_hooks`` surround the forward pass,
+    ``backward_hooks`` the first backward (which records the gradient ops, create_graph=True)."""
+    from minidl.tensor import Tensor
+    wrt = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    mdl.manual_seed(3)  # the same random draws in every run
+    with record_hooks or contextlib.nullcontext():
+        outputs = fn(*inputs)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    rng = np.random.default_rng(1)
+    vs = [Tensor(rng.standard_normal(o.shape)) for o in outputs]
+    with backward_hooks or contextlib.nullcontext():
+        firsts = mdl.grad(outputs, wrt, grad_outputs=vs, create_graph=record_hooks is None, allow_unused=True)
+    terms = [(g * Tensor(rng.standard_normal(g.shape))).sum() for g in firsts if g is not None and g.requires_grad]
+    seconds = mdl.grad(terms, wrt, allow_unused=True) if terms else []
+    return [None if g is None else g.numpy() for g in list(firsts) + list(seconds)]
+
+
+_CASES = __import__("minidl.op_cases", fromlist=["cases"]).cases()
+
+
+@pytest.mark.parametrize("name,fn,inputs", _CASES, ids=[case[0] for case in _CASES])
+def test_census_every_array_a_node_keeps_is_declared_and_round_trips(name, fn, inputs):
+    """Each op of minidl.op_cases recorded under counting identity hooks, then each gradient op its
+    backward records (create_graph=True) under them too: no node keeps an array under a name it
+    did not declare in ``saved_arrays`` (the hooks never see such an array), no packed value is
+    unpacked twice, and the gradients, first and second order, are the plain run's to the last
+    bit: every declared array went through the hooks and came back for its backward."""
+    plain = _first_and_second_order(fn, inputs)
+
+    forward = _Census()
+    hooked = _first_and_second_order(fn, inputs, record_hooks=forward)
+    assert forward.nodes  # the case recorded its ops
+    assert forward.left == []
+    forward.assert_each_unpacked_at_most_once()
+    assert bool(forward.unpacked) == bool(forward.tickets)
+
+    backward = _Census()
+    second = _first_and_second_order(fn, inputs, backward_hooks=backward)
+    assert backward.left == []
+    backward.assert_each_unpacked_at_most_once()
+
+    assert len(second) == len(plain)  # a packed forward refuses create_graph: `hooked` is first order only
+    for reference in (hooked, second):
+        for p, h in zip(plain, reference):
+            assert (p is None) == (h is None)
+            if p is not None:
+                np.testing.assert_array_equal(h, p)
