@@ -107,7 +107,7 @@ class Case:
 
 
 def resolve(name: str):
-    """The object a qualified name such as ``minidl.autograd._topological_order`` names."""
+    """The object a qualified name such as ``minidl.autograd.walk.topological_order`` names."""
     import importlib
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):

@@ -1,8 +1,8 @@
 """Assignment 3 (the backward walk): wrong solutions as students write them."""
 from tests.course.mistakes import Mistake
 
-ORDER = "minidl.autograd._topological_order"
-PENDING, LEAF = "minidl.autograd._add_pending", "minidl.autograd._accumulate_leaf"
+ORDER = "minidl.autograd.walk.topological_order"
+PENDING, LEAF = "minidl.autograd.walk._add_pending", "minidl.autograd.walk._accumulate_leaf"
 TANH_GRAD = "minidl.ops.activation.TanhGrad.backward"
 
 _PENDING = """

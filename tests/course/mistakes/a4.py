@@ -5,7 +5,7 @@ OPTIM = "minidl.optim"
 SGD = f"{OPTIM}.sgd.sgd_update"
 ADAGRAD, RMSPROP, ADADELTA = (f"{OPTIM}.adaptive.adagrad_update", f"{OPTIM}.adaptive.rmsprop_update",
                               f"{OPTIM}.adaptive.adadelta_update")
-ADAM, DECAY = f"{OPTIM}.adam.adam_direction", f"{OPTIM}.regularization.decay_weights_"
+ADAM, DECAY = f"{OPTIM}.adam.adam_update", f"{OPTIM}.regularization.decay_weights_"
 LARS, LAMB = f"{OPTIM}.layerwise.lars_update", f"{OPTIM}.layerwise.lamb_update"
 
 _SGD = """
@@ -55,35 +55,45 @@ w {sign}= lr * delta
 """
 
 _ADAM = """
-xp = xp_of(g)
-adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=xp.empty_like(g))
+xp = xp_of(w)
+if decoupled:
+    decay_weights_(w, lr, weight_decay)
+else:
+    g = l2_gradient(g, w, weight_decay)
+m *= beta1
+m += (1 - beta1) * g
+v *= beta2
+v += (1 - beta2) * g * g
 if v_max is not None:
-    xp.maximum(v_max, v, out=v_max)
-    v = v_max
+    v = xp.maximum(v_max, v, out=v_max)
 {hats}
-return m_hat / (xp.sqrt(v_hat) + eps)
+step = lr * m_hat / (xp.sqrt(v_hat) + eps)
+w -= step
+return step
 """
 
 _LARS = """
-layers = WholeParameter(w.ndim) if layers is None else layers
-decay = weight_decay
+xp = xp_of(w)
 if adapt is False{adapt_1d}:
     local, decay = 1.0, 0.0
 else:
-    w_norm, g_norm = layers.norms(w), layers.norms(g)
-    ratio = trust_coefficient * {ratio}
-    local = xp_of(w).where((w_norm > 0) & (g_norm > 0), ratio, 1)
+    w_norm, g_norm = norm(w), norm(g)
+    local = trust_coefficient * {ratio}
+    local = xp.where((w_norm > 0) & (g_norm > 0), local, 1)
+    decay = weight_decay
 b *= momentum
-b += layers.spread(lr * local) * (g + decay * w)
+b += lr * local * (g + decay * w)
 w -= b
 """
 
 _LAMB = """
-layers = WholeParameter(w.ndim) if layers is None else layers
-{direction}
+xp = xp_of(w)
+adam_moments(g, m, v, beta1=beta1, beta2=beta2, tmp=xp.empty_like(w))
+m_hat, v_hat = bias_corrected(m, beta1, t), bias_corrected(v, beta2, t)
+r = m_hat / (xp.sqrt(v_hat) + eps)
 u = r + weight_decay * w if weight_decay else r
 trust = {trust}
-w -= layers.spread(lr * trust) * u
+w -= lr * trust * u
 """
 
 MISTAKES = [
@@ -115,7 +125,7 @@ delta = xp.sqrt(u + eps) / xp.sqrt(v + eps) * g
 u *= rho
 u += (1 - rho) * delta * delta""", sign="+")}, ("sign",)),
     Mistake("4.4", "the corrections with t + 1", {ADAM: _ADAM.format(
-        hats="m_hat = bias_corrected(m, beta1, t + 1)\nv_hat = bias_corrected(v, beta2, t + 1)")},
+        hats="m_hat = m / (1 - beta1 ** (t + 1))\nv_hat = v / (1 - beta2 ** (t + 1))")},
         ("bias correction t off by one",)),
     Mistake("4.4", "no bias correction", {ADAM: _ADAM.format(hats="m_hat, v_hat = m, v")},
             ("missing bias correction",)),
@@ -131,10 +141,6 @@ return w
     Mistake("4.5", "LARS adapts biases too", {LARS: _LARS.format(
         adapt_1d=" and False", ratio="trust_ratio(w_norm, g_norm + weight_decay * w_norm)")},
         ("1-D layers adapted",), public_passes=True),
-    Mistake("4.5", "LAMB's trust ratio from the Adam direction alone", {LAMB: _LAMB.format(
-        direction="r = adam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps)",
-        trust="trust_ratio(layers.norms(w), layers.norms(r))")}, ("missing term",), public_passes=True),
-    Mistake("4.5", "LAMB's trust ratio upside down", {LAMB: _LAMB.format(
-        direction="r = adam_direction(g, m, v, t=t, beta1=beta1, beta2=beta2, eps=eps)",
-        trust="trust_ratio(layers.norms(u), layers.norms(w))")}, ("trust ratio inverted",)),
+    Mistake("4.5", "LAMB's trust ratio from the Adam direction alone", {LAMB: _LAMB.format(trust="trust_ratio(norm(w), norm(r))")}, ("missing term",), public_passes=True),
+    Mistake("4.5", "LAMB's trust ratio upside down", {LAMB: _LAMB.format(trust="trust_ratio(norm(u), norm(w))")}, ("trust ratio inverted",)),
 ]
