@@ -141,6 +141,8 @@ return w
     Mistake("4.5", "LARS adapts biases too", {LARS: _LARS.format(
         adapt_1d=" and False", ratio="trust_ratio(w_norm, g_norm + weight_decay * w_norm)")},
         ("1-D layers adapted",), public_passes=True),
-    Mistake("4.5", "LAMB's trust ratio from the Adam direction alone", {LAMB: _LAMB.format(trust="trust_ratio(norm(w), norm(r))")}, ("missing term",), public_passes=True),
-    Mistake("4.5", "LAMB's trust ratio upside down", {LAMB: _LAMB.format(trust="trust_ratio(norm(u), norm(w))")}, ("trust ratio inverted",)),
+    Mistake("4.5", "LAMB's trust ratio from the Adam direction alone",
+            {LAMB: _LAMB.format(trust="trust_ratio(norm(w), norm(r))")}, ("missing term",), public_passes=True),
+    Mistake("4.5", "LAMB's trust ratio upside down", {LAMB: _LAMB.format(trust="trust_ratio(norm(u), norm(w))")},
+            ("trust ratio inverted",)),
 ]
