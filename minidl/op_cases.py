@@ -67,6 +67,9 @@ def cases(seed: int = 0):
         ("neg", F.neg, [t(3)]),
         ("pow", F.pow, [t(3, 4, positive=True), t(4)]),
         ("pow_scalar", lambda x: F.pow(x, 3), [t(3, 4)]),
+        ("pow_scalar_square_root", lambda x: x ** 0.5, [t(3, 4, positive=True)]),
+        ("pow_scalar_reciprocal_square_root", lambda x: x ** -0.5, [t(3, 4, positive=True)]),
+        ("pow_scalar_fourth_and_minus_second", lambda x: x ** 4.0 + x ** -2, [t(3, 4, positive=True)]),
         ("exp", F.exp, [t(3, 4)]),
         ("log", F.log, [t(3, 4, positive=True)]),
         ("sqrt", F.sqrt, [t(3, 4, positive=True)]),
@@ -165,7 +168,7 @@ def _gradient_op_cases(rng, t, targets):
     from minidl.ops.activation import GELUGrad, LogSoftmaxGrad, ReLUGrad, SigmoidGrad, SoftmaxGrad, TanhGrad
     from minidl.ops.conv import Col2Im
     from minidl.ops.linalg import LinearGradData, LinearGradWeight
-    from minidl.ops.loss import CrossEntropyGrad
+    from minidl.ops.loss import CrossEntropyGrad, SmoothL1LossGrad
     from minidl.ops.norm import Normalize, NormalizeGrad
     from minidl.ops.pool import MaxPool2d, MaxPoolGather, MaxPoolScatter
     from minidl.ops.shape import GetItemGrad
@@ -201,6 +204,11 @@ def _gradient_op_cases(rng, t, targets):
         ("linear_grad_weight", lambda gy, x: LinearGradWeight()(gy, x), [t(2, 5, 3), t(2, 5, 4)]),
         ("linear_grad_weight_one_row", lambda gy, x: LinearGradWeight()(gy, x), [t(1, 3), t(1, 4)]),
         ("cross_entropy_grad", cross_entropy_grad, [t(5, 4), t(5)]),
+        ("smooth_l1_loss_grad", lambda x, y, gy: SmoothL1LossGrad(0.8, 1.0, "mean")(x, y, gy),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01),
+          Tensor(np.array(0.7), requires_grad=True)]),
+        ("huber_loss_grad_none", lambda x, y, gy: SmoothL1LossGrad(0.9, 0.9, "none")(x, y, gy),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01), t(3, 4)]),
         ("normalize_grad", normalize_grad, [t(3, 4), t(3, 4)]),
         ("normalize_grad_two_axes", lambda x, gy: normalize_grad(x, gy, (0, 2)), [t(2, 3, 4), t(2, 3, 4)]),
         ("getitem_grad", lambda gy: GetItemGrad((np.array([0, 2, 0]), slice(1, 3)), (3, 4))(gy), [t(3, 2)]),
@@ -532,6 +540,12 @@ def _loss_and_attention_cases(rng, t):
          [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
         ("huber_loss", lambda x, y: F.huber_loss(x, y, delta=0.7, weight=np.linspace(0.5, 1.5, 12).reshape(3, 4)),
          [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
+        ("smooth_l1_loss_sum", lambda x, y: F.smooth_l1_loss(x, y, reduction="sum", beta=1.4),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
+        ("huber_loss_none", lambda x, y: F.huber_loss(x, y, reduction="none", delta=0.9),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
+        ("huber_loss_mean", lambda x, y: F.huber_loss(x, y, delta=1.4),
+         [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01)]),
         ("normalize", lambda x: F.normalize(x, dim=1), [t(3, 4)]),
         ("normalize_p3", lambda x: F.normalize(x, p=3, dim=0), [_away_from_kinks(rng, 3, 4)]),
         ("normalize_p_negative", lambda x: F.normalize(x, p=-1.5, dim=1), [_away_from_kinks(rng, 3, 4)]),
@@ -648,6 +662,9 @@ NOT_ANALYTIC = {
     "pairwise_distance_inf": "the ∞-norm of the difference " + _ABS,
     "smooth_l1_loss": "|x − y| picks the branch and enters the value: " + _ABS,
     "huber_loss": "|x − y| picks the branch and enters the value: " + _ABS,
+    "smooth_l1_loss_sum": "|x − y| picks the branch and enters the value: " + _ABS,
+    "huber_loss_none": "|x − y| picks the branch and enters the value: " + _ABS,
+    "huber_loss_mean": "|x − y| picks the branch and enters the value: " + _ABS,
     "norm_nuc": "the sum of singular values: NumPy's complex SVD is of the Hermitian kind (real singular "
                 "values of A Aᴴ), not the analytic continuation of the real SVD",
     "svd": "NumPy's complex SVD factors with the conjugate transpose (A = U S Vᴴ): not the analytic "
@@ -685,7 +702,7 @@ PIECEWISE_ANALYTIC = frozenset({
     "hardtanh", "hardtanh_bounds", "hardswish", "hardsigmoid", "prelu", "prelu_one_slope", "max_pool1d",
     "max_pool2d_dilation_ceil", "max_pool2d_ceil_wide_kernel", "adaptive_max_pool1d", "adaptive_max_pool2d",
     "adaptive_max_pool2d_equal_bins", "max_pool3d", "fake_quantize", "fake_quantize_uint8",
-    "fake_quantize_per_channel",
+    "fake_quantize_per_channel", "smooth_l1_loss_grad", "huber_loss_grad_none",
 })
 
 

@@ -23,7 +23,7 @@ PACKAGE = ROOT / "minidl"
 # Lowest first. A module belongs to the longest prefix listed; it may import its own layer and lower ones.
 LAYERS = [
     # arrays and devices; hook registries; PyTorch's paths that hand on outside packages
-    ["minidl.backend", "minidl.hooks", "minidl.backends", "minidl.utils.tensorboard"],
+    ["minidl.backend", "minidl.array_kernels", "minidl.hooks", "minidl.backends", "minidl.utils.tensorboard"],
     ["minidl.tensor"],  # imports minidl.autograd: the one circle allowed (ALLOWED_CYCLE)
     ["minidl.autograd"],
     ["minidl.autocast_mode"],  # the precision mode the ops read; imports no op

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl.backend import xp_of
 from minidl.tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "count_parameters", "freeze", "remove_normalization",
@@ -49,7 +50,8 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
     """Scale all gradients together so that their joint norm is at most ``max_norm``.
 
     total = ‖(g₁, g₂, …)‖ over every gradient (the p-norm of ``norm_type``; ``inf``: max |g|);
-    g ← g · min(1, max_norm / (total + 1e-6)), PyTorch's rule.
+    g ← g · min(1, max_norm / (total + 1e-6)), PyTorch's rule. For the usual 2-norm each
+    ‖gᵢ‖² is one dot product in gᵢ's dtype and the sum of them is taken in float64.
     Returns the total norm before clipping, as a 0-d Tensor (``float(...)`` gives the number).
     A non-finite total raises RuntimeError when ``error_if_nonfinite``. New gradient Tensors are
     assigned (``p.grad = ...``); the old buffers are never written, since one may be shared with
@@ -65,7 +67,9 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
     xp = params[0].grad.xp
     grads = [p.grad.data for p in params]
     if norm_type == float("inf"):
-        total = xp.max(xp.stack([xp.abs(g).max() for g in grads]).astype(np.float64))
+        total = xp.max(xp.stack([_largest_magnitude(g) for g in grads]).astype(np.float64))
+    elif norm_type == 2.0:
+        total = xp.sqrt(xp.stack([_squared_norm(g) for g in grads]).astype(np.float64).sum())
     else:
         total = sum((xp.abs(g.astype(np.float64)) ** norm_type).sum() for g in grads) ** (1.0 / norm_type)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
@@ -75,6 +79,22 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
     for p, g in zip(params, grads):
         p.grad = Tensor(g * scale.astype(g.dtype))
     return Tensor(xp.asarray(total, dtype=grads[0].dtype))
+
+
+def _squared_norm(g):
+    """‖g‖² as one dot product of g with itself in g's own dtype (BLAS's sdot for float32: no float64
+    copy, no square array); 16-bit gradients are summed in float32, as a GPU accumulates them."""
+    flat = g.reshape(-1)
+    if flat.dtype.itemsize == 2:
+        flat = flat.astype(np.float32)
+    return flat @ flat
+
+
+def _largest_magnitude(g):
+    """max |g| from the largest and the smallest entry (two reads, no |g| array); NaN propagates."""
+    if g.dtype.kind == "c" or g.size == 0:
+        return xp_of(g).abs(g).max()
+    return xp_of(g).maximum(g.max(), -g.min())
 
 
 def clip_grad_value_(params, clip_value: float, foreach=None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from minidl import autograd, backend
+from minidl import array_kernels, autograd, backend
 from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
@@ -338,6 +338,10 @@ def hardswish(x, inplace=False):
     return _result("hardswish", x, x * Hardtanh(0.0, 6.0)(x + 3) / 6, inplace)
 
 
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_GELU_K = 0.044715  # the tanh form's cubic coefficient (Hendrycks & Gimpel 2016)
+
+
 class GELU(Function):
     """Gaussian error linear unit, y = x Φ(x).
 
@@ -345,8 +349,10 @@ class GELU(Function):
     tanh:   Φ(x) ≈ ½(1 + tanh(u)), u = √(2/π)(x + 0.044715x³),
             dy/dx = ½(1 + t) + ½x(1 − t²) √(2/π)(1 + 3·0.044715x²)
 
-    Forward keeps Φ(x) for the backward: an erf costs NumPy (SciPy) about ten times an exp,
-    so computing it once per step instead of twice is worth one more activation-sized array.
+    Forward keeps Φ(x) (``cdf``) for the backward: an erf costs about as much as the rest of
+    the op, so computing it once per step instead of twice is worth one more activation-sized
+    array. Forward and the gradient op each fill one new buffer in place (NumPy cannot fuse
+    a formula into one pass; this keeps every pass in cache and allocates once).
     """
     saved_arrays = ("cdf",)
 
@@ -387,12 +393,25 @@ class GELUGrad(Function):
         self.approximate, self.cdf = approximate, cdf
 
     def forward(self, x):
-        xp = xp_of(x)
         cdf = _gelu_cdf(x, self.approximate) if self.cdf is None else self.cdf
-        if self.approximate == "tanh":
-            c = math.sqrt(2 / math.pi)  # ½(1 − t²) = 2Φ(1 − Φ), with t = tanh(u) = 2Φ − 1
-            return cdf + 2 * x * cdf * (1 - cdf) * c * (1 + 3 * 0.044715 * x * x)
-        return cdf + x * xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        xp = xp_of(x)
+        z = xp.empty_like(x)  # each result is written into a new array (for a 0-d x, x * x is a scalar)
+        if self.approximate == "tanh":  # ½(1 − t²) = 2Φ(1 − Φ), with t = tanh(u) = 2Φ − 1
+            xp.subtract(1, cdf, out=z)
+            z *= cdf
+            z *= x
+            slope = xp.multiply(x, x, out=xp.empty_like(x))  # u′ = √(2/π)(1 + 3·0.044715x²), doubled
+            slope *= 2 * _SQRT_2_OVER_PI * 3 * _GELU_K
+            slope += 2 * _SQRT_2_OVER_PI
+            z *= slope
+        else:  # x φ(x) = x e^(−x²/2) / √(2π)
+            xp.multiply(x, x, out=z)
+            z *= -0.5
+            xp.exp(z, out=z)
+            z *= x
+            z *= 1 / math.sqrt(2 * math.pi)
+        z += cdf
+        return z
 
     def backward(self, gz):
         return gz * self.second_derivative()
@@ -401,7 +420,7 @@ class GELUGrad(Function):
         """d²gelu/dx² at this op's x, in Tensor ops (see the class docstring)."""
         x = self.inputs[0]
         if self.approximate == "tanh":
-            c, k = math.sqrt(2 / math.pi), 0.044715
+            c, k = _SQRT_2_OVER_PI, _GELU_K
             t = tanh(c * (x + k * x * x * x))
             sech2 = 1 - t * t
             du = c * (1 + 3 * k * x * x)
@@ -416,10 +435,20 @@ class GELUGrad(Function):
 
 
 def _gelu_cdf(x, approximate):
-    xp = xp_of(x)
+    """Φ(x) on arrays, one new buffer changed in place (x³ as x·x·x, never a general power):
+    tanh: ½(1 + tanh(u)), u = x(√(2/π) + √(2/π)·0.044715·x²);  exact: ½(1 + erf(x/√2))."""
     if approximate == "tanh":
-        return 0.5 * (1 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    return 0.5 * (1 + backend.erf(x / math.sqrt(2)))
+        xp = xp_of(x)
+        u = xp.multiply(x, x, out=xp.empty_like(x))  # a new array, also for a 0-d x
+        u *= _SQRT_2_OVER_PI * _GELU_K
+        u += _SQRT_2_OVER_PI
+        u *= x
+        xp.tanh(u, out=u)
+    else:
+        u = backend.erf(x * (1 / math.sqrt(2)))
+    u += 1
+    u *= 0.5
+    return u
 
 
 class Softmax(Function):
@@ -431,9 +460,9 @@ class Softmax(Function):
 
     def forward(self, x):
         _check_axis("softmax", x, self.axis)
-        xp = xp_of(x)
-        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
-        e /= e.sum(axis=self.axis, keepdims=True)
+        e = x - x.max(axis=self.axis, keepdims=True)  # the one new array: exp and the division in place
+        xp_of(x).exp(e, out=e)
+        e /= _sum_along(e, self.axis)
         return e
 
     def backward(self, gy):
@@ -468,7 +497,9 @@ class SoftmaxGrad(Function):
         self.axis = axis
 
     def forward(self, y, gy):
-        return y * (gy - (gy * y).sum(axis=self.axis, keepdims=True))
+        z = gy - _dot_along(gy, y, self.axis)
+        z *= y
+        return z
 
     def backward(self, gz):
         y, gy = self.inputs
@@ -501,7 +532,9 @@ class LogSoftmax(Function):
         _check_axis("log_softmax", x, self.axis)
         shifted = x - _finite_max(x, self.axis)
         xp = xp_of(x)
-        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
+        total = _sum_along(xp.exp(shifted), self.axis)
+        shifted -= xp.log(total)
+        return shifted
 
     def backward(self, gy):
         return LogSoftmaxGrad(self.axis)(self.output(), gy)
@@ -527,7 +560,10 @@ class LogSoftmaxGrad(Function):
         self.axis = axis
 
     def forward(self, y, gy):
-        return gy - xp_of(y).exp(y) * gy.sum(axis=self.axis, keepdims=True)
+        z = xp_of(y).exp(y)
+        z *= _sum_along(gy, self.axis)
+        xp_of(y).subtract(gy, z, out=z)
+        return z
 
     def backward(self, gz):
         y, gy = self.inputs
@@ -584,6 +620,20 @@ def _finite_max(x, axis):
     xp = xp_of(x)
     m = x.max(axis=axis, keepdims=True)
     return xp.where(xp.isfinite(m), m, 0)
+
+
+def _sum_along(x, axis):
+    """x summed along one axis, keepdims; the last axis of short rows by one einsum (minidl.array_kernels)."""
+    if axis == -1 or axis == x.ndim - 1:
+        return array_kernels.sum_trailing(x, 1)
+    return x.sum(axis=axis, keepdims=True)
+
+
+def _dot_along(a, b, axis):
+    """Σ a·b along one axis, keepdims, without the a·b temporary for short last-axis rows."""
+    if axis == -1 or axis == a.ndim - 1:
+        return array_kernels.dot_trailing(a, b, 1)
+    return (a * b).sum(axis=axis, keepdims=True)
 
 
 def _logsumexp(x, axis):

@@ -167,19 +167,66 @@ class Pow(Binary):
         return _spread(tangent_sum(*terms), self.output().shape)
 
 
+# Exponents computed as products, as PyTorch's CPU pow does: NumPy's general float32 pow takes
+# 8.3 ms for x ** 3.0 on 131k elements where x·x·x takes 0.034 ms (makemore's GELU spent half its
+# step there). Integers up to 4 by multiplication, ±½ by a square root, negatives as 1 / x^|c|.
+SMALL_POWERS = frozenset({0, 1, 2, 3, 4, 0.5, -0.5, -1, -2, -3, -4})
+
+
+def power_array(x, c):
+    """``x ** c`` on an array for a Python number ``c``, small exponents as products, a square
+    root and a reciprocal (within 3 ulps of the exact power; a complex one within 5):
+
+        x² = x·x,  x³ = x·x·x,  x⁴ = (x·x)²,  x^½ = √x,  x^(−c) = 1 / x^c.
+
+    These are PyTorch's routes for 2, 3, ½, −½, −1 and −2, so the special values are its own
+    (√(−0) = −0 where ``pow`` gives +0); an integer power's special values are ``pow``'s. x⁰ is
+    1 everywhere, NaN included. Floating and complex dtypes take this path, float16 and
+    bfloat16 computed in float32 and rounded once (as PyTorch does: an x⁴ or a 1/x² would under-
+    or overflow in 16 bits on the way), integer arrays for exponents 0 to 4 (the integers
+    ``pow`` gives); any other exponent or dtype is ``x ** c`` itself. The dtype is x's.
+    """
+    dtype = x.dtype
+    if type(c) not in (int, float) or c not in SMALL_POWERS:
+        return x ** c
+    floating = dtype.kind in "fc" or (dtype.kind == "V" and dtype.name == "bfloat16")
+    if not floating and not (dtype.kind in "iu" and type(c) is int and c >= 0):
+        return x ** c
+    xp = _xp(x)
+    if floating and dtype.itemsize == 2:
+        return power_array(x.astype(np.float32), c).astype(dtype)
+    magnitude = -c if c < 0 else c
+    whole = int(magnitude)
+    if magnitude == 0:
+        return xp.ones_like(x)
+    if whole == 0:  # each first result lands in a new array (for a 0-d x, x * x would be a scalar)
+        y = xp.sqrt(x, out=xp.empty_like(x))
+    else:
+        y = xp.multiply(x, x, out=xp.empty_like(x)) if whole >= 2 else x.copy()
+        if whole == 3:
+            y *= x
+        elif whole == 4:
+            y *= y
+    if c < 0:
+        xp.divide(dtype.type(1), y, out=y)
+    return y
+
+
 class PowScalar(Function):
     """y = x ** c for a constant c;  dx = dy · c · x^(c−1), and dx = 0 for c = 0.
 
     c = 0 gives 0 everywhere, also at x = 0 where c · x^(c−1) would be 0 · ∞ (PyTorch's
     convention: x⁰ = 1 does not depend on x). At x = 0 the other exponents give what the
     formula gives, as in PyTorch: 0 for c > 1, 1 for c = 1, +∞ for 0 < c < 1, ±∞ for c < 0.
+    Small c (the forward's, and so the gradient's x^(c−1)) are computed as products, √x and
+    1/x: see :func:`power_array`.
     """
 
     def __init__(self, c):
         self.c = c
 
     def forward(self, x):
-        return x ** self.c
+        return power_array(x, self.c)
 
     def backward(self, gy):
         x = self.inputs[0]

@@ -30,7 +30,7 @@ from minidl.ops.shape import Transpose, broadcast_to, reshape, sum_to, swap_last
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("matmul", "norm")
+TENSOR_METHODS = ("matmul", "mm", "norm")
 
 
 class MatMul(Function):
@@ -72,6 +72,15 @@ class MatMul(Function):
 def matmul(a, b):
     """NumPy's a @ b with gradients; arrays are taken as constants."""
     return MatMul()(as_tensor(a), as_tensor(b))
+
+
+def mm(a, b):
+    """PyTorch's ``mm``: the product of two matrices (2-D each; :func:`matmul` for batches or vectors)."""
+    a, b = as_tensor(a), as_tensor(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"mm: both operands must be matrices (2-D), got shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}; use matmul (or @) for batched or 1-D operands")
+    return matmul(a, b)
 
 
 def _as_rows(a):

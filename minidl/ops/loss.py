@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl import backend
+from minidl import array_kernels, backend
 from minidl.autocast_mode import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.activation import SoftmaxGrad, log_softmax, softmax, softplus
-from minidl.ops.elementwise import exp, log, maximum, where
+from minidl.ops.elementwise import clamp, exp, log, maximum, where
 from minidl.ops.reduction import mean
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import GetItem, reshape, transpose
@@ -165,13 +165,16 @@ class CrossEntropy(Function):
     def forward(self, x):
         xp = xp_of(x)
         # Shift by the row maximum before the log-sum-exp: e^(·) ≤ 1, so logits of ±1000
-        # stay finite, and subtracting the shift first keeps float32 exact there.
-        shifted = x - x.max(axis=1, keepdims=True)
-        log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        # stay finite, and subtracting the shift first keeps float32 exact there. One exp:
+        # the probabilities are e / Σe, the log-probabilities shifted − ln Σe (in place).
+        log_probs = x - x.max(axis=1, keepdims=True)
         self.probs = xp.exp(log_probs)
+        total = array_kernels.sum_trailing(self.probs, 1)
+        self.probs /= total
+        log_probs -= xp.log(total)
         # where A is 0 the term is 0, even for a logit masked to −inf (0 · −inf would be NaN)
         used = xp.where(self.coefficients == 0, 0, log_probs)
-        return -(self.coefficients * used).sum(axis=1)
+        return -array_kernels.dot_trailing(self.coefficients, used, 1)[:, 0]
 
     def backward(self, gy):
         return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
@@ -196,7 +199,10 @@ class CrossEntropyGrad(Function):
         self.totals = coefficients.sum(axis=1, keepdims=True)
 
     def forward(self, x, gy):
-        return gy.reshape(-1, 1) * (self.probs * self.totals - self.coefficients)
+        z = self.probs * self.totals
+        z -= self.coefficients
+        z *= gy.reshape(-1, 1)
+        return z
 
     def backward(self, gz):
         x, gy = self.inputs
@@ -398,31 +404,130 @@ def l1_loss(input, target, *, reduction="mean", weight=None) -> Tensor:  # noqa:
     return _weighted_reduce("l1_loss", losses, weight, input, reduction)
 
 
+class SmoothL1Loss(Function):
+    """ℓ = s · h(d) per element, summed, averaged or kept ("none"), for d = x − t, with
+    h(d) = ½d²/β where |d| < β, else |d| − ½β (β > 0) and a scale s;
+    dx = dℓ · s · clip(d/β, −1, 1) / n,  dt = −dx   (a SmoothL1LossGrad; n = the count for "mean", else 1).
+
+    smooth_l1_loss is s = 1; huber_loss is β = δ, s = δ (ℓ = ½d² inside, δ(|d| − ½δ) outside).
+    One op for the whole loss: forward keeps d, and the reduction is part of it, so a
+    regression step records one node for its loss instead of seven and a mean.
+    """
+    saved_arrays = ("diff",)
+
+    def __init__(self, beta, scale, reduction):
+        self.beta, self.scale, self.reduction = beta, scale, reduction
+
+    def forward(self, x, t):
+        xp = xp_of(x)
+        self.diff = d = x - t
+        magnitude = xp.abs(d)
+        inside = magnitude < self.beta
+        losses = xp.where(inside, d * d * (0.5 / self.beta), magnitude - 0.5 * self.beta)
+        if self.scale != 1:
+            losses *= self.scale
+        if self.reduction == "none":
+            return losses
+        total = backend.sum(losses)
+        return total / losses.size if self.reduction == "mean" else total
+
+    def backward(self, gy):
+        x, t = self.inputs
+        gx = SmoothL1LossGrad(self.beta, self.scale, self.reduction, self.diff)(x, t, gy)
+        return gx if x.requires_grad else None, -gx if t.requires_grad else None
+
+    def jvp(self, dx, dt):
+        """ℓ̇ = Σ s · clip(d/β, −1, 1) · (ẋ − ṫ) / n (elementwise for "none")."""
+        x, t = self.inputs
+        per_element = _difference_tangent(dx, dt) * _smooth_l1_slope(x, t, self)
+        if self.reduction == "none":
+            return per_element
+        total = reduce_sum(per_element)
+        return total / per_element.data.size if self.reduction == "mean" else total
+
+
+def _difference_tangent(dx, dt):
+    """The tangent of x − t from those of x and t (None: a zero tangent)."""
+    return dx if dt is None else (-dt if dx is None else dx - dt)
+
+
+def _smooth_l1_slope(x, t, op):
+    """s · clip((x − t)/β, −1, 1) as Tensor ops (differentiable: 1/β inside, 0 outside)."""
+    return clamp((x - t) * (op.scale / op.beta), -op.scale, op.scale)
+
+
+class SmoothL1LossGrad(Function):
+    """SmoothL1Loss's gradient as an op of (x, t, dℓ):  z = dℓ · s · clip(d/β, −1, 1) / n,  d = x − t;
+    dx = dz · dℓ · s · [|d| < β] / (β n),  dt = −dx,  d(dℓ) = Σ dz · s · clip(d/β, −1, 1) / n
+    (the sum over every element for "mean" and "sum"; elementwise for "none").
+    ``diff`` is d as the loss's forward computed it, for this same x and t.
+    """
+    saved_arrays = ("diff",)
+
+    def __init__(self, beta, scale, reduction, diff=None):
+        self.beta, self.scale, self.reduction, self.diff = beta, scale, reduction, diff
+
+    def forward(self, x, t, gy):
+        xp = xp_of(x)
+        d = x - t if self.diff is None else self.diff
+        z = xp.multiply(d, self.scale / self.beta, out=xp.empty_like(d))  # a new array, also for a 0-d d
+        xp.clip(z, -self.scale, self.scale, out=z)
+        z *= gy
+        if self.reduction == "mean":
+            z /= d.size
+        return z
+
+    def backward(self, gz):
+        x, t, gy = self.inputs
+        count = x.data.size if self.reduction == "mean" else 1
+        gx = None
+        if x.requires_grad or t.requires_grad:
+            inside = Tensor((xp_of(x.data).abs(x.data - t.data) < self.beta).astype(gz.dtype))
+            gx = gz * gy * inside * (self.scale / (self.beta * count))
+        ggy = None
+        if gy.requires_grad:
+            terms = gz * _smooth_l1_slope(x, t, self)
+            ggy = terms / count if self.reduction == "none" else reduce_sum(terms) / count
+        return (gx if x.requires_grad else None, -gx if t.requires_grad else None, ggy)
+
+    def jvp(self, dx, dt, dgy):
+        """ż = ḋℓ · s · clip(d/β, −1, 1) / n + dℓ · s · [|d| < β] (ẋ − ṫ) / (β n)."""
+        x, t, gy = self.inputs
+        count = x.data.size if self.reduction == "mean" else 1
+        terms = []
+        if dgy is not None:
+            terms.append(dgy * _smooth_l1_slope(x, t, self) / count)
+        if dx is not None or dt is not None:
+            dd = _difference_tangent(dx, dt)
+            inside = Tensor((xp_of(x.data).abs(x.data - t.data) < self.beta).astype(dd.dtype))
+            terms.append(dd * gy * inside * (self.scale / (self.beta * count)))
+        return tangent_sum(*terms)
+
+
 @autocast_to("float32")
 def smooth_l1_loss(input, target, *, reduction="mean", beta=1.0) -> Tensor:  # noqa: A002
     """ℓ = ½d²/β where |d| < β, else |d| − ½β, with d = input − target;  d input = clip(d/β, −1, 1).
 
     Quadratic near 0 and linear beyond β, so a few large errors do not dominate;
-    β = 0 is l1_loss (as PyTorch).
+    β = 0 is l1_loss (as PyTorch). One op (:class:`SmoothL1Loss`), reduction included.
     """
     op = "smooth_l1_loss"
     _check_reduction(op, reduction)
     if beta < 0:
         raise ValueError(f"{op}: beta must be non-negative, got {beta!r}")
     input = as_tensor(input)
-    d = input - _same_shape_target(op, input, target)
+    target = _same_shape_target(op, input, target)
     if beta == 0:
-        return _reduce(abs(d), reduction)
-    losses = where(abs(d.data) < beta, d * d * (0.5 / beta), abs(d) - 0.5 * beta)
-    return _reduce(losses, reduction)
+        return _reduce(abs(input - target), reduction)
+    return SmoothL1Loss(float(beta), 1.0, reduction)(input, target)
 
 
 @autocast_to("float32")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tensor:  # noqa: A002
     """ℓ = ½d² where |d| < δ, else δ·(|d| − ½δ), with d = input − target;  d input = clip(d, −δ, δ).
 
-    δ = ``delta`` > 0. Equals δ · smooth_l1_loss with β = δ. ``weight`` (the
-    input's shape) weighs each element; "mean" still divides by the count, as
+    δ = ``delta`` > 0. Equals δ · smooth_l1_loss with β = δ: the same op, :class:`SmoothL1Loss`.
+    ``weight`` (the input's shape) weighs each element; "mean" still divides by the count, as
     PyTorch's huber_loss does (its mse_loss and l1_loss divide by Σ w).
     """
     op = "huber_loss"
@@ -430,8 +535,10 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None) -> Tenso
     if not delta > 0:
         raise ValueError(f"{op}: delta must be positive, got {delta!r}")
     input = as_tensor(input)
-    d = input - _same_shape_target(op, input, target)
-    losses = where(abs(d.data) < delta, d * d * 0.5, (abs(d) - 0.5 * delta) * delta)
+    target = _same_shape_target(op, input, target)
+    if weight is None:
+        return SmoothL1Loss(float(delta), float(delta), reduction)(input, target)
+    losses = SmoothL1Loss(float(delta), float(delta), "none")(input, target)
     return _weighted_reduce(op, losses, weight, input, reduction, mean_over_weights=False)
 
 

@@ -436,13 +436,9 @@ class Erfc(Function):
     """
 
     def forward(self, x):
-        if _xp(x) is np:
-            try:
-                from scipy.special import erfc as scipy_erfc
-            except ImportError:
-                pass
-            else:
-                return scipy_erfc(x).astype(x.dtype, copy=False)
+        special = backend.scipy_special() if _xp(x) is np else None
+        if special is not None:
+            return special.erfc(x).astype(x.dtype, copy=False)
         return 1 - backend.erf(x)
 
     def backward(self, gy):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl import array_kernels
 from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
@@ -49,12 +50,42 @@ def _check_running_stats(op, shape, running_mean, running_var):
                              f"the input {shape}, got {tuple(stat.shape)}")
 
 
+def _trailing(axes, ndim) -> int:
+    """How many trailing axes ``axes`` names (layer norm's), or 0 when they are not the trailing ones."""
+    count = len(axes)
+    return count if tuple(a % ndim for a in axes) == tuple(range(ndim - count, ndim)) else 0
+
+
+def _mean(x, axes):
+    """⟨x⟩ over axes, keepdims (trailing axes: one einsum per short row, see minidl.array_kernels)."""
+    count = _trailing(axes, x.ndim)
+    if count:
+        return array_kernels.sum_trailing(x, count) / _size(x, axes)
+    return x.mean(axis=axes, keepdims=True)
+
+
+def _mean_of_product(a, b, axes):
+    """⟨a · b⟩ over axes, keepdims, without an a·b temporary where the axes are the trailing ones."""
+    count = _trailing(axes, a.ndim)
+    if count:
+        return array_kernels.dot_trailing(a, b, count) / _size(a, axes)
+    return (a * b).mean(axis=axes, keepdims=True)
+
+
+def _size(x, axes) -> int:
+    size = 1
+    for a in axes:
+        size *= x.shape[a]
+    return size
+
+
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
     dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
 
     The variance is the biased one (divided by n), as every normalization
-    layer uses. The backward reuses the saved x̂ and s.
+    layer uses. The backward reuses the saved x̂ and s. Forward writes one new array (x − μ,
+    scaled in place into x̂); over trailing axes (layer norm) the means are one einsum per row.
     """
     saved_arrays = ("mean", "var", "inv_std")
 
@@ -63,11 +94,12 @@ class Normalize(Function):
 
     def forward(self, x):
         xp = xp_of(x)
-        self.mean = x.mean(axis=self.axes, keepdims=True)
+        self.mean = _mean(x, self.axes)
         centered = x - self.mean
-        self.var = (centered * centered).mean(axis=self.axes, keepdims=True)
+        self.var = _mean_of_product(centered, centered, self.axes)
         self.inv_std = 1 / xp.sqrt(self.var + self.eps)
-        return centered * self.inv_std
+        centered *= self.inv_std
+        return centered
 
     def backward(self, gy):
         return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], gy)
@@ -94,8 +126,8 @@ class NormalizeGrad(Function):
     with b = ⟨dy · x̂⟩ and c = ⟨dz · x̂⟩.
 
     dx follows from ∂s/∂x_i = −s² x̂_i / n and ∂⟨u · x̂⟩/∂x_i = s (u_i − ⟨u⟩ − x̂_i ⟨u · x̂⟩) / n.
-    The forward uses the x̂ and s that Normalize saved; the backward rebuilds them
-    from x with Tensor ops, so that it can be differentiated again.
+    The forward uses the x̂ and s that Normalize saved (one new array, changed in place); the
+    backward rebuilds them from x with Tensor ops, so that it can be differentiated again.
     """
     saved_arrays = ("x_hat", "inv_std")
 
@@ -104,8 +136,11 @@ class NormalizeGrad(Function):
 
     def forward(self, x, gy):
         axes, x_hat = self.axes, self.x_hat
-        return self.inv_std * (gy - gy.mean(axis=axes, keepdims=True)
-                               - x_hat * (gy * x_hat).mean(axis=axes, keepdims=True))
+        z = x_hat * _mean_of_product(gy, x_hat, axes)  # x̂ ⟨dy · x̂⟩
+        xp_of(z).subtract(gy, z, out=z)
+        z -= _mean(gy, axes)
+        z *= self.inv_std
+        return z
 
     def backward(self, gz):
         x, gy = self.inputs

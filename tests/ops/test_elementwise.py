@@ -293,6 +293,73 @@ def test_powers_at_zero_match_pytorch():
         same(ours, reference)
 
 
+# ---------------------------------------------------------------- small powers as products
+from minidl.ops.elementwise import SMALL_POWERS, power_array  # noqa: E402
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0, -2.0, 0.5, -0.5, 3e-20, 7e15])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.complex128, np.int64])
+def test_small_powers_are_within_three_ulps_of_the_exact_power(dtype):
+    """power_array against a long-double pow rounded once to the dtype: within 3 ulps (x⁻⁴ takes
+    four roundings), 5 for complex, integers exactly."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.2, 3.0, 500) * np.where(rng.random(500) < 0.5, -1, 1)
+    if dtype == np.complex128:
+        x = x + 1j * rng.uniform(-2, 2, 500)
+    x = x.astype(dtype) if dtype != np.int64 else rng.integers(-50, 50, 500)
+    for c in sorted(SMALL_POWERS):
+        if dtype == np.int64 and type(c) is int and c < 0:  # NumPy refuses integers to negative integer powers
+            with pytest.raises(ValueError):
+                power_array(x, c)
+            continue
+        if dtype == np.int64 and abs(c) == 0.5:  # NumPy's own float64 power, NaN for the negative integers
+            with np.errstate(invalid="ignore", divide="ignore"):
+                np.testing.assert_array_equal(power_array(x, c), x ** c)
+            continue
+        with np.errstate(invalid="ignore"):
+            y = power_array(x, c)
+            exact = (x.astype(np.clongdouble if dtype == np.complex128 else np.longdouble) ** c)
+        assert y.dtype == x.dtype
+        if dtype == np.int64:
+            np.testing.assert_array_equal(y, x ** c)
+            continue
+        rounded = exact.astype(dtype)
+        finite = np.isfinite(rounded)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(rounded))
+        ulps = 5 if dtype == np.complex128 else 3
+        real = {np.float16: np.float32, np.complex128: np.float64}.get(dtype, dtype)  # float16: computed in float32
+        tolerance = ulps * np.spacing(np.abs(rounded[finite]).astype(real))
+        assert np.all(np.abs(y[finite] - rounded[finite]) <= np.abs(tolerance)), c
+
+
+def test_small_powers_give_pytorchs_special_values(torch):
+    """±0, ±∞, NaN and ordinary values: the same results as torch.pow, signs of zero and
+    infinities included, and finite values to 2 ulps (PyTorch takes √, 1/√ and x·x·x itself)."""
+    for dtype, torch_dtype in ((np.float32, torch.float32), (np.float64, torch.float64)):
+        for c in sorted(SMALL_POWERS):
+            with np.errstate(all="ignore"):
+                ours = power_array(SPECIAL.astype(dtype), c)
+            theirs = torch.pow(torch.tensor(SPECIAL, dtype=torch_dtype), c).numpy()
+            np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+            exact = (np.isinf(theirs) | (theirs == 0)) & ~np.isnan(theirs)
+            np.testing.assert_array_equal(ours[exact], theirs[exact])
+            np.testing.assert_array_equal(np.signbit(ours[exact]), np.signbit(theirs[exact]))
+            finite = ~exact & ~np.isnan(theirs)
+            np.testing.assert_allclose(ours[finite], theirs[finite], rtol=4 * np.finfo(dtype).eps)
+
+
+def test_other_exponents_and_integer_arrays_keep_numpys_power():
+    x = np.array([1.5, 2.0, 0.25], np.float32)
+    for c in (5, 0.25, -1.5, 2.5, np.float64(3.0)):
+        np.testing.assert_array_equal(power_array(x, c), x ** c)
+        assert power_array(x, c).dtype == (x ** c).dtype
+    ints = np.array([2, -3, 4])
+    assert power_array(ints, 3.0).dtype == np.float64  # a float exponent makes NumPy's float64, as before
+    np.testing.assert_array_equal(power_array(ints, 3), [8, -27, 64])
+    assert power_array(np.array(2.0), 3) == 8.0 and power_array(np.array(2.0), 3).shape == ()
+
+
 def test_pow_with_a_tensor_exponent_keeps_float32():
     x = mdl.tensor([0.0, 1.5, 2.0], requires_grad=True)
     y = mdl.tensor([0.0, 2.0, 0.5], requires_grad=True)
