@@ -8,6 +8,7 @@
     minidl bench ...            the roofline: measured ceilings and where every op sits
     minidl predict RUN ...      apply a trained run (model and standardizer) to new inputs
     minidl selftest ...         check minidl on this GPU and measure it against PyTorch
+    minidl course ...           assignments cut from minidl's source: make, check, grade
     minidl --version
 
 One module of this package per command (``minidl.cli.train``, ``.gpt``...),
@@ -23,13 +24,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minidl.cli import bench, diagnose, gpt, gradcheck, optimizers, predict, selftest, train, tune
+from minidl.cli import bench, course, diagnose, gpt, gradcheck, optimizers, predict, selftest, train, tune
 from minidl.cli.args import HelpFormatter, default_out
 
 __all__ = ["build_parser", "default_out", "main"]
 
 # the order of ``minidl --help``
-COMMANDS = (gradcheck, train, diagnose, optimizers, bench, predict, gpt, tune, selftest)
+COMMANDS = (gradcheck, train, diagnose, optimizers, bench, predict, gpt, tune, selftest, course)
 
 
 def build_parser() -> argparse.ArgumentParser:
