@@ -59,11 +59,13 @@ def diagnose_command(args) -> int:
     from minidl.train.inference_budget import format_inference_report, inference_report
     print("\ninference budget (eval mode, batch 1):\n" + format_inference_report(inference_report(model,
                                                                                                 data.x_val[:1])))
-    checks = report["checks"] + detectors
-    failed = [c.name for c in checks if c.passed is False]
-    print(f"\n{len(checks) - len(failed)} of {len(checks)} checks passed"
+    failed = [c.name for c in report["checks"] if c.passed is False]
+    print(f"\n{len(report['checks']) - len(failed)} of {len(report['checks'])} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    missed = [c.name for c in detectors if c.passed is False]
+    print(f"{len(detectors) - len(missed)} of {len(detectors)} silent-failure detectors passed"
+          + (f"; failed: {', '.join(missed)}" if missed else ""))
+    return 1 if failed or missed else 0
 
 
 AUGMENTATIONS = {  # --augment NAME: the transform, applied to each training batch of the augmented run
@@ -117,7 +119,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--weights", help="a trained model.safetensors to check (default: fresh weights only)")
     p.add_argument("--steps", type=positive_int, default=150, help="steps of the overfit and baseline runs")
     p.add_argument("--augment", choices=tuple(AUGMENTATIONS),
-                   help="check that this augmentation keeps the labels (a mirrored digit is another digit)")
+                   help="check that this augmentation keeps the labels (default: no augmentation checked)")
     p.add_argument("--capacity", action="store_true",
                    help="check that the training error falls as the model grows (three widths, x1, x3, x9)")
     p.add_argument("--device", help="cpu or cuda (default: cpu)")

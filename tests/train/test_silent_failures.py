@@ -173,4 +173,4 @@ def test_minidl_diagnose_runs_the_detectors_and_the_budget(capsys):
     text = capsys.readouterr().out
     assert "silent failures:" in text and "[PASS] every example gets a gradient" in text
     assert "augmentation keeps the labels (noise)" in text and "latency at batch 1" in text
-    assert code in (0, 1) and "checks passed" in text
+    assert code in (0, 1) and "of 5 checks passed" in text and "of 2 silent-failure detectors passed" in text
