@@ -1,7 +1,7 @@
 """Per-sample statistics and the samples at their extremes: the outliers to look at first.
 
     stats = sample_statistics(x)                  # {"mean": (N,), "std": (N,), "min": ..., "max": ..., "norm": ...}
-    scores = outlier_scores(x)                    # the largest robust z-score of each sample over the statistics
+    scores = outlier_scores(x)                    # the largest robust z-score of each sample: mean, std, norm
     extremes(scores, k=8)                         # (indices of the k lowest, of the k highest)
     plot_extremes(x, scores, k=8, shape=(8, 8))   # the two rows of samples, titled with their scores
 
@@ -15,7 +15,11 @@ The robust z-score of a value ``v`` of a statistic whose values over the data
 set have median ``m`` and median absolute deviation ``MAD`` is
 ``z = (v − m) / (1.4826 · MAD)`` (1.4826·MAD estimates the standard deviation
 of normal data, and neither the median nor the MAD is pulled by the outliers
-themselves). A sample's outlier score is its largest ``|z|`` over the statistics.
+themselves). When more than half the values are equal (the maximum pixel of
+most digits is 1) the MAD is 0, and the mean absolute deviation from the
+median takes its place: ``z = (v − m) / (1.2533 · MeanAD)`` (1.2533·MeanAD
+estimates σ for normal data; Iglewicz & Hoaglin's modified z-score). A
+sample's outlier score is its largest ``|z|`` over the statistics.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ __all__ = ["STATISTICS", "extremes", "outlier_scores", "plot_extremes", "robust_
 
 STATISTICS = ("mean", "std", "min", "max", "norm")
 MAD_TO_STD = 1.4826  # 1 / Φ⁻¹(3/4): the MAD of a normal distribution is 0.6745 σ
+MEAN_AD_TO_STD = 1.2533  # √(π/2): the mean absolute deviation of a normal distribution is 0.7979 σ
 
 
 def _flat(x, owner):
@@ -43,17 +48,25 @@ def sample_statistics(x) -> dict:
 
 
 def robust_z(values) -> np.ndarray:
-    """``(v − median) / (1.4826 · MAD)``; 0 for every value when the MAD is 0 and v equals the median."""
+    """``(v − median) / (1.4826 · MAD)``, or ``/ (1.2533 · MeanAD)`` when the MAD is 0; all zeros when every
+    value is the same."""
     values = np.asarray(values, dtype=np.float64)
     median = np.median(values)
-    spread = MAD_TO_STD * np.median(np.abs(values - median))
-    if spread == 0:  # more than half the values are equal: any other value is infinitely far in MAD units
-        return np.where(values == median, 0.0, np.copysign(np.inf, values - median))
+    deviation = np.abs(values - median)
+    spread = MAD_TO_STD * np.median(deviation)
+    if spread == 0:  # more than half the values are equal: the mean deviation still sees the others
+        spread = MEAN_AD_TO_STD * deviation.mean()
+    if spread == 0:
+        return np.zeros_like(values)
     return (values - median) / spread
 
 
-def outlier_scores(x, statistics=STATISTICS) -> np.ndarray:
-    """The largest ``|robust z|`` of each sample over ``statistics`` (names of :func:`sample_statistics`)."""
+def outlier_scores(x, statistics=("mean", "std", "norm")) -> np.ndarray:
+    """The largest ``|robust z|`` of each sample over ``statistics`` (names of :func:`sample_statistics`).
+
+    The default leaves out the minimum and the maximum: on data clipped to a range (pixels in [0, 1])
+    most samples share them, and the few that do not (a faint digit) would top the list.
+    """
     unknown = [s for s in statistics if s not in STATISTICS]
     if unknown or not statistics:
         raise ValueError(f"outlier_scores: statistics must be some of {STATISTICS}, got {list(statistics)}")

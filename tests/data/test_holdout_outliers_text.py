@@ -56,7 +56,9 @@ def test_sample_statistics_against_numpy():
 def test_robust_z_by_hand():
     # median 3, |v - 3| = 2, 1, 0, 1, 97 -> MAD 1; z = (v - 3) / 1.4826
     np.testing.assert_allclose(data.robust_z([1, 2, 3, 4, 100]), np.array([-2, -1, 0, 1, 97]) / 1.4826)
-    np.testing.assert_array_equal(data.robust_z([5, 5, 5, 7, 1]), [0, 0, 0, np.inf, -np.inf])
+    # MAD 0 (three of five equal): the mean absolute deviation from 5, (0 + 0 + 0 + 2 + 4) / 5 = 1.2, instead
+    np.testing.assert_allclose(data.robust_z([5, 5, 5, 7, 1]), np.array([0, 0, 0, 2, -4]) / (1.2533 * 1.2))
+    np.testing.assert_array_equal(data.robust_z([3, 3, 3]), [0, 0, 0])
 
 
 def test_the_corrupted_samples_score_highest_and_sit_at_the_end():
