@@ -41,3 +41,21 @@ def test_a_table_has_a_row_per_claim_and_links_only_known_sections():
 def test_section_ids_reads_a_page_s_anchors():
     doctree = publish_doctree("Title\n=====\n\nA section\n---------\n\ntext\n\nThe other one\n-------------\n\nx\n")
     assert section_ids(doctree) == {"A section": "a-section", "The other one": "the-other-one"}
+
+
+def test_every_notebook_that_records_claims_has_its_table_on_the_page():
+    import json
+    import re
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "claims.md").read_text(encoding="utf-8")
+    listed = re.findall(r"```\{claims\}\s+(\S+)", page)
+    recording = {}
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                       if c["cell_type"] == "code")
+        names = re.findall(r'ClaimLog\("([^"]+)"', code)
+        if names:
+            recording[path.stem] = names
+    assert recording, "no notebook records claims"
+    assert all(names == [stem] for stem, names in recording.items()), "a ClaimLog named other than its notebook"
+    assert sorted(listed) == sorted(recording) and len(listed) == len(set(listed))
