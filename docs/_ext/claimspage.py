@@ -63,9 +63,17 @@ def inline(text: str) -> list:
     return out
 
 
+SMART_QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
+
+
+def plain_title(text: str) -> str:
+    """A title as the notebook's source writes it: the typographic quotes MyST puts in turned back."""
+    return text.translate(SMART_QUOTES).strip()
+
+
 def section_ids(doctree) -> dict:
-    """Each section title of a page → the section's first id (its anchor)."""
-    return {section.next_node(nodes.title).astext().strip(): section["ids"][0]
+    """Each section title of a page (its quotes plain) → the section's first id (its anchor)."""
+    return {plain_title(section.next_node(nodes.title).astext()): section["ids"][0]
             for section in doctree.findall(nodes.section) if section["ids"] and section.next_node(nodes.title)}
 
 
@@ -136,6 +144,7 @@ def fill_tables(app, doctree, docname):
             logger.warning(f"claims: notebook {notebook} has no page in this build", location=docname)
 
         def link(section, page=page, anchors=anchors, notebook=notebook):
+            section = plain_title(section)
             if section not in anchors:
                 logger.warning(f"claims: notebook {notebook} has no section {section!r} (its sections: "
                                f"{sorted(anchors)})", location=docname)

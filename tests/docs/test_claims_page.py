@@ -38,6 +38,11 @@ def test_a_table_has_a_row_per_claim_and_links_only_known_sections():
     assert [r["refuri"] for r in references] == ["notebooks/99_x.html#l1-against-l2"]
 
 
+def test_a_title_s_typographic_quotes_match_the_source_s_plain_ones():
+    from claimspage import plain_title
+    assert plain_title(" Adam’s “four” ") == "Adam's \"four\""
+
+
 def test_section_ids_reads_a_page_s_anchors():
     doctree = publish_doctree("Title\n=====\n\nA section\n---------\n\ntext\n\nThe other one\n-------------\n\nx\n")
     assert section_ids(doctree) == {"A section": "a-section", "The other one": "the-other-one"}
