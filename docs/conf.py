@@ -14,6 +14,10 @@ again (after changing minidl itself, for example). A cell may run 600 s
 is the standard one with its start-up TCP warning silenced
 (``docs/_ext/quietkernel.py``).
 
+The claim notebooks write what they measured into ``docs/_build/claims``
+(``MINIDL_CLAIMS_DIR``), and the tables of ``claims.md`` are built from it
+(``docs/_ext/claimspage.py``).
+
 Equations are typeset by a copy of MathJax that the build puts in ``_static/``
 (``docs/_ext/offlinemath.py``), so the built folder works opened from disk,
 with no network.
@@ -57,6 +61,11 @@ def copy_notebooks(source: Path = ROOT / "notebooks", target: Path = DOCS / "not
 
 copy_notebooks()
 
+# The claim notebooks record what they measured into this folder as they run (minidl.train.claims);
+# docs/_ext/claimspage.py builds the tables of claims.md from it once every notebook has run. It lives
+# beside the execution cache, so a notebook taken from the cache keeps the record of the run cached.
+os.environ.setdefault("MINIDL_CLAIMS_DIR", str(DOCS / "_build" / "claims"))
+
 # The notebooks' kernel logs no TCP warning at start (docs/_ext/quietkernel.py); a cell's time
 # limit is docs/_ext/celltimeout.py's.
 from celltimeout import cell_timeout  # noqa: E402
@@ -84,6 +93,7 @@ extensions = [
     "apipages",                 # docs/_ext/apipages.py: one API page per public module, from __all__
     "docstrings",               # docs/_ext/docstrings.py: plain-text docstrings as clean reST
     "optimdoc",                 # docs/_ext/optimdoc.py: the optimizer and schedule sections of optimizers.md
+    "claimspage",               # docs/_ext/claimspage.py: the tables of claims.md, from the notebooks' runs
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]

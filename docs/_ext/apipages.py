@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "minidl.optim.offload",
     "minidl.graphdraw",
     "minidl.hooks",
+    "minidl.models.zoo",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
 logger = logging.getLogger(__name__)

@@ -5,9 +5,14 @@
     minidl tune --strategy lr-sweep --optimizer sgd --epochs 3     # the book's sweep 1e-5 ... 1
     minidl tune --strategy tpe --trials 30 --preset lr-wd          # Bayesian optimization (needs Optuna)
 
-Writes ``trials.csv``, ``trials.jsonl`` (one line per trial) and ``scores.png``
-(the score against each hyperparameter) into ``--out``, prints the table,
-the best configuration and the ``minidl train`` command that trains it.
+Writes ``trials.csv``, ``trials.jsonl`` (one line per trial), ``scores.png``
+(the score against each hyperparameter) and ``curves.png`` (the validation
+curves of the five best trials) into ``--out``, prints the table, the best
+configuration and the ``minidl train`` command that trains it, a warning for
+each hyperparameter whose best value sits at an edge of its range, and the
+optimism expected of the best of N noisy validation accuracies; then adds a
+row for the search to the study registry ``studies.csv`` (beside the run
+folder, or ``--registry``).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from minidl.cli.args import add_command, add_overwrite, out_folder, positive_int
 from minidl.train.recipe import SCHEDULES
 
 STRATEGIES = ("grid", "random", "halving", "hyperband", "tpe", "lr-sweep")
-RUN_FILES = ("trials.csv", "trials.jsonl", "scores.png")
+RUN_FILES = ("trials.csv", "trials.jsonl", "scores.png", "curves.png")
 
 
 def _param(text):
@@ -51,10 +56,26 @@ def _train_command(settings: dict, config: dict, epochs: int) -> str:
     return "minidl train " + " ".join(flags)
 
 
+def _tune_command(args, space: dict) -> str:
+    """The ``minidl tune`` command that repeats this search (every setting spelled out), for the registry."""
+    from minidl.tune.space import format_dimension
+    flags = [f"--strategy {args.strategy}", f"--epochs {args.epochs}", f"--trials {args.trials}",
+             f"--metric {args.metric}", f"--data {args.data}", f"--model {args.model}",
+             f"--optimizer {args.optimizer}", f"--batch-size {args.batch_size}", f"--schedule {args.schedule}",
+             f"--seed {args.seed}"]
+    if args.strategy in ("halving", "hyperband"):
+        flags += [f"--min-epochs {args.min_epochs}", f"--eta {args.eta}"]
+    if args.strategy == "grid":
+        flags.append(f"--points {args.points}")
+    flags += [f"--param {name}={format_dimension(dim)}" for name, dim in space.items()]
+    return "minidl tune " + " ".join(flags)
+
+
 def tune_command(args) -> int:
     from minidl.train.run_folder import write_failure
-    from minidl.tune import presets, search
-    from minidl.tune.objective import TrainerObjective, check_space
+    from minidl.tune import analysis, presets, search
+    from minidl.tune.objective import OPTIMIZER_SETTINGS, TrainerObjective, check_space
+    from minidl.tune.registry import record_study
     from minidl.tune.results import SearchResult
 
     started = time.perf_counter()
@@ -115,6 +136,7 @@ def tune_command(args) -> int:
             result.to_jsonl(os.path.join(out, "trials.jsonl"))
             result.plot(os.path.join(out, "scores.png"), space, title=f"{args.strategy} on {args.data}: "
                         f"{len(result.trials)} trials, {result.epochs_trained} epochs")
+            analysis.plot_top_curves(result, k=5, path=os.path.join(out, "curves.png"))
         except OSError as exc:  # a write failed (a full disk): one line; the files written before are kept
             bar.close()
             print(write_failure("tune", exc), file=sys.stderr)
@@ -138,8 +160,28 @@ def tune_command(args) -> int:
     print(f"best: {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in best.config.items())}"
           f" -> {args.metric} {best.score:.4g} after {best.epochs} epochs")
     print(f"train it: {_train_command(objective.settings, best.config, best.epochs)}")
+    tuned_optimizer = {k: v for k, v in best.config.items() if k in OPTIMIZER_SETTINGS}
+    if tuned_optimizer:
+        print(f"  (minidl train has no flags for {', '.join(tuned_optimizer)}: give them to the optimizer, "
+              f"{', '.join(f'{k}={v:g}' for k, v in tuned_optimizer.items())})")
+    for warning in analysis.edge_warnings(result, space):
+        print(f"warning: {warning}")
+    n_val = len(objective.data.y_val)
+    if args.metric == "val_accuracy":
+        optimism = analysis.best_of_n_optimism(result, n_val=n_val)
+        print(f"the best of {optimism.n} validation accuracies on {n_val} samples (noise σ = {optimism.noise_std:.3g}) "
+              f"is expected to read {optimism.expected:.3g} above its true value if the configurations were equally "
+              "good: a lead smaller than that over the runner-up is not shown to be real")
     written = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
     print(f"wrote {out}/: {', '.join(written)}")
+    registry = args.registry or os.path.join(os.path.dirname(os.path.abspath(out)), "studies.csv")
+    try:
+        record_study(registry, result, study=args.study or os.path.basename(os.path.abspath(out)), goal=args.goal,
+                     space=space, folder=out, command=_tune_command(args, space),
+                     n_val=n_val if args.metric == "val_accuracy" else None)
+        print(f"recorded the study in {registry}")
+    except (OSError, ValueError) as exc:
+        print(f"minidl tune: could not record the study in {registry}: {exc}", file=sys.stderr)
     return 0
 
 
@@ -184,6 +226,10 @@ def _add_tune(sub):
     p.add_argument("--show", type=positive_int, default=20, help="rows of the printed table, best first")
     p.add_argument("--out", help="folder for the results (default: runs/tune-<time>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar over the trials")
+    p.add_argument("--study", help="the study's name in the registry (default: the run folder's name)")
+    p.add_argument("--goal", default="", help="one line on what the study is for, kept in the registry")
+    p.add_argument("--registry", help="the study registry to add a row to (default: studies.csv beside the run "
+                                      "folder)")
     add_overwrite(p)
     p.set_defaults(run=tune_command)
 

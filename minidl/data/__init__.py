@@ -10,6 +10,8 @@
     for xb, yb in loader: ...                                          # Tensors, as PyTorch's loader
     data.DataLoader(ds, sampler=data.RandomSampler(ds, replacement=True), batch_size=64)
     data.check_leakage(x_tr, x_va, x_te)                               # raises if a sample is in two splits
+    test = data.TestSplit(x_te, y_te); test.evaluate(score)            # counts each look, warns on the second
+    data.plot_extremes(x, data.outlier_scores(x), k=8, shape=(8, 8))  # the samples to look at first
     for tr, va in data.StratifiedKFold(5).split(x, y): ...             # scikit-learn's folds
 
 Datasets and splits are NumPy: float32 features, int64 labels. The loader
@@ -29,6 +31,7 @@ from minidl.data.datasets import (
     two_spirals,
 )
 from minidl.data.folds import GroupKFold, KFold, StratifiedKFold, TimeSeriesSplit
+from minidl.data.holdout import TestSetReuseWarning, TestSplit
 from minidl.data.idx import load_idx, mnist
 from minidl.data.imbalance import (
     adasyn,
@@ -41,6 +44,7 @@ from minidl.data.imbalance import (
 )
 from minidl.data.leakage import check_leakage, find_duplicates, sample_keys
 from minidl.data.loader import DataLoader
+from minidl.data.outliers import extremes, outlier_scores, plot_extremes, robust_z, sample_statistics
 from minidl.data.preprocess import Standardizer
 from minidl.data.samplers import (
     BatchSampler,
@@ -51,6 +55,7 @@ from minidl.data.samplers import (
     WeightedRandomSampler,
 )
 from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
+from minidl.data.text_augment import SYNONYMS, SynonymReplacement, augment_sentences
 from minidl.data.transforms import (
     Compose,
     FrequencyMasking,
@@ -75,4 +80,6 @@ __all__ = [
     "load_idx", "misclassification_counts", "mnist", "oversample_minority", "polynomial_coefficients",
     "polynomial_features", "polynomial_regression", "polynomial_target", "random_undersample", "sample_keys",
     "smote", "split_ratios", "train_val_test_split", "two_spirals", "undersample_hard",
+    "SYNONYMS", "SynonymReplacement", "TestSetReuseWarning", "TestSplit", "augment_sentences", "extremes",
+    "outlier_scores", "plot_extremes", "robust_z", "sample_statistics",
 ]

@@ -7,7 +7,9 @@
     plot_curves(trainer.history, "runs/exp/curves.png", steps=trainer.steps)
 
 The command line does all of it in one go: ``minidl train`` (see docs/training.md), which builds
-its run from settings with :func:`minidl.train.recipe.build_run`.
+its run from settings with :func:`minidl.train.recipe.build_run`. ``minidl diagnose`` runs the
+debugging recipe (:mod:`minidl.train.diagnostics`), the detectors of the silent failures
+(:mod:`minidl.train.silent_failures`) and the inference budget (:mod:`minidl.train.inference_budget`).
 """
 from minidl.train.batch_scaling import (
     BatchScalingStudy,
@@ -20,6 +22,7 @@ from minidl.train.batch_scaling import (
     steps_to_target,
 )
 from minidl.train.callbacks import Callback, CSVLogger, EarlyStopping, JSONLLogger, ModelCheckpoint
+from minidl.train.claims import ClaimLog
 from minidl.train.classifiers import build_model
 from minidl.train.clipping import PercentileClipping, clip_loss
 from minidl.train.curves import make_figure, plot_curves
@@ -37,7 +40,8 @@ from minidl.train.diagnostics import (
 )
 from minidl.train.distill import DistillationLoss, distillation_loss, ensemble_soft_targets
 from minidl.train.ensemble import Ensemble, average_probabilities
-from minidl.train.inspection import plot_mispredictions, show_batch, worst_predictions
+from minidl.train.inference_budget import format_inference_report, inference_report
+from minidl.train.inspection import PredictionGallery, plot_mispredictions, show_batch, worst_predictions
 from minidl.train.landscape import (
     Landscape,
     filter_normalized_direction,
@@ -64,6 +68,13 @@ from minidl.train.metrics import (
 )
 from minidl.train.predict import Run, load_run
 from minidl.train.run_state import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from minidl.train.silent_failures import (
+    check_augmentation,
+    check_capacity,
+    check_loss_gradient,
+    check_next_token_leak,
+    check_next_token_targets,
+)
 from minidl.train.tensorboard import TensorBoardLogger
 from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
 
@@ -83,4 +94,6 @@ __all__ = [
     "DistillationLoss", "Ensemble", "average_probabilities", "distillation_loss", "ensemble_soft_targets",
     "PercentileClipping", "clip_loss", "plot_mispredictions", "show_batch", "worst_predictions",
     "Landscape", "filter_normalized_direction", "interpolate", "loss_landscape", "rescale_relu_layers", "sharpness",
+    "ClaimLog", "PredictionGallery", "check_augmentation", "check_capacity", "check_loss_gradient",
+    "check_next_token_leak", "check_next_token_targets", "format_inference_report", "inference_report",
 ]

@@ -148,12 +148,24 @@ class EarlyStopping(Callback):
     every rank runs this callback, and every rank keeps the whole copy), and the restore
     goes through the sharded model's ``load_state_dict``, which cuts each rank's shard back
     out. So a checkpoint of this callback resumes in one process or on any number of ranks.
+
+    ``stop_below`` also stops the run as soon as the monitored value falls below it: a target
+    reached (``monitor="train_loss", stop_below=0.05``: train until the training loss is
+    0.05, however many epochs that takes, as a comparison of runs at the same training loss
+    needs), or, monitoring an accuracy, a collapse. ``reached_step``
+    is the step at which it did (None until then).
     """
 
     def __init__(self, monitor: str = "val_loss", patience: int = 5, min_delta: float = 0.0,
-                 mode: str = "auto", restore_best: bool = True, verbose: bool = False):
+                 mode: str = "auto", restore_best: bool = True, verbose: bool = False,
+                 stop_below: float | None = None):
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise ValueError(f"EarlyStopping: patience must be an int >= 0, got {patience!r}")
+        if stop_below is not None and (isinstance(stop_below, bool) or not isinstance(stop_below, (int, float))
+                                       or not math.isfinite(stop_below)):
+            raise ValueError(f"EarlyStopping: stop_below must be a finite number or None, got {stop_below!r}")
+        self.stop_below = None if stop_below is None else float(stop_below)
+        self.reached_step = None
         self.tracker = _Monitor(monitor, mode, min_delta, "EarlyStopping")
         self.patience, self.restore_best, self.verbose = patience, bool(restore_best), verbose
         self.wait = 0
@@ -171,10 +183,19 @@ class EarlyStopping(Callback):
             if self.tracker.monitor not in logs:
                 raise KeyError(self.tracker.missing_message(logs))
             value = math.inf if self.tracker.mode == "min" else -math.inf  # NaN counts as no improvement
-        if self.tracker.improved(value):
+        improved = self.tracker.improved(value)
+        if improved:
             self.tracker.best, self.wait, self.best_step = value, 0, trainer.step
             if self.restore_best:
                 self.best_state = consolidated_state(trainer.model)
+        if self.stop_below is not None and value < self.stop_below:
+            trainer.stop_training = True
+            self.stopped_step = self.reached_step = trainer.step
+            if self.verbose:
+                print(f"early stopping at step {trainer.step}: {self.tracker.monitor} = {value:.4g} is below "
+                      f"{self.stop_below:g}")
+            return
+        if improved:
             return
         self.wait += 1
         if self.wait >= self.patience:
@@ -193,18 +214,19 @@ class EarlyStopping(Callback):
 
     def state_dict(self):
         state = {"best": self.tracker.best, "wait": self.wait, "best_step": self.best_step,
-                 "stopped_step": self.stopped_step}
+                 "stopped_step": self.stopped_step, "reached_step": self.reached_step}
         if self.best_state is not None:
             state["best_state"] = dict(self.best_state)
         return state
 
     def check_state_dict(self, state, trainer=None):
         owner = "EarlyStopping"
-        _checked_fields(owner, state, ("best", "wait"), ("best_step", "stopped_step", "best_state"))
+        _checked_fields(owner, state, ("best", "wait"), ("best_step", "stopped_step", "reached_step", "best_state"))
         _check_best(owner, state["best"])
         _check_step(owner, "wait", state["wait"], optional=False)
         _check_step(owner, "best_step", state.get("best_step"))
         _check_step(owner, "stopped_step", state.get("stopped_step"))
+        _check_step(owner, "reached_step", state.get("reached_step"))
         best_state = state.get("best_state")
         if best_state is not None:
             if not isinstance(best_state, dict):
@@ -216,7 +238,7 @@ class EarlyStopping(Callback):
         self.check_state_dict(state)
         self.tracker.best = float(state["best"])
         self.wait, self.best_step = int(state["wait"]), state.get("best_step")
-        self.stopped_step = state.get("stopped_step")
+        self.stopped_step, self.reached_step = state.get("stopped_step"), state.get("reached_step")
         self.best_state = state.get("best_state")
 
 

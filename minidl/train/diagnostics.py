@@ -80,7 +80,8 @@ def _dtype(model):
     return np.float32
 
 
-def _inputs(model, x, y=None):
+def model_inputs(model, x, y=None):
+    """``x`` (and ``y``) as Tensors on the model's device, floating inputs in the model's dtype."""
     device = _device(model)
     x = x.data if isinstance(x, Tensor) else np.asarray(x) if not hasattr(x, "dtype") else x
     x = backend.to_device(x, device)
@@ -92,13 +93,14 @@ def _inputs(model, x, y=None):
     return Tensor(x), Tensor(backend.to_device(y, device))
 
 
-def _cross_entropy(logits, target):
+def cross_entropy_loss(logits, target):
     from minidl.ops.loss import cross_entropy
     return cross_entropy(logits, target)
 
 
-class _Preserved:
-    """Context: the model's weights, gradients and train/eval mode are the same afterwards."""
+class PreservedModel:
+    """Context: the model's weights, gradients and train/eval mode are the same afterwards (every check, here
+    and in :mod:`minidl.train.silent_failures`, runs inside one)."""
 
     def __init__(self, model):
         self.model = model
@@ -117,7 +119,8 @@ class _Preserved:
         return False
 
 
-def _adam(model, lr):
+def adam_for(model, lr):
+    """The Adam every check trains with."""
     from minidl.optim import Adam
     return Adam(model.parameters(), lr=lr)
 
@@ -126,10 +129,10 @@ def _adam(model, lr):
 def check_initial_loss(model, x, y, num_classes: int | None = None, loss_fn=None,
                        tolerance: float = 0.25) -> CheckResult:
     """Is the loss of the untrained model close to ln K? (relative ``tolerance``)."""
-    loss_fn = loss_fn or _cross_entropy
-    with _Preserved(model), no_grad():
+    loss_fn = loss_fn or cross_entropy_loss
+    with PreservedModel(model), no_grad():
         model.eval()
-        xt, yt = _inputs(model, x, y)
+        xt, yt = model_inputs(model, x, y)
         logits = model(xt)
         loss = float(loss_fn(logits, yt).item())
         k = int(num_classes or logits.shape[1])
@@ -155,13 +158,13 @@ def overfit_small_batch(model, x, y, n: int = 2, steps: int = 200, lr: float = 1
     The samples are taken from different classes when the labels allow it.
     ``result.value`` is the final loss; ``result.losses`` the whole curve.
     """
-    loss_fn = loss_fn or _cross_entropy
+    loss_fn = loss_fn or cross_entropy_loss
     x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
     index = _distinct_class_indices(y, n)
-    with _Preserved(model):
+    with PreservedModel(model):
         model.eval()  # regularization off: this checks capacity and the gradient path only
-        xt, yt = _inputs(model, x[index], y[index])
-        optimizer = optimizer_fn(model) if optimizer_fn else _adam(model, lr)
+        xt, yt = model_inputs(model, x[index], y[index])
+        optimizer = optimizer_fn(model) if optimizer_fn else adam_for(model, lr)
         losses = []
         for _ in range(steps):
             optimizer.zero_grad()
@@ -208,27 +211,27 @@ def _baseline_inputs(kind, x, rng):
 
 
 def _compare_with_baseline(kind, model, x, y, x_val, y_val, steps, batch_size, lr, loss_fn, seed, margin):
-    loss_fn = loss_fn or _cross_entropy
+    loss_fn = loss_fn or cross_entropy_loss
     x, y = np.asarray(backend.to_numpy(x)), np.asarray(backend.to_numpy(y))
     x_val, y_val = np.asarray(backend.to_numpy(x_val)), np.asarray(backend.to_numpy(y_val))
     order_rng = np.random.default_rng(seed)
     batches = [order_rng.integers(0, len(x), size=min(batch_size, len(x))) for _ in range(steps)]
     baseline = _baseline_inputs(kind, x, np.random.default_rng(seed + 1))
     val_losses = {}
-    with _Preserved(model) as kept:
+    with PreservedModel(model) as kept:
         for run in ("real", kind):
             model.load_state_dict(kept.state)
             model.train()
-            optimizer = _adam(model, lr)
+            optimizer = adam_for(model, lr)
             change = baseline if run == kind else (lambda batch: batch)
             for index in batches:
-                xt, yt = _inputs(model, change(x[index]), y[index])
+                xt, yt = model_inputs(model, change(x[index]), y[index])
                 optimizer.zero_grad()
                 loss_fn(model(xt), yt).backward()
                 optimizer.step()
             model.eval()
             with no_grad():
-                xv, yv = _inputs(model, change(x_val), y_val)
+                xv, yv = model_inputs(model, change(x_val), y_val)
                 val_losses[run] = float(loss_fn(model(xv), yv).item())
     real, other = val_losses["real"], val_losses[kind]
     inputs = "all-zero" if kind == "zeroed" else "random"
@@ -281,7 +284,7 @@ def layer_statistics(model, x, y, loss_fn=None) -> list[dict]:
     layer's weight, or None), ``grad_std`` (std of that gradient).
     The model's gradients and mode are restored afterwards.
     """
-    loss_fn = loss_fn or _cross_entropy
+    loss_fn = loss_fn or cross_entropy_loss
     rows, handles = [], []
 
     def hook_for(name, module):
@@ -298,14 +301,14 @@ def layer_statistics(model, x, y, loss_fn=None) -> list[dict]:
     leaves = [(name, m) for name, m in model.named_modules() if name and not any(True for _ in m.children())]
     if not leaves:
         leaves = [("model", model)]
-    with _Preserved(model):
+    with PreservedModel(model):
         for p in model.parameters():
             p.grad = None
         for name, module in leaves:
             handles.append(module.register_forward_hook(hook_for(name, module)))
         try:
             model.train()
-            xt, yt = _inputs(model, x, y)
+            xt, yt = model_inputs(model, x, y)
             loss_fn(model(xt), yt).backward()
         finally:
             for h in handles:
@@ -382,10 +385,10 @@ def check_trained_model(model, x_val, y_val, num_classes: int | None = None, los
     The check that replaces "initial loss ≈ ln K" for trained weights: a trained
     model *should* be far from the uniform guess.
     """
-    loss_fn = loss_fn or _cross_entropy
-    with _Preserved(model), no_grad():
+    loss_fn = loss_fn or cross_entropy_loss
+    with PreservedModel(model), no_grad():
         model.eval()
-        xt, yt = _inputs(model, x_val, y_val)
+        xt, yt = model_inputs(model, x_val, y_val)
         logits = model(xt)
         loss = float(loss_fn(logits, yt).item())
         k = int(num_classes or logits.shape[1])

@@ -3,6 +3,7 @@
     show_batch(train_loader, n=16)                     # after every transform, as the model sees it
     worst = worst_predictions(model, x_val, y_val, k=16)
     plot_mispredictions(model, x_val, y_val, k=16)     # the k highest losses, true and predicted labels
+    Trainer(..., callbacks=[PredictionGallery(x_val[:16], y_val[:16], "runs/exp/gallery")])   # every epoch
 
 Two steps of the book's debugging recipe. Visualizing the samples *after*
 all preprocessing catches what reading the code does not: images transposed,
@@ -10,6 +11,13 @@ normalized twice, labels shifted by one, augmentation gone too far. The
 gallery of the worst predictions shows whether the errors are the model's
 (ambiguous samples, one confused pair of classes) or the data's (mislabelled
 samples: they top the list, with a confident wrong prediction).
+
+The guide's third (Training Deep Learning Models, §3.2): "visualize model
+predictions on a fixed test batch as training progresses to get an intuition
+for how the model learns" -- :class:`PredictionGallery` writes that batch's
+gallery after every epoch, ``epoch-001.png``, ``epoch-002.png``..., each image
+titled with its predicted class (and the true one when they differ), so the
+files read as a film of the model learning.
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ import numpy as np
 from minidl import backend
 from minidl.autograd import no_grad
 from minidl.tensor import Tensor
+from minidl.train.callbacks import Callback
 
 
 def _as_images(x, image_shape=None):
@@ -121,3 +130,62 @@ def plot_mispredictions(model, x, y, k: int = 16, columns: int = 8, image_shape=
     titles = [f"{name(t)}→{name(p)}  {loss:.2g}" for t, p, loss in zip(worst["true"], worst["predicted"],
                                                                     worst["loss"])]
     return _grid(images, titles, min(columns, len(images)))
+
+
+def predict_classes(model, x) -> np.ndarray:
+    """The predicted class of each sample (arg max of the model's scores), in eval mode under no_grad."""
+    device = next(iter(model.parameters())).device
+    training = model.training
+    model.eval()
+    try:
+        with no_grad():
+            logits = model(Tensor(backend.to_device(np.asarray(x), device)))
+        return np.asarray(backend.to_numpy(logits.data)).argmax(axis=1)
+    finally:
+        model.train(training)
+
+
+class PredictionGallery(Callback):
+    """After every ``every`` epochs, draw the predictions on one fixed batch into ``folder/epoch-NNN.png``.
+
+    ``x, y``: the fixed batch (a few samples of the validation split). Each image is
+    titled with the prediction, "true→predicted" in red where it is wrong. ``written``
+    lists the files; ``accuracy`` the batch's accuracy at each of them.
+    """
+
+    def __init__(self, x, y, folder, every: int = 1, columns: int = 8, image_shape=None, class_names=None):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"PredictionGallery: every must be a whole number >= 1, got {every!r}")
+        self.x = np.asarray(backend.to_numpy(x.data if isinstance(x, Tensor) else x))
+        self.y = np.asarray(backend.to_numpy(y.data if isinstance(y, Tensor) else y))
+        if len(self.x) != len(self.y) or len(self.x) == 0:
+            raise ValueError(f"PredictionGallery: expected a non-empty batch of samples and as many labels, got "
+                             f"{len(self.x)} and {len(self.y)}")
+        self.images = _as_images(self.x, image_shape)
+        self.folder, self.every, self.columns, self.class_names = str(folder), every, columns, class_names
+        self.written, self.accuracy = [], []
+
+    def on_epoch_end(self, trainer, epoch: int, logs: dict):
+        if (epoch + 1) % self.every:
+            return
+        import os
+
+        import matplotlib.pyplot as plt
+
+        from minidl.serialization import atomic_write
+        predicted = predict_classes(trainer.model, self.x)
+        name = (lambda c: str(self.class_names[int(c)])) if self.class_names is not None else str  # noqa: E731
+        titles = [name(p) if p == t else f"{name(t)}→{name(p)}" for t, p in zip(self.y, predicted)]
+        figure = _grid(self.images, titles, min(self.columns, len(self.images)))
+        for ax, right in zip(figure.axes, predicted == self.y):
+            if not right:
+                ax.title.set_color("tab:red")
+        figure.suptitle(f"epoch {epoch + 1}: {np.mean(predicted == self.y):.0%} of the fixed batch right",
+                        fontsize=9)
+        figure.tight_layout()
+        path = os.path.join(self.folder, f"epoch-{epoch + 1:03d}.png")
+        os.makedirs(self.folder, exist_ok=True)
+        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=80, format="png"))
+        plt.close(figure)
+        self.written.append(path)
+        self.accuracy.append(float(np.mean(predicted == self.y)))

@@ -12,8 +12,21 @@ Strategies: :func:`grid_search`, :func:`random_search`, :func:`successive_halvin
 TPE, when Optuna is installed: ``pip install minidl[tune]``). Presets: the
 learning-rate sweep 10^-5.0 ... 10^0.0 taking the largest rate that does not
 diverge (:func:`learning_rate_sweep`), weight decay 10^-6 ... 10^-3.
+After a search: :func:`edge_warnings` (the best trial at an edge of the space),
+:func:`best_of_n_optimism` (how much of the best score the noise alone
+explains), :func:`plot_top_curves`; :func:`record_study` adds the search to the
+registry ``studies.csv``; :func:`scientific_study` re-tunes the nuisance
+hyperparameters for each value of a scientific one.
 The command line: ``minidl tune`` (see docs/tuning.md).
 """
+from minidl.tune.analysis import (
+    Optimism,
+    best_of_n_optimism,
+    edge_position,
+    edge_warnings,
+    expected_max_normal,
+    plot_top_curves,
+)
 from minidl.tune.objective import TUNABLE, TrainerObjective
 from minidl.tune.presets import (
     LEARNING_RATES,
@@ -24,6 +37,7 @@ from minidl.tune.presets import (
     largest_stable,
     learning_rate_sweep,
 )
+from minidl.tune.registry import STUDY_FIELDS, read_studies, record_study
 from minidl.tune.results import SearchResult, Trial
 from minidl.tune.search import (
     grid_search,
@@ -35,10 +49,13 @@ from minidl.tune.search import (
     tpe_search,
 )
 from minidl.tune.space import Choice, Dimension, Integer, LogUniform, Uniform, grid, parse_dimension, sample
+from minidl.tune.study import ScientificStudy, scientific_study
 
 __all__ = [
     "LEARNING_RATES", "PRESETS", "TUNABLE", "WEIGHT_DECAY", "WEIGHT_DECAYS", "Choice", "Dimension", "Integer",
     "LearningRateSweep", "LogUniform", "SearchResult", "TrainerObjective", "Trial", "Uniform", "grid",
     "grid_search", "halving_rungs", "hyperband", "hyperband_brackets", "largest_stable", "learning_rate_sweep",
     "parse_dimension", "random_search", "sample", "successive_halving", "tpe_search",
+    "Optimism", "STUDY_FIELDS", "ScientificStudy", "best_of_n_optimism", "edge_position", "edge_warnings",
+    "expected_max_normal", "plot_top_curves", "read_studies", "record_study", "scientific_study",
 ]

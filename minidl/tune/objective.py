@@ -6,9 +6,11 @@
 
 A configuration overrides the run settings of ``minidl train`` (``lr``,
 ``weight_decay``, ``batch_size``, ``dropout``, ``label_smoothing``,
-``optimizer``, ``schedule``, ``clip_norm``, ``accumulate``); the rest come
-from the objective's own settings. Every trial starts from the same seed, so
-two configurations differ only in their hyperparameters: the same
+``optimizer``, ``schedule``, ``clip_norm``, ``accumulate``) and may set the
+optimizer's ``beta1``, ``beta2`` and ``eps``; the rest come from the
+objective's own settings. Each result carries ``curve``, the validation metric
+after every epoch of the run (for :func:`minidl.tune.analysis.plot_top_curves`).
+Every trial starts from the same seed, so two configurations differ only in their hyperparameters: the same
 initialization, the same split, the same order of batches.
 
 A trial *diverges* when its loss becomes NaN or infinite (the Trainer stops
@@ -34,10 +36,13 @@ import numpy as np
 from minidl.train import data_sources
 from minidl.train.recipe import DEFAULTS, SCHEDULES, build_run, optimizer_classes
 
-__all__ = ["DOMAINS", "TUNABLE", "TrainerObjective", "check_space"]
+__all__ = ["DOMAINS", "OPTIMIZER_SETTINGS", "TUNABLE", "TrainerObjective", "check_space", "optimizer_options"]
 
 TUNABLE = ("lr", "weight_decay", "batch_size", "dropout", "label_smoothing", "optimizer", "schedule",
-           "clip_norm", "accumulate")
+           "clip_norm", "accumulate", "beta1", "beta2", "eps")
+# The optimizer's own settings a configuration may tune (the guide: "Adam has four [hyperparameters], and
+# they can all matter"); they go to the optimizer as its betas and eps, the untuned beta keeping its default.
+OPTIMIZER_SETTINGS = ("beta1", "beta2", "eps")
 
 # Each tunable setting's valid values, as minidl train accepts them: (kind, the domain in words);
 # kind "float": a finite number, "int": a whole number, "name": a name. _in_domain holds the bounds.
@@ -51,6 +56,9 @@ DOMAINS = {
     "accumulate": ("int", "a whole number >= 1"),
     "optimizer": ("name", "a minidl.optim optimizer's name"),
     "schedule": ("name", "one of the schedules of minidl train"),
+    "beta1": ("float", "a number in [0, 1)"),
+    "beta2": ("float", "a number in [0, 1)"),
+    "eps": ("float", "a number > 0"),
 }
 
 
@@ -68,7 +76,8 @@ def _in_domain(name: str, value) -> bool:
     if not math.isfinite(value) or (kind == "int" and value != int(value)):
         return False
     return {"lr": value > 0, "weight_decay": value >= 0, "batch_size": value >= 1, "dropout": 0 <= value < 1,
-            "label_smoothing": 0 <= value <= 1, "clip_norm": value > 0, "accumulate": value >= 1}[name]
+            "label_smoothing": 0 <= value <= 1, "clip_norm": value > 0, "accumulate": value >= 1,
+            "beta1": 0 <= value < 1, "beta2": 0 <= value < 1, "eps": value > 0}[name]
 
 
 def check_space(space: dict) -> None:
@@ -99,6 +108,35 @@ def check_space(space: dict) -> None:
         if bad:
             raise ValueError(f"--param {name}: the range {dim!r} reaches {bad[0]!r}, and {name} must be {domain}; "
                              "nothing was trained")
+
+
+def optimizer_options(settings: dict) -> dict:
+    """The optimizer arguments of the tuned ``beta1``, ``beta2`` and ``eps`` in ``settings`` (empty when none is).
+
+    A beta not tuned keeps the optimizer's default; an optimizer without betas or eps refuses them by name.
+    """
+    import inspect
+
+    from minidl.train.recipe import optimizer_classes
+
+    tuned = {k: settings[k] for k in OPTIMIZER_SETTINGS if settings.get(k) is not None}
+    if not tuned:
+        return {}
+    name = str(settings["optimizer"])
+    cls = optimizer_classes().get(name.lower().replace("-", "").replace("_", ""))
+    parameters = inspect.signature(cls.__init__).parameters if cls is not None else {}
+    options = {}
+    if "beta1" in tuned or "beta2" in tuned:
+        if "betas" not in parameters:
+            raise ValueError(f"TrainerObjective: optimizer {name!r} has no betas, so beta1/beta2 cannot be tuned; "
+                             "tune them with adam, adamw, nadam, radam, amsgrad or lamb")
+        default = parameters["betas"].default
+        options["betas"] = (float(tuned.get("beta1", default[0])), float(tuned.get("beta2", default[1])))
+    if "eps" in tuned:
+        if "eps" not in parameters:
+            raise ValueError(f"TrainerObjective: optimizer {name!r} has no eps to tune")
+        options["eps"] = float(tuned["eps"])
+    return options
 
 
 class TrainerObjective:
@@ -149,7 +187,7 @@ class TrainerObjective:
         run = build_run(s, TensorDataset(data.x_train, data.y_train), TensorDataset(data.x_val, data.y_val),
                         model=lambda: build_model(s["model"], data.sample_shape, data.num_classes,
                                                   dropout=s["dropout"]),
-                        epochs=self.horizon or epochs, device=self.device)
+                        optimizer_options=optimizer_options(s), epochs=self.horizon or epochs, device=self.device)
         return run.trainer(progress=False, metrics=("accuracy", "f1") if self.metric == "val_f1" else ("accuracy",))
 
     def __call__(self, config: dict, epochs: int, key=None) -> dict:
@@ -169,13 +207,14 @@ class TrainerObjective:
         if self.resumes and key is not None:
             self._runs[key] = trainer
         record = trainer.history[-1]
+        curve = [float(r[self.metric]) for r in trainer.history if self.metric in r]
         first, last = trainer.steps["loss"][0], record.get("train_loss", float("nan"))
         worst = max(trainer.history, key=lambda r: r.get("train_loss", -math.inf))
         peak = worst.get("train_loss", last)
         diverged = not (math.isfinite(last) and math.isfinite(peak) and peak <= first)
         out = {"score": float("nan") if diverged else float(record[self.metric]), "diverged": diverged,
                "epochs_trained": trainer.epoch - start, "train_loss": last,
-               "val_loss": record.get("val_loss"), "val_accuracy": record.get("val_accuracy")}
+               "val_loss": record.get("val_loss"), "val_accuracy": record.get("val_accuracy"), "curve": curve}
         if diverged:
             out["reason"] = (f"the mean training loss of epoch {worst.get('epoch', 0):g}, {peak:.3g}, rose above "
                              f"the first step's {first:.3g}")

@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-__all__ = ["Choice", "Dimension", "Integer", "LogUniform", "Uniform", "grid", "parse_dimension", "sample"]
+__all__ = ["Choice", "Dimension", "Integer", "LogUniform", "Uniform", "format_dimension", "grid", "parse_dimension",
+           "sample"]
 
 
 class Dimension:
@@ -198,3 +199,16 @@ def parse_dimension(text: str):
         return _number(text)
     except ValueError:
         return text
+
+
+def format_dimension(dim) -> str:
+    """The command-line spelling of a Dimension or a constant: the inverse of :func:`parse_dimension`."""
+    if isinstance(dim, LogUniform):
+        return f"log:{dim.low:g}:{dim.high:g}"
+    if isinstance(dim, Uniform):
+        return f"uniform:{dim.low:g}:{dim.high:g}"
+    if isinstance(dim, Integer):
+        return f"{'logint' if dim.log else 'int'}:{dim.low}:{dim.high}"
+    if isinstance(dim, Choice):
+        return "choice:" + ",".join(f"{o:g}" if isinstance(o, float) else str(o) for o in dim.options)
+    return f"{dim:g}" if isinstance(dim, float) else str(dim)

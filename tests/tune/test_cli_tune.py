@@ -112,7 +112,8 @@ def test_a_second_search_into_the_same_folder_is_refused(tmp_path, capsys):
     assert _run(tmp_path, *args)[0] == 0
     assert "wrote" in capsys.readouterr().out
     code, out = _run(tmp_path, *args)
-    assert code == 2 and "already holds a run (trials.csv, trials.jsonl, scores.png)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "already holds a run (trials.csv, trials.jsonl, scores.png, curves.png)" in err
     assert _run(tmp_path, *args, "--overwrite")[0] == 0
 
 
