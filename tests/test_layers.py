@@ -39,7 +39,7 @@ LAYERS = [
     ["minidl.data", "minidl.utils.data", "minidl.utils"],
     ["minidl.parallel"],
     ["minidl.train"],
-    ["minidl.roofline", "minidl.models", "minidl.tune", "minidl.selftest"],
+    ["minidl.roofline", "minidl.models", "minidl.tune", "minidl.selftest", "minidl.course"],
     ["minidl.cli", "minidl.__main__"],  # the command: imports everything, nothing imports it
 ]
 ALLOWED_CYCLE = {"minidl.tensor", "minidl.autograd"}  # autograd's modules that import Tensor join it

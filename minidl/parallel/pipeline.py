@@ -348,8 +348,9 @@ class Pipeline(ParallelModule):
         self.stage = Sequential(*[model[i] for i in range(boundaries[comm.rank], boundaries[comm.rank + 1])])
         self.timeline, self.peak_in_flight = [], 0
         self._shapes = {}
-        # Not a submodule: the parameters of the other stages are not this rank's to train or move.
-        vars(self)["_whole"] = model if whole is None else whole
+        # Held in a tuple, not as a submodule: the other stages' parameters are not this rank's to train
+        # or move (Module registers a Module attribute as a submodule, and a tuple as a plain value).
+        self._whole_model = (model if whole is None else whole,)
         self._holders = _holders(model, boundaries)
         self._shared = self._shared_groups()
 
@@ -357,7 +358,7 @@ class Pipeline(ParallelModule):
         """(parameter, group of its holders) for each parameter of this stage that other stages hold too,
         in the whole model's order; the groups split from ``comm`` in that order on every rank."""
         groups, out = {}, []
-        for p in self._whole.parameters():
+        for p in self.whole.parameters():
             holders = self._holders.get(id(p), ())
             if len(holders) < 2:
                 continue
@@ -378,7 +379,7 @@ class Pipeline(ParallelModule):
     @property
     def whole(self):
         """The module whose parameters the layers hold (``whole=``, default the Sequential cut into stages)."""
-        return vars(self)["_whole"]
+        return self._whole_model[0]
 
     @property
     def is_first(self) -> bool:
@@ -494,9 +495,9 @@ class Pipeline(ParallelModule):
         holds it, a split layer's gathered whole over its tensor group first (a collective of the pipeline
         and of each tensor group; every rank gets it)."""
         layers = parameter_layers(self.stage)
-        local = self._whole.state_dict()
+        local = self.whole.state_dict()
         mine = {}
-        for key, t in self._whole._state_items():
+        for key, t in self.whole._state_items():
             if key in local and key not in mine and self.saves(t):
                 layer = layers.get(id(t))
                 mine[key] = t.data if layer is None else layer[0].gather_whole(layer[1], t.data, f"parameter {key!r}")
@@ -505,12 +506,12 @@ class Pipeline(ParallelModule):
 
     def check_state_dict(self, state, strict: bool = True):
         """What ``load_state_dict(state, strict)`` would raise or return; no change, no communication."""
-        return self._whole.check_state_dict(local_state_dict(self._whole, state), strict)
+        return self.whole.check_state_dict(local_state_dict(self.whole, state), strict)
 
     def load_state_dict(self, state, strict: bool = True):
         """Load a whole state (as :meth:`consolidated_state_dict` or one process gives it) into ``whole``:
         this stage takes its parameters (a split layer its slices), the others' stay unused. All or nothing."""
-        return self._whole.load_state_dict(local_state_dict(self._whole, state), strict)
+        return self.whole.load_state_dict(local_state_dict(self.whole, state), strict)
 
     @contextlib.contextmanager
     def whole_module(self):
