@@ -167,6 +167,10 @@ class Tensor:
     Assigning to it (``t.data = a``, ``t.data -= u``) counts as an in-place change (see
     :func:`mark_changed`); writing into the array (``t.data[...] = a``) is not seen: use
     ``t.copy_(a)``, or call ``mark_changed(t)`` after the write.""")
+    array = property(operator.attrgetter("_data"), _set_data, doc="""The raw array (NumPy or CuPy), Chainer's name.
+
+    minidl's own code reads a tensor's values through ``.array``; assigning to it counts as an
+    in-place change, as for ``.data``.""")
 
     # ------------------------------------------------------------ gradient
     @property
