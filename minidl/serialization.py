@@ -45,14 +45,18 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_codes
+import io
 import json
 import math
 import os
+import pickle
 import re
 import secrets
 import stat
 import struct
 import time
+import warnings
+import zlib
 
 import numpy as np
 
@@ -65,6 +69,9 @@ except ImportError:  # Windows: no advisory locks, but an open file cannot be re
     fcntl = None
 
 _STRUCTURE_KEY = "minidl.structure"
+_CHECKSUM_KEY = "minidl.crc32"      # {tensor name: CRC-32 of its bytes as 8 hex digits}
+_PICKLE_KEY = "minidl.pickle"       # the name of the uint8 tensor holding a pickle (whole objects)
+_PICKLE_TYPE_KEY = "minidl.pickle.type"
 _TENSOR, _TUPLE, _ITEMS = "__tensor__", "__tuple__", "__dict_items__"
 _MARKERS = (_TENSOR, _TUPLE, _ITEMS)
 
@@ -78,6 +85,10 @@ def _over_limit(message: str, limit: int, then: str) -> ValueError:
     return ValueError(f"{message}, over the limit of {limit:,}; {then}")
 
 
+class _NotPlain(TypeError):
+    """A value the plain format cannot hold (a Module, an object, a frozenset key): it is pickled instead."""
+
+
 def _encode(value, key, tensors, depth=0):
     """A JSON-able copy of ``value`` with arrays moved into ``tensors``; ``depth`` counts JSON levels."""
     where = key or "the top level"
@@ -85,7 +96,7 @@ def _encode(value, key, tensors, depth=0):
         raise ValueError(f"save: the value is nested more than {MAX_DEPTH} levels deep at {where} "
                          "(a dict or list that contains itself?)")
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if isinstance(value, np.ndarray) or hasattr(value, "__array_namespace__") or backend.is_device_array(value):
         array = backend.to_numpy(value)
         name = _unique_name(key or "tensor", tensors)
@@ -107,8 +118,7 @@ def _encode(value, key, tensors, depth=0):
         return value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise TypeError(f"save: cannot store a {type(value).__name__} at {where}; "
-                    "only arrays, Tensors, numbers, strings, None, lists, tuples and dicts are saved (no pickle)")
+    raise _NotPlain(f"save: cannot store a {type(value).__name__} at {where} without pickle")
 
 
 def _encode_key(k, where, depth):
@@ -121,8 +131,8 @@ def _encode_key(k, where, depth):
         if depth > MAX_DEPTH:
             raise ValueError(f"save: a dictionary key at {where} is nested more than {MAX_DEPTH} levels deep")
         return {_TUPLE: [_encode_key(v, where, depth + 2) for v in k]}
-    raise TypeError(f"save: cannot store the dictionary key {k!r} ({type(k).__name__}) at {where}; "
-                    "keys may be strings, numbers, bools, None or tuples of those")
+    raise _NotPlain(f"save: cannot store the dictionary key {short_repr(k)} ({type(k).__name__}) at {where} "
+                    "without pickle")
 
 
 def _key_text(k) -> str:
@@ -353,12 +363,28 @@ def _bfloat16(path: str, name: str):
                             ". Nothing was read.")
 
 
+_CODE_DTYPES = {code: dtype.newbyteorder("<") for dtype, code in _DTYPE_CODES.items()}
+
+
+def _checksum(array) -> str:
+    """The CRC-32 of ``array``'s bytes as the file holds them (little-endian), as 8 hex digits.
+
+    CRC-32 (zlib's, about 1 GB/s) finds every burst of damage up to 32 bits and any other with
+    probability 1 - 2⁻³²; it guards against disks and copies, not against someone who edits the file.
+    """
+    array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return f"{zlib.crc32(array.reshape(-1).view(np.uint8)):08x}"
+
+
 def _safetensors_header(tensors: dict, metadata: dict) -> bytes:
     """The 8-byte length and the JSON header of a safetensors file holding ``tensors`` in order.
 
     The format: a little-endian u64 N, N bytes of JSON (``{name: {"dtype",
     "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}``,
     padded with spaces to a multiple of 8), then the arrays' bytes back to back.
+    The metadata gets the CRC-32 of every array (``minidl.crc32``), which :func:`load` checks.
     """
     header, offset = {}, 0
     for name, array in tensors.items():
@@ -368,6 +394,8 @@ def _safetensors_header(tensors: dict, metadata: dict) -> bytes:
                             f"{', '.join(str(d) for d in _DTYPE_CODES)} and bfloat16 (from ml_dtypes)")
         header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
         offset += array.nbytes
+    metadata = {**metadata, _CHECKSUM_KEY: json.dumps({name: _checksum(a) for name, a in tensors.items()},
+                                                      separators=(",", ":"))}
     header["__metadata__"] = metadata
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
@@ -378,36 +406,130 @@ def _safetensors_header(tensors: dict, metadata: dict) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
-def save(obj, path) -> None:
-    """Write a state dict (or any nesting of dicts, lists, tuples, arrays, numbers, strings) to ``path``.
+# ---------------------------------------------------------------- whole objects (pickle), as torch.save
+class _ArrayPickler(pickle.Pickler):
+    """A pickler that moves every NumPy/CuPy array safetensors can hold out of the pickle, into ``tensors``.
 
-    Raises TypeError for a value that cannot be stored without pickle and
-    ValueError for one over the limits :func:`load` enforces; the file at
-    ``path`` is then left as it was.
+    PyTorch's ``torch.save`` does the same with its storages (``persistent_id``): the pickle keeps
+    the objects' structure, the arrays stay raw bytes with their checksums. An array met twice is
+    stored once (views of one buffer are stored apart, unlike PyTorch's shared storages).
     """
-    if callable(getattr(obj, "state_dict", None)):  # a whole Module or Optimizer: PyTorch would pickle it
-        raise TypeError(f"save: got a whole {type(obj).__name__} object; minidl saves state dicts, not pickled "
-                        f"objects: mdl.save(obj.state_dict(), path), then obj.load_state_dict(mdl.load(path))")
+
+    def __init__(self, file, tensors: dict):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = tensors
+        self.stored = {}  # id(array) -> (name, array): the array kept alive so that its id stays its own
+
+    def persistent_id(self, obj):
+        if not (isinstance(obj, np.ndarray) or backend.is_device_array(obj)):
+            return None
+        array = backend.to_numpy(obj)
+        if _dtype_code(array.dtype) is None:  # object, string or complex128 arrays: pickled as they are
+            return None
+        if id(obj) not in self.stored:
+            name = f"pickled.{len(self.stored)}"
+            self.stored[id(obj)] = (name, obj)
+            little = array if array.dtype.byteorder != ">" else array.astype(array.dtype.newbyteorder("<"))
+            self.tensors[name] = np.ascontiguousarray(little).reshape(array.shape)
+        return ("array", self.stored[id(obj)][0])
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """The pickle of :class:`_ArrayPickler` read back with its arrays taken from ``tensors``."""
+
+    def __init__(self, file, tensors: dict):
+        super().__init__(file)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "array" and pid[1] in self.tensors):
+            raise pickle.UnpicklingError(f"a reference {short_repr(pid)} names no array of the file")
+        return self.tensors[pid[1]]
+
+
+def _pickled(obj, tensors: dict) -> dict:
+    """Pickle ``obj`` with its arrays moved into ``tensors``; the metadata that says so."""
+    buffer = io.BytesIO()
+    try:
+        _ArrayPickler(buffer, tensors).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TypeError(f"save: cannot store the {type(obj).__name__}: it holds something pickle refuses "
+                        f"({_clip(str(exc))}); save its state_dict() instead, or what it holds in arrays, "
+                        "numbers, strings, lists, tuples and dicts") from None
+    name = "__pickle__"
+    tensors[name] = np.frombuffer(buffer.getbuffer(), np.uint8)
+    return {_PICKLE_KEY: name, _PICKLE_TYPE_KEY: f"{type(obj).__module__}.{type(obj).__qualname__}"}
+
+
+def _contents(obj) -> tuple[dict, dict]:
+    """The arrays and the metadata of the file that stores ``obj``.
+
+    State dicts and any nesting of arrays, numbers, strings, None, lists, tuples and dicts
+    are stored without pickle (the structure as JSON in the metadata); anything else (a whole
+    Module, an object of the user's) is pickled as ``torch.save`` does, arrays apart.
+    """
     tensors: dict[str, np.ndarray] = {}
-    structure = json.dumps(_encode(obj, "", tensors))
+    try:
+        structure = json.dumps(_encode(obj, "", tensors))
+    except _NotPlain:
+        tensors = {}
+        metadata = _pickled(obj, tensors)
+    else:
+        if _count_json_values(structure) > MAX_JSON_VALUES:
+            raise _over_limit(f"save: the value holds about {_count_json_values(structure):,} numbers, strings "
+                              "and containers besides arrays", MAX_JSON_VALUES,
+                              "load refuses such files; store long lists of numbers as NumPy arrays")
+        metadata = {_STRUCTURE_KEY: structure}
     if len(tensors) > MAX_TENSORS:
         raise _over_limit(f"save: the value holds {len(tensors):,} arrays", MAX_TENSORS,
                           "load refuses such files; save the state in several files")
-    if _count_json_values(structure) > MAX_JSON_VALUES:
-        raise _over_limit(f"save: the value holds about {_count_json_values(structure):,} numbers, strings "
-                          "and containers besides arrays", MAX_JSON_VALUES,
-                          "load refuses such files; store long lists of numbers as NumPy arrays")
     tensors = {name: a if a.dtype.byteorder != ">" else a.astype(a.dtype.newbyteorder("<"))
                for name, a in tensors.items()}
-    head = _safetensors_header(tensors, {_STRUCTURE_KEY: structure})
+    return tensors, metadata
+
+
+def _is_file_object(f, mode: str) -> bool:
+    return callable(getattr(f, mode, None)) and not isinstance(f, (str, bytes, os.PathLike))
+
+
+def save(obj, f) -> None:
+    """Write ``obj`` to ``f``, a path or a binary file object (``open(path, "wb")``, ``io.BytesIO()``).
+
+    A state dict (or any nesting of dicts, lists, tuples, arrays, Tensors, numbers, strings,
+    None) is stored without pickle; any other object (a whole Module, as ``torch.save(model, f)``)
+    is pickled with its arrays kept as raw bytes, and :func:`load` gives it back only with
+    ``weights_only=False``. Either way the file is safetensors, and its metadata holds the CRC-32
+    of every array, which :func:`load` checks.
+
+    A path is written atomically (a temporary, then a rename); a file object is written at its
+    position, as ``torch.save`` does. Raises TypeError for a value that cannot be stored (an
+    object pickle refuses) and ValueError for one over the limits :func:`load` enforces; the file
+    at a path is then left as it was.
+    """
+    writer = _is_file_object(f, "write")
+    if not writer and not isinstance(f, (str, bytes, os.PathLike)):
+        raise TypeError(f"save: f must be a path or a binary file object opened for writing "
+                        f"(open(path, 'wb')); got a {type(f).__name__}")
+    if isinstance(f, io.TextIOBase):
+        raise TypeError(f"save: the file {getattr(f, 'name', '')!r} is open in text mode; open it in binary "
+                        "mode: open(path, 'wb')")
+    tensors, metadata = _contents(obj)
+    head = _safetensors_header(tensors, metadata)
+
+    def write_all(stream):
+        stream.write(head)
+        for array in tensors.values():
+            stream.write(array.reshape(-1).view(np.uint8).data)
+
+    if writer:
+        write_all(f)
+        return
 
     def write(tmp):
-        with open(tmp, "wb") as f:
-            f.write(head)
-            for array in tensors.values():
-                f.write(array.reshape(-1).view(np.uint8).data)
+        with open(tmp, "wb") as stream:
+            write_all(stream)
 
-    atomic_write(path, write)
+    atomic_write(f, write)
 
 
 def _not_regular(path: str) -> str:
@@ -425,10 +547,7 @@ def _open_regular(path: str):
 
 
 def _read_header(path: str) -> tuple[dict, dict, int]:
-    """The metadata and the header of the safetensors file at ``path``, and where its array bytes start.
-
-    Only what reading the file would cost is checked here; ``safe_open`` checks the rest.
-    """
+    """The metadata and the header of the safetensors file at ``path``, and where its array bytes start."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -436,19 +555,27 @@ def _read_header(path: str) -> tuple[dict, dict, int]:
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(_not_regular(path))
     with _open_regular(path) as f:
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise ValueError(f"load: {path} is not a complete safetensors file ({info.st_size} bytes); "
-                             "it may be truncated or of another format. Nothing was executed.")
-        (header_bytes,) = struct.unpack("<Q", prefix)
-        if header_bytes > info.st_size - 8:
-            raise ValueError(f"load: {path} is not a complete safetensors file (its first 8 bytes announce a "
-                             f"header of {header_bytes:,} bytes, the file has {info.st_size:,}); it may be "
-                             "truncated or of another format. Nothing was executed.")
-        if header_bytes > MAX_HEADER_BYTES:
-            raise _over_limit(f"load: {path} has a safetensors header of {header_bytes:,} bytes",
-                              MAX_HEADER_BYTES, "it was not read. Nothing was executed.")
-        raw = f.read(header_bytes)
+        return _parse_header(f, info.st_size, path)
+
+
+def _parse_header(f, size: int, path: str) -> tuple[dict, dict, int]:
+    """The metadata and the header read from the binary stream ``f`` of ``size`` bytes, at its start.
+
+    Only what reading the file would cost is checked here; ``safe_open`` (or ``deserialize``) checks the rest.
+    """
+    prefix = f.read(8)
+    if len(prefix) < 8:
+        raise ValueError(f"load: {path} is not a complete safetensors file ({size} bytes); "
+                         "it may be truncated or of another format. Nothing was executed.")
+    (header_bytes,) = struct.unpack("<Q", prefix)
+    if header_bytes > size - 8:
+        raise ValueError(f"load: {path} is not a complete safetensors file (its first 8 bytes announce a "
+                         f"header of {header_bytes:,} bytes, the file has {size:,}); it may be "
+                         "truncated or of another format. Nothing was executed.")
+    if header_bytes > MAX_HEADER_BYTES:
+        raise _over_limit(f"load: {path} has a safetensors header of {header_bytes:,} bytes",
+                          MAX_HEADER_BYTES, "it was not read. Nothing was executed.")
+    raw = f.read(header_bytes)
     try:
         header = json.loads(raw)
     except RecursionError:
@@ -500,33 +627,43 @@ class MissingFileError(LoadError, FileNotFoundError):
     """No file at the path given to :func:`load` (a ``FileNotFoundError`` too)."""
 
 
-def load(path, device="cpu", *, map_location=None, weights_only=True):
-    """Read what :func:`save` wrote (or any safetensors file) with arrays on ``device``.
+def load(f, device="cpu", *, map_location=None, weights_only=True):
+    """Read what :func:`save` wrote (or any safetensors file) from ``f``, with arrays on ``device``.
 
-    PyTorch's keywords are accepted: ``map_location`` (a device name or ``mdl.device``) is
-    ``device``; ``weights_only=True`` is what minidl always does, and ``weights_only=False``
-    is refused: minidl's files hold arrays and plain values, never pickled objects.
+    ``f`` is a path or a binary file object (``open(path, "rb")``, ``io.BytesIO``), read from its
+    position. PyTorch's keywords are accepted: ``map_location`` (a device name or ``mdl.device``)
+    is ``device``. A file holding a pickled object (a whole Module saved with :func:`save`) is
+    refused unless ``weights_only=False``, as ``torch.load`` does since PyTorch 2.6: unpickling can
+    run any code the file holds, so give ``weights_only=False`` only for files you trust (a
+    warning says so each time one is unpickled). State dicts never need it.
+
+    Every array's bytes are checked against the CRC-32 that :func:`save` wrote in the metadata;
+    files without checksums (safetensors written by other libraries) load unchecked.
 
     Every failure to read the file is a :class:`LoadError` (an ``OSError`` and a
     ``ValueError``) carrying ``path``: no file (:class:`MissingFileError`, a
     ``FileNotFoundError`` too), a path the system cannot open (a symlink loop,
     no permission), anything that is not a complete, undamaged safetensors
-    file within the limits (see the module docstring), and a bfloat16 (BF16)
-    array without the ml_dtypes package (the message says how to install it).
+    file within the limits (see the module docstring), an array whose bytes fail their
+    checksum (the message names it), a pickled object without ``weights_only=False``, and a
+    bfloat16 (BF16) array without the ml_dtypes package (the message says how to install it).
     Loading a BF16 array onto a GPU raises TypeError (CuPy has no bfloat16).
-    The file is only read, never executed.
     """
-    if not weights_only:
-        raise ValueError("load: weights_only=False asks to unpickle objects, which minidl never does (a pickle "
-                         "can run code); its files hold arrays and plain values: drop the argument")
     if map_location is not None:
         if callable(map_location) or isinstance(map_location, dict):
             raise TypeError("load: map_location must name one device ('cpu', 'cuda', 'cuda:1' or mdl.device); "
                             f"got {type(map_location).__name__}, a mapping minidl does not support")
         device = map_location
-    path = os.fspath(path)
+    reader = _is_file_object(f, "read")
+    if not reader and not isinstance(f, (str, bytes, os.PathLike)):
+        raise TypeError(f"load: f must be a path or a binary file object opened for reading "
+                        f"(open(path, 'rb')); got a {type(f).__name__}")
+    path = _file_name(f) if reader else os.fspath(f)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
     try:
-        return _load(path, device)
+        metadata, tensors = _read_file(f, path, device) if reader else _read_path(path, device)
+        return _rebuild(metadata, tensors, path, weights_only)
     except LoadError:
         raise
     except FileNotFoundError as exc:
@@ -542,30 +679,107 @@ def load(path, device="cpu", *, map_location=None, weights_only=True):
                         + (f" (errno {exc.errno}, {code})" if code else ""), path) from None
 
 
-def _load(path: str, device):
+def _file_name(f) -> str:
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) else f"the {type(f).__name__} file object"
+
+
+def _check_bfloat16(header: dict, path: str, device):
+    """ml_dtypes' bfloat16 when the file holds BF16 arrays (refused on a GPU), else None."""
+    name = next((name for name, entry in header.items()
+                 if name != "__metadata__" and isinstance(entry, dict) and entry.get("dtype") == _BF16), None)
+    if name is None:
+        return None
+    dtype = _bfloat16(path, name)
+    if backend.parse_device(device)[0] != "cpu":
+        raise TypeError(f"load: {path} holds the bfloat16 array {name!r}, and CuPy has no bfloat16 arrays; "
+                        f"load it on the CPU (device='cpu') and cast it to float16 or float32 for {device!r}")
+    return dtype
+
+
+def _incomplete(path: str, exc) -> ValueError:
+    return ValueError(f"load: {path} is not a complete safetensors file ({_clip(str(exc))}); "
+                      "it may be truncated or of another format. Nothing was executed.")
+
+
+def _read_path(path: str, device) -> tuple[dict, dict]:
+    """The metadata and the checked arrays (on ``device``) of the safetensors file at ``path``."""
     from safetensors import SafetensorError, safe_open
 
     metadata, header, data_start = _read_header(path)
+    _check_structure_size(metadata, path)
+    bfloat16 = _check_bfloat16(header, path, device)
+    try:
+        with (safe_open(path, framework="np") as f,  # opening it checks every entry's dtype, shape and offsets
+              _open_regular(path) if bfloat16 is not None else contextlib.nullcontext() as raw):
+            arrays = {k: _read_bfloat16(raw, header[k], data_start, bfloat16)
+                      if header[k].get("dtype") == _BF16 else f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError, TypeError, OverflowError) as exc:
+        raise _incomplete(path, exc) from None
+    _verify_checksums(metadata, arrays, path)
+    return metadata, {k: backend.to_device(a, device) for k, a in arrays.items()}
+
+
+def _read_file(f, path: str, device) -> tuple[dict, dict]:
+    """The metadata and the checked arrays (on ``device``) of the safetensors bytes read from ``f``."""
+    from safetensors import SafetensorError, deserialize
+
+    data = f.read()
+    if isinstance(data, str):
+        raise TypeError(f"load: {path} is open in text mode; open it in binary mode: open(path, 'rb')")
+    metadata, header, _ = _parse_header(io.BytesIO(data), len(data), path)
+    _check_structure_size(metadata, path)
+    bfloat16 = _check_bfloat16(header, path, device)
+    try:
+        entries = deserialize(bytes(data))  # checks every entry's dtype, shape and offsets
+    except (SafetensorError, OSError, ValueError, TypeError, OverflowError) as exc:
+        raise _incomplete(path, exc) from None
+    arrays = {}
+    for name, entry in entries:
+        dtype = bfloat16 if entry["dtype"] == _BF16 else _CODE_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise ValueError(f"load: {path} holds the array {name!r} of safetensors dtype {entry['dtype']}, "
+                             f"which minidl does not read (it reads {', '.join(_CODE_DTYPES)} and BF16)")
+        arrays[name] = np.frombuffer(entry["data"], dtype=dtype).reshape(entry["shape"])
+    _verify_checksums(metadata, arrays, path)
+    return metadata, {k: backend.to_device(a, device) for k, a in arrays.items()}
+
+
+def _check_structure_size(metadata: dict, path: str) -> None:
     structure = metadata.get(_STRUCTURE_KEY)
     if structure is not None and _count_json_values(structure) > MAX_JSON_VALUES:
         raise _over_limit(f"load: {path} has a minidl header of about {_count_json_values(structure):,} "
                           "JSON values", MAX_JSON_VALUES, "it was not decoded. Nothing was executed.")
-    bfloat16 = {name: entry for name, entry in header.items()
-                if name != "__metadata__" and isinstance(entry, dict) and entry.get("dtype") == _BF16}
-    if bfloat16:
-        name = next(iter(bfloat16))
-        dtype = _bfloat16(path, name)
-        if backend.parse_device(device)[0] != "cpu":
-            raise TypeError(f"load: {path} holds the bfloat16 array {name!r}, and CuPy has no bfloat16 arrays; "
-                            f"load it on the CPU (device='cpu') and cast it to float16 or float32 for {device!r}")
+
+
+def _verify_checksums(metadata: dict, arrays: dict, path: str) -> None:
+    """Compare each array's bytes with the CRC-32 :func:`save` recorded; a file without them passes."""
+    text = metadata.get(_CHECKSUM_KEY)
+    if text is None:
+        return  # a safetensors file from another library: nothing to check against
     try:
-        with (safe_open(path, framework="np") as f,  # opening it checks every entry's dtype, shape and offsets
-              _open_regular(path) if bfloat16 else contextlib.nullcontext() as raw):
-            tensors = {k: backend.to_device(_read_bfloat16(raw, header[k], data_start, dtype) if k in bfloat16
-                                            else f.get_tensor(k), device) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"load: {path} is not a complete safetensors file ({_clip(str(exc))}); "
-                         "it may be truncated or of another format. Nothing was executed.") from None
+        sums = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"load: {path} has damaged checksums in its header ({_clip(str(exc))}). "
+                         "Nothing was executed.") from None
+    if not isinstance(sums, dict) or set(sums) != set(arrays):
+        raise ValueError(f"load: {path} has damaged checksums in its header (they do not list the file's "
+                         "arrays). Nothing was executed.")
+    for name, array in arrays.items():
+        actual = _checksum(array)
+        if actual != sums[name]:
+            raise ValueError(f"load: {path} is damaged: the bytes of the tensor {name!r} do not match the "
+                             f"checksum saved with them (CRC-32 {actual}, saved {short_repr(sums[name])}); "
+                             "the file changed after it was written (a disk, copy or transfer fault). Use "
+                             "another copy or an earlier checkpoint; nothing was loaded.")
+
+
+def _rebuild(metadata: dict, tensors: dict, path: str, weights_only: bool):
+    """What :func:`save` was given, from the file's metadata and its arrays."""
+    pickled = metadata.get(_PICKLE_KEY)
+    if pickled is not None:
+        return _unpickle(metadata, tensors, pickled, path, weights_only)
+    structure = metadata.get(_STRUCTURE_KEY)
     if structure is None:
         return tensors  # a plain safetensors file from elsewhere: a flat dict of arrays
     try:
@@ -576,3 +790,23 @@ def _load(path: str, device):
     except ValueError as exc:
         raise ValueError(f"load: {path} has a damaged minidl header ({_clip(str(exc))}). "
                          "Nothing was executed.") from None
+
+
+def _unpickle(metadata: dict, tensors: dict, name: str, path: str, weights_only: bool):
+    kind = short_repr(metadata.get(_PICKLE_TYPE_KEY, "object"))
+    if weights_only:
+        raise LoadError(f"load: {path} holds a pickled Python object ({kind}, saved whole by mdl.save), and "
+                        "unpickling can run any code the file holds, so weights_only=True refuses it. If you "
+                        "trust where the file came from: mdl.load(f, weights_only=False); better, save and "
+                        "load model.state_dict(), which needs no pickle. Nothing was executed.", path)
+    payload = tensors.pop(name, None)
+    if payload is None or payload.dtype != np.uint8 or payload.ndim != 1:
+        raise ValueError(f"load: {path} has a damaged minidl header (its pickle {short_repr(name)} is not a "
+                         "byte array of the file). Nothing was executed.")
+    warnings.warn(f"load: unpickling {kind} from {path} with weights_only=False: a pickle can run any code "
+                  "it holds; load only files you trust", UserWarning, stacklevel=4)
+    try:
+        return _ArrayUnpickler(io.BytesIO(backend.to_numpy(payload).tobytes()), tensors).load()
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's classes to rebuild is a LoadError
+        raise ValueError(f"load: {path}: the pickled {kind} could not be rebuilt "
+                         f"({type(exc).__name__}: {_clip(str(exc))})") from None
