@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from minidl.autograd import ForwardMode, enable_grad, is_grad_enabled, share_tangents
 from minidl.autograd import grad as _reverse
+from minidl.autograd.forward_mode import require_floating
 from minidl.ops.shape import reshape, stack
 from minidl.tensor import Tensor
 
@@ -57,13 +58,15 @@ def _argnums(argnums, count: int, name: str) -> tuple:
     return tuple(i % count for i in nums)
 
 
-def _forward(func, args, tangents: dict):
+def _forward(func, args, tangents: dict, name: str = "jvp"):
     """func(*args) with tangents[i] attached to args[i]: (outputs as returned, their tangents, zeros for none)."""
     with ForwardMode() as level:
         for i, dx in tangents.items():
             if not isinstance(args[i], Tensor) or not isinstance(dx, Tensor):
-                raise TypeError(f"minidl.func.jvp: primal and tangent {i} must be Tensors, got "
+                raise TypeError(f"minidl.func.{name}: primal and tangent {i} must be Tensors, got "
                                 f"{type(args[i]).__name__} and {type(dx).__name__}")
+            require_floating(args[i], f"primal {i}", f"minidl.func.{name}")
+            require_floating(dx, f"tangent {i}", f"minidl.func.{name}")
             if level.tangent(args[i]) is not None:
                 raise ValueError(f"minidl.func.jvp: primal {i} is the same Tensor as an earlier primal; "
                                  "pass distinct Tensors (x.clone())")
@@ -82,6 +85,11 @@ def jvp(func, primals, tangents):
     Tensor, or a tuple of them). No graph is recorded for it unless a primal
     requires grad (then J v can itself be differentiated).
     """
+    for what, given in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(given, (tuple, list)):
+            raise TypeError(f"minidl.func.jvp: {what} must be a tuple of Tensors (one per argument of the "
+                            f"function), got a {type(given).__name__}; for one input write "
+                            "jvp(f, (x,), (v,)), as torch.func.jvp")
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"minidl.func.jvp: {len(primals)} primals but {len(tangents)} tangents; give one "
@@ -105,7 +113,7 @@ def _tracked(args, nums):
         if x.requires_grad and is_grad_enabled():
             keep = True
             continue
-        tracked = Tensor(x.data, requires_grad=True)
+        tracked = Tensor(x.array, requires_grad=True)
         share_tangents(x, tracked)
         args[i] = tracked
     return args, keep
@@ -151,7 +159,7 @@ def grad(func, argnums=0):
         tracked, keep = _tracked(args, nums)
         with enable_grad():
             out = func(*tracked)
-        if not isinstance(out, Tensor) or out.data.size != 1:
+        if not isinstance(out, Tensor) or out.array.size != 1:
             shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
             raise ValueError(f"minidl.func.grad: the function must return a one-element Tensor, got {shape}; "
                              "use jacrev for a Jacobian")
@@ -182,7 +190,7 @@ def jacrev(func, argnums=0):
         outs = _as_tuple(out, "the function's output")
         per_output = []
         for o in outs:
-            rows = [_pullback((o,), wrt, (_one_hot(o, k),), keep) for k in range(o.data.size)]
+            rows = [_pullback((o,), wrt, (_one_hot(o, k),), keep) for k in range(o.array.size)]
             if o.ndim == 0:  # a scalar output: the one gradient is the block (no stacking to differentiate)
                 per_output.append(rows[0])
             else:
@@ -206,8 +214,9 @@ def jacfwd(func, argnums=0):
             if not isinstance(x, Tensor):
                 raise TypeError(f"minidl.func.jacfwd: argument {i} must be a Tensor, got {type(x).__name__}")
             columns = []
-            for k in range(x.data.size):
-                out, douts = _forward(func, args, {i: _one_hot(x, k)})
+            require_floating(x, f"argument {i}", "minidl.func.jacfwd")
+            for k in range(x.array.size):
+                out, douts = _forward(func, args, {i: _one_hot(x, k)}, "jacfwd")
                 columns.append(douts)
             outs = _as_tuple(out, "the function's output")
             blocks.append([reshape(stack([c[j] for c in columns], axis=-1), tuple(o.shape) + tuple(x.shape))
@@ -243,12 +252,12 @@ def hvp(func, inputs, v):
         tracked, keep = _tracked(xs, range(len(xs)))
         with enable_grad():
             out = func(*tracked)
-        if not isinstance(out, Tensor) or out.data.size != 1:
+        if not isinstance(out, Tensor) or out.array.size != 1:
             raise ValueError("minidl.func.hvp: the function must return a one-element Tensor")
         values.append(out)
         return tuple(_pullback((out,), tracked, (Tensor(out.xp.ones(out.shape, out.dtype)),), keep))
 
     _, products = jvp(gradient, inputs, v)
     products = products if isinstance(products, tuple) else (products,)
-    value = Tensor(values[0].data)
+    value = Tensor(values[0].array)
     return value, products[0] if single else products

@@ -219,3 +219,43 @@ def test_forward_mode_on_each_device(device):
     np.testing.assert_allclose(tangent.numpy(), expected.sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(func.jacfwd(lambda x: _layer(mdl, w, x))(x).numpy(), expected, rtol=1e-12)
     assert adjoint_error(lambda x: _layer(mdl, w, x), [x]) <= 32
+
+
+# ---------------------------------------------------------------- inputs forward mode refuses, as torch.func
+_INTEGER_CALLS = {
+    "jacfwd": lambda lib, x, v: lib.func.jacfwd(lambda t: t / 3)(x),
+    "jvp primal": lambda lib, x, v: lib.func.jvp(lambda t: t / 3, (x,), (v,)),
+    "jvp tangent": lambda lib, x, v: lib.func.jvp(lambda t: t / 3, (v,), (x,)),
+    "hessian": lambda lib, x, v: lib.func.hessian(lambda t: (t * t).sum())(x),
+}
+
+
+@pytest.mark.parametrize("call", list(_INTEGER_CALLS))
+def test_integer_inputs_are_refused_not_differentiated_to_zero(torch, call):
+    # before: jacfwd(lambda x: x / 3)(arange(3)) returned all zeros; the true Jacobian is I/3
+    with pytest.raises(ValueError, match="floating point"):
+        _INTEGER_CALLS[call](torch, torch.arange(3), torch.ones(3))
+    with pytest.raises(ValueError, match=r"dtype int64.*floating-point or complex.*x.astype\('float64'\)"):
+        _INTEGER_CALLS[call](mdl, mdl.tensor(np.arange(3)), mdl.tensor(np.ones(3)))
+
+
+def test_forward_mode_refuses_an_integer_tangent_at_any_level():
+    with ForwardMode() as level, pytest.raises(ValueError, match="forward mode: the primal has dtype int64"):
+        level.attach(mdl.tensor(np.arange(3)), mdl.tensor(np.arange(3)))
+
+
+def test_converted_integers_give_the_true_jacobian():
+    x = mdl.tensor(np.arange(3)).astype("float64")
+    np.testing.assert_allclose(func.jacfwd(lambda t: t / 3)(x).numpy(), np.eye(3) / 3)
+
+
+@pytest.mark.parametrize("bare", ["primals", "tangents"])
+def test_jvp_given_bare_tensors_says_to_pass_tuples(torch, bare):
+    x, v = np.ones((2, 3)), np.ones((2, 3))
+    args = {"primals": (x, (v,)), "tangents": ((x,), v)}[bare]
+    with pytest.raises(RuntimeError, match="Expected primals (to be a tuple|and tangents to have the same)"):
+        torch.func.jvp(torch.sin, *[tuple(map(torch.tensor, a)) if isinstance(a, tuple) else torch.tensor(a)
+                                    for a in args])
+    with pytest.raises(TypeError, match=rf"minidl.func.jvp: {bare} must be a tuple of Tensors.*"
+                                        r"got a Tensor; for one input write jvp\(f, \(x,\), \(v,\)\)"):
+        func.jvp(mdl.sin, *[tuple(map(mdl.tensor, a)) if isinstance(a, tuple) else mdl.tensor(a) for a in args])

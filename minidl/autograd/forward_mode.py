@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 
+from minidl import backend
 from minidl.autograd import function_hooks
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, version_of
@@ -22,6 +23,19 @@ class MissingTangentRule(NotImplementedError):
         super().__init__(f"{op} has no tangent rule (jvp), so forward mode cannot go through it; define "
                          f"{op}.jvp(*dxs) (see minidl.autograd.Function), or use reverse mode "
                          "(mdl.func.jacrev, mdl.grad)")
+
+
+def require_floating(x, role: str, where: str) -> None:
+    """Refuse a ``role`` ("primal", "tangent") that is not a floating-point (or complex) Tensor.
+
+    An integer input has no tangent space: its tangent would be truncated to integers and every
+    derivative through it would come out zero, a silent wrong number. ``torch.func`` refuses
+    such inputs too (ValueError: "Expected primal to be floating point or complex").
+    """
+    if not backend.is_floating(x.dtype):
+        raise ValueError(f"{where}: the {role} has dtype {x.dtype}, and derivatives are taken only with respect "
+                         f"to floating-point or complex tensors (as torch.func requires); convert it first, "
+                         f"e.g. x.astype('float64') or x.float()")
 
 
 class ForwardMode(FunctionHook):
@@ -54,6 +68,8 @@ class ForwardMode(FunctionHook):
         if dx is None:
             table.pop(key, None)
             return
+        require_floating(x, "primal", "forward mode")
+        require_floating(dx, "tangent", "forward mode")
         if tuple(dx.shape) != tuple(x.shape):
             raise ValueError(f"forward mode: a tangent of shape {tuple(dx.shape)} for a tensor of shape "
                              f"{tuple(x.shape)}; a tangent must have its primal's shape")
