@@ -135,3 +135,16 @@ def test_a_device_beyond_the_machine_s_gpus_is_refused(standin_or_gpu, capsys):
     for wrong in (["--only", "nothing"], ["--limit", "parity"], ["--limit", "nothing=5"], ["--limit", "speed=-1"]):
         with pytest.raises(SystemExit):
             main(["selftest", *wrong])
+
+
+@pytest.mark.parametrize("device", ["banana", "cuda:x", "cpu"])
+def test_a_device_that_is_no_gpu_is_one_line_naming_it_and_the_choices_exit_2(device, tmp_path):
+    # in a fresh interpreter, as a user types it: before, "banana" ended in a traceback
+    done = subprocess.run([sys.executable, "-m", "minidl", "selftest", "--device", device, "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert repr(device) in done.stderr and "'cuda' or 'cuda:N'" in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -18,12 +18,18 @@ from minidl.train.metrics import accuracy_interval, bootstrap_interval, format_i
 from minidl.train.predict import check_inputs, check_labels, load_run
 
 
-def _read_array(path: str) -> np.ndarray:
+def _read_array(path: str, option: str) -> np.ndarray:
+    """The array of the .npy or .csv file ``path`` given as ``option`` (``--inputs``, ``--labels``)."""
+    if not path.endswith((".npy", ".csv")):
+        raise ValueError(f"predict: {option} {path} must be a .npy or a .csv file")
+    if not os.path.isfile(path):
+        what = "a folder, not a file" if os.path.isdir(path) else "no such file"
+        raise ValueError(f"predict: {option} {path}: {what} (looked in {os.path.abspath(path)}); give the path "
+                         f"of an existing .npy or .csv file, one sample per row (write one with "
+                         f"np.save('x.npy', x) or np.savetxt('x.csv', x, delimiter=','))")
     if path.endswith(".npy"):
         return np.load(path, allow_pickle=False)
-    if path.endswith(".csv"):
-        return np.loadtxt(path, delimiter=",", ndmin=2, comments="#")
-    raise ValueError(f"predict: {path} must be a .npy or a .csv file")
+    return np.loadtxt(path, delimiter=",", ndmin=2, comments="#")
 
 
 def predict_command(args) -> int:
@@ -32,9 +38,9 @@ def predict_command(args) -> int:
     try:
         run = load_run(args.folder)
         if args.inputs:
-            x = _read_array(args.inputs)
+            x = _read_array(args.inputs, "--inputs")
             check_inputs(x, args.inputs)
-            y = check_labels(_read_array(args.labels), run.num_classes, args.labels) if args.labels else None
+            y = check_labels(_read_array(args.labels, "--labels"), run.num_classes, args.labels) if args.labels else None
             source = args.inputs
         else:
             from minidl.train import data_sources

@@ -75,7 +75,11 @@ class Stage:
 def check_device(device: str) -> None:
     """Raise :class:`Unavailable` (one line: what is missing) unless ``device`` can be used."""
     from minidl import backend
-    kind, index = backend.parse_device(device)
+    try:
+        kind, index = backend.parse_device(device)
+    except (ValueError, TypeError):
+        raise Unavailable(f"minidl selftest: --device {device!r} is not a device; valid choices: 'cuda' or "
+                          "'cuda:N' (N the GPU's index, from 0), e.g. --device cuda:0") from None
     if kind != "cuda":
         raise Unavailable(f"minidl selftest checks a GPU: --device must be 'cuda' or 'cuda:N', got {device!r}")
     try:

@@ -66,6 +66,15 @@ def test_predict_refuses_what_it_cannot_use(run_folder, tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.zeros((3, 5)))
     assert main(["predict", str(run_folder), "--inputs", str(tmp_path / "bad.npy")]) == 2
     assert "samples of shape (1, 8, 8) (64 values each), got an array of shape (3, 5)" in capsys.readouterr().err
+    missing = tmp_path / "nowhere" / "x.npy"
+    np.save(tmp_path / "good.npy", digits(flatten=True)[0][:5])
+    for option, argv in (("--inputs", ["--inputs", str(missing)]),
+                         ("--labels", ["--inputs", str(tmp_path / "good.npy"), "--labels", str(missing)])):
+        assert main(["predict", str(run_folder), *argv]) == 2
+        err = capsys.readouterr().err
+        # before: "[Errno 2] No such file or directory" with no word on which option or what to give
+        assert f"{option} {missing}: no such file" in err and "give the path of an existing .npy or .csv" in err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_diagnose_trained_weights_runs_init_checks_on_a_fresh_model(run_folder, capsys):
