@@ -186,19 +186,23 @@ class GradcheckResult:
     ``max_error`` is the largest |analytic − numeric| / max(|numeric|, 1) found;
     ``error_estimate`` is, on the same scale, the method's estimate of its own
     error: how far it can see. A backward wrong by less than that passes any
-    check with this method, whatever the tolerance.
+    check with this method, whatever the tolerance. ``tolerance`` is the bound
+    max_error was held to when the method set its own (Richardson, complex step,
+    no atol/rtol given: 8·error_estimate + 256 ulps), else None.
     """
 
-    def __init__(self, method, eps, max_error, error_estimate):
+    def __init__(self, method, eps, max_error, error_estimate, tolerance=None):
         self.method, self.eps = method, eps
         self.max_error, self.error_estimate = float(max_error), float(error_estimate)
+        self.tolerance = None if tolerance is None else float(tolerance)
 
     def __bool__(self):
         return True
 
     def __repr__(self):
+        own = "" if self.tolerance is None else f", tolerance={self.tolerance:.3g}"
         return (f"GradcheckResult(method={self.method!r}, eps={self.eps:g}, max_error={self.max_error:.3g}, "
-                f"error_estimate={self.error_estimate:.3g})")
+                f"error_estimate={self.error_estimate:.3g}{own})")
 
 
 def _describe(which, x, index, analytic, numeric, estimate):
@@ -279,12 +283,27 @@ def max_relative_error(fn, inputs, eps=None, fast=False, seed=0, method="central
     return max((_scaled(a - n, n).max(initial=0.0) for a, n, _ in checked), default=0.0)
 
 
-def gradcheck(fn, inputs, eps=None, atol=1e-5, rtol=1e-3, fast=False, seed=0, method="central"):
+# A method's own tolerance (``method="richardson"`` or ``"complex"`` with no atol or rtol given), on
+# the scale of max_error (|error| / max(|numeric|, 1)): OWN_TOLERANCE_ESTIMATES times the method's largest
+# error estimate, plus OWN_TOLERANCE_ULPS float64 ulps for the rounding of the analytic side itself (a
+# backward's sums round too). Over the op cases a correct backward stays below 1/8 of it (Richardson) and
+# 1/40 (complex step), measured; a backward wrong by a relative 1e-9 is tens of times over it (Richardson:
+# about 2e-11 for x³ near |x| = 2) and thousands of times (complex step).
+OWN_TOLERANCE_ESTIMATES = 8
+OWN_TOLERANCE_ULPS = 256
+PYTORCH_ATOL, PYTORCH_RTOL = 1e-5, 1e-3  # torch.autograd.gradcheck's defaults, kept for central differences
+
+
+def own_tolerance(error_estimate: float) -> float:
+    """The tolerance a method sets itself from its error estimate: 8·estimate + 256 ulps (see gradcheck)."""
+    return OWN_TOLERANCE_ESTIMATES * error_estimate + OWN_TOLERANCE_ULPS * _ULP
+
+
+def gradcheck(fn, inputs, eps=None, atol=None, rtol=None, fast=False, seed=0, method="central"):
     """Check ``fn``'s gradients against a numerical reference; a true GradcheckResult, or GradcheckError.
 
     ``fn(*inputs)`` returns a Tensor or a tuple of Tensors; every input with
-    ``requires_grad=True`` (float64) is checked. An entry passes when
-    |analytic − numeric| ≤ atol + rtol·|numeric|. ``fast=True`` checks one
+    ``requires_grad=True`` (float64) is checked. ``fast=True`` checks one
     random directional derivative vᵀJu instead of the full Jacobian.
 
     ``method`` picks the reference (``eps`` its step, by default the method's own):
@@ -296,27 +315,45 @@ def gradcheck(fn, inputs, eps=None, atol=1e-5, rtol=1e-3, fast=False, seed=0, me
       (no subtraction) for fn analytic in its checked inputs: every op it calls takes
       complex128 and computes the analytic continuation (no abs, comparisons, rounding).
 
+    The tolerance: with ``atol`` or ``rtol`` given, an entry passes when
+    |analytic − numeric| ≤ atol + rtol·|numeric| (a missing one takes PyTorch's default,
+    atol = 1e-5, rtol = 1e-3). With neither given, central differences use PyTorch's
+    defaults, and Richardson and the complex step use their own: an entry passes when
+
+        |analytic − numeric| / max(|numeric|, 1) ≤ 8·E + 256ε,
+
+    E the method's error estimate (``error_estimate`` below) and ε = 2.2e-16, so that they
+    catch what they can see (a backward wrong by a relative 1e-9 fails both), which
+    PyTorch's defaults, made for central differences, would pass.
+
     The result's ``error_estimate`` is the method's estimate of its own error (on the scale of
-    ``max_error``, |error| / max(|numeric|, 1)): a backward wrong by less cannot be told apart.
+    ``max_error``, |error| / max(|numeric|, 1)): a backward wrong by less cannot be told apart;
+    ``tolerance`` is the method's own tolerance on that scale, or None when atol/rtol were used.
     """
     inputs, wrt, eps, checked = _measure(fn, inputs, method, eps, fast, seed)
+    estimate = max((_scaled(e, n).max(initial=0.0) for _, n, e in checked), default=0.0)
+    own = method != "central" and atol is None and rtol is None
+    tolerance = own_tolerance(estimate) if own else None
+    atol = PYTORCH_ATOL if atol is None else atol
+    rtol = PYTORCH_RTOL if rtol is None else rtol
     for x, (a, n, e) in zip(wrt, checked):
-        excess = np.abs(a - n) - (atol + rtol * np.abs(n))
+        excess = _scaled(a - n, n) - tolerance if own else np.abs(a - n) - (atol + rtol * np.abs(n))
         if excess.size and excess.max() > 0:
             row, col = np.unravel_index(np.argmax(excess), excess.shape)
+            allowed = (f"; the method's own tolerance is {tolerance:.2g} = 8 × its error estimate "
+                       f"{estimate:.2g} + 256 ulps, on the scale |error| / max(|numeric|, 1)" if own else "")
             if fast:
                 raise GradcheckError(f"gradcheck (fast, {method}): directional derivative vᵀJu analytic "
                                      f"{a[0, 0]:.10g}, numeric {n[0, 0]:.10g}, relative error "
                                      f"{abs(a[0, 0] - n[0, 0]) / max(abs(n[0, 0]), 1e-12):.3g} (the numeric "
-                                     f"value's own error is estimated at {e[0, 0]:.2g})")
+                                     f"value's own error is estimated at {e[0, 0]:.2g}){allowed}")
             raise GradcheckError(_describe(f"gradcheck ({method}, output element {row})", x, col,
-                                           a[row, col], n[row, col], e[row, col]))
+                                           a[row, col], n[row, col], e[row, col]) + allowed)
     max_error = max((_scaled(a - n, n).max(initial=0.0) for a, n, _ in checked), default=0.0)
-    estimate = max((_scaled(e, n).max(initial=0.0) for _, n, e in checked), default=0.0)
-    return GradcheckResult(method, eps, max_error, estimate)
+    return GradcheckResult(method, eps, max_error, estimate, tolerance)
 
 
-def gradgradcheck(fn, inputs, grad_outputs=None, eps=None, atol=1e-5, rtol=1e-3, fast=False, seed=0,
+def gradgradcheck(fn, inputs, grad_outputs=None, eps=None, atol=None, rtol=None, fast=False, seed=0,
                   method="central"):
     """Check second derivatives: gradcheck of (x, v) ↦ vᵀ ∂fn/∂x built with create_graph=True.
 
@@ -326,7 +363,8 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=None, atol=1e-5, rtol=1e-3,
     on; the one with respect to v checks that the recorded backward is the
     gradient itself (for a piecewise-linear op like relu, where the first is
     zero, the second is not). ``method`` is ``"central"`` or ``"richardson"``
-    (the complex step would need every backward to run on complex numbers).
+    (the complex step would need every backward to run on complex numbers); the
+    tolerances default as in :func:`gradcheck`.
     """
     if method == "complex":
         raise ValueError("gradgradcheck: method='complex' is not supported (the backward it would "

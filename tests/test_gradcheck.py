@@ -210,6 +210,51 @@ def test_the_complex_step_sees_a_backward_wrong_by_1e_9_that_central_differences
     assert mdl.gradcheck(lambda t: Cube()(t), [x], method="complex", atol=1e-13, rtol=1e-13)
 
 
+@pytest.mark.parametrize("method", ["richardson", "complex"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_backward_wrong_by_1e_9_fails_each_precise_method_at_its_default_tolerance(method, fast):
+    """No tolerance given: Richardson and the complex step compare at their own (8·estimate + 256 ulps),
+    so they catch the 1e-9 that PyTorch's atol 1e-5 / rtol 1e-3 let through (before: these passed)."""
+    x = f64(6, seed=3)
+    with pytest.raises(mdl.GradcheckError, match=r"own tolerance is .* = 8 × its error estimate"):
+        mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x], method=method, fast=fast)
+    result = mdl.gradcheck(lambda t: Cube()(t), [x], method=method, fast=fast)
+    assert result.tolerance == pytest.approx(8 * result.error_estimate + 256 * np.finfo(np.float64).eps)
+    assert result.max_error <= result.tolerance < 1e-10
+    # the planted error is 1e-9 of 3x² on the max(|numeric|, 1) scale: far beyond the tolerance
+    expected = 1e-9 * (3 * x.numpy() ** 2 / np.maximum(3 * x.numpy() ** 2, 1)).max()
+    assert expected > 10 * result.tolerance
+
+
+def test_central_differences_keep_pytorchs_defaults_and_given_tolerances_win():
+    x = f64(6, seed=3)
+    central = mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x])   # atol 1e-5, rtol 1e-3, as PyTorch
+    assert central.tolerance is None
+    loose = mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [x], method="complex", rtol=1e-3)
+    assert loose.tolerance is None and loose.max_error > 1e-10   # an explicit tolerance is the one used
+    with pytest.raises(mdl.GradcheckError):
+        mdl.gradcheck(lambda t: SquareWrongAtOneElement()(t), [f64(6)], atol=1e-5)
+
+
+def test_pytorch_passes_the_same_1e_9_error_at_its_defaults(torch):
+    """The reason for the change: PyTorch's gradcheck (central differences, atol 1e-5, rtol 1e-3) can't see it."""
+    class Cube1e9(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, gy):
+            (x,) = ctx.saved_tensors
+            return gy * 3 * x ** 2 * (1 + 1e-9)
+
+    x = torch.tensor(np.random.default_rng(3).standard_normal(6), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(Cube1e9.apply, (x,))
+    with pytest.raises(mdl.GradcheckError):
+        mdl.gradcheck(lambda t: CubeOffByOnePart()(t), [f64(6, seed=3)], method="complex")
+
+
 def squire_trapp(x):
     """f(x) = eˣ / √(sin³x + cos³x), the complex step's classic test function (Squire & Trapp 1998)."""
     return mdl.exp(x) / mdl.sqrt(mdl.sin(x) ** 3 + mdl.cos(x) ** 3)

@@ -194,6 +194,15 @@ def test_complex_step(name, fn, inputs):
     """The backward agrees with Im f(x + ih)/h, h = 1e-20, to 1e-13 relative (|error| ≤ 1e-13·max(|J|, 1))."""
     result = mdl.gradcheck(fn, inputs, method="complex", atol=1e-13, rtol=1e-13)
     assert result.error_estimate < 1e-13
+    assert mdl.gradcheck(fn, inputs, method="complex").tolerance < 1e-13   # and at the method's own tolerance
+
+
+@pytest.mark.parametrize("name,fn,inputs", COMPLEX, ids=[c[0] for c in COMPLEX])
+def test_richardson_at_its_own_tolerance(name, fn, inputs):
+    """Every analytic op case passes Richardson extrapolation with no tolerance given (8·estimate + 256 ulps,
+    1e-12 to 1e-8 by the case): the default that fails a backward wrong by 1e-9 passes every correct one."""
+    result = mdl.gradcheck(fn, inputs, method="richardson")
+    assert result.tolerance is not None and result.max_error <= result.tolerance
 
 
 def test_complex_step_census():
