@@ -359,9 +359,37 @@ class Module:
                 unusable.append((name, problem))
                 continue
             values.append((target, value))
+        unusable += self._layer_problems(values)
         if mis_shaped or unusable or (strict and (missing or unexpected)):
             raise StateDictError(_load_error(type(self).__name__, missing, unexpected, mis_shaped, strict, unusable))
         return IncompatibleKeys(missing, unexpected), values
+
+    def check_loaded_state(self, state: dict) -> list:
+        """What is wrong with values about to be loaded into this module: ``[(local name, problem)]``.
+
+        The hook for layers whose values must satisfy more than a shape and a dtype (a quantized
+        layer's scales must be finite and positive). ``load_state_dict`` and ``check_state_dict``
+        call it on every submodule that overrides it, before anything is copied, with ``state``
+        mapping each of the module's own parameter and buffer names (``"weight"``, not
+        ``"0.weight"``) to the array about to be loaded, or to the current one where the state
+        has none. A problem raises StateDictError naming the key, the layer and the problem.
+        The default finds none.
+        """
+        return []
+
+    def _layer_problems(self, values) -> list:
+        """[(dotted key, problem)] from every submodule's :meth:`check_loaded_state`."""
+        incoming = {id(target): value for target, value in values}
+        problems = []
+        for module_prefix, module in self.named_modules():
+            if type(module).check_loaded_state is Module.check_loaded_state:
+                continue
+            local = {name: incoming.get(id(t), t.array) for table in (module._parameters, module._buffers)
+                     for name, t in table.items() if t is not None}
+            dot = f"{module_prefix}." if module_prefix else ""
+            where = f"{type(module).__name__} {module_prefix!r}" if module_prefix else type(module).__name__
+            problems += [(dot + name, f"{where}: {problem}") for name, problem in module.check_loaded_state(local)]
+        return problems
 
     # ------------------------------------------------------------ devices and dtypes
     def to(self, device=None, dtype=None):

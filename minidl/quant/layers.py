@@ -25,12 +25,13 @@ import numpy as np
 
 import minidl.functional as F
 from minidl import backend, nn
+from minidl.autograd import no_grad
 from minidl.ops.conv import im2col_array
 from minidl.quant.qparams import MovingAverageObserver, dequantize, qparams, qrange, quantize
 from minidl.tensor import Tensor
 
 __all__ = ["FakeQuantConv2d", "FakeQuantLinear", "QuantizedConv2d", "QuantizedLinear", "int_matmul",
-           "weight_qparams"]
+           "qparam_problems", "weight_qparams"]
 
 _INT32_TERMS = (2**31 - 1) // (255 * 128)       # the most products of an int8 weight and a centred uint8 input
 
@@ -50,7 +51,27 @@ def weight_qparams(weight: np.ndarray) -> tuple:
 
 
 def _host(x) -> np.ndarray:
-    return backend.to_numpy(x.data if isinstance(x, Tensor) else x)
+    return backend.to_numpy(x.array if isinstance(x, Tensor) else x)
+
+
+def qparam_problems(state: dict, input_dtype: str) -> list:
+    """[(name, problem)] of an int8 layer's scales and zero point: scales finite and positive (a NaN or a
+    zero scale gives finite wrong outputs, not an error), the input's zero point an integer code of
+    ``input_dtype`` (the code that stands for the real 0)."""
+    problems = []
+    for name in ("weight_scale", "input_scale"):
+        scale = _host(state[name]).astype(np.float64)
+        bad = scale[~(np.isfinite(scale) & (scale > 0))]
+        if bad.size:
+            problems.append((name, f"scales must be finite and positive, got {bad.reshape(-1)[0]:g}"
+                                   + (f" (and {bad.size - 1} more)" if bad.size > 1 else "")))
+    q_min, q_max = qrange(input_dtype)
+    zero_point = _host(state["input_zero_point"])
+    if zero_point.size and not (np.all(np.isfinite(zero_point)) and np.all(zero_point == np.round(zero_point))
+                                and zero_point.min() >= q_min and zero_point.max() <= q_max):
+        problems.append(("input_zero_point", f"the zero point must be an integer code of {input_dtype}, from "
+                                             f"{q_min} to {q_max}; got {zero_point.reshape(-1)[0].item()!r}"))
+    return problems
 
 
 class _Quantized(nn.Module):
@@ -64,25 +85,34 @@ class _Quantized(nn.Module):
         self.register_buffer("input_scale", Tensor(np.array(input_scale, dtype=np.float32)))
         self.register_buffer("input_zero_point", Tensor(np.array(input_zero_point, dtype=np.int64)))
         self.register_buffer("bias", None if bias is None else Tensor(_host(bias).astype(np.float32)))
+        problems = qparam_problems({"weight_scale": w_scale, "input_scale": input_scale,
+                                    "input_zero_point": input_zero_point}, input_dtype)
+        if problems:
+            raise ValueError(f"{type(self).__name__}: " + "; ".join(f"{name}: {why}" for name, why in problems))
+
+    def check_loaded_state(self, state: dict) -> list:
+        """Scales finite and positive, the input's zero point inside the input dtype's codes (see
+        :func:`qparam_problems`): a loaded file with impossible parameters is refused, not run."""
+        return qparam_problems(state, self.input_dtype)
 
     def _centred_input(self, x) -> np.ndarray:
         """q_x − z_x as int32: the input's codes with the zero point taken out."""
-        q = quantize(_host(x), self.input_scale.data, self.input_zero_point.data, self.input_dtype)
-        return q.astype(np.int32) - np.int32(self.input_zero_point.data)
+        q = quantize(_host(x), self.input_scale.array, self.input_zero_point.array, self.input_dtype)
+        return q.astype(np.int32) - np.int32(self.input_zero_point.array)
 
     def _rescale(self, acc: np.ndarray, channel_axis: int) -> Tensor:
         """y = s_x · s_w[o] · acc + b[o], in float32."""
         shape = [1] * acc.ndim
         shape[channel_axis] = -1
-        multiplier = (self.input_scale.data * self.weight_scale.data).astype(np.float32).reshape(shape)
+        multiplier = (self.input_scale.array * self.weight_scale.array).astype(np.float32).reshape(shape)
         y = acc.astype(np.float32) * multiplier
         if self.bias is not None:
-            y = y + self.bias.data.reshape(shape)
+            y = y + self.bias.array.reshape(shape)
         return Tensor(y)
 
     def dequantized_weight(self) -> np.ndarray:
         """The float weight the codes stand for: s_w[o] · q_w[o, ...]."""
-        return dequantize(self.weight_q.data, self.weight_scale.data, 0, axis=0)
+        return dequantize(self.weight_q.array, self.weight_scale.array, 0, axis=0)
 
 
 class QuantizedLinear(_Quantized):
@@ -98,7 +128,7 @@ class QuantizedLinear(_Quantized):
 
     def accumulate(self, x) -> np.ndarray:
         """The int32 accumulators acc[n, o] = Σ_k (q_x[n, k] − z_x) q_w[o, k]."""
-        return int_matmul(self._centred_input(x), self.weight_q.data.T)
+        return int_matmul(self._centred_input(x), self.weight_q.array.T)
 
     def forward(self, x):
         x = _host(x)
@@ -130,7 +160,7 @@ class QuantizedConv2d(_Quantized):
         """The int32 accumulators (N, OH, OW, C_out) of the integer convolution."""
         cols = im2col_array(self._centred_input(x), self.kernel_size, self.stride, self.padding, self.dilation)
         n, oh, ow = cols.shape[:3]
-        kernel = self.weight_q.data.transpose(0, 2, 3, 1).reshape(self.out_channels, -1)  # (O, KH·KW·C)
+        kernel = self.weight_q.array.transpose(0, 2, 3, 1).reshape(self.out_channels, -1)  # (O, KH·KW·C)
         return int_matmul(cols.reshape(n * oh * ow, -1), kernel.T).reshape(n, oh, ow, self.out_channels)
 
     def forward(self, x):
@@ -145,18 +175,57 @@ class QuantizedConv2d(_Quantized):
 
 
 class _FakeQuant(nn.Module):
-    """Shared by the QAT layers: fake-quantized input (moving-average range) and weight (per channel)."""
+    """Shared by the QAT layers: fake-quantized input (moving-average range) and weight (per channel).
+
+    The observer's range is part of the state dict, as the buffers ``input_min``, ``input_max``
+    (NaN before any batch) and ``observed_batches``, so a saved QAT model loads with the range it
+    trained with and ``eval()`` and :func:`~minidl.quant.convert` work after loading. The buffers
+    are what is saved; the observer (which holds the moving-average rule) is filled from them
+    before each use and written back after each update.
+    """
 
     def _setup(self, layer, input_dtype: str, averaging_constant: float):
-        self.weight = nn.Parameter(layer.weight.data.copy())
-        self.bias = None if layer.bias is None else nn.Parameter(layer.bias.data.copy())
+        self.weight = nn.Parameter(layer.weight.array.copy())
+        self.bias = None if layer.bias is None else nn.Parameter(layer.bias.array.copy())
         self.input_dtype = input_dtype
         self.observer = MovingAverageObserver(averaging_constant, dtype=input_dtype)
+        self.register_buffer("input_min", Tensor(np.array(np.nan)))
+        self.register_buffer("input_max", Tensor(np.array(np.nan)))
+        self.register_buffer("observed_batches", Tensor(np.array(0, dtype=np.int64)))
+
+    def _observer_from_buffers(self) -> MovingAverageObserver:
+        lo, hi = (float(_host(b)) for b in (self.input_min, self.input_max))
+        observer = self.observer
+        observer.min_val, observer.max_val = (None, None) if np.isnan(lo) else (np.array(lo), np.array(hi))
+        observer.batches = int(_host(self.observed_batches))
+        return observer
+
+    def _buffers_from_observer(self) -> None:
+        observer = self.observer
+        with no_grad():
+            self.input_min.copy_(np.array(observer.min_val, dtype=self.input_min.dtype))
+            self.input_max.copy_(np.array(observer.max_val, dtype=self.input_max.dtype))
+            self.observed_batches.copy_(np.array(observer.batches, dtype=np.int64))
+
+    def observed_qparams(self) -> tuple:
+        """(scale, zero point) of the input range observed so far (a ValueError before any batch)."""
+        return self._observer_from_buffers().qparams()
+
+    def check_loaded_state(self, state: dict) -> list:
+        """The observed range: NaN at both ends (nothing observed yet) or finite with min ≤ max."""
+        lo, hi = (float(_host(state[name])) for name in ("input_min", "input_max"))
+        if np.isnan(lo) and np.isnan(hi):
+            return []
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            return [("input_min", f"the observed input range must be finite with min <= max (or NaN at both "
+                                  f"ends before any batch), got [{lo!r}, {hi!r}]")]
+        return []
 
     def _quantized_operands(self, x):
         if self.training:
-            self.observer.update(_host(x))
-        s_x, z_x = self.observer.qparams()
+            self._observer_from_buffers().update(_host(x))
+            self._buffers_from_observer()
+        s_x, z_x = self.observed_qparams()
         q_min, q_max = qrange(self.input_dtype)
         x_fq = F.fake_quantize(x, float(s_x), float(z_x), q_min, q_max)
         w_scale, _ = weight_qparams(_host(self.weight))
@@ -177,8 +246,8 @@ class FakeQuantLinear(_FakeQuant):
         return F.linear(x_fq, w_fq, self.bias)
 
     def to_quantized(self) -> QuantizedLinear:
-        s_x, z_x = self.observer.qparams()
-        return QuantizedLinear(self.weight.data, None if self.bias is None else self.bias.data, s_x, z_x,
+        s_x, z_x = self.observed_qparams()
+        return QuantizedLinear(self.weight.array, None if self.bias is None else self.bias.array, s_x, z_x,
                                self.input_dtype)
 
 
@@ -195,6 +264,6 @@ class FakeQuantConv2d(_FakeQuant):
         return F.conv2d(x_fq, w_fq, self.bias, self.stride, self.padding, self.dilation)
 
     def to_quantized(self) -> QuantizedConv2d:
-        s_x, z_x = self.observer.qparams()
-        return QuantizedConv2d(self.weight.data, None if self.bias is None else self.bias.data, s_x, z_x,
+        s_x, z_x = self.observed_qparams()
+        return QuantizedConv2d(self.weight.array, None if self.bias is None else self.bias.array, s_x, z_x,
                                self.stride, self.padding, self.dilation, self.input_dtype)
