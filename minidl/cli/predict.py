@@ -40,7 +40,8 @@ def predict_command(args) -> int:
         if args.inputs:
             x = _read_array(args.inputs, "--inputs")
             check_inputs(x, args.inputs)
-            y = check_labels(_read_array(args.labels, "--labels"), run.num_classes, args.labels) if args.labels else None
+            y = (check_labels(_read_array(args.labels, "--labels"), run.num_classes, args.labels)
+                 if args.labels else None)
             source = args.inputs
         else:
             from minidl.train import data_sources

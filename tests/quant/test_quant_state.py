@@ -21,7 +21,8 @@ def _int8_mlp():
     ("0.input_scale", np.float32(0), "scales must be finite and positive, got 0\n"),
     ("2.weight_scale", np.full(3, -0.1, np.float32), r"scales must be finite and positive, got -0.1 \(and 2 more\)"),
     ("2.weight_scale", np.array([0.1, np.inf, 0.1], np.float32), "scales must be finite and positive, got inf"),
-    ("0.input_zero_point", np.int64(100_000), "the zero point must be an integer code of uint8, from 0 to 255; got 100000"),
+    ("0.input_zero_point", np.int64(100_000),
+     "the zero point must be an integer code of uint8, from 0 to 255; got 100000"),
     ("0.input_zero_point", np.int64(-1), "the zero point must be .* from 0 to 255; got -1"),
 ])
 def test_impossible_quantization_parameters_in_a_file_are_refused_naming_the_layer(tmp_path, key, value, problem):
@@ -78,7 +79,8 @@ def test_the_observed_ranges_are_in_the_state_dict_as_pytorch_keeps_its_observer
     assert {"0.input_min", "0.input_max", "0.observed_batches", "2.input_min"} <= set(state)
     # the moving average of the batch minima and maxima, by hand: the first batch as it is, then c = 0.01
     assert int(state["0.observed_batches"]) == 5
-    assert float(state["0.input_min"]) == pytest.approx(x.min()) and float(state["0.input_max"]) == pytest.approx(x.max())
+    assert float(state["0.input_min"]) == pytest.approx(x.min())
+    assert float(state["0.input_max"]) == pytest.approx(x.max())
     # PyTorch's QAT model keeps its observers' min_val and max_val in the state dict too
     tq = torch.ao.quantization
     reference = torch.nn.Sequential(tq.QuantStub(), torch.nn.Linear(6, 8), tq.DeQuantStub())
