@@ -163,6 +163,31 @@ def test_resume_from_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, capsys
     assert path.read_bytes() == before and set(os.listdir(path.parent)) - {".lock"} == {"last.safetensors"}
 
 
+def test_resume_from_a_checkpoint_with_bytes_zeroed_in_place_exits_2_naming_the_tensor(tmp_path, capsys,
+                                                                                       spirals_run):
+    import json
+    import shutil
+    import struct
+
+    target = tmp_path / "run"
+    target.mkdir()
+    path = target / "last.safetensors"
+    shutil.copy(spirals_run / "last.safetensors", path)
+    raw = bytearray(path.read_bytes())
+    start = 8 + struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:start])
+    name, entry = max(((n, e) for n, e in header.items() if n != "__metadata__"),
+                      key=lambda item: item[1]["data_offsets"][1] - item[1]["data_offsets"][0])
+    begin = start + entry["data_offsets"][0]
+    assert entry["data_offsets"][1] - entry["data_offsets"][0] >= 200
+    raw[begin:begin + 200] = bytes(200)           # a safetensors file has no checksum of its own: still valid
+    path.write_bytes(bytes(raw))
+    code, out, err = _run(capsys, "train", "--resume", str(path), "--epochs", "2", "--quiet")
+    assert code == 2                              # before: resumed and trained on the zeroed weights, exit 0
+    assert err.count("\n") == 1 and err.startswith("minidl train: error: cannot resume")
+    assert f"the bytes of the tensor '{name}' do not match the checksum" in err and out == ""
+
+
 def test_resume_without_the_checkpoints_gpu_says_how_to_resume_on_the_cpu(tmp_path, capsys, spirals_run,
                                                                            monkeypatch):
     from minidl import backend
