@@ -1,12 +1,19 @@
-"""Saving and loading state without pickle: ``mdl.save`` / ``mdl.load``.
+"""Saving and loading state: ``mdl.save`` / ``mdl.load``, as ``torch.save`` / ``torch.load``.
 
 Files are safetensors: a JSON header naming each array's dtype, shape and
-byte range, then the raw bytes. Loading reads numbers, never code, so a file
-from anywhere is safe to open. Anything that is not an array (step counts,
-learning rates, RNG states, nested dicts of optimizer state) travels in the
-header's metadata as JSON, with each array replaced by a reference to its
-tensor entry; a flat ``{name: array}`` state dict is therefore an ordinary
-safetensors file that other tools read too.
+byte range, then the raw bytes. ``f`` is a path or a binary file object.
+State (arrays, step counts, learning rates, RNG states, nested dicts of
+optimizer state) is stored without pickle: anything that is not an array
+travels in the header's metadata as JSON, with each array replaced by a
+reference to its tensor entry, so loading it reads numbers, never code, and a
+flat ``{name: array}`` state dict is an ordinary safetensors file that other
+tools read too. Any other object (a whole Module) is pickled as ``torch.save``
+does, its arrays kept apart as tensor entries; loading it runs code from the
+file, so :func:`load` refuses it unless given ``weights_only=False``.
+
+Every array's CRC-32 is recorded in the metadata (``minidl.crc32``) and checked
+on load, so bytes damaged in place (a disk, a copy) are a :class:`LoadError`
+naming the tensor; files without checksums (from other libraries) load unchecked.
 
 Arrays keep their dtype, bit for bit. bfloat16, which NumPy lacks, comes from
 the optional ml_dtypes package (``pip install 'minidl[bf16]'``): it is stored
@@ -26,7 +33,7 @@ it lacks, and ``load`` gives back exactly what ``save`` was given:
 Every other dict is a plain JSON object. Keys may be strings, ints, floats,
 bools, None and tuples of those.
 
-Writing goes to a temporary file in the same folder (``.tmp-XXXXXXXX<name>``,
+Writing to a path goes to a temporary file in the same folder (``.tmp-XXXXXXXX<name>``,
 created with the permissions the user's umask gives any new file) that is then
 renamed over the target, so a crash leaves either the old file or the new
 one, never half of one. A temporary left by a killed save of the same file is
@@ -39,7 +46,8 @@ JSON values and ``MAX_DEPTH`` levels of nesting. ``save`` refuses what
 ``load`` would refuse. Anything wrong with a file (missing, unopenable,
 truncated, damaged, foreign, over a limit, needing ml_dtypes) raises a
 :class:`LoadError`, both an ``OSError`` and a ``ValueError``, whose ``path``
-is the file and whose message says what; nothing from the file is ever executed.
+is the file and whose message says what; nothing from the file is executed unless
+``weights_only=False`` asks to unpickle it.
 """
 from __future__ import annotations
 
