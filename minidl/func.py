@@ -246,6 +246,10 @@ def hvp(func, inputs, v):
     single = isinstance(inputs, Tensor)
     inputs = (inputs,) if single else tuple(inputs)
     v = (v,) if isinstance(v, Tensor) else tuple(v)
+    for i, x in enumerate(inputs + v):
+        if isinstance(x, Tensor):
+            role = f"input {i}" if i < len(inputs) else f"vector {i - len(inputs)}"
+            require_floating(x, role, "minidl.func.hvp")
     values = []
 
     def gradient(*xs):

@@ -244,6 +244,13 @@ def test_forward_mode_refuses_an_integer_tangent_at_any_level():
         level.attach(mdl.tensor(np.arange(3)), mdl.tensor(np.arange(3)))
 
 
+def test_hvp_names_itself_when_refusing_integers():
+    with pytest.raises(ValueError, match=r"minidl.func.hvp: the input 0 has dtype int64"):
+        func.hvp(lambda t: (t * t).sum(), mdl.tensor(np.arange(3)), mdl.tensor(np.ones(3)))
+    with pytest.raises(ValueError, match=r"minidl.func.hvp: the vector 0 has dtype int64"):
+        func.hvp(lambda t: (t * t).sum(), mdl.tensor(np.ones(3)), mdl.tensor(np.arange(3)))
+
+
 def test_converted_integers_give_the_true_jacobian():
     x = mdl.tensor(np.arange(3)).astype("float64")
     np.testing.assert_allclose(func.jacfwd(lambda t: t / 3)(x).numpy(), np.eye(3) / 3)
