@@ -61,8 +61,9 @@ from minidl.parallel.world import get_world, init, is_root
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer", "Layout", "LocalComm", "MPIComm",
-    "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "ParallelModule", "ParallelOptimizer",
+    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer",
+    "Layout", "LocalComm", "MPIComm", "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP",
+    "ParallelModule", "ParallelOptimizer",
     "Pipeline", "PipelineOptimizer", "RowParallelLinear", "ShardedDataParallel", "ShardedDataset", "TensorParallel",
     "TensorParallelOptimizer", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",

@@ -54,7 +54,6 @@ import numpy as np
 
 from minidl import backend
 
-
 DEFAULT_TIMEOUT = 30 * 60.0  # seconds: generous, as PyTorch's default (a slow step must never end a job)
 TIMEOUT_VARIABLE = "MINIDL_COLLECTIVE_TIMEOUT"
 

@@ -17,12 +17,13 @@ from contextlib import nullcontext
 
 import numpy as np
 
-import minidl as torch                                                          # import torch
-import minidl.nn as nn                                                          # import torch.nn as nn
-import minidl.functional as F                                                   # from torch.nn import functional as F
-from minidl.parallel import DistributedDataParallel as DDP                      # from torch.nn.parallel import ...
-from minidl.distributed import init_process_group, destroy_process_group        # from torch.distributed import ...
-from minidl.models.gpt import GPT as _Body, GPTConfig
+import minidl as torch  # import torch
+import minidl.functional as F  # from torch.nn import functional as F
+import minidl.nn as nn  # import torch.nn as nn
+from minidl.distributed import destroy_process_group, init_process_group  # from torch.distributed import ...
+from minidl.models.gpt import GPT as _Body
+from minidl.models.gpt import GPTConfig
+from minidl.parallel import DistributedDataParallel as DDP  # from torch.nn.parallel import ...
 
 out_path = sys.argv[1]
 # -----------------------------------------------------------------------------

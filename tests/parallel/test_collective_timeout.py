@@ -6,7 +6,6 @@ SIGSTOP; rank 0 then waits in its next all-reduce. Without a timeout the job wou
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 

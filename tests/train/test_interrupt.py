@@ -165,5 +165,5 @@ def test_a_long_runs_per_step_curve_stays_a_plain_line():
     n = FEW_POINTS + 1
     fig = make_figure([{"step": n, "epoch": 1.0, "train_loss": 1.0, "val_loss": 1.0}],
                       {"step": list(range(1, n + 1)), "loss": [1.0] * n, "lr": [0.1] * n})
-    (line,) = [l for l in fig.axes[0].get_lines() if len(l.get_xdata()) == n]
+    (line,) = [each for each in fig.axes[0].get_lines() if len(each.get_xdata()) == n]
     assert line.get_marker() in (None, "None", "", " ")
