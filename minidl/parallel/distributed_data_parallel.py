@@ -66,8 +66,10 @@ class DistributedDataParallel(DataParallel):
         out = super().forward(*args, **kwargs)
         if not (self.training and is_grad_enabled()):
             return out
-        marked = _mark_outputs(out, self._watch)
-        self._watch.arm()
+        marks = []
+        marked = _mark_outputs(out, self._watch, marks)
+        if marks:  # some output has a graph: its backward is the one to wait for
+            self._watch.arm()
         return marked
 
     @contextlib.contextmanager
@@ -101,14 +103,18 @@ def _check_device_ids(device_ids, comm) -> None:
                          "(one device per process) or leave it out")
 
 
-def _mark_outputs(out, watch):
-    """``out`` with each Tensor that needs a gradient passed through a node whose backward tells ``watch``."""
+def _mark_outputs(out, watch, marks: list):
+    """``out`` with each Tensor that needs a gradient passed through a node whose backward tells ``watch``
+    (each one marked is appended to ``marks``)."""
     if isinstance(out, Tensor):
-        return _Reached(watch)(out) if out.requires_grad else out
+        if not out.requires_grad:
+            return out
+        marks.append(out)
+        return _Reached(watch)(out)
     if isinstance(out, (tuple, list)):
-        return type(out)(_mark_outputs(o, watch) for o in out)
+        return type(out)(_mark_outputs(o, watch, marks) for o in out)
     if isinstance(out, dict):
-        return {k: _mark_outputs(v, watch) for k, v in out.items()}
+        return {k: _mark_outputs(v, watch, marks) for k, v in out.items()}
     return out
 
 

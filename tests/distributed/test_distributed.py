@@ -145,6 +145,15 @@ def test_collectives_under_mpiexec_match_numpy(tmp_path):
         np.testing.assert_array_equal(got["MAX"], stacked.max(0))
         np.testing.assert_array_equal(got["column"], stacked[:, :, 1].sum(0))
         np.testing.assert_array_equal(got["broadcast"], base[1])
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for name in range(2):  # weight, bias
+        np.testing.assert_array_equal(ranks[0]["weights"][name], ranks[1]["weights"][name])  # rank 0's everywhere
+        mean = (np.array(ranks[0]["plain_both"][name]) + np.array(ranks[1]["plain_both"][name])) / 2
+        for r in range(2):
+            # inside no_sync: this rank's own gradient; after the synced backward: the ranks' mean of the sums
+            np.testing.assert_allclose(ranks[r]["after_no_sync"][name], ranks[r]["plain_first"][name], rtol=1e-12)
+            np.testing.assert_allclose(ranks[r]["after_sync"][name], mean, rtol=1e-12, atol=1e-15)
+        assert not np.allclose(ranks[0]["plain_first"][name], ranks[1]["plain_first"][name])
 
 
 @needs_mpi

@@ -115,3 +115,36 @@ def test_watchdog_keeps_quiet_while_operations_finish_in_time():
     dog.watch("allreduce", lambda: time.monotonic() >= done_at, 1.0)
     time.sleep(0.5)
     assert fired == [] and dog.pending() == 0
+
+
+class _NeverDoneEvent:
+    """A CUDA event whose work never finishes (a peer that never joins the NCCL kernel)."""
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self.recorded_on = None
+
+    def record(self, stream=None):
+        self.recorded_on = stream
+
+    @property
+    def done(self):
+        return False
+
+
+def test_nccl_collective_not_done_by_its_deadline_aborts_naming_the_operation(capsys):
+    """NCCLComm hands each collective's event to the watchdog; one never done ends the job (no GPU needed:
+    the NCCL call itself is replaced by nothing, the watchdog and the abort are NCCLComm's own)."""
+    import types
+
+    from minidl.parallel.comm import NCCLComm
+    stream = types.SimpleNamespace(ptr=0)
+    cuda = types.SimpleNamespace(Event=_NeverDoneEvent, get_current_stream=lambda: stream)
+    world = object.__new__(NCCLComm)
+    world.cp, world.mpi, world.rank, world.size = types.SimpleNamespace(cuda=cuda), None, 1, 2
+    world.set_timeout(0.3)
+    aborted = threading.Event()
+    world.abort = lambda code=1: aborted.set()
+    world._watch("allreduce")
+    assert aborted.wait(5)
+    err = capsys.readouterr().err
+    assert "minidl.parallel: NCCL allreduce timed out after 0.3 s on rank 1 of 2: some rank did not join it" in err
