@@ -134,6 +134,9 @@ def test_ctrl_c_during_gpt_train_then_sample_from_the_interrupted_run(tmp_path, 
     for name, value in model.state_dict().items():  # the checkpoint's weights, in a GPT of its settings
         np.testing.assert_array_equal(np.asarray(value), np.asarray(saved[name]))
     assert model.config.n_embd == 16 and model.config.block_size == 16
+    from_file, _ = load_run(str(folder / "last.safetensors"))  # the checkpoint file named itself
+    for name, value in from_file.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(value), np.asarray(saved[name]))
     code, out, err = _run(capsys, "gpt", "sample", "--run", str(folder), "--tokens", "12", "--prompt", "A")
     assert code == 0, err
     assert len(out) == 1 + 12 + 1 and out.startswith("A")  # the prompt, 12 characters, print's newline
