@@ -227,8 +227,8 @@ __all__ = [
 
 # PyTorch's import torch makes torch.nn, torch.optim... attributes; here they load on first use
 # (import minidl stays light, and no package below has to import the ones above it).
-_SUBPACKAGES = ("amp", "backends", "checkpoint", "cuda", "data", "func", "functional", "memory", "nn", "optim",
-                "parallel", "profiler", "utils")
+_SUBPACKAGES = ("amp", "backends", "checkpoint", "cuda", "data", "distributed", "func", "functional", "memory", "nn",
+                "optim", "parallel", "profiler", "utils")
 
 
 def __getattr__(name):

@@ -24,6 +24,7 @@ PUBLIC_MODULES = [
     "minidl.nn.utils",
     "minidl.optim", "minidl.optim.schedules", "minidl.optim.lr_scheduler", "minidl.data", "minidl.train",
     "minidl.checkpoint", "minidl.memory", "minidl.amp", "minidl.models", "minidl.profiler", "minidl.parallel",
+    "minidl.distributed",
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
     "minidl.nn.structured_prune",
     "minidl.optim.offload",

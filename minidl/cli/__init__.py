@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to print the command that continues a run
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
@@ -56,9 +57,15 @@ def main(argv=None) -> int:
     try:
         return args.run(args)
     except RunFolderError as exc:  # a folder in use, holding a run, or not writable: one line, before any work
-        name = " ".join(filter(None, ("minidl", args.command, getattr(args, "gpt_command", None))))
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(f"{_name(args)}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training (which says more): one line, the shell's code for SIGINT
+        print(f"{_name(args)}: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _name(args) -> str:
+    return " ".join(filter(None, ("minidl", args.command, getattr(args, "gpt_command", None))))
 
 
 if __name__ == "__main__":

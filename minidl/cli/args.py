@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 
 # ---------------------------------------------------------------- help and output folders shared by every command
@@ -101,3 +102,37 @@ def data_spec(text):
         return text
     raise argparse.ArgumentTypeError(f"expected digits, spirals or mnist:PATH (a folder with the MNIST IDX "
                                      f"files), got {text!r}")
+
+
+def continue_command(argv, folder: str, ranks: int = 1) -> str:
+    """The command line that continues an interrupted run: ``argv`` (the words after ``minidl``) without its
+    ``--resume``, ``--out`` and ``--overwrite``, then ``--resume folder``; under mpiexec when ``ranks`` > 1."""
+    import shlex
+    words, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--resume", "--out"):
+            skip = True
+        elif word == "--overwrite" or word.startswith(("--resume=", "--out=")):
+            continue
+        else:
+            words.append(word)
+    start = ["minidl"] if ranks <= 1 else ["mpiexec", "-n", str(ranks), "python", "-m", "mpi4py", "-m", "minidl"]
+    return shlex.join(start + words + ["--resume", folder])
+
+
+def interrupted_line(name: str, interrupted, argv, folder: str, ranks: int = 1) -> str:
+    """The one line a command prints when Ctrl-C stopped its training (``interrupted``: a TrainingInterrupted):
+    where the last checkpoint is and the exact command that continues from it."""
+    if interrupted.checkpoint is None:
+        again = continue_command(argv, folder, ranks).rsplit(" --resume ", 1)[0] + " --out " + folder + " --overwrite"
+        return (f"{name}: stopped (Ctrl-C) at step {interrupted.step}, before the first checkpoint: nothing to "
+                f"resume; start again with: {again}")
+    # --resume FOLDER reads the folder's last.safetensors; a newer checkpoint of another name (best.safetensors,
+    # written just before Ctrl-C landed) is named itself
+    target = interrupted.checkpoint
+    if os.path.basename(target) == "last.safetensors":
+        target = os.path.dirname(target) or "."
+    return (f"{name}: stopped (Ctrl-C) at step {interrupted.step}; the last checkpoint is {interrupted.checkpoint} "
+            f"(step {interrupted.checkpoint_step}); continue with: {continue_command(argv, target, ranks)}")

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from minidl.cli.args import add_command, add_overwrite, positive_float, positive_int
+from minidl.cli.args import add_command, add_overwrite, interrupted_line, positive_float, positive_int
 
 DEFAULT_OUT = os.path.join("runs", "gpt")   # taken by the first run; then runs/gpt-2, runs/gpt-3...
 RUN_FILES = ("gpt.safetensors", "last.safetensors", "loss.png", "metrics.jsonl")
@@ -66,6 +66,8 @@ _LAUNCH = "python -m mpi4py -m minidl gpt train"
 
 def train_command(args) -> int:
     from minidl.models.gpt_train import DEFAULTS, check_layout, train
+    from minidl.train import TrainingInterrupted
+    from minidl.train.run_folder import resume_checkpoint
     from minidl.train.run_state import read_checkpoint
 
     s = dict(DEFAULTS)
@@ -73,6 +75,7 @@ def train_command(args) -> int:
         return 2
     if args.resume:
         try:
+            args.resume = resume_checkpoint(args.resume)  # the run folder or its checkpoint file
             checkpoint = read_checkpoint(args.resume)
         except (OSError, ValueError) as exc:
             print(f"minidl gpt train: error: cannot resume from {args.resume}: {exc}", file=sys.stderr)
@@ -138,6 +141,11 @@ def train_command(args) -> int:
             print(_describe(s, args, groups, schedule) + f"\nwriting to {out}", flush=True)
         result = train(s, out, resume=args.resume, show=not args.quiet, comm=groups, device=args.device,
                        micro_batches=k, schedule=schedule)
+    except TrainingInterrupted as exc:
+        if root:
+            print(interrupted_line("minidl gpt train", exc, getattr(args, "argv", []), out,
+                                   world.size if world is not None else 1), file=sys.stderr)
+        return 130
     except ValueError as exc:
         print(f"minidl gpt train: error: {exc}", file=sys.stderr)
         return 1
@@ -249,7 +257,8 @@ def add_commands(subparsers) -> None:
                    "a resumed run: the checkpoint's folder)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu, or cuda (needs CuPy and a GPU)")
     p.add_argument("--resume",
-                   help="continue from a checkpoint (last.safetensors of an earlier run; default: a new run)")
+                   help="continue an earlier run: its folder (runs/gpt) or its checkpoint (runs/gpt/last.safetensors; "
+                        "default: a new run)")
     add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar and no samples")
     p.add_argument("--data-parallel", dest="data_parallel", action="store_true",
@@ -279,7 +288,8 @@ def add_commands(subparsers) -> None:
     p = add_command(sub, "sample", help="generate text from a trained run",
                     description="Generate text from a run written by minidl gpt train.")
     p.add_argument("--run", dest="run_dir", default=DEFAULT_OUT,
-                   help=f"run folder or gpt.safetensors (default {DEFAULT_OUT})")
+                   help=f"run folder, its gpt.safetensors, or its checkpoint last.safetensors (an interrupted run) "
+                        f"(default {DEFAULT_OUT})")
     p.add_argument("--prompt", default="\n", help="text to continue (\\n for a newline)")
     p.add_argument("--temperature", type=positive_float, default=0.8,
                    help="below 1: surer; above 1: wilder; so small that logits/temperature overflows "

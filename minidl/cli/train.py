@@ -19,7 +19,15 @@ import os
 import sys
 import time
 
-from minidl.cli.args import add_command, add_overwrite, data_spec, nonnegative_float, positive_float, positive_int
+from minidl.cli.args import (
+    add_command,
+    add_overwrite,
+    data_spec,
+    interrupted_line,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 from minidl.train import data_sources
 from minidl.train.metrics import interval_note
 from minidl.train.recipe import RUN_DEFAULTS, RUN_SETTINGS, SCHEDULES, build_run
@@ -135,6 +143,7 @@ def _end(comm, code: int) -> int:
 def train_command(args) -> int:
     from minidl.data import DataLoader, TensorDataset
     from minidl.train.classifiers import build_model
+    from minidl.train.run_folder import resume_checkpoint
     from minidl.train.run_state import read_checkpoint
     from minidl.train.trainer import seed_everything
 
@@ -147,6 +156,7 @@ def train_command(args) -> int:
             return _fail(refused)
     if args.resume:
         try:
+            args.resume = resume_checkpoint(args.resume)  # the run folder or its checkpoint file
             checkpoint = read_checkpoint(args.resume)
             extra = checkpoint.get("extra")
             saved = _saved_settings(extra)
@@ -198,7 +208,7 @@ def train_command(args) -> int:
 def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, started) -> int:
     """Train in the claimed folder ``out`` (None on ranks other than 0) and write the run's files."""
     import minidl as mdl
-    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, plot_curves
+    from minidl.train import JSONLLogger, ModelCheckpoint, NonFiniteLossError, TrainingInterrupted, plot_curves
     from minidl.train.callbacks import Callback, EarlyStopping
 
     callbacks, zero = [], getattr(args, "zero", None) or 0
@@ -242,6 +252,11 @@ def _train(args, s, comm, root, out, data, run, test_loader, tensorboard, starte
     except NonFiniteLossError as exc:
         print(f"minidl train: {exc}", file=sys.stderr)
         return _end(comm, 1)
+    except TrainingInterrupted as exc:
+        if root:
+            print(interrupted_line("minidl train", exc, getattr(args, "argv", []), out,
+                                   comm.size if comm is not None else 1), file=sys.stderr)
+        return 130
 
     test = trainer.evaluate(test_loader)
     if zero >= 2:  # the whole weights on every rank (a collective), for model.safetensors
@@ -313,8 +328,8 @@ def _add_train(sub):
     p.add_argument("--seed", type=int, help="seed of everything: split, initialization, shuffling (default: 0)")
     p.add_argument("--out", help="run folder (default: runs/train-<data>-<model>-<time>; "
                    "a resumed run: the checkpoint's folder)")
-    p.add_argument("--resume", help="continue from a checkpoint, the last.safetensors of an earlier run "
-                   "(default: a fresh run)")
+    p.add_argument("--resume", help="continue an earlier run: its folder (runs/X) or its checkpoint file "
+                   "(runs/X/last.safetensors, or best.safetensors) (default: a fresh run)")
     add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar (the bar shows the mean training loss "
                    "of the epoch so far; metrics.jsonl records it at the end of each epoch)")

@@ -34,6 +34,7 @@ from minidl import nn
 from minidl.data.text import CharTokenizer, next_token_windows, shakespeare, split_ids
 from minidl.models.gpt import GPT, GPTConfig
 from minidl.train.callbacks import Callback
+from minidl.train.run_state import FORMAT as CHECKPOINT_FORMAT
 
 __all__ = ["DEFAULTS", "GPTProgress", "build", "build_run", "check_layout", "decay_groups", "lm_loss", "load_run",
            "longest_block", "lr_schedule", "train", "warmup_steps"]
@@ -349,14 +350,28 @@ def longest_block() -> int:
 
 
 def load_run(folder: str):
-    """(model, tokenizer) from a run folder (or a ``gpt.safetensors`` file) written by :func:`train`.
+    """(model, tokenizer) from a run folder, its ``gpt.safetensors``, or its checkpoint ``last.safetensors``.
 
-    A damaged file (a missing or unknown config key, a value of the wrong type, a tokenizer whose
-    characters do not cover the model's vocabulary) raises a one-line ValueError naming the file and the key.
+    ``gpt.safetensors`` is written when a run ends; a run stopped before (Ctrl-C, a crash) has only
+    ``last.safetensors``, the checkpoint of its last validation: a folder without the first is read from
+    the second, whose run settings rebuild the config (the tokenizer is the bundled text's, as training
+    made it). A folder with neither is a FileNotFoundError naming both files and why. A damaged file (a
+    missing or unknown config key, a value of the wrong type, a tokenizer whose characters do not cover
+    the model's vocabulary) raises a one-line ValueError naming the file and the key.
     """
     import minidl as mdl
     path = folder if folder.endswith(".safetensors") else os.path.join(folder, "gpt.safetensors")
+    if not folder.endswith(".safetensors") and not os.path.exists(path):
+        last = os.path.join(folder, "last.safetensors")
+        if not os.path.exists(last):
+            raise FileNotFoundError(
+                f"{folder} has neither gpt.safetensors (the weights, config and tokenizer, written when a run ends) "
+                f"nor last.safetensors (the checkpoint written at each validation): sampling needs one of them; "
+                f"train first (minidl gpt train --out {folder}) or pass --run with a run folder or either file")
+        path = last
     saved = mdl.load(path)
+    if isinstance(saved, dict) and saved.get("format") == CHECKPOINT_FORMAT:  # a Trainer checkpoint
+        return _run_from_checkpoint(path)
     if not isinstance(saved, dict) or not {"model", "config", "tokenizer"} <= set(saved):
         raise ValueError(f"{path} is not a saved GPT run (expected the keys model, config, tokenizer)")
     config = _checked_config(path, saved["config"])
@@ -376,6 +391,27 @@ def load_run(folder: str):
     except (ValueError, TypeError) as exc:
         text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise ValueError(f"{path} is damaged: its model weights do not fit its config ({text})") from None
+    model.eval()
+    return model, tok
+
+
+def _run_from_checkpoint(path: str):
+    """(model, tokenizer) from a training checkpoint of :func:`train`: the settings it carries rebuild the config."""
+    from minidl.train.run_state import read_checkpoint
+    checkpoint = read_checkpoint(path)
+    settings = (checkpoint.get("extra") or {}).get("settings") if isinstance(checkpoint.get("extra"), dict) else None
+    if not isinstance(settings, dict) or not set(DEFAULTS) <= set(settings):
+        raise ValueError(f"{path} is a training checkpoint but not one of minidl gpt train (its run settings are "
+                         "missing), so it does not say which GPT it holds; sample from a gpt train run's folder")
+    tok = CharTokenizer.from_text(shakespeare())  # what build_run trains on
+    config = {"vocab_size": tok.vocab_size, "block_size": settings["block_size"], "n_layer": settings["n_layer"],
+              "n_head": settings["n_head"], "n_embd": settings["n_embd"], "dropout": settings["dropout"]}
+    model = GPT(_checked_config(path, config))
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except (ValueError, TypeError) as exc:
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ValueError(f"{path} is damaged: its model weights do not fit its run settings ({text})") from None
     model.eval()
     return model, tok
 

@@ -22,6 +22,8 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.tensor_parallel`: Megatron-LM's column- and row-parallel layers, the parallel MLP
   and attention (the GPT splits with :func:`minidl.models.gpt.tensor_parallel`)
 - :mod:`minidl.parallel.data_parallel`: ``DataParallel`` and ``DistributedOptimizer``
+- :mod:`minidl.parallel.distributed_data_parallel`: ``DistributedDataParallel``, PyTorch's DDP (the
+  all-reduce at the end of backward); ``minidl.distributed`` has ``init_process_group`` and the rest
 - :mod:`minidl.parallel.sampler`: sharding a batch, a dataset, a loader
 - :mod:`minidl.parallel.pipeline`: a Sequential cut into stages, micro-batches, GPipe and 1F1B schedules
 - :mod:`minidl.parallel.zero`: ZeRO stage 1 (optimizer state sharded across ranks)
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
+from minidl.parallel.distributed_data_parallel import DistributedDataParallel
 from minidl.parallel.layout import Layout, layout, prepare
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
@@ -58,8 +61,9 @@ from minidl.parallel.world import get_world, init, is_root
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedOptimizer", "Layout", "LocalComm", "MPIComm",
-    "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP", "ParallelModule", "ParallelOptimizer",
+    "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer",
+    "Layout", "LocalComm", "MPIComm", "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP",
+    "ParallelModule", "ParallelOptimizer",
     "Pipeline", "PipelineOptimizer", "RowParallelLinear", "ShardedDataParallel", "ShardedDataset", "TensorParallel",
     "TensorParallelOptimizer", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",

@@ -26,6 +26,17 @@ MPI, so they never stall a GPU stream.
 
 ``LocalComm`` is the world of one process: every collective is the identity.
 
+Every collective has a timeout (``comm.timeout`` seconds: 30 minutes by default, the environment
+variable ``MINIDL_COLLECTIVE_TIMEOUT`` or ``comm.set_timeout(seconds)`` change it). A rank that is
+frozen, dead or stuck elsewhere would otherwise keep every other rank waiting forever; when the
+time is up the job ends, every rank of it, after one line that names the operation and the ranks
+that did not arrive. MPI: every call is the non-blocking form (``MPI_Iallreduce``...), polled
+until it completes or the deadline passes; the ranks that timed out then ask each other who is
+there (a small message each, answered by every rank still polling), and ``MPI_Abort`` ends the
+job. NCCL: a watchdog thread polls an event recorded after each collective on its stream and, at
+the deadline, aborts the NCCL communicator and the job (PyTorch's NCCL watchdog). The world of one
+has nothing to wait for.
+
 Every communicator counts what it hands to the engine, per operation, in
 ``traffic`` (``{"allreduce": bytes, ...}``: the bytes of the buffer this rank
 passes in, its *payload*); :func:`minidl.parallel.cost_model.ring_bytes` turns
@@ -33,12 +44,37 @@ a payload into the bytes a ring algorithm puts on this rank's link.
 """
 from __future__ import annotations
 
+import collections
 import os
 import sys
+import threading
+import time
 
 import numpy as np
 
 from minidl import backend
+
+DEFAULT_TIMEOUT = 30 * 60.0  # seconds: generous, as PyTorch's default (a slow step must never end a job)
+TIMEOUT_VARIABLE = "MINIDL_COLLECTIVE_TIMEOUT"
+
+
+def _check_timeout(owner: str, seconds) -> float:
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(seconds, bool) or not value > 0 or value == float("inf"):
+        raise ValueError(f"{owner}: a collective's timeout must be a positive number of seconds, got {seconds!r} "
+                         f"(e.g. 1800 for 30 minutes)")
+    return value
+
+
+def default_timeout() -> float:
+    """The collectives' timeout in seconds: ``MINIDL_COLLECTIVE_TIMEOUT`` when set, else 30 minutes."""
+    value = os.environ.get(TIMEOUT_VARIABLE)
+    if value is None or value.strip() == "":
+        return DEFAULT_TIMEOUT
+    return _check_timeout(f"the environment variable {TIMEOUT_VARIABLE}={value!r}", value)
 
 
 class Communicator:
@@ -54,6 +90,17 @@ class Communicator:
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    @property
+    def timeout(self) -> float:
+        """Seconds any collective may wait for the other ranks before the job ends (see the module docstring)."""
+        if "_timeout" not in vars(self):
+            self._timeout = default_timeout()
+        return self._timeout
+
+    def set_timeout(self, seconds: float) -> None:
+        """Bound every later collective of this communicator by ``seconds``."""
+        self._timeout = _check_timeout(f"{type(self).__name__}.set_timeout", seconds)
 
     def allreduce_(self, array):
         """Sum ``array`` over every rank, in place; returns it."""
@@ -250,6 +297,23 @@ def _mpi():
 
 
 _P2P_TAG = 7  # one tag for minidl's point-to-point messages (MPI keeps their order per pair of ranks)
+_NOTICE_TAG = 8  # "I am waiting in a collective": the roll call of ranks whose collective timed out
+_SPINS = 200     # polls before the first pause: a collective that completes at once pays no sleep
+_LONGEST_PAUSE = 1e-3  # seconds between polls once waiting (at most this much latency added)
+_ROLL_CALL_SECONDS = 2.0  # how long a timed-out rank waits to hear which others are still polling
+
+
+def timeout_message(op: str, seconds: float, rank: int, size: int, missing) -> str:
+    """The one line a timed-out job ends with."""
+    if missing is None:  # NCCL cannot say which rank is absent
+        who = "some rank did not join it (frozen, dead, or stuck elsewhere)"
+    elif missing:
+        who = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(r) for r in missing)} did not arrive "
+               "(frozen, dead, or stuck elsewhere)")
+    else:
+        who = "every rank answered, but the operation did not complete"
+    return (f"minidl.parallel: {op} timed out after {seconds:g} s on rank {rank} of {size}: {who}; "
+            f"aborting all {size} ranks (raise the limit with {TIMEOUT_VARIABLE} or comm.set_timeout)")
 
 
 class MPIComm(Communicator):
@@ -270,6 +334,70 @@ class MPIComm(Communicator):
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)  # the ranks sharing this machine
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
+
+    # ------------------------------------------------------------ waiting with a deadline
+    def _wait(self, request, op: str, status=None) -> None:
+        """Return when ``request`` completes; after ``self.timeout`` seconds end the job (see the module docstring).
+
+        Polls ``Test`` (which also advances MPI's progress) at once for a while, then with pauses growing to
+        1 ms, so a waiting rank leaves the CPU to the others (more ranks than cores) without adding more than
+        a millisecond to a collective that completes while it waits.
+        """
+        test = request.Test
+        for _ in range(_SPINS):
+            if test(status):
+                return
+        deadline = time.monotonic() + self.timeout
+        pause, next_roll = 1e-5, 0.0
+        while not test(status):
+            now = time.monotonic()
+            if now >= deadline:
+                self._timed_out(op)
+            if now >= next_roll:  # a rank that timed out may be asking who is here: answer it
+                self._answer_roll_call()
+                next_roll = now + 0.1
+            time.sleep(pause)
+            pause = min(2 * pause, _LONGEST_PAUSE)
+
+    def _answer_roll_call(self) -> None:
+        MPI = self.MPI
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=status):
+            asker = status.Get_source()
+            self.comm.recv(source=asker, tag=_NOTICE_TAG)
+            self.comm.isend("here", dest=asker, tag=_NOTICE_TAG)  # never waited for: the job ends soon
+
+    def _timed_out(self, op: str) -> None:
+        """Ask every other rank who is here, print one line naming those that did not answer, abort the job."""
+        MPI = self.MPI
+        others = [r for r in range(self.size) if r != self.rank]
+        for r in others:
+            self.comm.isend("who is here", dest=r, tag=_NOTICE_TAG)
+        present, deadline = {self.rank}, time.monotonic() + min(_ROLL_CALL_SECONDS, self.timeout)
+        status = MPI.Status()
+        while time.monotonic() < deadline and len(present) < self.size:
+            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=status):
+                present.add(status.Get_source())
+                self.comm.recv(source=status.Get_source(), tag=_NOTICE_TAG)
+            else:
+                time.sleep(0.01)
+        missing = self._world_ranks([r for r in others if r not in present])
+        if self.rank == min(present):  # one line for the job, from the lowest rank still here
+            sys.stderr.write(timeout_message(op, self.timeout, self._world_ranks([self.rank])[0],
+                                             MPI.COMM_WORLD.Get_size(), missing) + "\n")
+        self.abort(1)
+
+    def _world_ranks(self, ranks) -> list:
+        """``ranks`` of this communicator as ranks of the whole job (they differ in a group made by ``split``)."""
+        if not ranks or self.comm == self.MPI.COMM_WORLD:
+            return list(ranks)
+        return list(self.MPI.Group.Translate_ranks(self.comm.Get_group(), list(ranks),
+                                                   self.MPI.COMM_WORLD.Get_group()))
+
+    def _guarded(self, op: str) -> None:
+        """A barrier with a deadline before a collective that has no non-blocking form (mpi4py's pickled
+        objects, ``Comm_split``): once every rank is past it, the collective cannot wait for an absent one."""
+        self._wait(self.comm.Ibarrier(), op)
 
     def _staged(self, array, op):
         """Run ``op`` on a NumPy copy of a CuPy or float16 array and copy the result back."""
@@ -292,7 +420,7 @@ class MPIComm(Communicator):
         return self._allreduce_host(array)
 
     def _allreduce_host(self, array):
-        self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+        self._wait(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM), "allreduce")
         return array
 
     def iallreduce_(self, array) -> Pending:
@@ -303,7 +431,7 @@ class MPIComm(Communicator):
             return Pending()
         self._count("allreduce", array)
         request = self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
-        return Pending(request.Wait)
+        return Pending(lambda: self._wait(request, "allreduce"))
 
     def broadcast_(self, array, root: int = 0):
         _check_buffer("MPIComm.broadcast_", array, "NumPy")
@@ -311,8 +439,8 @@ class MPIComm(Communicator):
         if self.size == 1 or array.size == 0:
             return array
         if self._needs_staging(array):
-            return self._staged(array, lambda a: self.comm.Bcast(a, root=root))
-        self.comm.Bcast(array, root=root)
+            return self._staged(array, lambda a: self._wait(self.comm.Ibcast(a, root=root), "broadcast"))
+        self._wait(self.comm.Ibcast(array, root=root), "broadcast")
         return array
 
     def allgather(self, array):
@@ -326,7 +454,7 @@ class MPIComm(Communicator):
                                        if array.dtype == np.float16 else backend.to_numpy(array))
             return backend.xp_of(array).asarray(gathered).astype(array.dtype, copy=False)
         out = np.empty((self.size,) + array.shape, array.dtype)
-        self.comm.Allgather(array, out)
+        self._wait(self.comm.Iallgather(array, out), "allgather")
         return out
 
     def reduce_scatter(self, array):
@@ -338,31 +466,41 @@ class MPIComm(Communicator):
             host = backend.to_numpy(array)
             work = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
             out = np.empty(work.size // self.size, work.dtype)
-            self.comm.Reduce_scatter_block(work, out, op=self.MPI.SUM)
+            self._wait(self.comm.Ireduce_scatter_block(work, out, op=self.MPI.SUM), "reduce_scatter")
             return backend.xp_of(array).asarray(out).astype(array.dtype, copy=False)
         out = np.empty(array.size // self.size, array.dtype)
-        self.comm.Reduce_scatter_block(array, out, op=self.MPI.SUM)
+        self._wait(self.comm.Ireduce_scatter_block(array, out, op=self.MPI.SUM), "reduce_scatter")
         return out
 
     def host_allreduce_(self, array):
         if self.size > 1:
-            self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM)
+            self._wait(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM), "allreduce")
         return array
 
     def allgather_object(self, obj):
+        if self.size > 1:
+            self._guarded("allgather_object")
         return self.comm.allgather(obj)
 
     def gather_object(self, obj, root: int = 0):
         self._check_root("gather_object", root)
+        if self.size > 1:
+            self._guarded("gather_object")
         return self.comm.gather(obj, root=root)
 
     def barrier(self):
-        self.comm.Barrier()
+        if self.size > 1:
+            self._wait(self.comm.Ibarrier(), "barrier")
 
     def split(self, color: int, key: int | None = None):
         """``MPI_Comm_split``: every rank of this communicator calls it; each gets its color's group."""
         _check_split("MPIComm", color, key)
-        return MPIComm(self.comm.Split(int(color), self.rank if key is None else int(key)))
+        if self.size > 1:
+            self._guarded("split")
+        sub = MPIComm(self.comm.Split(int(color), self.rank if key is None else int(key)))
+        if "_timeout" in vars(self):
+            sub.set_timeout(self._timeout)
+        return sub
 
     def send(self, array, dest: int):
         """``MPI_Send`` of the array's bytes (so float16 and every other dtype go as they are)."""
@@ -370,7 +508,8 @@ class MPIComm(Communicator):
         _check_buffer("MPIComm.send", array, "NumPy")
         self._count("send", array)
         host = backend.to_numpy(array) if not isinstance(array, np.ndarray) else array
-        self.comm.Send(np.ascontiguousarray(host).reshape(-1).view(np.uint8), dest=int(dest), tag=_P2P_TAG)
+        self._wait(self.comm.Isend(np.ascontiguousarray(host).reshape(-1).view(np.uint8), dest=int(dest),
+                                   tag=_P2P_TAG), f"send to rank {dest}")
 
     def recv_(self, array, source: int):
         """``MPI_Recv`` into the array's bytes; a CuPy array is received on the host and copied up."""
@@ -379,7 +518,8 @@ class MPIComm(Communicator):
         self._count("recv", array)
         host = array if isinstance(array, np.ndarray) else np.empty(array.shape, array.dtype)
         status = self.MPI.Status()
-        self.comm.Recv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG, status=status)
+        self._wait(self.comm.Irecv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG),
+                   f"recv from rank {source}", status)
         if status.Get_count(self.MPI.BYTE) != host.nbytes:
             raise ValueError(f"MPIComm.recv_: rank {self.rank} expected {host.nbytes} bytes "
                              f"({array.shape}, {array.dtype}) from rank {source}, got "
@@ -398,8 +538,10 @@ class MPIComm(Communicator):
         self._count("recv", recv_array)
         out = backend.to_numpy(send_array) if not isinstance(send_array, np.ndarray) else send_array
         host = recv_array if isinstance(recv_array, np.ndarray) else np.empty(recv_array.shape, recv_array.dtype)
-        self.comm.Sendrecv(np.ascontiguousarray(out).reshape(-1).view(np.uint8), dest=int(dest), sendtag=_P2P_TAG,
-                           recvbuf=host.reshape(-1).view(np.uint8), source=int(source), recvtag=_P2P_TAG)
+        outgoing = self.comm.Isend(np.ascontiguousarray(out).reshape(-1).view(np.uint8), dest=int(dest), tag=_P2P_TAG)
+        incoming = self.comm.Irecv(host.reshape(-1).view(np.uint8), source=int(source), tag=_P2P_TAG)
+        self._wait(incoming, f"sendrecv with ranks {dest} and {source}")
+        self._wait(outgoing, f"sendrecv with ranks {dest} and {source}")
         if host is not recv_array:
             recv_array[...] = backend.xp_of(recv_array).asarray(host)
         return recv_array
@@ -411,6 +553,46 @@ class MPIComm(Communicator):
 
 
 # ---------------------------------------------------------------- NCCL
+class Watchdog:
+    """A thread that ends the job when an operation handed to it is not done by its deadline.
+
+    ``watch(op, is_done, seconds)``: ``is_done()`` (without arguments, cheap, safe to call from another
+    thread: a CUDA event's ``done``) must turn True within ``seconds``; every ``period`` seconds the thread
+    forgets the operations that are done and calls ``on_timeout(op, seconds)`` for the first one past its
+    deadline, once. The thread starts with the first ``watch`` and never keeps the process alive.
+    """
+
+    def __init__(self, on_timeout, period: float = 0.5):
+        self.on_timeout, self.period = on_timeout, period
+        self._pending = collections.deque()
+        self._lock = threading.Lock()
+        self._thread = None
+        self.fired = False
+
+    def watch(self, op: str, is_done, seconds: float) -> None:
+        with self._lock:
+            self._pending.append((op, is_done, seconds, time.monotonic() + seconds))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="minidl-collective-watchdog", daemon=True)
+            self._thread.start()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def _run(self) -> None:
+        while not self.fired:
+            time.sleep(self.period)
+            with self._lock:
+                waiting = [entry for entry in self._pending if not entry[1]()]
+                self._pending = collections.deque(waiting)
+            now = time.monotonic()
+            late = [entry for entry in waiting if now >= entry[3]]
+            if late:
+                self.fired = True
+                self.on_timeout(late[0][0], late[0][2])
+
+
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "uint32": "NCCL_UINT32",
                "int64": "NCCL_INT64", "uint64": "NCCL_UINT64"}
@@ -487,6 +669,20 @@ class NCCLComm(Communicator):
     def _stream_ptr(self) -> int:
         return self.cp.cuda.get_current_stream().ptr
 
+    def _watch(self, op: str, stream=None) -> None:
+        """Hand the collective just queued on ``stream`` (the current one by default) to the watchdog."""
+        if self.size == 1 or getattr(self, "_in_group", False):
+            return  # a world of one has nothing to wait for; a group's calls are watched after groupEnd
+        if getattr(self, "_watchdog", None) is None:
+            self._watchdog = Watchdog(self._timed_out)
+        done = self.cp.cuda.Event(block=False, disable_timing=True)
+        done.record(stream if stream is not None else self.cp.cuda.get_current_stream())
+        self._watchdog.watch(op, lambda: done.done, self.timeout)
+
+    def _timed_out(self, op: str, seconds: float) -> None:
+        sys.stderr.write(timeout_message(f"NCCL {op}", seconds, self.rank, self.size, None) + "\n")
+        self.abort(1)
+
     # ------------------------------------------------------------ collectives
     def allreduce_(self, array):
         if self._is_host(array):
@@ -497,6 +693,7 @@ class NCCLComm(Communicator):
             ptr = array.data.ptr
             self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("allreduce_", array),
                                 self.nccl_module.NCCL_SUM, self._stream_ptr())
+            self._watch("allreduce")
         return array
 
     def iallreduce_(self, array) -> Pending:
@@ -517,6 +714,7 @@ class NCCLComm(Communicator):
         ptr = array.data.ptr
         self.comm.allReduce(ptr, ptr, array.size, self._nccl_type("iallreduce_", array), self.nccl_module.NCCL_SUM,
                             self._side_stream.ptr)
+        self._watch("allreduce", self._side_stream)
         done = cuda.Event()
         done.record(self._side_stream)
         return Pending(lambda: cuda.get_current_stream().wait_event(done))
@@ -529,6 +727,7 @@ class NCCLComm(Communicator):
         if array.size:
             self.comm.bcast(array.data.ptr, array.size, self._nccl_type("broadcast_", array), root,
                             self._stream_ptr())
+            self._watch("broadcast")
         return array
 
     def allgather(self, array):
@@ -540,6 +739,7 @@ class NCCLComm(Communicator):
         if array.size:
             self.comm.allGather(array.data.ptr, out.data.ptr, array.size, self._nccl_type("allgather", array),
                                 self._stream_ptr())
+            self._watch("allgather")
         return out
 
     def reduce_scatter(self, array):
@@ -553,6 +753,7 @@ class NCCLComm(Communicator):
             self.comm.reduceScatter(array.data.ptr, out.data.ptr, out.size,
                                     self._nccl_type("reduce_scatter", array), self.nccl_module.NCCL_SUM,
                                     self._stream_ptr())
+            self._watch("reduce_scatter")
         return out
 
     def host_allreduce_(self, array):
@@ -573,8 +774,12 @@ class NCCLComm(Communicator):
         _check_split("NCCLComm", color, key)
         if self.mpi is None:
             return NCCLComm(device_index=self.device_index)
-        sub = self.mpi.comm.Split(int(color), self.rank if key is None else int(key))
-        return NCCLComm(mpi_comm=sub, device_index=self.device_index)
+        self.mpi._guarded("split")
+        sub = NCCLComm(mpi_comm=self.mpi.comm.Split(int(color), self.rank if key is None else int(key)),
+                       device_index=self.device_index)
+        if "_timeout" in vars(self):
+            sub.set_timeout(self._timeout)
+        return sub
 
     def send(self, array, dest: int):
         self._check_peer("send", dest)
@@ -585,6 +790,7 @@ class NCCLComm(Communicator):
         if array.size:
             self.comm.send(array.data.ptr, array.size, self._nccl_type("send", array), int(dest),
                            self._stream_ptr())
+            self._watch(f"send to rank {dest}")
 
     def recv_(self, array, source: int):
         self._check_peer("recv_", source)
@@ -595,6 +801,7 @@ class NCCLComm(Communicator):
         if array.size:
             self.comm.recv(array.data.ptr, array.size, self._nccl_type("recv_", array), int(source),
                            self._stream_ptr())
+            self._watch(f"recv from rank {source}")
         return array
 
     def sendrecv_(self, send_array, dest: int, recv_array, source: int):
@@ -604,12 +811,21 @@ class NCCLComm(Communicator):
         if self._is_host(send_array) and self._is_host(recv_array):
             return self.mpi.sendrecv_(send_array, dest, recv_array, source)
         self.nccl_module.groupStart()
+        self._in_group = True  # the two calls are launched by groupEnd: watched after it
         try:
             self.send(send_array, dest)
             self.recv_(recv_array, source)
         finally:
+            self._in_group = False
             self.nccl_module.groupEnd()
+        self._watch(f"sendrecv with ranks {dest} and {source}")
         return recv_array
+
+    def set_timeout(self, seconds: float) -> None:
+        """Bound every later collective by ``seconds``: the NCCL ones (watchdog) and the MPI ones (host messages)."""
+        super().set_timeout(seconds)
+        if self.mpi is not None:
+            self.mpi.set_timeout(seconds)
 
     def synchronize(self):
         self.cp.cuda.get_current_stream().synchronize()

@@ -11,7 +11,7 @@ import warnings
 
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, _under_mpi_launcher, nccl_available
 
-__all__ = ["get_world", "init", "install_abort_on_exception", "is_root"]
+__all__ = ["get_world", "init", "install_abort_on_exception", "is_initialized", "is_root", "leave"]
 
 _BACKENDS = ("auto", "local", "mpi", "nccl")
 _world: Communicator | None = None
@@ -70,6 +70,18 @@ def _make_world(backend: str, device) -> Communicator:
 def get_world() -> Communicator:
     """The communicator from :func:`init`; a world of one if ``init`` has not been called."""
     return _world if _world is not None else LocalComm()
+
+
+def is_initialized() -> bool:
+    """True between :func:`init` and :func:`leave`."""
+    return _world is not None
+
+
+def leave() -> None:
+    """Forget the communicator :func:`init` made (``minidl.distributed.destroy_process_group``): a later
+    ``init`` makes a new one. MPI itself stays up until the process exits (it starts once per process)."""
+    global _world
+    _world = None
 
 
 def is_root() -> bool:

@@ -76,11 +76,11 @@ from minidl.train.silent_failures import (
     check_next_token_targets,
 )
 from minidl.train.tensorboard import TensorBoardLogger
-from minidl.train.trainer import NonFiniteLossError, Trainer, fit, seed_everything
+from minidl.train.trainer import NonFiniteLossError, Trainer, TrainingInterrupted, fit, seed_everything
 
 __all__ = [
     "CSVLogger", "Callback", "CheckResult", "CheckpointError", "EarlyStopping", "JSONLLogger",
-    "ModelCheckpoint", "NonFiniteLossError", "Run", "TensorBoardLogger",
+    "ModelCheckpoint", "NonFiniteLossError", "Run", "TensorBoardLogger", "TrainingInterrupted",
     "BatchScalingStudy", "batch_size_study", "classify_regions", "fit_steps_model", "noise_scale_at",
     "plot_batch_scaling", "scaling_efficiency", "steps_to_target",
     "Trainer", "ValidationSizeWarning", "accuracy", "accuracy_interval", "bootstrap_interval", "build_model",

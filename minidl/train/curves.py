@@ -60,6 +60,9 @@ def _png_bytes(fig, dpi: int = 100) -> bytes:
     return buffer.getvalue()
 
 
+FEW_POINTS = 30  # a per-step series this short is drawn with a marker at each step
+
+
 def _series(history, key):
     points = [(r["step"], r[key]) for r in history if key in r and r[key] is not None]
     return [p[0] for p in points], [p[1] for p in points]
@@ -116,9 +119,13 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
         fig = _new_figure(figsize=(9, 3.8), layout="constrained")
         (ax_loss, ax_lr), ax_metric = fig.subplots(1, 2), None
 
+    # A line through one point draws nothing, and a few points joined by lines hide where the data are:
+    # a short run's per-step series gets a marker at each point.
+    few = bool(steps and steps.get("step")) and len(steps["step"]) <= FEW_POINTS
+    each_step = dict(marker="o", markersize=4) if few else {}
     if steps and steps.get("step"):
-        ax_loss.plot(steps["step"], steps["loss"], color="tab:blue", alpha=0.25, linewidth=0.8,
-                     label="train (each step)")
+        ax_loss.plot(steps["step"], steps["loss"], color="tab:blue", alpha=0.6 if few else 0.25, linewidth=0.8,
+                     label="train (each step)", **each_step)
     for key, style in (("train_loss", dict(color="tab:blue", marker="o", markersize=3)),
                        ("val_loss", dict(color="tab:orange", marker="o", markersize=3))):
         x, y = _series(history, key)
@@ -151,7 +158,7 @@ def make_figure(history: list[dict], steps: dict | None = None, title: str | Non
         ax_metric.set(xlabel="step", ylabel=label, title=label)
 
     if steps and steps.get("step"):
-        ax_lr.plot(steps["step"], steps["lr"], color="tab:green")
+        ax_lr.plot(steps["step"], steps["lr"], color="tab:green", **each_step)
     else:
         x, y = _series(history, "lr")
         ax_lr.plot(x, y, color="tab:green", marker="o", markersize=3)

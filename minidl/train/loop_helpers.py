@@ -17,6 +17,22 @@ NON_FINITE_HINT = ("Try a learning rate 10x lower, clip the gradients (max_grad_
                    "and run one step under minidl.detect_anomaly() to find the op that produced it.")
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :meth:`Trainer.fit`: ``step`` is where it stopped, ``checkpoint`` the last checkpoint this
+    trainer wrote or resumed from (a path, or None when there is none yet) and ``checkpoint_step`` its step.
+
+    A KeyboardInterrupt, so code that catches Ctrl-C still does; its message says where the run can go on from.
+    """
+
+    def __init__(self, step: int, checkpoint: str | None, checkpoint_step: int | None):
+        self.step, self.checkpoint, self.checkpoint_step = step, checkpoint, checkpoint_step
+        if checkpoint is None:
+            where = "no checkpoint was written yet (the first is written at the first validation or epoch end)"
+        else:
+            where = f"the last checkpoint is {checkpoint} (step {checkpoint_step})"
+        super().__init__(f"training stopped (Ctrl-C) at step {step}; {where}")
+
+
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or infinite; raised before the update, so the weights are those of the last good step."""
 

@@ -48,13 +48,31 @@ try:
 except ImportError:  # Windows: no advisory locks; the other rules still hold
     fcntl = None
 
-__all__ = ["RunFolder", "RunFolderError", "claim", "default_name", "write_failure"]
+__all__ = ["RunFolder", "RunFolderError", "claim", "default_name", "resume_checkpoint", "write_failure"]
 
 LOCK_NAME = ".lock"
 
 
 class RunFolderError(ValueError):
     """A run folder that this run may not use; the message is one line that says why and what to do."""
+
+
+def resume_checkpoint(given: str, checkpoint: str = "last.safetensors") -> str:
+    """The checkpoint file ``--resume`` names: ``given`` itself, or its ``checkpoint`` when it is a run folder.
+
+    A folder without that file is a FileNotFoundError that says what the folder holds and what to pass.
+    """
+    path = os.fspath(given)
+    if not os.path.isdir(path):
+        return path
+    inside = os.path.join(path, checkpoint)
+    if os.path.lexists(inside):
+        return inside
+    held = sorted(name for name in os.listdir(path) if name.endswith(".safetensors"))
+    raise FileNotFoundError(
+        f"the run folder {path} has no {checkpoint} (the checkpoint written at each validation or epoch end"
+        + (f"; it holds {', '.join(held)}" if held else ", and it holds no .safetensors file")
+        + "): pass the checkpoint file itself, or start the run again")
 
 
 class RunFolder:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import time
 
 import numpy as np
@@ -52,6 +53,7 @@ from minidl.train.callbacks import Callback, ModelCheckpoint
 from minidl.train.loop_helpers import (
     NON_FINITE_HINT,
     NonFiniteLossError,
+    TrainingInterrupted,
     as_scheduler,
     batch_to_tensors,
     check_positive_int,
@@ -65,7 +67,7 @@ from minidl.train.loop_helpers import (
     seed_everything,
 )
 
-__all__ = ["NonFiniteLossError", "Trainer", "fit", "seed_everything"]
+__all__ = ["NonFiniteLossError", "Trainer", "TrainingInterrupted", "fit", "seed_everything"]
 
 class Trainer:
     """Train ``model`` with ``optimizer`` on ``train_loader``; validate on ``val_loader``.
@@ -174,6 +176,7 @@ class Trainer:
         self.stop_training = False
         self.completed = False
         self.extra = None        # anything JSON-like the caller wants in every checkpoint (run settings)
+        self.last_checkpoint = None  # (path, step) of the last checkpoint written or resumed from (Ctrl-C says it)
         self.amp = amp           # mixed precision: the forward under autocast, the fp16 loss scaled
         self.scaler = mixed.GradScaler(enabled=amp == "fp16")
         self.log_every = int(log_every)
@@ -236,13 +239,20 @@ class Trainer:
         self._call("on_train_begin")
         if self._epoch_batches_done():  # resumed from a checkpoint taken after an epoch's last step
             self._end_epoch()
-        while self.epoch < epochs and not self.stop_training:
-            self._call("on_epoch_begin", self.epoch)
-            if not self._run_epoch(epochs, max_steps):
-                break
-            self._end_epoch()
-            if max_steps is not None and self.step >= max_steps:
-                break
+        try:
+            while self.epoch < epochs and not self.stop_training:
+                self._call("on_epoch_begin", self.epoch)
+                if not self._run_epoch(epochs, max_steps):
+                    break
+                self._end_epoch()
+                if max_steps is not None and self.step >= max_steps:
+                    break
+        except KeyboardInterrupt:
+            # Ctrl-C may land mid-step (gradients half accumulated), so nothing is saved here: the last
+            # checkpoint is a step boundary, and the message says where it is.
+            self._clock = None
+            path, step = self.last_checkpoint or (None, None)
+            raise TrainingInterrupted(self.step, path, step) from None
         self._read_back()
         self.completed = self.epoch >= epochs
         self._elapsed = time.perf_counter() - start
@@ -643,6 +653,8 @@ class Trainer:
         """
         run_state.save_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
                                   self.state_dict(), extra=self.extra if extra is None else extra, write=write)
+        if write:
+            self.last_checkpoint = (os.fspath(path), self.step)
 
     def load_checkpoint(self, path) -> dict:
         """Restore everything :meth:`save_checkpoint` wrote; the next ``fit`` continues the run exactly.
@@ -651,8 +663,10 @@ class Trainer:
         naming it, and model, optimizer, schedule, loader, random states and
         this loop are left as they were.
         """
-        return run_state.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
-                                         trainer=self)
+        restored = run_state.load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.train_loader,
+                                             trainer=self)
+        self.last_checkpoint = (os.fspath(path), self.step)
+        return restored
 
     # ------------------------------------------------------------ helpers
     def _param_groups(self):

@@ -170,9 +170,10 @@ def test_split_makes_a_group_communicator_whose_id_goes_over_the_groups_mpi(nccl
                                                                               group_rank):
     """split: MPI_Comm_split, then NcclCommunicator(3, id, rank in the group) with the id broadcast by the
     group's rank 0 over the group's MPI communicator; libnccl refuses only for lack of CUDA."""
-    splits, made = [], []
+    splits, made, guarded = [], [], []
     null_world.mpi = types.SimpleNamespace(comm=types.SimpleNamespace(
-        Split=lambda color, key: splits.append((color, key)) or "group's MPI communicator"))
+        Split=lambda color, key: splits.append((color, key)) or "group's MPI communicator"),
+        _guarded=guarded.append)  # the deadline-bounded barrier before MPI_Comm_split (see comm.MPIComm)
     null_world.rank, null_world.device_index = 2, 0
 
     def group_mpi(mpi_comm):
@@ -186,6 +187,7 @@ def test_split_makes_a_group_communicator_whose_id_goes_over_the_groups_mpi(nccl
         null_world.split(5, key=group_rank)
     assert info.value.status == NCCL_UNHANDLED_CUDA_ERROR, str(info.value)
     assert splits == [(5, group_rank)]
+    assert guarded == ["split"]
     (group,) = made
     assert group.origin == "group's MPI communicator"
     ((sent, root),) = group.bcasts
