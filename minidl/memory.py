@@ -166,7 +166,7 @@ class MemoryTracker:
 
     @property
     def allocator_peak_bytes(self):
-        """The allocator's peak above the block's start: CuPy's pool when the graph held GPU arrays, else tracemalloc's."""
+        """The allocator's peak above the block's start: CuPy's pool for a graph on a GPU, else tracemalloc's."""
         on_gpu = any(device != "cpu" for device in self.by_device)
         if on_gpu and self.pool_peak_bytes is not None:
             return self.pool_peak_bytes - self.pool_start_bytes
