@@ -16,7 +16,10 @@ creators for that inner walk. The recomputed graph is built on the original
 input tensors, so with ``create_graph=True`` the gradients stay connected to
 the rest of the graph and higher-order gradients (Hessian-vector products)
 through a checkpoint work; with 16-bit storage they raise an error, the
-stored inputs being rounded copies.
+stored inputs being rounded copies. A checkpoint nested in ``fn`` whose inputs
+the enclosing one keeps (a recursive schedule) is recomputed after the inner
+walk has ended, not inside it, so that nothing of one level stays alive while
+the next is recomputed.
 
 ``checkpoint_sequential`` cuts a chain of layers into segments (a count, a
 list of starts, or a :class:`~minidl.checkpoint.SegmentPlan`) and
