@@ -1,11 +1,11 @@
-"""Attention in tiles against the plain op: memory held for backward and time, at sequence lengths 256 to 4096.
+"""Attention in tiles against the plain op: memory saved for backward and time, at sequence lengths 256 to 4096.
 
 One head, features 64, float32, causal; forward, then backward of the output's sum. For each
 sequence length n and each path (``tiled=False``: the plain op keeps the n × n probabilities;
 ``tiled=True``: FlashAttention's online softmax keeps the output and one log-sum-exp per row):
 
-- bytes held for backward, counted by ``minidl.memory.track`` (q, k and v included, as the
-  tracker counts a user's inputs);
+- bytes saved for backward (the arrays the graph's nodes hold), counted by
+  ``minidl.memory.track`` (q, k and v included, as the tracker counts a user's inputs);
 - forward and forward + backward time (process CPU time, one BLAS thread, best of a few
   repeats, the two paths interleaved);
 - the largest difference between the two paths' outputs and gradients.
@@ -79,7 +79,7 @@ def main(argv=None):
         (a, ga), (b, gb) = results["plain"], results["tiled"]
         row["max_difference"] = float(max(np.abs(a - b).max(), *(np.abs(x - y).max() for x, y in zip(ga, gb))))
         rows.append(row)
-        print(f"n={n:5d}  held for backward: plain {memory.format_bytes(row['plain_bytes']):>10}  "
+        print(f"n={n:5d}  saved for backward: plain {memory.format_bytes(row['plain_bytes']):>10}  "
               f"tiled {memory.format_bytes(row['tiled_bytes']):>10}   step: plain {row['plain_step_s'] * 1e3:8.1f} ms  "
               f"tiled {row['tiled_step_s'] * 1e3:8.1f} ms  ({row['tiled_step_s'] / row['plain_step_s']:.2f}x)   "
               f"max difference {row['max_difference']:.1e}", flush=True)
@@ -101,7 +101,7 @@ def main(argv=None):
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("sequence length n")
-    ax.set_ylabel("held for backward (MiB, q k v included)")
+    ax.set_ylabel("saved for backward (MiB, q k v included)")
     ax.set_title(f"attention, one head, {args.features} features, float32")
     ax.legend(fontsize=8)
     atomic_write(os.path.join(args.out, name + ".png"), lambda path: fig.savefig(path, format="png", dpi=110))

@@ -5,9 +5,9 @@ training step (forward, mean-square loss, backward) with
 ``checkpoint_sequential`` at k ∈ {1, 2, 4, 8, √L, 16, L} segments (k = 1 is
 the plain run). For each k:
 
-- peak activation memory, counted by ``minidl.memory.track`` (bytes the graph
-  holds for backward), and cross-checked with Python's tracemalloc, which
-  sees every NumPy buffer (peak growth of traced memory during the step;
+- two peaks from ``minidl.memory.track``: the bytes saved for backward (the
+  arrays the graph's nodes hold) and the allocator's peak (tracemalloc, which
+  sees every NumPy buffer: peak growth of traced memory during the step;
   parameter gradients are allocated beforehand so that they do not count);
 - step time, the best of several steps, all k interleaved so that a change in
   the machine's load hits every k alike; the ratio to the plain step is the
@@ -37,7 +37,6 @@ import argparse
 import os
 import sys
 import time
-import tracemalloc
 
 if __name__ == "__main__":  # BLAS threads are fixed when NumPy loads: decide before importing it
     _threads = sys.argv[sys.argv.index("--blas-threads") + 1] if "--blas-threads" in sys.argv else "1"
@@ -59,18 +58,13 @@ def make_step(model, x, segments):
     return step
 
 
-def tracemalloc_peak(model, step) -> int:
-    """Peak growth of traced memory during one step, parameter gradients already allocated."""
+def allocator_peak(model, step) -> int:
+    """The allocator's peak (tracemalloc's growth) during one step, parameter gradients already allocated."""
     for _ in range(3):  # from the third step on, gradients accumulate in place in their own buffers
         step()
-    tracemalloc.start()
-    try:
-        start = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
+    with memory.track() as m:
         step()
-        return tracemalloc.get_traced_memory()[1] - start
-    finally:
-        tracemalloc.stop()
+    return m.allocator_peak_bytes
 
 
 def timed(step) -> tuple:
@@ -111,7 +105,7 @@ def paired_times(rows, steps, repeat):
 
 
 def measure(model, x, configs, repeat):
-    """Memory (tracker and tracemalloc), gradients and best step time for each segment count."""
+    """Memory (saved for backward, the allocator's peak), gradients and best step time for each segment count."""
     rows = {}
     reference = None
     for label, k in configs:
@@ -122,7 +116,7 @@ def measure(model, x, configs, repeat):
         reference = grads if reference is None else reference
         rows[label] = {"segments": k, "peak_bytes": m.peak_bytes,
                        "grads_identical": all(np.array_equal(a, b) for a, b in zip(grads, reference)),
-                       "tracemalloc_peak_bytes": tracemalloc_peak(model, make_step(model, x, k))}
+                       "tracemalloc_peak_bytes": allocator_peak(model, make_step(model, x, k))}
     model.zero_grad()  # gradients then accumulate in place: every step does the same work
     paired_times(rows, {label: make_step(model, x, k) for label, k in configs}, repeat)
     plain = rows[configs[0][0]]
@@ -143,7 +137,7 @@ def part_one(batch, width, repeat):
         rows = measure(model, x, configs, repeat)
         results[f"mlp{depth}"] = {"layers": depth, "sqrt_segments": root, "rows": rows}
         print(f"\nMLP of {depth} layers, batch {batch}, width {width} (float32)")
-        print(f"{'segments':>10} {'tracked MiB':>11} {'ratio':>6} {'tracemalloc MiB':>15} {'ratio':>6} "
+        print(f"{'segments':>10} {'saved MiB':>11} {'ratio':>6} {'allocator MiB':>15} {'ratio':>6} "
               f"{'CPU s':>7} {'ratio':>6} {'wall s':>7} {'ratio':>6} {'grads ==':>8}")
         for label, row in rows.items():
             print(f"{label:>10} {row['peak_bytes'] / 2**20:11.2f} {row['memory_ratio']:6.2f} "
@@ -182,7 +176,7 @@ def part_two(batch, repeat):
         row["memory_ratio"] = row["peak_bytes"] / rows["plain"]["peak_bytes"]
     print(f"\nWidths 64..640 ({depth} layers), batch {batch}, {k} segments")
     for label, row in rows.items():
-        print(f"{label:>9}: peak {row['peak_bytes'] / 2**20:7.2f} MiB ({row['memory_ratio']:.2f} of plain; "
+        print(f"{label:>9}: saved peak {row['peak_bytes'] / 2**20:7.2f} MiB ({row['memory_ratio']:.2f} of plain; "
               f"modeled {row['modeled_peak_bytes'] / 2**20:.2f}), step {row['step_seconds']:.3f} s "
               f"({row['time_ratio']:.2f}x; modeled {row['modeled_slowdown']:.2f}x), starts {row['boundaries']}")
     return {"widths": widths, "segments": k, "rows": rows,
@@ -197,9 +191,10 @@ def part_three(batch, width, depth=100):
     for k in (sqrt_segments(depth), depth):
         report = storage_report(model, x, k, "float16")
         results[str(k)] = report
-        print(f"{k:>4} segments: peak {report['peak_bytes'] / 2**20:.2f} -> {report['peak_bytes_16bit'] / 2**20:.2f} "
-              f"MiB (saved {100 * report['saved_fraction']:.0f}%), gradient error {report['relative_grad_error']:.1e} "
-              f"(norm), {report['max_relative_grad_error']:.1e} (largest element)")
+        print(f"{k:>4} segments: saved peak {report['peak_bytes'] / 2**20:.2f} -> "
+              f"{report['peak_bytes_16bit'] / 2**20:.2f} MiB ({100 * report['saved_fraction']:.0f}% less), "
+              f"gradient error {report['relative_grad_error']:.1e} (norm), "
+              f"{report['max_relative_grad_error']:.1e} (largest element)")
     return results
 
 
@@ -214,14 +209,14 @@ def figure(one, two, path):
         mems = [100 * row["memory_ratio"] for _, row in rows]
         left.plot(times, mems, marker=marker, color=color, label=f"{result['layers']} layers (tracked)")
         left.plot(times, [100 * row["tracemalloc_ratio"] for _, row in rows], marker=marker, linestyle=":",
-                  color=color, alpha=0.5, label=f"{result['layers']} layers (tracemalloc)")
+                  color=color, alpha=0.5, label=f"{result['layers']} layers (allocator, tracemalloc)")
         for (label, _), t, m in zip(rows, times, mems):
             left.annotate(label, (t, m), fontsize=7,
                           textcoords="offset points", xytext=(4, 3))
     left.axhline(25, color="gray", linewidth=0.8, linestyle="--")
     left.axvline(1.35, color="gray", linewidth=0.8, linestyle="--")
     left.set_xlabel("step time / plain step time (CPU time, median of pairs)")
-    left.set_ylabel("peak activation memory, % of plain")
+    left.set_ylabel("peak saved for backward (memory.track), % of plain")
     left.set_title("Checkpointing: memory against time (labels: segments)")
     left.legend(fontsize=8)
     labels = list(two["rows"])
@@ -230,7 +225,7 @@ def figure(one, two, path):
         row = two["rows"][label]
         right.annotate(f"{row['time_ratio']:.2f}x time", (i, row["peak_bytes"] / 2**20), ha="center",
                        textcoords="offset points", xytext=(0, 3), fontsize=8)
-    right.set_ylabel("peak activation memory (MiB)")
+    right.set_ylabel("peak saved for backward (MiB)")
     right.set_title(f"Widths 64..640, {two['segments']} segments: uniform vs balanced")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -258,7 +253,7 @@ def main():
     figure(one, two, png)
     for name, result in one.items():
         row = next(r for r in result["rows"].values() if r["segments"] == result["sqrt_segments"])
-        print(f"{name}: at √L = {result['sqrt_segments']} segments, memory {100 * row['memory_ratio']:.1f}% of "
+        print(f"{name}: at √L = {result['sqrt_segments']} segments, saved peak {100 * row['memory_ratio']:.1f}% of "
               f"plain (aim ≤ 25%), time {row['time_ratio']:.2f}x CPU, {row['wall_ratio']:.2f}x wall (aim ≤ 1.35x)")
     print(f"wrote {path} and {png} in {time.perf_counter() - start:.0f} s (load average {load})")
 

@@ -13,7 +13,8 @@ the blocks, a mean-square loss, backward. Each block runs
 - plainly under ``save_as("bfloat16")`` and ``save_as("int8")`` (every
   saved array stored in 16 or 8 bits).
 
-Memory: the peak bytes held for backward, counted by ``minidl.memory.track``.
+Memory, both from ``minidl.memory.track``: the peak bytes saved for backward (the arrays
+the graph's nodes hold) and the allocator's peak (tracemalloc: gradients and temporaries too).
 Time: the process's CPU time of a step (BLAS on one thread), the best of
 ``--repeat`` steps, all strategies interleaved so that a change in the
 machine's load hits each alike; "recompute" is the time above the plain step.
@@ -75,7 +76,8 @@ def run(batch, seq, repeat):
             grads = step()
         reference = grads if reference is None else reference
         error = max(float(np.abs(g - r).max() / np.abs(r).max()) for g, r in zip(grads, reference))
-        rows[name] = {"peak_bytes": m.peak_bytes, "grad_error": error, "cpu_s": float("inf")}
+        rows[name] = {"peak_bytes": m.peak_bytes, "allocator_peak_bytes": m.allocator_peak_bytes,
+                      "grad_error": error, "cpu_s": float("inf")}
     for _ in range(repeat):  # interleaved: each round times every strategy once
         for name, step in steps.items():
             start = time.process_time()
@@ -89,10 +91,11 @@ def run(batch, seq, repeat):
 
 
 def table(rows) -> str:
-    lines = ["| strategy | peak held for backward | vs none | step (CPU s) | vs none | gradient error |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| strategy | saved for backward, peak | vs none | allocator's peak | step (CPU s) | vs none "
+             "| gradient error |", "|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {memory.format_bytes(r['peak_bytes'])} | {r['memory_ratio']:.2f} | "
+                     f"{memory.format_bytes(r['allocator_peak_bytes'])} | "
                      f"{r['cpu_s']:.3f} | {r['time_ratio']:.2f} | {r['grad_error']:.1e} |")
     return "\n".join(lines)
 

@@ -1,43 +1,56 @@
-"""Activation memory, measured: the bytes the graph holds for the backward pass.
+"""Memory of a training step, measured twice: what the graph holds, and what the allocator gives out.
 
-Every op recorded in the graph keeps what its backward needs: its input
-tensors (``fn.inputs``) and whatever forward stored on the node (a dropout
-mask, a batch norm's statistics). Those arrays are the *activation memory*
-of training; gradient checkpointing trades them for recomputation.
-:func:`track` counts them while a block runs::
+Two figures, side by side, because they answer different questions::
 
     with minidl.memory.track() as m:
         loss = model(x).sum()
         loss.backward()
-    m.peak_bytes          # the most bytes held for backward at any moment
+    m.peak_bytes            # saved for backward: the most bytes the graph's nodes held at once
+    m.allocator_peak_bytes  # the allocator: the most bytes in use above the block's start
     print(m.report())
 
-How it counts. The tracker is a :class:`minidl.autograd.FunctionHook`:
-after each op call inside the block it registers the arrays the op's node
-holds, if the call recorded one (outside the block nothing is installed, so
-tracking costs nothing otherwise). Each array is counted once by the buffer
-it lives in (a view and its base are one buffer), however many nodes hold
-it. The count goes down when the node lets go of them: when the engine
-releases it after its backward, or when it is garbage-collected without a
-backward (a token stored among the node's saved values is freed with them,
-and that is the signal). After every change ``current_bytes`` is compared
-with ``peak_bytes``.
+**Saved for backward** (``peak_bytes``, ``current_bytes``): the model of
+activation memory that gradient checkpointing trades for recomputation. Every
+op recorded in the graph keeps what its backward needs: its input tensors
+(``fn.inputs``) and whatever forward stored on the node (a dropout mask, a
+batch norm's statistics). The tracker is a
+:class:`minidl.autograd.FunctionHook`: after each op call inside the block it
+registers the arrays the op's node holds, if the call recorded one (outside
+the block nothing is installed, so tracking costs nothing otherwise). Each
+array is counted once by the buffer it lives in (a view and its base are one
+buffer), however many nodes hold it. The count goes down when the node lets
+go of them: when the engine releases it after its backward, or when it is
+garbage-collected without a backward (a token stored among the node's saved
+values is freed with them, and that is the signal). Parameters
+(``nn.Parameter``) are held by the nodes that use them too, but they exist
+whether or not a graph is built, so they are left out unless
+``include_parameters=True``. Any other tensor a node holds counts, a user's
+input included. What this figure does not see: gradients, the temporaries of
+each backward formula, a node's output while nothing but its consumers'
+walk holds it, and anything held outside the graph.
 
-Parameters (``nn.Parameter``) are held by the nodes that use them too, but
-they exist whether or not a graph is built, so they are left out unless
-``include_parameters=True``. Any other tensor a node holds counts, a
-user's input included.
-
-On the GPU, CuPy's memory pool is also sampled at each change
-(``pool_peak_bytes``): every byte CuPy holds, activations, gradients and
-temporaries alike. On the CPU, Python's :mod:`tracemalloc` sees NumPy's
-buffers and gives the same overall view (see benchmarks/bench_checkpoint.py).
+**The allocator** (``allocator_peak_bytes``): what the process actually
+holds at its worst moment, above the level at the block's start. On the CPU
+it is Python's :mod:`tracemalloc`, which sees every NumPy buffer
+(``host_peak_bytes``; the tracker starts tracing when it is off and stops it
+again at the end; if it was already tracing, its peak is reset at the start,
+tracemalloc having a single peak). A buffer allocated before tracing started
+and freed inside the block is not subtracted, so then the figure errs high.
+On the GPU it is CuPy's memory pool: the pool has no peak counter, so the
+tracker registers a ``cupy.cuda.MemoryHook`` that adds every block the pool
+hands out and subtracts every block it takes back (exactly the changes of
+``pool.used_bytes()``, on every device); ``pool_start_bytes`` and
+``pool_peak_bytes`` are the pool's level at the start and its highest.
+``allocator_peak_bytes`` is the pool's rise when the graph's arrays are on a
+GPU, tracemalloc's otherwise. ``track(allocator=False)`` measures the graph
+only (tracemalloc slows every allocation, which matters when timing).
 
 Ops recorded before the block started are not counted. Not thread-safe:
 track one computation at a time.
 """
 from __future__ import annotations
 
+import tracemalloc
 import weakref
 
 import numpy as np
@@ -122,18 +135,23 @@ def _arrays_in(value, arrays: list, depth: int = 0):
 
 
 class MemoryTracker:
-    """Counts of the bytes held for backward; made and filled by :func:`track`.
+    """The figures of one tracked block; made and filled by :func:`track`.
 
-    Attributes (bytes): ``current_bytes``, ``peak_bytes`` (only ops recorded
-    inside the block count); ``by_device`` maps 'cpu' /
-    'cuda:N' to the peak on that device. On the GPU ``pool_start_bytes`` and
-    ``pool_peak_bytes`` sample CuPy's memory pool (everything CuPy holds).
-    ``nodes`` counts the ops recorded; ``timeline`` lists ``current_bytes``
-    after every change when ``timeline=True``.
+    Saved for backward (bytes; only ops recorded inside the block count):
+    ``current_bytes``, ``peak_bytes``; ``by_device`` maps 'cpu' / 'cuda:N'
+    to the peak on that device; ``nodes`` counts the ops recorded;
+    ``timeline`` lists ``current_bytes`` after every change when
+    ``timeline=True``.
+
+    The allocator (bytes above the block's start, None when not measured):
+    ``host_peak_bytes`` (tracemalloc), ``pool_start_bytes`` and
+    ``pool_peak_bytes`` (CuPy's pool, absolute), ``allocator_peak_bytes``
+    (the one of the two for the device the graph lived on). Filled when the
+    block ends.
     """
 
-    def __init__(self, include_parameters: bool = False, timeline: bool = False):
-        self.include_parameters = include_parameters
+    def __init__(self, include_parameters: bool = False, timeline: bool = False, allocator: bool = True):
+        self.include_parameters, self.allocator = include_parameters, allocator
         self.current_bytes = 0
         self.peak_bytes = 0
         self.nodes = 0
@@ -141,9 +159,18 @@ class MemoryTracker:
         self._current_by_device: dict[str, int] = {}
         self.timeline = [] if timeline else None
         self.pool_start_bytes = self.pool_peak_bytes = None
+        self.host_peak_bytes = None
         self._counts: dict[int, list] = {}  # buffer key -> [holders, bytes, device]
         self._holders: dict[int, tuple] = {}  # id(token) -> (weakref to the node's token, its buffer keys)
         self.active = False
+
+    @property
+    def allocator_peak_bytes(self):
+        """The allocator's peak above the block's start: CuPy's pool for a graph on a GPU, else tracemalloc's."""
+        on_gpu = any(device != "cpu" for device in self.by_device)
+        if on_gpu and self.pool_peak_bytes is not None:
+            return self.pool_peak_bytes - self.pool_start_bytes
+        return self.host_peak_bytes
 
     # ------------------------------------------------------------ bookkeeping
     def _register(self, fn: Function):
@@ -189,9 +216,6 @@ class MemoryTracker:
     def _sample(self):
         if self.timeline is not None:
             self.timeline.append(self.current_bytes)
-        if self.pool_start_bytes is not None:
-            used = backend._cupy.get_default_memory_pool().used_bytes()
-            self.pool_peak_bytes = max(self.pool_peak_bytes, used)
 
     # ------------------------------------------------------------ results
     @property
@@ -199,22 +223,27 @@ class MemoryTracker:
         return self.peak_bytes / 2**20
 
     def report(self) -> str:
-        """A few lines: peak and current bytes held for backward, per device, and the GPU pool."""
-        lines = [f"activation memory (arrays held for backward): peak {format_bytes(self.peak_bytes)}, "
+        """A few lines: the bytes saved for backward (peak, now, per device), then the allocator's peak."""
+        lines = [f"saved for backward (arrays held by graph nodes): peak {format_bytes(self.peak_bytes)}, "
                  f"now {format_bytes(self.current_bytes)}, {self.nodes} ops recorded"]
         if len(self.by_device) > 1:
             lines += [f"  {device}: peak {format_bytes(peak)}" for device, peak in sorted(self.by_device.items())]
-        if self.pool_start_bytes is not None:
-            lines.append(f"CuPy memory pool: {format_bytes(self.pool_start_bytes)} in use at the start, "
-                         f"peak {format_bytes(self.pool_peak_bytes)} "
-                         f"(+{format_bytes(self.pool_peak_bytes - self.pool_start_bytes)})")
         if not self.include_parameters:
             lines.append("  (parameters are not counted: they are held whether or not a graph is built)")
+        if self.host_peak_bytes is not None:
+            lines.append(f"allocator, host (tracemalloc): peak {format_bytes(self.host_peak_bytes)} above the start "
+                         "(every buffer: activations, gradients, temporaries)")
+        if self.pool_peak_bytes is not None:
+            lines.append(f"allocator, GPU (CuPy memory pool): {format_bytes(self.pool_start_bytes)} in use at the "
+                         f"start, peak {format_bytes(self.pool_peak_bytes)} "
+                         f"(+{format_bytes(self.pool_peak_bytes - self.pool_start_bytes)})")
         return "\n".join(lines)
 
     def __repr__(self):
-        return (f"<MemoryTracker peak={format_bytes(self.peak_bytes)} "
-                f"current={format_bytes(self.current_bytes)} nodes={self.nodes}>")
+        allocator = self.allocator_peak_bytes
+        return (f"<MemoryTracker saved peak={format_bytes(self.peak_bytes)} "
+                f"current={format_bytes(self.current_bytes)} nodes={self.nodes}"
+                + ("" if allocator is None else f" allocator peak={format_bytes(allocator)}") + ">")
 
 
 class _Token:
@@ -226,36 +255,90 @@ class _Token:
 _active: MemoryTracker | None = None  # the one tracker active now
 
 
-class track(FunctionHook):
-    """Context manager: count the bytes held for backward by ops recorded inside it.
+class _PoolRise:
+    """Bytes in use in CuPy's memory pool, relative to when it was registered, and their highest value.
 
-    ``with track() as m: ...`` then ``m.peak_bytes``, ``m.current_bytes``,
-    ``m.report()``. ``include_parameters=True`` counts parameters held by the
-    graph too; ``timeline=True`` keeps ``m.timeline``, the bytes after every change.
-    One tracker at a time: nesting raises RuntimeError.
+    Made from ``cupy.cuda.MemoryHook`` (see :func:`_pool_meter`): the pool calls
+    ``malloc_postprocess`` for every block it hands out and ``free_postprocess`` for every
+    block it takes back, with the block's rounded size (what ``used_bytes()`` counts).
     """
 
-    def __init__(self, include_parameters: bool = False, timeline: bool = False):
-        self.tracker = MemoryTracker(include_parameters, timeline)
+    name = "minidl.memory.track"
+
+    def __init__(self):
+        self.used = self.peak = 0
+
+    def malloc_postprocess(self, mem_size=0, mem_ptr=0, **_):
+        if mem_ptr:  # 0: the allocation failed
+            self.used += mem_size
+            if self.used > self.peak:
+                self.peak = self.used
+
+    def free_postprocess(self, mem_size=0, **_):
+        self.used -= mem_size
+
+
+_pool_hook_class = None
+
+
+def _pool_meter():
+    """A fresh :class:`_PoolRise` that CuPy accepts as a memory hook (its class made once per CuPy module)."""
+    global _pool_hook_class
+    base = backend._cupy.cuda.MemoryHook
+    if _pool_hook_class is None or not issubclass(_pool_hook_class, base):
+        _pool_hook_class = type("PoolRise", (_PoolRise, base), {})
+    return _pool_hook_class()
+
+
+class track(FunctionHook):
+    """Context manager: the bytes saved for backward by ops recorded inside it, and the allocator's peak.
+
+    ``with track() as m: ...`` then ``m.peak_bytes``, ``m.current_bytes``,
+    ``m.allocator_peak_bytes``, ``m.report()``. ``include_parameters=True``
+    counts parameters held by the graph too; ``timeline=True`` keeps
+    ``m.timeline``, the bytes after every change; ``allocator=False`` leaves
+    tracemalloc and CuPy's pool unwatched. One tracker at a time: nesting
+    raises RuntimeError.
+    """
+
+    def __init__(self, include_parameters: bool = False, timeline: bool = False, allocator: bool = True):
+        self.tracker = MemoryTracker(include_parameters, timeline, allocator)
+        self._pool = self._started_tracing = None
 
     def __enter__(self) -> MemoryTracker:
         global _active
         if _active is not None:
             raise RuntimeError("minidl.memory.track(): a tracker is already active; "
                                "nest the measured code inside the one tracker instead")
-        if backend._cupy is not None:
-            pool = backend._cupy.get_default_memory_pool()
-            self.tracker.pool_start_bytes = self.tracker.pool_peak_bytes = pool.used_bytes()
+        tracker = self.tracker
+        if tracker.allocator:
+            if backend._cupy is not None:
+                tracker.pool_start_bytes = backend._cupy.get_default_memory_pool().used_bytes()
+                self._pool = _pool_meter().__enter__()
+            self._started_tracing = not tracemalloc.is_tracing()
+            if self._started_tracing:
+                tracemalloc.start()
+            tracemalloc.reset_peak()
+            self._host_start = tracemalloc.get_traced_memory()[0]
         super().__enter__()
-        _active = self.tracker
-        self.tracker.active = True
-        return self.tracker
+        _active = tracker
+        tracker.active = True
+        return tracker
 
     def __exit__(self, *exc):
         global _active
         super().__exit__(*exc)
         _active = None
-        self.tracker.active = False
+        tracker = self.tracker
+        tracker.active = False
+        if tracker.allocator:
+            tracker.host_peak_bytes = max(0, tracemalloc.get_traced_memory()[1] - self._host_start)
+            if self._started_tracing:
+                tracemalloc.stop()
+            if self._pool is not None:
+                self._pool.__exit__()
+                tracker.pool_peak_bytes = tracker.pool_start_bytes + self._pool.peak
+                self._pool = None
         return False
 
     def forward_postprocess(self, fn, inputs, outputs):

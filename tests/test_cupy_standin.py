@@ -207,7 +207,7 @@ def test_the_stand_in_offers_only_names_real_cupy_has(real_cupy):
         (cp.cuda, cupy.cuda, {"DEVICE_COUNT", "annotations"}),
         (cp.cuda.runtime, cupy.cuda.runtime, set()), (cp.cuda.Device, cupy.cuda.Device, set()),
         (cp.cuda.Stream, cupy.cuda.Stream, set()), (cp.cuda.Event, cupy.cuda.Event, set()),
-        (cp.cuda.MemoryPool, cupy.cuda.MemoryPool, set()),
+        (cp.cuda.MemoryPool, cupy.cuda.MemoryPool, set()), (cp.cuda.MemoryHook, cupy.cuda.MemoryHook, set()),
         (cp.random, cupy.random, {"annotations"}), (cp.random.Generator, cupy.random.Generator, set()),
         (cp.random.XORWOW, cupy.random.XORWOW, set()),
         (cp.cupyx, cupyx, set()), (cp.cupyx.scipy.special, cupyx.scipy.special, set()),

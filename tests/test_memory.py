@@ -182,3 +182,75 @@ def test_counts_on_the_device(device):
     assert set(m.by_device) == {"cpu" if device == "cpu" else "cuda:0"}
     if device != "cpu":
         assert m.pool_peak_bytes >= m.pool_start_bytes
+
+
+# ---------------------------------------------------------------- the allocator's peak
+MiB = 2**20
+
+
+def test_the_host_allocator_peak_is_the_highest_sum_of_live_buffers():
+    """tracemalloc sees NumPy's buffers: the peak is the largest total alive at one moment, by hand."""
+    with memory.track() as m:
+        a = np.ones(4 * MiB, dtype=np.uint8)  # 4 MiB
+        b = np.ones(2 * MiB, dtype=np.uint8)  # 6 MiB alive: the peak
+        del a
+        c = np.ones(3 * MiB, dtype=np.uint8)  # 5 MiB alive
+        del b, c
+    assert m.peak_bytes == 0 and m.nodes == 0  # no graph: nothing saved for backward
+    # Python's own small objects (frames, ints) add a few KiB over the 6 MiB of buffers
+    assert 6 * MiB <= m.host_peak_bytes < 6 * MiB + 64 * 1024
+    assert m.allocator_peak_bytes == m.host_peak_bytes  # the graph held no GPU array
+    assert "tracemalloc" in m.report()
+
+
+def test_the_allocator_sees_more_than_the_graph_saves():
+    """A step's allocator peak covers every saved array plus the gradients and temporaries of backward."""
+    model = chain([64, 256, 256, 64])
+    with memory.track() as m:
+        x = mdl.randn(B * 64, 64)  # made inside the block: the allocator sees it as the graph does
+        loss = model(x).sum()
+        loss.backward()
+    saved = hand_count([64, 256, 256, 64]) * 64 + B * 64 * 64 * 4  # the chain's bytes and Sum's input
+    assert m.peak_bytes == saved
+    weights = sum(p.array.nbytes for p in model.parameters())  # their gradients are allocated in the step
+    assert m.allocator_peak_bytes >= saved
+    assert m.allocator_peak_bytes <= saved + weights + 4 * B * 64 * 256 * 4  # + a few gradients in flight
+
+
+def test_tracemalloc_is_left_as_it_was():
+    assert not tracemalloc.is_tracing()
+    with memory.track():
+        assert tracemalloc.is_tracing()
+    assert not tracemalloc.is_tracing()  # started for the block, stopped after
+    tracemalloc.start()
+    try:
+        with memory.track() as m:
+            kept = np.ones(MiB, dtype=np.uint8)
+        assert tracemalloc.is_tracing()  # a trace the caller started goes on
+        assert MiB <= m.host_peak_bytes < MiB + 64 * 1024
+    finally:
+        tracemalloc.stop()
+    with memory.track(allocator=False) as m:
+        kept = np.ones(MiB, dtype=np.uint8)
+    assert m.host_peak_bytes is None and m.allocator_peak_bytes is None and not tracemalloc.is_tracing()
+    del kept
+
+
+def test_the_pool_peak_sees_every_block_between_graph_events(standin_or_gpu):
+    """CuPy's pool has no peak counter: the tracker's memory hook adds each block handed out and
+    subtracts each one taken back, so a temporary that lives between two graph events counts."""
+    from minidl import backend
+    cp = backend.cupy_module()
+    x = mdl.randn(B, 64, device="cuda", requires_grad=True)
+    with memory.track() as m:
+        y = x * 2.0  # a recorded op: the graph now holds x (on the GPU)
+        a = cp.ones(4 * MiB, dtype=cp.uint8)  # 4 MiB
+        b = cp.ones(2 * MiB, dtype=cp.uint8)  # 6 MiB: the peak, with y's 2 KiB
+        del a, b
+    assert set(m.by_device) == {"cuda:0"}
+    rise = m.pool_peak_bytes - m.pool_start_bytes
+    # y (B·64 float32) and the scalar 2.0 are alive across the peak; CuPy rounds each block up to 512 bytes
+    assert 6 * MiB + y.array.nbytes <= rise <= 6 * MiB + y.array.nbytes + 2 * 512
+    assert m.allocator_peak_bytes == rise
+    assert "CuPy memory pool" in m.report()
+    del y

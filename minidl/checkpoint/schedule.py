@@ -196,23 +196,45 @@ def _tape_limit(longest_tape, L, where):
     return int(longest_tape)
 
 
+def _least_peak(profile: SegmentPlan, longest: int):
+    """The schedule of least modeled peak (the least forward time among those): (its tree, its peak).
+
+    P(a, b) = min( Σ_{[a,b)} act if b − a ≤ longest,  min_m max(in(a) + P(m, b), P(a, m)) ),
+    ties broken by the forward time of the schedules the minimum is taken over.
+    """
+    inputs, act, f, L = profile.input_bytes, profile.layer_bytes, profile.forward_seconds, profile.num_layers
+    act_prefix, f_prefix = [0, *np.cumsum(act).tolist()], [0.0, *np.cumsum(f).tolist()]
+    best = {}  # (a, b) -> (peak, forward time, tree)
+    for length in range(1, L + 1):
+        for a in range(0, L - length + 1):
+            b = a + length
+            found = (act_prefix[b] - act_prefix[a], f_prefix[b] - f_prefix[a], Tape(a, b)) if length <= longest \
+                else (math.inf, math.inf, None)
+            for m in range(a + 1, b):
+                (left, left_time, left_tree), (right, right_time, right_tree) = best[a, m], best[m, b]
+                peak = max(inputs[a] + right, left)
+                time = f_prefix[m] - f_prefix[a] + right_time + left_time
+                if (peak, time) < found[:2]:
+                    found = (peak, time, Split(a, m, b, left_tree, right_tree))
+            best[a, b] = found
+    peak, _, tree = best[0, L]
+    return tree, int(peak)
+
+
 def smallest_peak(profile: SegmentPlan, longest_tape: int | None = None) -> int:
     """The least modeled peak any schedule reaches, time no object (exact, in bytes).
 
     P(a, b) = min( Σ_{[a,b)} act if b − a ≤ longest_tape,  min_m max(in(a) + P(m, b), P(a, m)) ).
+    :func:`optimal_schedule` accepts this budget at any resolution.
     """
-    inputs, act, L = profile.input_bytes, profile.layer_bytes, profile.num_layers
-    longest = _tape_limit(longest_tape, L, "smallest_peak")
-    prefix = [0, *np.cumsum(act).tolist()]
-    least = {}
-    for length in range(1, L + 1):
-        for a in range(0, L - length + 1):
-            b = a + length
-            best = prefix[b] - prefix[a] if length <= longest else math.inf
-            for m in range(a + 1, b):
-                best = min(best, max(inputs[a] + least[m, b], least[a, m]))
-            least[a, b] = best
-    return int(least[0, L])
+    return _least_peak(profile, _tape_limit(longest_tape, profile.num_layers, "smallest_peak"))[1]
+
+
+def _forward_time(node, f) -> float:
+    """Forward seconds of one step by this schedule (the time the dynamic program minimizes)."""
+    counts = [0] * len(f)
+    _calls(node, counts)
+    return float(np.dot(counts, f))
 
 
 def optimal_schedule(model, sample_input, budget: int, profile: SegmentPlan | None = None,
@@ -226,6 +248,10 @@ def optimal_schedule(model, sample_input, budget: int, profile: SegmentPlan | No
     units (the usual case: sizes are multiples of one row of activations);
     otherwise sizes are rounded up to ``budget / resolution`` and the result
     fits the budget but may recompute a little more than the exact optimum.
+    Rounding up can leave no schedule under a budget near the smallest peak;
+    the schedule of least peak (exact, as :func:`smallest_peak` finds it)
+    then stands in, and it is also taken whenever it is faster, so every
+    budget from :func:`smallest_peak` up is met at any resolution.
     ``longest_tape`` limits how many layers are recorded at once (1 is
     Revolve's setting). A budget below :func:`smallest_peak` is an error.
     """
@@ -234,7 +260,7 @@ def optimal_schedule(model, sample_input, budget: int, profile: SegmentPlan | No
     longest = _tape_limit(longest_tape, L, "optimal_schedule")
     if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget > 0:
         raise ValueError(f"optimal_schedule: budget is a number of bytes and must be positive, got {budget!r}")
-    least = smallest_peak(profile, longest_tape)
+    least_tree, least = _least_peak(profile, longest)
     if budget < least:
         raise ValueError(f"optimal_schedule: no schedule fits a budget of {int(budget)} bytes "
                          f"({memory.format_bytes(budget)}); the smallest feasible peak of this chain is {least} "
@@ -275,8 +301,9 @@ def optimal_schedule(model, sample_input, budget: int, profile: SegmentPlan | No
         return Split(a, m, b, build(a, m, left), build(m, b, left - inputs[a]))
 
     if not np.isfinite(cost[0, L][slots]):  # only when sizes were rounded up to fit the resolution
-        raise ValueError(f"optimal_schedule: at a resolution of {resolution} units of {unit} bytes no schedule "
-                         f"fits {int(budget)} bytes (the exact smallest peak is {least}); raise resolution")
+        return Schedule(least_tree, profile)
+    if _forward_time(least_tree, f) < cost[0, L][slots]:  # rounding cost more than the least peak's schedule
+        return Schedule(least_tree, profile)
     return Schedule(build(0, L, slots), profile)
 
 

@@ -16,7 +16,10 @@ creators for that inner walk. The recomputed graph is built on the original
 input tensors, so with ``create_graph=True`` the gradients stay connected to
 the rest of the graph and higher-order gradients (Hessian-vector products)
 through a checkpoint work; with 16-bit storage they raise an error, the
-stored inputs being rounded copies.
+stored inputs being rounded copies. A checkpoint nested in ``fn`` whose inputs
+the enclosing one keeps (a recursive schedule) is recomputed after the inner
+walk has ended, not inside it, so that nothing of one level stays alive while
+the next is recomputed.
 
 ``checkpoint_sequential`` cuts a chain of layers into segments (a count, a
 list of starts, or a :class:`~minidl.checkpoint.SegmentPlan`) and
@@ -25,6 +28,7 @@ checkpoints all but the last.
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import numpy as np
 
@@ -136,6 +140,7 @@ class CheckpointFunction(Function):
     recomputes = True  # its backward runs fn again (mdl.draw_graph marks such a node)
 
     def __init__(self, fn, template, explicit, results, multiple, rng, stored_dtypes, kept=None):
+        self.order = next(_recorded)  # nodes recorded later are recomputed first (see _backpropagate)
         self.fn, self.template, self.explicit = fn, template, explicit
         self._results, self.multiple = results, multiple
         self.rng, self.stored_dtypes = rng, stored_dtypes  # rng: the generators fn drew from, or None
@@ -151,12 +156,34 @@ class CheckpointFunction(Function):
 
     def backward(self, *gys):
         create_graph = is_grad_enabled()
-        inputs, n = self.inputs, self.explicit
+        inputs = self.inputs
         if create_graph and any(d is not None for d in self.stored_dtypes):
             raise RuntimeError("checkpoint: higher-order gradients (create_graph=True) cannot go through a "
                                "segment whose input is stored in 16 bits; use storage_dtype=None")
-        feeds = [x if d is None else Tensor(x.data.astype(d), requires_grad=x.requires_grad)
-                 for x, d in zip(inputs[:n], self.stored_dtypes)]
+        feeds = self.feeds()
+        border = feeds + list(inputs[self.explicit:])
+        targets, first = [], {}  # each tensor once: a repeated input gets its gradient in one place
+        for position, t in enumerate(border):
+            if t.requires_grad and id(t) not in first:
+                first[id(t)] = position
+                targets.append(t)
+        if not targets:
+            return (None,) * len(inputs)
+        grads = _backpropagate(self, feeds, gys, border, targets, create_graph)
+        by_position = {first[id(t)]: g for t, g in zip(targets, grads)}
+        return tuple(by_position.get(i) for i in range(len(inputs)))
+
+    def feeds(self) -> list:
+        """The tensors fn is given again: its kept inputs, or a 16-bit input cast back to its dtype."""
+        return [x if d is None else Tensor(x.array.astype(d), requires_grad=x.requires_grad)
+                for x, d in zip(self.inputs[:self.explicit], self.stored_dtypes)]
+
+    def recompute(self, feeds) -> tuple:
+        """fn run again with recording on, on ``feeds`` (see :meth:`feeds`): its outputs, as a tuple.
+
+        The random state fn drew from is replayed and the stateful layers' buffers are protected
+        (:mod:`minidl.checkpoint.replay`); a policy's kept outputs are handed back instead of recomputed.
+        """
         args, feed_iter = list(self.template), iter(feeds)
         args = [next(feed_iter) if a is _TENSOR else a for a in args]
         now = self.rng.now() if self.rng else None
@@ -168,25 +195,7 @@ class CheckpointFunction(Function):
         finally:
             if now is not None:
                 now.restore()  # the random stream goes on as if nothing had been recomputed
-        outs = _as_tuple(outs, "checkpoint (recomputation)") if self.multiple else (outs,)
-        if len(outs) != len(gys):
-            raise RuntimeError(f"checkpoint: fn returned {len(outs)} outputs on recomputation, {len(gys)} "
-                               "in forward; fn must compute the same thing every time it runs")
-        pairs = [(o, g) for o, g in zip(outs, gys) if isinstance(o, Tensor) and o.requires_grad]
-        boundary = feeds + list(inputs[n:])
-        targets, first = [], {}  # each tensor once: a repeated input gets its gradient in one place
-        for position, t in enumerate(boundary):
-            if t.requires_grad and id(t) not in first:
-                first[id(t)] = position
-                targets.append(t)
-        if not pairs or not targets:
-            return (None,) * len(inputs)
-        with _as_leaves([t for t in targets if t.creator is not None]):
-            grads = autograd.backward([o for o, _ in pairs], [g for _, g in pairs], retain_graph=create_graph,
-                                      create_graph=create_graph, inputs=targets)
-        by_position = {first[id(t)]: g for t, g in zip(targets, grads)}
-        return tuple(by_position.get(i) for i in range(len(inputs)))
-
+        return _as_tuple(outs, "checkpoint (recomputation)") if self.multiple else (outs,)
 
     def jvp(self, *dxs):
         create_graph = is_grad_enabled()
@@ -203,6 +212,91 @@ class CheckpointFunction(Function):
                 dys = autograd.grad(total, us, create_graph=create_graph, allow_unused=True)
         dys = tuple(Tensor(xp.zeros(u.shape, u.dtype)) if dy is None else dy for dy, u in zip(dys, us))
         return dys if self.multiple else dys[0]
+
+
+_recorded = itertools.count()  # the order in which checkpoint nodes are recorded
+
+
+def _backpropagate(root, feeds, gys, border, targets, create_graph) -> list:
+    """The gradients of ``targets`` from ``gys``, the gradients of checkpoint node ``root``'s outputs.
+
+    ``root``'s fn is recomputed on ``feeds``; ``border`` lists the tensors the recomputed graph
+    starts from (the feeds and the tensors fn uses from outside), ``targets`` those of them
+    that require a gradient.
+
+    A checkpoint nested inside the segment (a recursive schedule's left part) is not entered
+    by the walk when everything it needs lies on the border or comes out of another such
+    checkpoint: the walk stops at its output, and it is recomputed here afterwards, one after
+    another, the one recorded last first (whatever uses a node's output was recorded after it).
+    Entered from inside the walk, it would run while the walk still holds this level's
+    recomputed outputs, the gradient given to it and the nested node's own output: three
+    activations that stay alive at every level of nesting, which no memory model of the
+    schedule counts. With ``create_graph`` every gradient stays connected, and the walk enters
+    nested checkpoints as it does any node.
+    """
+    outs = root.recompute(feeds)
+    if len(outs) != len(gys):
+        raise RuntimeError(f"checkpoint: fn returned {len(outs)} outputs on recomputation, {len(gys)} "
+                           "in forward; fn must compute the same thing every time it runs")
+    root = feeds = None  # the caller keeps root; the walk below holds the recomputed graph
+    totals = [None] * len(targets)
+    waiting = {}  # nested checkpoint node -> the gradient of its output, summed over the walks so far
+    on_border = {id(t) for t in border}
+    while True:
+        if not create_graph:
+            for node in _nested_checkpoints(outs, on_border, waiting):
+                waiting[node] = None
+        ends = [(node, node.outputs[0]()) for node in waiting]
+        ends = [(node, end) for node, end in ends if end is not None]
+        pairs = [(o, g) for o, g in zip(outs, gys) if isinstance(o, Tensor) and o.requires_grad]
+        outs = gys = None  # from here on, the walk holds them only as long as it needs them
+        if pairs:
+            stops = [t for t in targets if t.creator is not None] + [end for _, end in ends]
+            with _as_leaves(stops):
+                grads = autograd.backward([o for o, _ in pairs], [g for _, g in pairs], retain_graph=create_graph,
+                                          create_graph=create_graph, inputs=targets + [end for _, end in ends])
+            for i, g in enumerate(grads[:len(targets)]):
+                if g is not None:
+                    totals[i] = g if totals[i] is None else totals[i] + g
+            for (node, _), g in zip(ends, grads[len(targets):]):
+                if g is not None:
+                    waiting[node] = g if waiting[node] is None else waiting[node] + g
+        pairs = ends = stops = grads = g = None
+        while waiting and outs is None:
+            node = max(waiting, key=lambda n: n.order)
+            g = waiting.pop(node)
+            if g is not None:
+                outs, gys = node.recompute(node.feeds()), (g,)
+            node.release()  # what it kept lies on the border or in the recomputed graph
+            node = g = None
+        if outs is None:
+            return totals
+
+
+def _nested_checkpoints(outs, on_border, waiting) -> list:
+    """The checkpoint nodes recorded back from ``outs`` that can be recomputed after the walk.
+
+    Such a node has one output and full-precision inputs, each on the border or the output of
+    another such node (one found here or already ``waiting``). The search stops at the border.
+    """
+    candidates, seen = [], set()
+    stack = [o.creator for o in outs if isinstance(o, Tensor) and o.creator is not None]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or fn in waiting or fn.inputs is None:
+            continue
+        seen.add(id(fn))
+        if type(fn) is CheckpointFunction and not fn.multiple and all(d is None for d in fn.stored_dtypes):
+            candidates.append(fn)
+        stack.extend(x.creator for x in fn.inputs if x.creator is not None and id(x) not in on_border)
+    made = {id(node.outputs[0]()) for node in waiting}
+    found = []
+    for fn in sorted(candidates, key=lambda n: n.order):  # a node's inputs were made before it
+        out = fn.outputs[0]()
+        if out is not None and all(id(x) in on_border or id(x) in made for x in fn.inputs):
+            found.append(fn)
+            made.add(id(out))
+    return found
 
 
 def checkpoint(fn, *inputs, preserve_rng_state: bool = True, policy=None):

@@ -91,8 +91,29 @@ def test_a_coarse_resolution_still_fits_the_budget():
     coarse = optimal_schedule(None, None, budget, profile=profile, resolution=64)  # sizes rounded up to 15-byte units
     assert exact.peak_bytes() <= budget and coarse.peak_bytes() <= budget
     assert coarse.slowdown() >= exact.slowdown()  # rounding up can only cost time
-    with pytest.raises(ValueError, match="resolution of 4 units"):
-        optimal_schedule(None, None, smallest_peak(profile), profile=profile, resolution=4)
+
+
+# the GPT of benchmarks/bench_memory_strategies.py as a chain (models.gpt.pipeline_layers: embedding, 4 blocks,
+# tied head; batch 8 × 128 tokens, n_embd 128, float32), its sizes as profile_layers measures them
+GPT_CHAIN = ([8192] + [524288] * 5, [599040] + [16822272] * 4 + [2375680])
+
+
+@pytest.mark.parametrize("resolution", [4, 64, 2048, 100_000])
+def test_the_smallest_peak_is_a_budget_optimal_schedule_meets_at_any_resolution(resolution):
+    rng = np.random.default_rng(resolution)
+    profiles = [chain(*GPT_CHAIN)]  # at 2048, this budget was refused (rounded sizes no longer fit it)
+    for _ in range(4):  # sizes with no useful common divisor: rounding is needed at every resolution here
+        inputs = rng.integers(100, 5000, 7).tolist()
+        profiles.append(chain(inputs, [i + int(e) for i, e in zip(inputs, rng.integers(0, 20000, 7))],
+                              rng.uniform(0.5, 2.0, 7).tolist()))
+    for profile in profiles:
+        least = smallest_peak(profile)
+        by_brute_force = min(Schedule(root, profile).peak_bytes() for root in _all_schedules(0, profile.num_layers))
+        assert least == by_brute_force
+        for budget in (least, least + 1, (3 * least + profile.plain_bytes()) // 4, profile.plain_bytes()):
+            schedule = optimal_schedule(None, None, budget, profile=profile, resolution=resolution)
+            assert schedule.peak_bytes() <= budget
+        assert optimal_schedule(None, None, least, profile=profile, resolution=resolution).peak_bytes() == least
 
 
 def test_segments_are_schedules_with_the_planners_equations():

@@ -79,7 +79,7 @@ class _Pool:
     """The device memory in use: one entry per NumPy buffer that a stand-in array keeps alive."""
 
     def __init__(self):
-        self.live: dict[int, list] = {}  # id(root buffer) -> [nbytes, number of arrays on it]
+        self.live: dict[int, list] = {}  # id(root buffer) -> [nbytes, arrays on it, root, owner, device]
         self.used = 0
         self.peak = 0
 
@@ -90,9 +90,12 @@ class _Pool:
         key = id(root)
         entry = self.live.get(key)
         if entry is None:
-            entry = self.live[key] = [root.nbytes, 0, root, None]
+            entry = self.live[key] = [root.nbytes, 0, root, None, wrapper._dev]
             self.used += root.nbytes
             self.peak = builtins.max(self.peak, self.used)
+            for hook in cuda.memory_hook.get_memory_hooks().values():  # as CuPy's pool calls them
+                hook.malloc_postprocess(device_id=wrapper._dev, size=root.nbytes, mem_size=root.nbytes,
+                                        mem_ptr=key, pmem_id=key)
         if entry[3] is None and array is root:
             entry[3] = weakref.ref(wrapper)
         entry[1] += 1
@@ -119,6 +122,8 @@ class _Pool:
         if entry[1] == 0:
             self.used -= entry[0]
             del self.live[key]
+            for hook in cuda.memory_hook.get_memory_hooks().values():
+                hook.free_postprocess(device_id=entry[4], mem_size=entry[0], mem_ptr=key, pmem_id=key)
 
 
 _pool = _Pool()

@@ -1,6 +1,7 @@
 """cupy.cuda on the stand-in: devices, streams, events, the memory pool and the runtime calls minidl makes."""
 from __future__ import annotations
 
+import threading as _threading
 import time as _time
 import types as _types
 
@@ -158,6 +159,59 @@ class MemoryPool:
 
 
 _default_pool = MemoryPool()
+
+
+class MemoryHook:
+    """cupy.cuda.MemoryHook: called when the pool hands out a block (malloc) and takes it back (free).
+
+    ``with hook:`` registers it for this thread under its ``name``, as CuPy does. The stand-in's
+    pool calls ``malloc_postprocess`` and ``free_postprocess`` with CuPy's keyword arguments; it
+    never allocates from a device, so the ``alloc`` methods are never called.
+    """
+
+    name = "MemoryHook"
+
+    def __enter__(self):
+        hooks = memory_hook.get_memory_hooks()
+        if self.name in hooks:
+            raise KeyError(f"memory hook {self.name} already exists")
+        hooks[self.name] = self
+        return self
+
+    def __exit__(self, *_):
+        del memory_hook.get_memory_hooks()[self.name]
+
+    def alloc_preprocess(self, **kwargs):
+        pass
+
+    def alloc_postprocess(self, **kwargs):
+        pass
+
+    def malloc_preprocess(self, **kwargs):
+        pass
+
+    def malloc_postprocess(self, **kwargs):
+        pass
+
+    def free_preprocess(self, **kwargs):
+        pass
+
+    def free_postprocess(self, **kwargs):
+        pass
+
+
+_hooks_here = _threading.local()
+
+
+def _get_memory_hooks():
+    """This thread's registered hooks, by name (cupy.cuda.memory_hook.get_memory_hooks)."""
+    hooks = getattr(_hooks_here, "hooks", None)
+    if hooks is None:
+        hooks = _hooks_here.hooks = {}
+    return hooks
+
+
+memory_hook = _types.SimpleNamespace(MemoryHook=MemoryHook, get_memory_hooks=_get_memory_hooks)
 _pinned_pool = MemoryPool()
 
 
