@@ -75,7 +75,7 @@ import numpy as np
 
 from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
-from minidl.backend import xp_of
+from minidl.backend import using, xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
@@ -170,19 +170,23 @@ class FlatShard:
         self.chunk = -(-self.numel // comm.size)               # ⌈Ψ/N⌉
         self.padded = self.chunk * comm.size                  # Ψ'
         self.xp, self.dtype = params[0].xp, params[0].dtype
-        full = self.xp.zeros(self.padded, self.dtype)
-        self._pack(full, [p.data for p in params])
-        mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
-        self.whole = True  # whether the parameters hold their whole values now
-        layers = ShardLayers.of(self)
-        if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
-            self.full = full
-            self._point_params_at(full)
-            self.shard = ShardParameter(full[mine], layers)
-        else:          # stage 3: the shard is all this rank keeps
-            self.full = None
-            self.shard = ShardParameter(full[mine].copy(), layers)
-            self.release()
+        # CuPy makes new arrays on the *current* GPU: every array of the unit is made with the
+        # parameters' GPU current (a model on cuda:1 in a process whose current GPU is 0)
+        self.device = params[0].device
+        with using(self.device):
+            full = self.xp.zeros(self.padded, self.dtype)
+            self._pack(full, [p.array for p in params])
+            mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
+            self.whole = True  # whether the parameters hold their whole values now
+            layers = ShardLayers.of(self)
+            if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
+                self.full = full
+                self._point_params_at(full)
+                self.shard = ShardParameter(full[mine], layers)
+            else:          # stage 3: the shard is all this rank keeps
+                self.full = None
+                self.shard = ShardParameter(full[mine].copy(), layers)
+                self.release()
 
     def _pack(self, out, arrays):
         offset = 0
@@ -207,12 +211,13 @@ class FlatShard:
     def gather(self, changed: bool = True) -> None:
         """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
         values they had when freed, so their versions stay)."""
-        gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
-        if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
-            self.full[...] = gathered
-            mark_changed(*self.params)
-        else:
-            self._point_params_at(gathered, changed)
+        with using(self.device):
+            gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.array)).reshape(-1)
+            if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
+                self.full[...] = gathered
+                mark_changed(*self.params)
+            else:
+                self._point_params_at(gathered, changed)
         self.whole = True
 
     def release(self, keep_grads: bool = False) -> None:
@@ -223,7 +228,8 @@ class FlatShard:
         Their gradients are dropped too, unless ``keep_grads`` (they wait for a reduction
         after the backward: see ``ShardedDataParallel``'s notes on autocast).
         """
-        empty = self.xp.empty(0, self.dtype)
+        with using(self.device):
+            empty = self.xp.empty(0, self.dtype)
         for p in self.params:
             p._data = empty  # not .data =, which would count as an in-place change
             if not keep_grads:
@@ -246,13 +252,14 @@ class FlatShard:
 
     def reduce_gradients(self, weight: float):
         """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
-        flat = self.xp.empty(self.padded, self.dtype)
-        self._pack(flat, [None if p.grad is None else p.grad.data for p in self.params])
-        if weight != 1.0:
-            flat *= weight
-        for p in self.params:
-            p.grad = None
-        return self.comm.reduce_scatter(flat)
+        with using(self.device):
+            flat = self.xp.empty(self.padded, self.dtype)
+            self._pack(flat, [None if p.grad is None else p.grad.array for p in self.params])
+            if weight != 1.0:
+                flat *= weight
+            for p in self.params:
+                p.grad = None
+            return self.comm.reduce_scatter(flat)
 
     def nbytes(self) -> int:
         return self.padded * np.dtype(self.dtype).itemsize
@@ -261,26 +268,30 @@ class FlatShard:
     def split_gathered(self, chunk) -> list:
         """This rank's ``chunk`` of a flat array of the unit, all-gathered and cut into one array per
         parameter, of its shape (a collective)."""
-        flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
-        out, offset = [], 0
-        for shape, size in zip(self.shapes, self.sizes):
-            out.append(flat[offset:offset + size].reshape(shape).copy())
-            offset += size
+        with using(self.device):
+            flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
+            out, offset = [], 0
+            for shape, size in zip(self.shapes, self.sizes):
+                out.append(flat[offset:offset + size].reshape(shape).copy())
+                offset += size
         return out
 
     def my_chunk(self, arrays):
         """This rank's chunk of the unit's per-parameter ``arrays`` laid out flat (zeros pad the end)."""
         xp = self.xp
-        flat = xp.zeros(self.padded, np.result_type(*[a.dtype for a in arrays]))
-        self._pack(flat, [xp.asarray(a) for a in arrays])
-        return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
+        with using(self.device):
+            flat = xp.zeros(self.padded, np.result_type(*[a.dtype for a in arrays]))
+            self._pack(flat, [xp.asarray(a) for a in arrays])
+            return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
 
     def take_whole_weights(self) -> None:
         """Copy the parameters' whole values (just loaded) into the shard; stage 3 frees them again."""
         if self.full is not None:  # stage 2: the parameters are views of the buffer the shard is a view of
             mark_changed(self.shard)
             return
-        self.shard.data[...] = self.my_chunk([p.data for p in self.params])
+        chunk = self.my_chunk([p.array for p in self.params])
+        with using(self.device):
+            self.shard.array[...] = chunk
         mark_changed(self.shard)
         self.release()
 
@@ -442,9 +453,13 @@ class ShardedDataParallel(DataParallel):
 
         def place(diagonals):
             of = {id(p): d for p, d in zip(present, diagonals)}
-            return [(unit.shard, unit.my_chunk([of.get(id(p), unit.xp.zeros(shape, unit.dtype))
-                                                for p, shape in zip(unit.params, unit.shapes)]))
-                    for unit in units]
+            placed = []
+            for unit in units:
+                with using(unit.device):
+                    zeros = [of.get(id(p), unit.xp.zeros(shape, unit.dtype))
+                             for p, shape in zip(unit.params, unit.shapes)]
+                placed.append((unit.shard, unit.my_chunk(zeros)))
+            return placed
 
         probe(present, lambda arrays: self.weighted_sum_over_replicas(arrays, weight), place)
 
