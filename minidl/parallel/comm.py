@@ -131,9 +131,10 @@ class Communicator:
         """
         raise NotImplementedError
 
-    def _check_peer(self, owner: str, peer: int) -> None:
+    def _check_peer(self, owner: str, peer: int, itself: bool = False) -> None:
+        """Refuse a peer that is not another rank of the group (``itself``: this rank is allowed too)."""
         if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.size \
-                or peer == self.rank:
+                or (peer == self.rank and not itself):
             others = [r for r in range(self.size) if r != self.rank]
             raise ValueError(f"{type(self).__name__}.{owner}: rank {self.rank} of {self.size} cannot exchange "
                              f"with peer {peer!r}; the peers are the other ranks: {others or 'none (a world of one)'}")
@@ -576,8 +577,8 @@ class NCCLComm(Communicator):
         sub = self.mpi.comm.Split(int(color), self.rank if key is None else int(key))
         return NCCLComm(mpi_comm=sub, device_index=self.device_index)
 
-    def send(self, array, dest: int):
-        self._check_peer("send", dest)
+    def send(self, array, dest: int, *, itself: bool = False):  # itself: inside sendrecv_ only
+        self._check_peer("send", dest, itself)
         if self._is_host(array):
             return self.mpi.send(array, dest)
         _check_buffer("NCCLComm.send", array, "CuPy")
@@ -586,8 +587,8 @@ class NCCLComm(Communicator):
             self.comm.send(array.data.ptr, array.size, self._nccl_type("send", array), int(dest),
                            self._stream_ptr())
 
-    def recv_(self, array, source: int):
-        self._check_peer("recv_", source)
+    def recv_(self, array, source: int, *, itself: bool = False):
+        self._check_peer("recv_", source, itself)
         if self._is_host(array):
             return self.mpi.recv_(array, source)
         _check_buffer("NCCLComm.recv_", array, "CuPy")
@@ -598,15 +599,19 @@ class NCCLComm(Communicator):
         return array
 
     def sendrecv_(self, send_array, dest: int, recv_array, source: int):
-        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other."""
-        self._check_peer("sendrecv_", dest)
-        self._check_peer("sendrecv_", source)
+        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other.
+
+        On device buffers a rank may exchange with itself (``dest == source == rank``), which NCCL allows
+        inside a group: how ``minidl selftest`` checks send/recv on one GPU."""
+        itself = dest == source == self.rank and not (self._is_host(send_array) or self._is_host(recv_array))
+        self._check_peer("sendrecv_", dest, itself)
+        self._check_peer("sendrecv_", source, itself)
         if self._is_host(send_array) and self._is_host(recv_array):
             return self.mpi.sendrecv_(send_array, dest, recv_array, source)
         self.nccl_module.groupStart()
         try:
-            self.send(send_array, dest)
-            self.recv_(recv_array, source)
+            self.send(send_array, dest, itself=itself)
+            self.recv_(recv_array, source, itself=itself)
         finally:
             self.nccl_module.groupEnd()
         return recv_array
