@@ -48,7 +48,7 @@ from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
 from minidl.backend import using, using_array, xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares, sum_numbers_
 from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
@@ -597,7 +597,7 @@ def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
     if not max_norm > 0:
         raise ValueError(f"{owner}: max_norm must be > 0, got {max_norm}")
     parts = [t for t in tensors if t.grad is not None]
-    return scale_to_norm_(parts, comm.allreduce_(grad_squares(parts)), max_norm)
+    return scale_to_norm_(parts, sum_numbers_(comm, grad_squares(parts)), max_norm)
 
 
 def probing_optimizer(optimizer):

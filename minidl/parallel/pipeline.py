@@ -50,7 +50,7 @@ from minidl.autograd import backward as autograd_backward
 from minidl.autograd import enable_grad, no_grad
 from minidl.backend import using
 from minidl.nn.containers import Sequential
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, sum_numbers_
 from minidl.parallel.whole_state import (
     gather_owned_state,
     gather_owned_weights,
@@ -462,7 +462,7 @@ class Pipeline(ParallelModule):
                 held = xp.ascontiguousarray(result)
         # the mean loss, shared by an all-reduce on the device (the step waits for the host at no point)
         total = (xp.stack(losses).astype(np.float64).sum() / m).reshape(1) if self.is_last else xp.zeros(1)
-        self.comm.allreduce_(total)
+        sum_numbers_(self.comm, total)
         return float(total[0]) if xp is np else total[0]
 
     def eval_step(self, x, y, loss_fn) -> float:
@@ -663,7 +663,7 @@ class PipelineOptimizer(ParallelOptimizer):
         if not max_norm > 0:
             raise ValueError(f"PipelineOptimizer.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
         self.synchronize()
-        squares = self.pipe.comm.allreduce_(self.grad_squares(self._own_params()))  # on the device: no host read
+        squares = sum_numbers_(self.pipe.comm, self.grad_squares(self._own_params()))  # a GPU's: no host read
         return scale_to_norm_(self._own_params(), squares, max_norm)
 
     def grad_squares(self, params) -> float:

@@ -43,7 +43,16 @@ from minidl import backend
 from minidl.nn.module import Module
 from minidl.optim.wrapper import WrapsOptimizer
 
-__all__ = ["ParallelModule", "ParallelOptimizer", "grad_squares"]
+__all__ = ["ParallelModule", "ParallelOptimizer", "grad_squares", "sum_numbers_"]
+
+
+def sum_numbers_(comm, numbers):
+    """``numbers`` (a few float64 figures: a clip's squares, a loss) summed over ``comm``'s ranks in place,
+    where they are: NumPy ones on the host (``host_allreduce_``: bookkeeping, not counted in
+    ``comm.traffic``), device ones on the device (``allreduce_``), so a GPU step never waits for the host."""
+    if backend.xp_of(numbers) is np:
+        return comm.host_allreduce_(numbers)
+    return comm.allreduce_(numbers)
 
 
 def grad_squares(params, device="cpu"):

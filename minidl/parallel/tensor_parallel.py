@@ -40,7 +40,7 @@ from minidl import backend, nn
 from minidl.nn.module import Module, Parameter, WrapsModule
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.optim.wrapper import WrapsOptimizer
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares, sum_numbers_
 from minidl.parallel.whole_state import (  # noqa: F401 - the whole-state conversions, also reachable from here
     SplitLayer,
     consolidate_optimizer_state,
@@ -550,7 +550,7 @@ def unsplit_grad_squares(params, split, comm):
     gradients' device (:func:`~minidl.parallel.protocol.grad_squares`: no host read)."""
     split = {id(p) for p in split}
     device = next((p.device for p in params if p.grad is not None), "cpu")
-    sliced = comm.allreduce_(grad_squares([p for p in params if id(p) in split], device))
+    sliced = sum_numbers_(comm, grad_squares([p for p in params if id(p) in split], device))
     whole = grad_squares([p for p in params if id(p) not in split], device)
     with backend.using_array(sliced):
         return sliced + whole

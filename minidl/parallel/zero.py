@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.parallel.protocol import ParallelOptimizer
+from minidl.parallel.protocol import ParallelOptimizer, sum_numbers_
 from minidl.parallel.whole_state import gather_owned_state, owned_state, regrouped
 from minidl.tensor import Tensor, mark_changed
 
@@ -139,7 +139,7 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
         """Σ ‖g‖² over ``params``, each counted on the rank that owns it (an all-reduce of one number, on
         the gradients' device)."""
         owned = {id(p) for p in self._own_params()}
-        return self.comm.allreduce_(super().grad_squares([p for p in params if id(p) in owned]))
+        return sum_numbers_(self.comm, super().grad_squares([p for p in params if id(p) in owned]))
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
         """Whether any rank found an inf or NaN in the gradients of the parameters it owns (a collective)."""

@@ -22,7 +22,7 @@ MODES = ["data", "zero1", "zero2", "zero3", "pipeline", "tensor"]
 
 
 def _run(mode, device, max_steps=3):
-    """(model, optimizer, loader, trainer options) of ``mode`` in a world of one, trained on ``device``."""
+    """``mode``'s wrappers in a world of one trained on ``device`` by the Trainer: ({name: weight array}, trainer)."""
     rng = np.random.default_rng(0)
     local = parallel.LocalComm
     if mode == "tensor":
