@@ -69,6 +69,7 @@ process or into any number of ranks; ``load_state_dict`` of each cuts this rank'
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -155,6 +156,16 @@ class ShardParameter(Parameter):
         self.layers = layers
 
 
+def _on_unit_device(method):
+    """Run a :class:`FlatShard` method with the unit's GPU current: CuPy makes new arrays, and runs kernels,
+    on the *current* GPU, so a model on cuda:1 in a process whose current GPU is 0 needs it."""
+    @functools.wraps(method)
+    def run(unit, *args, **kwargs):
+        with using(unit.device):
+            return method(unit, *args, **kwargs)
+    return run
+
+
 class FlatShard:
     """The parameters of one unit laid out flat (padded to N·⌈Ψ/N⌉), and this rank's chunk as a Parameter."""
 
@@ -163,6 +174,11 @@ class FlatShard:
         if len(kinds) != 1:
             raise ValueError(f"ShardedDataParallel: the parameters of {name} must share one dtype and device to "
                              f"be laid out flat, got {sorted(kinds)}; convert the model with .to(dtype) first")
+        self.device = params[0].device
+        self._lay_out(params, comm, name, keep_full)
+
+    @_on_unit_device
+    def _lay_out(self, params, comm, name: str, keep_full: bool):
         self.params, self.comm, self.name = params, comm, name
         self.shapes = [tuple(p.shape) for p in params]
         self.sizes = [math.prod(s) for s in self.shapes]
@@ -170,23 +186,19 @@ class FlatShard:
         self.chunk = -(-self.numel // comm.size)               # ⌈Ψ/N⌉
         self.padded = self.chunk * comm.size                  # Ψ'
         self.xp, self.dtype = params[0].xp, params[0].dtype
-        # CuPy makes new arrays on the *current* GPU: every array of the unit is made with the
-        # parameters' GPU current (a model on cuda:1 in a process whose current GPU is 0)
-        self.device = params[0].device
-        with using(self.device):
-            full = self.xp.zeros(self.padded, self.dtype)
-            self._pack(full, [p.array for p in params])
-            mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
-            self.whole = True  # whether the parameters hold their whole values now
-            layers = ShardLayers.of(self)
-            if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
-                self.full = full
-                self._point_params_at(full)
-                self.shard = ShardParameter(full[mine], layers)
-            else:          # stage 3: the shard is all this rank keeps
-                self.full = None
-                self.shard = ShardParameter(full[mine].copy(), layers)
-                self.release()
+        full = self.xp.zeros(self.padded, self.dtype)
+        self._pack(full, [p.data for p in params])
+        mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
+        self.whole = True  # whether the parameters hold their whole values now
+        layers = ShardLayers.of(self)
+        if keep_full:  # stage 2: the weights live in one flat buffer; the shard is a view of this rank's chunk
+            self.full = full
+            self._point_params_at(full)
+            self.shard = ShardParameter(full[mine], layers)
+        else:          # stage 3: the shard is all this rank keeps
+            self.full = None
+            self.shard = ShardParameter(full[mine].copy(), layers)
+            self.release()
 
     def _pack(self, out, arrays):
         offset = 0
@@ -208,18 +220,19 @@ class FlatShard:
                 p._data = full[offset:offset + size].reshape(shape)
             offset += size
 
+    @_on_unit_device
     def gather(self, changed: bool = True) -> None:
         """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
         values they had when freed, so their versions stay)."""
-        with using(self.device):
-            gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.array)).reshape(-1)
-            if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
-                self.full[...] = gathered
-                mark_changed(*self.params)
-            else:
-                self._point_params_at(gathered, changed)
+        gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
+        if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
+            self.full[...] = gathered
+            mark_changed(*self.params)
+        else:
+            self._point_params_at(gathered, changed)
         self.whole = True
 
+    @_on_unit_device
     def release(self, keep_grads: bool = False) -> None:
         """Free the whole parameters (stage 3): each keeps an empty array until the next gather.
 
@@ -228,8 +241,7 @@ class FlatShard:
         Their gradients are dropped too, unless ``keep_grads`` (they wait for a reduction
         after the backward: see ``ShardedDataParallel``'s notes on autocast).
         """
-        with using(self.device):
-            empty = self.xp.empty(0, self.dtype)
+        empty = self.xp.empty(0, self.dtype)
         for p in self.params:
             p._data = empty  # not .data =, which would count as an in-place change
             if not keep_grads:
@@ -250,48 +262,52 @@ class FlatShard:
             return self.params[packed[1]]._data
         return packed
 
+    @_on_unit_device
     def reduce_gradients(self, weight: float):
         """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
-        with using(self.device):
-            flat = self.xp.empty(self.padded, self.dtype)
-            self._pack(flat, [None if p.grad is None else p.grad.array for p in self.params])
-            if weight != 1.0:
-                flat *= weight
-            for p in self.params:
-                p.grad = None
-            return self.comm.reduce_scatter(flat)
+        flat = self.xp.empty(self.padded, self.dtype)
+        self._pack(flat, [None if p.grad is None else p.grad.data for p in self.params])
+        if weight != 1.0:
+            flat *= weight
+        for p in self.params:
+            p.grad = None
+        return self.comm.reduce_scatter(flat)
+
+    @_on_unit_device
+    def zeros(self, shape):
+        """Zeros of ``shape`` in the unit's dtype, on its device."""
+        return self.xp.zeros(shape, self.dtype)
 
     def nbytes(self) -> int:
         return self.padded * np.dtype(self.dtype).itemsize
 
     # checkpoints: the unit's flat arrays (an optimizer's moments) to and from per-parameter arrays
+    @_on_unit_device
     def split_gathered(self, chunk) -> list:
         """This rank's ``chunk`` of a flat array of the unit, all-gathered and cut into one array per
         parameter, of its shape (a collective)."""
-        with using(self.device):
-            flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
-            out, offset = [], 0
-            for shape, size in zip(self.shapes, self.sizes):
-                out.append(flat[offset:offset + size].reshape(shape).copy())
-                offset += size
+        flat = self.comm.allgather(self.xp.ascontiguousarray(self.xp.asarray(chunk))).reshape(-1)  # (saved on host)
+        out, offset = [], 0
+        for shape, size in zip(self.shapes, self.sizes):
+            out.append(flat[offset:offset + size].reshape(shape).copy())
+            offset += size
         return out
 
+    @_on_unit_device
     def my_chunk(self, arrays):
         """This rank's chunk of the unit's per-parameter ``arrays`` laid out flat (zeros pad the end)."""
         xp = self.xp
-        with using(self.device):
-            flat = xp.zeros(self.padded, np.result_type(*[a.dtype for a in arrays]))
-            self._pack(flat, [xp.asarray(a) for a in arrays])
-            return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
+        flat = xp.zeros(self.padded, np.result_type(*[a.dtype for a in arrays]))
+        self._pack(flat, [xp.asarray(a) for a in arrays])
+        return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
 
+    @_on_unit_device
     def take_whole_weights(self) -> None:
         """Copy the parameters' whole values (just loaded) into the shard; stage 3 frees them again."""
         if self.full is not None:  # stage 2: the parameters are views of the buffer the shard is a view of
             mark_changed(self.shard)
             return
-        chunk = self.my_chunk([p.array for p in self.params])
-        with using(self.device):
-            self.shard.array[...] = chunk
+        self.shard.data[...] = self.my_chunk([p.data for p in self.params])
         mark_changed(self.shard)
         self.release()
 
@@ -453,13 +469,9 @@ class ShardedDataParallel(DataParallel):
 
         def place(diagonals):
             of = {id(p): d for p, d in zip(present, diagonals)}
-            placed = []
-            for unit in units:
-                with using(unit.device):
-                    zeros = [of.get(id(p), unit.xp.zeros(shape, unit.dtype))
-                             for p, shape in zip(unit.params, unit.shapes)]
-                placed.append((unit.shard, unit.my_chunk(zeros)))
-            return placed
+            return [(unit.shard, unit.my_chunk([of.get(id(p)) if id(p) in of else unit.zeros(shape)
+                                                for p, shape in zip(unit.params, unit.shapes)]))
+                    for unit in units]
 
         probe(present, lambda arrays: self.weighted_sum_over_replicas(arrays, weight), place)
 
