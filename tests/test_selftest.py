@@ -1,17 +1,22 @@
 """``minidl selftest --device cuda``, end to end on the CuPy stand-in:
 every stage runs, the results folder keeps its limits, the JSON holds what the stages measured; a stage
 that fails or runs out of time never stops the rest; without CuPy the command says so and exits 2."""
+import contextlib
+import ctypes
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 
+import numpy as np
 import pytest
 
 from minidl import selftest
 from minidl.op_cases import cases
-from minidl.selftest import parity, report
+from minidl.selftest import collectives, parity, report
+from tests.cupy_standin import nccl as nccl_standin
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +30,22 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("selftest")
     lines = []
     try:
-        results = selftest.run("cuda", out=str(out), quick=True, log=lines.append)
+        with nccl_of_one_rank(cupy_standin):
+            results = selftest.run("cuda", out=str(out), quick=True, log=lines.append)
     finally:
         backend._use_cupy_module(*previous)
     return results, out, lines
+
+
+@contextlib.contextmanager
+def nccl_of_one_rank(standin, module=None):
+    """The stand-in with an NCCL binding of one rank (tests/cupy_standin/nccl.py, or ``module``) in the block;
+    the default stand-in has none."""
+    previous, standin.cuda.nccl = standin.cuda.nccl, module or nccl_standin
+    try:
+        yield
+    finally:
+        standin.cuda.nccl = previous
 
 
 def test_every_stage_passes_and_reports_as_it_ends(quick_run):
@@ -148,3 +165,109 @@ def test_a_device_that_is_no_gpu_is_one_line_naming_it_and_the_choices_exit_2(de
     assert "Traceback" not in done.stderr
     assert repr(device) in done.stderr and "'cuda' or 'cuda:N'" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_nccl_stage_runs_every_collective_minidl_uses(quick_run):
+    results, _, _ = quick_run
+    nccl = results["stages"]["nccl"]
+    assert nccl["status"] == "passed" and not nccl["failures"]
+    assert all(name in nccl["nccl"] for name in collectives.COLLECTIVES)
+    assert set(collectives.COLLECTIVES) == {"all-reduce", "broadcast", "all-gather", "reduce-scatter", "send/recv",
+                                            "overlapped all-reduce"}
+
+
+def test_the_nccl_stage_fails_when_nccl_cannot_load(standin):
+    """No NCCL (the default stand-in, as a CuPy without libnccl): data parallelism over GPUs cannot run, so
+    the stage fails and says why; it is never reported as passed."""
+    results = selftest.run("cuda", quick=True, only=["nccl"], log=lambda line: None)
+    nccl = results["stages"]["nccl"]
+    assert nccl["status"] == "failed" and not results["passed"]
+    assert any("NCCL cannot be loaded" in f and "NCCL is not available" in f for f in nccl["failures"])
+
+
+def _broken(method, wrong):
+    """The one-rank stand-in NCCL with ``method`` of its communicator (or the module's function) replaced."""
+    module = types.SimpleNamespace(**{k: v for k, v in vars(nccl_standin).items() if not k.startswith("__")})
+    if method == "groupEnd":
+        module.groupEnd = wrong
+    else:
+        module.NcclCommunicator = type("Broken", (nccl_standin.NcclCommunicator,), {method: wrong})
+    return module
+
+
+def _twice(self, sendbuf, recvbuf, count, datatype, op, stream):
+    """An all-reduce that sums as if over two equal ranks: every element doubled."""
+    size = count * nccl_standin._ITEMSIZE[datatype]
+    ctypes.memmove(recvbuf, sendbuf, size)
+    received = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(recvbuf)).view(_NUMPY_TYPES[datatype])
+    received *= 2
+
+
+_NUMPY_TYPES = {0: "i1", 1: "u1", 2: "i4", 3: "u4", 4: "i8", 5: "u8", 6: "f2", 7: "f4", 8: "f8"}  # nccl.h's order
+
+
+BROKEN = {
+    "all-reduce": ("allReduce", _twice, ("all-reduce", "overlapped all-reduce")),
+    "broadcast": ("bcast", lambda self, buff, count, datatype, root, stream: _zero(buff, count, datatype),
+                  ("broadcast",)),
+    "all-gather": ("allGather", lambda self, send, recv, count, datatype, stream: None, ("all-gather",)),
+    "reduce-scatter": ("reduceScatter", lambda self, send, recv, count, datatype, op, stream: None,
+                       ("reduce-scatter",)),
+    "send/recv": ("groupEnd", lambda: _clear_group(), ("send/recv",)),
+}
+
+
+def _zero(buff, count, datatype):
+    ctypes.memset(buff, 0, count * nccl_standin._ITEMSIZE[datatype])
+
+
+def _clear_group():
+    nccl_standin._depth[0] -= 1
+    nccl_standin._group.clear()  # the receive never gets the bytes
+
+
+@pytest.mark.parametrize("collective", sorted(BROKEN))
+def test_the_nccl_stage_sees_a_wrong_result_of_each_collective(standin, collective):
+    method, wrong, named = BROKEN[collective]
+    with nccl_of_one_rank(standin, _broken(method, wrong)):
+        problems = collectives.collectives("cuda:0")
+    assert {p.split(" of ")[0].removeprefix("NCCL ") for p in problems} == set(named)
+    assert len(problems) == len(named) * len(collectives.DTYPES)
+
+
+IMPORTS_UNDER_ALARMS = r"""
+import importlib.abc, json, signal, sys, tempfile
+armed = []
+
+
+class Recorder(importlib.abc.MetaPathFinder):  # notes each import that starts while an alarm is armed
+    def find_spec(self, fullname, path, target=None):
+        if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            armed.append(fullname)
+        return None
+
+
+sys.meta_path.insert(0, Recorder())
+from minidl import backend, selftest
+from tests import cupy_standin
+backend._use_cupy_module(cupy_standin, cupy_standin.cupyx)
+results = selftest.run("cuda", out=tempfile.mkdtemp(), quick=True, log=lambda line: None)
+made = [name for name in armed if name in sys.modules and not name.startswith("tests.")]
+print(json.dumps({"imported_under_alarm": sorted(set(made)), "imports": results["imports"],
+                  "statuses": {k: v["status"] for k, v in results["stages"].items()}}))
+"""
+
+
+def test_every_import_happens_before_any_stage_alarm_is_armed():
+    """A stage's alarm raised inside ``import torch`` leaves torch half-made for the rest of the run (the
+    speed stage's reference). In a fresh interpreter, every module the stages use (PyTorch where it is
+    installed, matplotlib, Pillow's plugins, SciPy, minidl's own) is imported before the first alarm:
+    none of them starts importing while one is armed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", IMPORTS_UNDER_ALARMS], capture_output=True, text=True,
+                          timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["imported_under_alarm"] == []
+    assert report["imports"]["seconds"] > 0 and "nccl" in report["imports"]["failed"]  # the stand-in has none
+    assert report["statuses"]["environment"] == report["statuses"]["speed"] == "passed"

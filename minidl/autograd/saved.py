@@ -173,12 +173,13 @@ def unpacked_backward(fn, gys):
 
 
 # ---------------------------------------------------------------- what packing needs
-_placeholders: dict = {}  # (array type, dtype) -> one never-freed 0-d zero (its version is always 0)
+_placeholders: dict = {}  # (array type, dtype, device) -> one never-freed 0-d zero (its version is always 0)
 
 
 def _placeholder(array):
-    """A read-only zero of ``array``'s shape and dtype, one element in memory (for shapes, dtypes, xp)."""
-    key = (type(array), array.dtype)
+    """A read-only zero of ``array``'s shape and dtype, one element in memory (for shapes, dtypes, xp), on
+    ``array``'s device (one zero per GPU: a view of GPU 0's would put cuda:1's placeholder on GPU 0)."""
+    key = (type(array), array.dtype, backend.device_of(array))
     zero = _placeholders.get(key)
     if zero is None:
         with backend.using_array(array):

@@ -333,7 +333,8 @@ class Module:
         result, values = self._checked_state(state, strict)
         for target, value in values:
             value = backend.to_device(value, target.device)
-            target.data[...] = value.astype(target.dtype, copy=False)
+            with backend.using(target.device):  # the cast and the copy run on the target's GPU
+                target.array[...] = value.astype(target.dtype, copy=False)
             mark_changed(target)  # a graph recorded before the load must not see the new values
         return result
 

@@ -178,9 +178,10 @@ class Communicator:
         """
         raise NotImplementedError
 
-    def _check_peer(self, owner: str, peer: int) -> None:
+    def _check_peer(self, owner: str, peer: int, itself: bool = False) -> None:
+        """Refuse a peer that is not another rank of the group (``itself``: this rank is allowed too)."""
         if isinstance(peer, bool) or not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.size \
-                or peer == self.rank:
+                or (peer == self.rank and not itself):
             others = [r for r in range(self.size) if r != self.rank]
             raise ValueError(f"{type(self).__name__}.{owner}: rank {self.rank} of {self.size} cannot exchange "
                              f"with peer {peer!r}; the peers are the other ranks: {others or 'none (a world of one)'}")
@@ -781,8 +782,8 @@ class NCCLComm(Communicator):
             sub.set_timeout(self._timeout)
         return sub
 
-    def send(self, array, dest: int):
-        self._check_peer("send", dest)
+    def send(self, array, dest: int, *, itself: bool = False):  # itself: inside sendrecv_ only
+        self._check_peer("send", dest, itself)
         if self._is_host(array):
             return self.mpi.send(array, dest)
         _check_buffer("NCCLComm.send", array, "CuPy")
@@ -792,8 +793,8 @@ class NCCLComm(Communicator):
                            self._stream_ptr())
             self._watch(f"send to rank {dest}")
 
-    def recv_(self, array, source: int):
-        self._check_peer("recv_", source)
+    def recv_(self, array, source: int, *, itself: bool = False):
+        self._check_peer("recv_", source, itself)
         if self._is_host(array):
             return self.mpi.recv_(array, source)
         _check_buffer("NCCLComm.recv_", array, "CuPy")
@@ -805,16 +806,20 @@ class NCCLComm(Communicator):
         return array
 
     def sendrecv_(self, send_array, dest: int, recv_array, source: int):
-        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other."""
-        self._check_peer("sendrecv_", dest)
-        self._check_peer("sendrecv_", source)
+        """ncclSend and ncclRecv in one group (ncclGroupStart/End), so neither waits for the other.
+
+        On device buffers a rank may exchange with itself (``dest == source == rank``), which NCCL allows
+        inside a group: how ``minidl selftest`` checks send/recv on one GPU."""
+        itself = dest == source == self.rank and not (self._is_host(send_array) or self._is_host(recv_array))
+        self._check_peer("sendrecv_", dest, itself)
+        self._check_peer("sendrecv_", source, itself)
         if self._is_host(send_array) and self._is_host(recv_array):
             return self.mpi.sendrecv_(send_array, dest, recv_array, source)
         self.nccl_module.groupStart()
         self._in_group = True  # the two calls are launched by groupEnd: watched after it
         try:
-            self.send(send_array, dest)
-            self.recv_(recv_array, source)
+            self.send(send_array, dest, itself=itself)
+            self.recv_(recv_array, source, itself=itself)
         finally:
             self._in_group = False
             self.nccl_module.groupEnd()

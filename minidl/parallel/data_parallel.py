@@ -45,10 +45,10 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
-from minidl.backend import xp_of
+from minidl.backend import using, using_array, xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares, sum_numbers_
 from minidl.tensor import Tensor, mark_changed
 
 BUCKET_BYTES = 25 * 2**20  # about 25 MB per all-reduce call, as PyTorch's DDP
@@ -121,7 +121,7 @@ class DataParallel(WrapsModule, ParallelModule):
             out = _BackwardStarts(self._overlap_step)(out)
         return out
 
-    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
+    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None):
         """The wrapped module's own step (a pipeline's: see :class:`~minidl.parallel.protocol.ParallelModule`),
         its samples counted for the gradients' weights as :meth:`forward` counts them."""
         self.samples_seen += len(x)
@@ -140,13 +140,14 @@ class DataParallel(WrapsModule, ParallelModule):
         """Overwrite every parameter and buffer with rank ``root``'s values (in place)."""
         tensors = [t for _, t in self.module.named_parameters()] + [t for _, t in self.module.named_buffers()]
         for group in _group_by_kind(tensors):
-            flat = group[0].xp.concatenate([t.data.reshape(-1) for t in group])
-            self.comm.broadcast_(flat, root)
-            offset = 0
-            for t in group:
-                t.data[...] = flat[offset:offset + t.numel()].reshape(t.shape)
-                mark_changed(t)
-                offset += t.numel()
+            with using(group[0].device):  # the group's GPU current: CuPy makes arrays on the current GPU
+                flat = group[0].xp.concatenate([t.array.reshape(-1) for t in group])
+                self.comm.broadcast_(flat, root)
+                offset = 0
+                for t in group:
+                    t.array[...] = flat[offset:offset + t.numel()].reshape(t.shape)
+                    mark_changed(t)
+                    offset += t.numel()
         self.comm.synchronize()
 
     # ------------------------------------------------------------ after backward: one gradient everywhere
@@ -589,17 +590,14 @@ def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
     ``tensors`` are this rank's part (every element of the gradient is on exactly one rank):
     ‖g‖² = Σ_ranks Σ (this rank's part)², added in float64; then each part is scaled by
     min(1, max_norm / (‖g‖ + 1e-6)), PyTorch's rule, as one process clipping the whole gradient.
-    Returns ‖g‖ before clipping, the same number on every rank.
+    Returns ‖g‖ before clipping, the same number on every rank: a float on the CPU, a 0-d array on
+    the GPU, where the sum, its all-reduce and the scaling stay on the device (no host read).
     """
     max_norm = float(max_norm)
     if not max_norm > 0:
         raise ValueError(f"{owner}: max_norm must be > 0, got {max_norm}")
     parts = [t for t in tensors if t.grad is not None]
-    squares = np.array([sum(float((t.grad.data.astype(np.float64) ** 2).sum()) for t in parts)])
-    comm.host_allreduce_(squares)
-    total = float(np.sqrt(squares[0]))
-    scale_to_norm_(parts, total, max_norm)
-    return total
+    return scale_to_norm_(parts, sum_numbers_(comm, grad_squares(parts)), max_norm)
 
 
 def probing_optimizer(optimizer):
@@ -613,14 +611,19 @@ def probing_optimizer(optimizer):
     return None
 
 
-def scale_to_norm_(tensors, total: float, max_norm: float) -> None:
-    """Scale the gradient of each of ``tensors`` by min(1, max_norm / (total + 1e-6)): the rule of
-    :func:`minidl.nn.utils.clip_grad_norm_`, ``total`` the norm of the whole gradient (found however it
-    is spread over the ranks)."""
-    scale = min(max_norm / (total + 1e-6), 1.0)
-    for t in tensors:
-        if t.grad is not None:
-            t.grad = Tensor(t.grad.data * t.grad.dtype.type(scale))
+def scale_to_norm_(tensors, squares, max_norm: float):
+    """Scale the gradient of each of ``tensors`` by min(1, max_norm / (‖g‖ + 1e-6)), ‖g‖ = √``squares``:
+    the rule of :func:`minidl.nn.utils.clip_grad_norm_`, ``squares`` the 1-element array of Σ ‖g‖² over
+    the whole gradient (found however it is spread over the ranks), on the gradients' device. Returns
+    ‖g‖: a float on the CPU; on a GPU a 0-d device array, the scale computed there (no host read)."""
+    xp = xp_of(squares)
+    with using_array(squares):
+        total = xp.sqrt(squares[0])
+        scale = xp.minimum(max_norm / (total + 1e-6), 1.0)
+        for t in tensors:
+            if t.grad is not None:
+                t.grad = Tensor(t.grad.array * scale.astype(t.grad.dtype))
+    return float(total) if xp is np else total
 
 
 def prepare_data_parallel(model, optimizer, loader=None, comm=None):

@@ -48,8 +48,9 @@ import numpy as np
 from minidl.autocast_mode import get_autocast_dtype, is_autocast_enabled
 from minidl.autograd import backward as autograd_backward
 from minidl.autograd import enable_grad, no_grad
+from minidl.backend import using
 from minidl.nn.containers import Sequential
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, sum_numbers_
 from minidl.parallel.whole_state import (
     gather_owned_state,
     gather_owned_weights,
@@ -397,14 +398,19 @@ class Pipeline(ParallelModule):
     def runs_own_step(self) -> bool:
         return True
 
-    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
+    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None):
         """Forward and backward of the global batch (x, y) in micro-batches; gradients accumulate in the
-        stage's parameters. Returns the mean loss of the batch (the same number on every rank).
+        stage's parameters. Returns the mean loss of the batch (the same number on every rank): a float
+        on the CPU, a 0-d array on a GPU (summed and all-reduced there: the step never waits for the host).
 
         The gradients are those of ``loss_scale`` times the batch's mean loss (each micro-batch's mean
         loss over m): ``loss_scale`` = 1/k for k accumulated batches, times a loss scaler's S under
         fp16. ``autocast()``, when given, is entered around each micro-batch's forward and loss
         (mixed precision), never around a backward."""
+        with using(self._stage_device()):  # CuPy makes arrays and runs kernels on the current GPU: the stage's
+            return self._train_step(x, y, loss_fn, loss_scale, autocast)
+
+    def _train_step(self, x, y, loss_fn, loss_scale, autocast):
         x, y = _array(x), _array(y)
         m = self.micro_batches
         n = len(x)
@@ -439,7 +445,7 @@ class Pipeline(ParallelModule):
                     out = self.stage(inp)
                     if self.is_last:
                         loss = loss_fn(out, ys[k])
-                        losses.append(loss.data)  # read once, after the step: no host wait per micro-batch
+                        losses.append(loss.array)  # summed on the device: no host wait per micro-batch
                         out = loss / m if loss_scale == 1.0 else loss * (loss_scale / m)
                 inputs[k], outputs[k] = inp, out
                 self.peak_in_flight = max(self.peak_in_flight, len(outputs))
@@ -454,14 +460,19 @@ class Pipeline(ParallelModule):
                 self.comm.send(xp.ascontiguousarray(result), self.stage_index + (1 if op == "F" else -1))
             elif after == "hold":
                 held = xp.ascontiguousarray(result)
-        total = np.array([sum(float(v) for v in losses) / m if self.is_last else 0.0])
-        self.comm.host_allreduce_(total)
-        return float(total[0])
+        # the mean loss, shared by an all-reduce on the device (the step waits for the host at no point)
+        total = (xp.stack(losses).astype(np.float64).sum() / m).reshape(1) if self.is_last else xp.zeros(1)
+        sum_numbers_(self.comm, total)
+        return float(total[0]) if xp is np else total[0]
 
     def eval_step(self, x, y, loss_fn) -> float:
         """The mean of ``loss_fn(outputs, y)`` over the batch (x, y), forward only, the batch whole: each
         stage receives the activations of the one before (the first: ``x``), runs its layers and sends
         them on; the last stage's loss is shared by an all-reduce (the same number on every rank)."""
+        with using(self._stage_device()):
+            return self._eval_step(x, y, loss_fn)
+
+    def _eval_step(self, x, y, loss_fn) -> float:
         x, y = _array(x), _array(y)
         with no_grad():
             (in_shape, in_dtype), _ = self._message_shapes(x)
@@ -543,7 +554,11 @@ class Pipeline(ParallelModule):
         return params[0].xp if params else np
 
     def _device(self) -> str:
-        return next((p.device for p in self.stage.parameters()), "cpu").partition(":")[0]
+        return self._stage_device().partition(":")[0]
+
+    def _stage_device(self) -> str:
+        """The device of this stage's parameters ("cuda:1"): its buffers and messages are made there."""
+        return next((p.device for p in self.stage.parameters()), "cpu")
 
     def _message_shapes(self, first_micro_batch):
         """(shape, dtype) of what this stage receives and what it sends, found once per input shape by
@@ -648,11 +663,8 @@ class PipelineOptimizer(ParallelOptimizer):
         if not max_norm > 0:
             raise ValueError(f"PipelineOptimizer.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
         self.synchronize()
-        total = np.array([self.grad_squares(self._own_params())])
-        self.pipe.comm.host_allreduce_(total)
-        norm = float(np.sqrt(total[0]))
-        scale_to_norm_(self._own_params(), norm, max_norm)
-        return norm
+        squares = sum_numbers_(self.pipe.comm, self.grad_squares(self._own_params()))  # a GPU's: no host read
+        return scale_to_norm_(self._own_params(), squares, max_norm)
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² of ``params`` this stage saves (a shared parameter on its first stage only), as the wrapped

@@ -37,10 +37,38 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
+from minidl import backend
 from minidl.nn.module import Module
 from minidl.optim.wrapper import WrapsOptimizer
 
-__all__ = ["ParallelModule", "ParallelOptimizer"]
+__all__ = ["ParallelModule", "ParallelOptimizer", "grad_squares", "sum_numbers_"]
+
+
+def sum_numbers_(comm, numbers):
+    """``numbers`` (a few float64 figures: a clip's squares, a loss) summed over ``comm``'s ranks in place,
+    where they are: NumPy ones on the host (``host_allreduce_``: bookkeeping, not counted in
+    ``comm.traffic``), device ones on the device (``allreduce_``), so a GPU step never waits for the host."""
+    if backend.xp_of(numbers) is np:
+        return comm.host_allreduce_(numbers)
+    return comm.allreduce_(numbers)
+
+
+def grad_squares(params, device="cpu"):
+    """Σ ‖g‖² over the gradients of ``params``, in float64, as a 1-element array on their device.
+
+    It stays there: a global clip adds such sums over ranks with an all-reduce on the device and
+    scales by the result there, so a training step waits for the host at no point (on the CPU
+    the array is a NumPy one). With no gradient: a zero on ``device``.
+    """
+    grads = [p.grad.array for p in params if p.grad is not None]
+    if not grads:
+        with backend.using(device):
+            return backend.xp_for(device).zeros(1)
+    xp = backend.xp_of(grads[0])
+    with backend.using_array(grads[0]):  # the gradients' GPU current (cuda:1 too)
+        return xp.stack([(g.astype(np.float64) ** 2).sum() for g in grads]).sum().reshape(1)
 
 
 class ParallelModule(Module):
@@ -60,12 +88,13 @@ class ParallelModule(Module):
         inner = self._inner()
         return inner.runs_own_step if inner is not None else False
 
-    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
+    def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None):
         """Forward and backward of the batch ``(x, y)`` (only where :attr:`runs_own_step`): gradients are
         those of ``loss_scale · loss_fn(outputs, y)``, added to the parameters' gradients (so k calls
         with ``loss_scale = 1/k`` accumulate k batches); ``autocast()``, when given, is the context each
         forward and its loss run in (mixed precision; never the backward). Returns the batch's mean loss,
-        unscaled, a float (the same number on every rank that shares the batch)."""
+        unscaled, the same number on every rank that shares the batch: a float on the CPU, a 0-d array
+        on a GPU (read with the step's other numbers, so the step never waits for the host)."""
         inner = self._inner()
         if inner is None:
             raise TypeError(f"{type(self).__name__}.train_step: this model runs its forward through "
@@ -147,15 +176,15 @@ class ParallelOptimizer(WrapsOptimizer):
         self.synchronize()
         return clip_grad_norm_([p for p in self._own_params() if p.grad is not None], max_norm).data
 
-    def grad_squares(self, params) -> float:
+    def grad_squares(self, params):
         """Σ ‖g‖² over the gradients of ``params`` (this rank's parameters, synchronized) as the unsplit
         model holds them: where ranks hold parts of a parameter, the parts' squares added over them (a
-        collective). A pipeline adds its stages' numbers for the global norm."""
+        collective). A pipeline adds its stages' numbers for the global norm. A 1-element float64
+        array on the gradients' device (:func:`grad_squares`): no host read."""
         inner = self._inner()
         if inner is not None:
             return inner.grad_squares(params)
-        import numpy as np
-        return float(sum(float((p.grad.data.astype(np.float64) ** 2).sum()) for p in params if p.grad is not None))
+        return grad_squares(params)
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
         """Whether any rank whose gradients differ from this one's found an inf or NaN in those it

@@ -69,13 +69,14 @@ process or into any number of ranks; ``load_state_dict`` of each cuts this rank'
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
 
 from minidl.autocast_mode import is_autocast_enabled
 from minidl.autograd import Function, is_grad_enabled, saved_tensors_hooks
-from minidl.backend import xp_of
+from minidl.backend import using, xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
@@ -155,6 +156,16 @@ class ShardParameter(Parameter):
         self.layers = layers
 
 
+def _on_unit_device(method):
+    """Run a :class:`FlatShard` method with the unit's GPU current: CuPy makes new arrays, and runs kernels,
+    on the *current* GPU, so a model on cuda:1 in a process whose current GPU is 0 needs it."""
+    @functools.wraps(method)
+    def run(unit, *args, **kwargs):
+        with using(unit.device):
+            return method(unit, *args, **kwargs)
+    return run
+
+
 class FlatShard:
     """The parameters of one unit laid out flat (padded to N·⌈Ψ/N⌉), and this rank's chunk as a Parameter."""
 
@@ -163,6 +174,11 @@ class FlatShard:
         if len(kinds) != 1:
             raise ValueError(f"ShardedDataParallel: the parameters of {name} must share one dtype and device to "
                              f"be laid out flat, got {sorted(kinds)}; convert the model with .to(dtype) first")
+        self.device = params[0].device
+        self._lay_out(params, comm, name, keep_full)
+
+    @_on_unit_device
+    def _lay_out(self, params, comm, name: str, keep_full: bool):
         self.params, self.comm, self.name = params, comm, name
         self.shapes = [tuple(p.shape) for p in params]
         self.sizes = [math.prod(s) for s in self.shapes]
@@ -204,6 +220,7 @@ class FlatShard:
                 p._data = full[offset:offset + size].reshape(shape)
             offset += size
 
+    @_on_unit_device
     def gather(self, changed: bool = True) -> None:
         """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
         values they had when freed, so their versions stay)."""
@@ -215,6 +232,7 @@ class FlatShard:
             self._point_params_at(gathered, changed)
         self.whole = True
 
+    @_on_unit_device
     def release(self, keep_grads: bool = False) -> None:
         """Free the whole parameters (stage 3): each keeps an empty array until the next gather.
 
@@ -244,6 +262,7 @@ class FlatShard:
             return self.params[packed[1]]._data
         return packed
 
+    @_on_unit_device
     def reduce_gradients(self, weight: float):
         """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
         flat = self.xp.empty(self.padded, self.dtype)
@@ -254,10 +273,16 @@ class FlatShard:
             p.grad = None
         return self.comm.reduce_scatter(flat)
 
+    @_on_unit_device
+    def zeros(self, shape):
+        """Zeros of ``shape`` in the unit's dtype, on its device."""
+        return self.xp.zeros(shape, self.dtype)
+
     def nbytes(self) -> int:
         return self.padded * np.dtype(self.dtype).itemsize
 
     # checkpoints: the unit's flat arrays (an optimizer's moments) to and from per-parameter arrays
+    @_on_unit_device
     def split_gathered(self, chunk) -> list:
         """This rank's ``chunk`` of a flat array of the unit, all-gathered and cut into one array per
         parameter, of its shape (a collective)."""
@@ -268,6 +293,7 @@ class FlatShard:
             offset += size
         return out
 
+    @_on_unit_device
     def my_chunk(self, arrays):
         """This rank's chunk of the unit's per-parameter ``arrays`` laid out flat (zeros pad the end)."""
         xp = self.xp
@@ -275,6 +301,7 @@ class FlatShard:
         self._pack(flat, [xp.asarray(a) for a in arrays])
         return flat[self.comm.rank * self.chunk:(self.comm.rank + 1) * self.chunk].copy()
 
+    @_on_unit_device
     def take_whole_weights(self) -> None:
         """Copy the parameters' whole values (just loaded) into the shard; stage 3 frees them again."""
         if self.full is not None:  # stage 2: the parameters are views of the buffer the shard is a view of
@@ -442,7 +469,7 @@ class ShardedDataParallel(DataParallel):
 
         def place(diagonals):
             of = {id(p): d for p, d in zip(present, diagonals)}
-            return [(unit.shard, unit.my_chunk([of.get(id(p), unit.xp.zeros(shape, unit.dtype))
+            return [(unit.shard, unit.my_chunk([of.get(id(p)) if id(p) in of else unit.zeros(shape)
                                                 for p, shape in zip(unit.params, unit.shapes)]))
                     for unit in units]
 

@@ -40,7 +40,7 @@ from minidl import backend, nn
 from minidl.nn.module import Module, Parameter, WrapsModule
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.optim.wrapper import WrapsOptimizer
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
+from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares, sum_numbers_
 from minidl.parallel.whole_state import (  # noqa: F401 - the whole-state conversions, also reachable from here
     SplitLayer,
     consolidate_optimizer_state,
@@ -464,7 +464,7 @@ class TensorParallelOptimizer(ParallelOptimizer):
         self.synchronize()
         return clip_grad_norm_(self.model, max_norm)
 
-    def grad_squares(self, params) -> float:
+    def grad_squares(self, params):
         """Σ ‖g‖² of ``params`` as the unsplit model holds them: the slices' squares added over the tensor
         group, the whole parameters' once (:func:`unsplit_grad_squares`, a collective of the group)."""
         return unsplit_grad_squares(params, split_parameters(self.model), self._group())
@@ -528,10 +528,9 @@ def clip_grad_norm_(model: Module, max_norm: float):
 
     and every gradient is scaled by min(1, max_norm / (total + 1e-6)), the rule of
     :func:`minidl.nn.utils.clip_grad_norm_`, which on one rank would see only its slices. A collective:
-    every rank of the group calls it. Returns the total norm (a float).
+    every rank of the group calls it. Returns the total norm: a float on the CPU, a 0-d array on a GPU
+    (the norm, its all-reduce and the scaling stay on the device: no host read).
     """
-    import numpy as np
-
     from minidl.parallel.data_parallel import scale_to_norm_
     layers = tensor_parallel_layers(model)
     if not layers:
@@ -541,21 +540,17 @@ def clip_grad_norm_(model: Module, max_norm: float):
     if not max_norm > 0:
         raise ValueError(f"tensor_parallel.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
     params = list(model.parameters())
-    total = float(np.sqrt(unsplit_grad_squares(params, split_parameters(model), layers[0][1].comm)))
-    scale_to_norm_(params, total, max_norm)
-    return total
+    return scale_to_norm_(params, unsplit_grad_squares(params, split_parameters(model), layers[0][1].comm), max_norm)
 
 
-def unsplit_grad_squares(params, split, comm) -> float:
+def unsplit_grad_squares(params, split, comm):
     """Σ ‖g‖² over the gradients of ``params`` as the unsplit model holds them: the whole (replicated)
     parameters' once, the ``split`` ones' slices added over ``comm``, the tensor group (one all-reduce
-    of one number). The same number on every rank of the group."""
-    import numpy as np
+    of one number). The same number on every rank of the group, a 1-element float64 array on the
+    gradients' device (:func:`~minidl.parallel.protocol.grad_squares`: no host read)."""
     split = {id(p) for p in split}
-    squares = [0.0, 0.0]  # [replicated, this rank's slices], summed on the device: one read of each
-    for p in params:
-        if p.grad is not None:
-            squares[id(p) in split] = squares[id(p) in split] + (p.grad.data.astype(np.float64) ** 2).sum()
-    sliced = np.array([float(squares[1])])
-    comm.host_allreduce_(sliced)
-    return float(squares[0]) + float(sliced[0])
+    device = next((p.device for p in params if p.grad is not None), "cpu")
+    sliced = sum_numbers_(comm, grad_squares([p for p in params if id(p) in split], device))
+    whole = grad_squares([p for p in params if id(p) not in split], device)
+    with backend.using_array(sliced):
+        return sliced + whole

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.parallel.protocol import ParallelOptimizer
+from minidl.parallel.protocol import ParallelOptimizer, sum_numbers_
 from minidl.parallel.whole_state import gather_owned_state, owned_state, regrouped
 from minidl.tensor import Tensor, mark_changed
 
@@ -135,12 +135,11 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
         from minidl.parallel.data_parallel import clip_spread_grad_norm_
         return clip_spread_grad_norm_(self._own_params(), self.comm, max_norm, "DistributedOptimizer.clip_grad_norm_")
 
-    def grad_squares(self, params) -> float:
-        """Σ ‖g‖² over ``params``, each counted on the rank that owns it (an all-reduce of one number)."""
+    def grad_squares(self, params):
+        """Σ ‖g‖² over ``params``, each counted on the rank that owns it (an all-reduce of one number, on
+        the gradients' device)."""
         owned = {id(p) for p in self._own_params()}
-        squares = np.array([super().grad_squares([p for p in params if id(p) in owned])])
-        self.comm.host_allreduce_(squares)
-        return float(squares[0])
+        return sum_numbers_(self.comm, super().grad_squares([p for p in params if id(p) in owned]))
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
         """Whether any rank found an inf or NaN in the gradients of the parameters it owns (a collective)."""

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from minidl.selftest.stage_timeout import StageTimeout
+from minidl.selftest.stage_timeout import StageTimeout, import_up_front
 
 # (name, seconds allowed, seconds allowed with quick=True): 270 s in all, so that the whole run stays
 # inside benchmarks/gpu_run.sh's 300 s for it; on one H100 the stages take less (docs/gpu.md).
@@ -110,8 +110,9 @@ def run(device: str = "cuda", out: str | None = None, quick: bool = False, only=
     check_device(device)
     log = log or (lambda line: tqdm.write(line, file=sys.stdout))
     functions = stage_functions()
-    results = {"device": device, "quick": bool(quick), "out": out, "stages": {}}
     started = time.perf_counter()
+    # every import before the first alarm: an alarm inside `import torch` would leave it half-made
+    results = {"device": device, "quick": bool(quick), "out": out, "imports": import_up_front(), "stages": {}}
     bar = tqdm(total=len(STAGES), desc="selftest", unit="stage", file=sys.stderr, leave=False,
                disable=not sys.stderr.isatty())
     try:

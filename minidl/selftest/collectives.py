@@ -1,10 +1,22 @@
 """The NCCL stage: every collective minidl sends through NCCL, on real device buffers; placement on every GPU.
 
 A communicator of one rank (``parallel.NCCLComm`` outside mpiexec) still runs
-each collective through libnccl's kernels: all-reduce and broadcast leave the
-buffer as it was, all-gather stacks it once; for every dtype minidl sends, the
-result must equal the input exactly. (Several ranks: ``tests/parallel/test_nccl.py``
-under mpiexec, run by ``benchmarks/gpu_run.sh`` where there are two GPUs or more.)
+each collective through libnccl's kernels, and with one rank each has a known
+result. For every dtype minidl sends, through minidl's own ``NCCLComm`` calls:
+
+    all-reduce             the buffer, unchanged (a sum over one rank)
+    broadcast              the buffer, unchanged
+    all-gather             a new (1, n) array holding the buffer
+    reduce-scatter         a new array of n elements holding the buffer (the one rank's chunk)
+    send/recv              ``sendrecv_`` with itself (NCCL allows it inside a group): the buffer
+                           lands in a zeroed one
+    overlapped all-reduce  ``iallreduce_`` on NCCLComm's side stream, after a kernel the current
+                           stream has just queued to fill the buffer, then ``wait()``
+
+Each result is compared exactly with the host's copy of the input. Where NCCL cannot be
+loaded the stage fails, saying why: data parallelism over GPUs needs it. (Several ranks:
+``tests/parallel/test_nccl.py`` under mpiexec, run by ``benchmarks/gpu_run.sh`` where
+there are two GPUs or more.)
 
 Placement: on every visible GPU ``N``, a small model's forward, backward and
 optimizer step on tensors made on ``cuda:N`` leave every result, gradient and
@@ -15,25 +27,41 @@ from __future__ import annotations
 import numpy as np
 
 DTYPES = ("float16", "float32", "float64", "int8", "int32", "int64", "uint8")
+COLLECTIVES = ("all-reduce", "broadcast", "all-gather", "reduce-scatter", "send/recv", "overlapped all-reduce")
 
 
 def collectives(device: str) -> list[str]:
-    """What NCCL got wrong on a one-rank communicator: [] when every collective is exact."""
+    """What NCCL got wrong on a one-rank communicator: [] when every collective of :data:`COLLECTIVES` is
+    exact for every dtype of :data:`DTYPES`.
+
+    Each collective gets a buffer of its own, with values no other buffer of the run holds, so a
+    call that writes nothing cannot pass on memory the pool hands back from an earlier one."""
     from minidl import backend, parallel
     index = backend.parse_device(device)[1]
     comm = parallel.NCCLComm(device_index=index)
     cp, problems = backend.cupy_module(), []
-    for dtype in DTYPES:
-        host = (np.arange(1000) % 97 - 40).astype(dtype)
-        buffer = cp.asarray(host)
-        comm.allreduce_(buffer)
-        comm.broadcast_(buffer, root=0)
-        gathered = comm.allgather(buffer)
-        comm.synchronize()
-        if not np.array_equal(backend.to_numpy(buffer), host):
-            problems.append(f"NCCL all-reduce/broadcast of {dtype} changed the values (one rank: identity)")
-        if tuple(gathered.shape) != (1,) + host.shape or not np.array_equal(backend.to_numpy(gathered)[0], host):
-            problems.append(f"NCCL all-gather of {dtype}: shape {tuple(gathered.shape)} or values differ")
+
+    def overlapped(buffer):
+        out = cp.zeros_like(buffer)
+        out += buffer  # queued on the current stream: the side stream must wait for it
+        comm.iallreduce_(out).wait()
+        return out
+    calls = {"all-reduce": comm.allreduce_, "broadcast": lambda b: comm.broadcast_(b, root=0),
+             "all-gather": comm.allgather, "reduce-scatter": comm.reduce_scatter,
+             "send/recv": lambda b: comm.sendrecv_(b, comm.rank, cp.zeros_like(b), comm.rank),
+             "overlapped all-reduce": overlapped}
+    with cp.cuda.Device(index):
+        for number, dtype in enumerate(DTYPES):
+            for offset, name in enumerate(COLLECTIVES):
+                shift = number * len(COLLECTIVES) + offset  # a different sequence for every call
+                host = ((np.arange(1000) * 7 + shift) % 97 - 40).astype(dtype)
+                got = calls[name](cp.asarray(host))
+                comm.synchronize()
+                got = backend.to_numpy(got)
+                want = host[None] if name == "all-gather" else host
+                if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
+                    problems.append(f"NCCL {name} of {dtype}: got {got.dtype} of shape {got.shape}, wanted the "
+                                    f"input ({want.dtype}, shape {want.shape}) exactly (one rank)")
     return problems
 
 
@@ -78,11 +106,12 @@ def run(stage) -> dict:
         done["placement"] = f"cuda:0..{index}"
     try:
         backend.nccl()
-    except RuntimeError as exc:
-        nccl = f"NCCL not checked: {exc}"[:200]
+    except RuntimeError as exc:  # data parallelism over GPUs cannot run: a failure, not a pass
+        nccl = f"NCCL cannot be loaded: {exc}"[:300]
+        failures.append(nccl)
     else:
         failures += collectives(stage.device)
-        nccl = f"NCCL all-reduce, broadcast, all-gather exact for {len(DTYPES)} dtypes on one rank"
+        nccl = f"NCCL {', '.join(COLLECTIVES)} exact for {len(DTYPES)} dtypes on one rank"
         if count > 1:
             nccl += f"; {count} GPUs: several ranks are tests/parallel/test_nccl.py's (under mpiexec)"
     return {"gpus": count, "failures": failures, "nccl": nccl, "placement": done.get("placement"),

@@ -35,8 +35,14 @@ def gpus(cp) -> list[dict]:
     return out
 
 
-def torch_cuda() -> dict:
-    """PyTorch's version and whether it sees a GPU (never raises; PyTorch is optional)."""
+def torch_cuda(imports: dict | None = None) -> dict:
+    """PyTorch's version and whether it sees a GPU (never raises; PyTorch is optional). ``imports``: the
+    run's :func:`~minidl.selftest.stage_timeout.import_up_front` record, whose failure is not retried here
+    (under a stage's alarm)."""
+    why = (imports or {}).get("failed", {}).get("torch")
+    if why is not None:
+        return {"available": False, "why": "PyTorch is not installed" if why.startswith("ModuleNotFoundError")
+                else f"PyTorch cannot be imported ({why})"}
     try:
         import torch
     except ImportError:
@@ -56,7 +62,7 @@ def run(stage) -> dict:
     _read(info, "runtime_cuda", lambda: _cuda_version(cp.cuda.runtime.runtimeGetVersion()))
     _read(info, "nvrtc", lambda: ".".join(map(str, _nvrtc(cp).getVersion())))
     _read(info, "nccl", lambda: _nccl_version(backend))
-    info["torch"] = torch_cuda()
+    info["torch"] = torch_cuda(stage.results.get("imports"))
     stage.results["environment"] = info
     listed = info["gpus"] if isinstance(info["gpus"], list) else []
     gpu = f"{listed[0]['name']} ({listed[0]['memory_gib']} GiB)" if listed else "GPU ?"

@@ -314,9 +314,9 @@ def launch(stage, sides) -> dict:
 
 def run(stage) -> dict:
     torch_ok = bool(stage.results.get("environment", {}).get("torch", {}).get("available"))
-    if "environment" not in stage.results:
+    if "environment" not in stage.results:  # (PyTorch was imported, or failed to, before any stage's alarm)
         from minidl.selftest.environment import torch_cuda
-        torch_ok = torch_cuda()["available"]
+        torch_ok = torch_cuda(stage.results.get("imports"))["available"]
     sides = _Sides(stage.device, torch_ok)
     figures, failures = {}, []
     # the roofline last: the longest part, and the only one that cannot stop at the deadline by itself

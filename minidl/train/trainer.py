@@ -227,6 +227,10 @@ class Trainer:
         ``max_steps`` stops after that many optimizer steps in all (mid-epoch
         if need be; the run can be resumed from a checkpoint). Returns ``history``.
         """
+        with backend.using(self.device):  # CuPy runs kernels on the current GPU: the model's (cuda:1 too)
+            return self._fit(epochs, max_steps)
+
+    def _fit(self, epochs: int, max_steps: int | None) -> list[dict]:
         check_positive_int(epochs, "epochs", allow_zero=True)
         if max_steps is not None:
             check_positive_int(max_steps, "max_steps", allow_zero=True)
@@ -310,7 +314,7 @@ class Trainer:
         if self._train_step is not None:  # a pipeline: forward and backward inside, micro-batch by micro-batch
             scale = self.scaler.get_scale() * (1.0 / k) if (k > 1 or self.scaler.is_enabled()) else 1.0
             value = self._train_step(x, y, self._train_loss, loss_scale=scale, autocast=self._autocast)
-            if not math.isfinite(value):  # a number on the host already: stop before the update
+            if isinstance(value, float) and not math.isfinite(value):  # on the host: stop before the update
                 self._stop_non_finite("loss", value)
             self._batches_in_epoch += 1
             self._micro.append((value, len(y), None))

@@ -137,12 +137,13 @@ _current_device = [0]
 _DTYPES = frozenset("?bBhHiIlLqQefdFD")
 
 
-def _wrap(array) -> "ndarray":
+def _wrap(array, device=None) -> "ndarray":
+    """``array`` as a device array of GPU ``device`` (default: the current one, where kernels put results)."""
     if array.dtype.char not in _DTYPES:
         raise ValueError(f"Unsupported dtype {array.dtype}")
     out = object.__new__(ndarray)
     out._a = array
-    out._dev = _current_device[0]
+    out._dev = _current_device[0] if device is None else device
     _pool.hold(out, array)
     return out
 
@@ -227,6 +228,20 @@ def _index(key, shape=None):
     return tuple(out) if type(key) is tuple else out[0]
 
 
+def _is_basic(key) -> bool:
+    """Whether ``key`` is basic indexing (integers, slices, None, ...): CuPy then makes a view, no kernel."""
+    keys = key if type(key) is tuple else (key,)
+    return builtins.all(k is None or k is Ellipsis or type(k) is slice
+                        or (isinstance(k, (int, _np.integer)) and not isinstance(k, (bool, _np.bool_))) for k in keys)
+
+
+def _view(array, result) -> "ndarray":
+    """A view of ``array`` (a view launches no kernel: it stays on ``array``'s GPU, whichever is current)."""
+    if isinstance(result, _np.generic):
+        result = _np.asarray(result)
+    return _wrap(result, array._dev)
+
+
 def _index_part(key):
     if type(key) is ndarray:
         if key._a.dtype == _np.bool_ and key._a.ndim > 0:
@@ -274,9 +289,9 @@ class ndarray:
     itemsize = property(lambda self: self._a.itemsize)
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: self._a.flags)
-    T = property(lambda self: _wrap(self._a.T))
-    mT = property(lambda self: _wrap(_np.swapaxes(self._a, -1, -2)))
-    real = property(lambda self: _wrap(self._a.real))
+    T = property(lambda self: _view(self, self._a.T))
+    mT = property(lambda self: _view(self, _np.swapaxes(self._a, -1, -2)))
+    real = property(lambda self: _view(self, self._a.real))
     imag = property(lambda self: _wrap(self._a.imag))
 
     @property
@@ -355,14 +370,16 @@ class ndarray:
         return (self[i] for i in range(len(self._a)))
 
     def __getitem__(self, key):
-        return _result(self._a[_index(key, self._a.shape)])
+        if _is_basic(key):  # a view, on this array's GPU
+            return _view(self, self._a[_index(key, self._a.shape)])
+        return _result(_here(self)[_index(key, self._a.shape)])  # a gather: a kernel on the current GPU
 
     def __setitem__(self, key, value):
         if type(value) is ndarray:
-            value = value._a
+            value = _here(value)
         elif isinstance(value, (_np.ndarray, list, tuple)):
             raise _unsupported(value)
-        self._a[_index(key, self._a.shape)] = value
+        _here(self)[_index(key, self._a.shape)] = value  # a kernel on the current GPU
 
     def __copy__(self):
         return _wrap(self._a.copy())
@@ -477,7 +494,7 @@ def _method(name):
     check = _checked_call(f"cupy.ndarray.{name}", None if spec is None else _signature(spec))
 
     syncing = name in _SYNCING
-    behind = (lambda a: a._a) if name in _VIEWS else _here
+    view = name in _VIEWS
 
     def method(self, *args, **kwargs):
         check(args, kwargs)
@@ -486,7 +503,13 @@ def _method(name):
         out = kwargs.get("out")
         if type(out) is ndarray:
             kwargs["out"] = _here(out)
-        result = getattr(behind(self), name)(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
+        if view:  # a view stays on the array's GPU; a reshape that must copy runs a kernel on the current one
+            result = getattr(self._a, name)(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
+            if _np.shares_memory(result, self._a):
+                return _view(self, result)
+            _here(self)
+            return _result(result)
+        result = getattr(_here(self), name)(*_arg(args), **{k: _arg(v) for k, v in kwargs.items()})
         return out if type(out) is ndarray else _result(result)
     method.__name__ = name
     return method

@@ -48,7 +48,7 @@ def _sharded_and_piped(device):
                              parallel.LocalComm(), micro_batches=2)
     x = mdl.tensor(np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4), device=device)
     loss = pipe.train_step(x, np.array([0, 1, 2, 0]), lambda o, t: F.cross_entropy(o, mdl.tensor(t, device=device)))
-    out.append(np.array([loss]))
+    out.append(np.array([float(loss)]))
     out.append(np.concatenate([p.grad.numpy().ravel() for p in pipe.parameters()]))
     return out
 
