@@ -103,8 +103,7 @@ class ShardLayers(Layers):
     """
 
     def __init__(self, pieces, size: int, ndims, comm=None, xp=np):
-        self.pieces, self.size, self.ndims, self.comm = pieces, size, np.asarray(ndims), comm
-        self.ndim = self.per_element(xp.asarray(self.ndims))
+        self.pieces, self.size, self.ndims, self.comm, self.xp = pieces, size, np.asarray(ndims), comm, xp
         if comm is not None:  # otherwise Layers' own: the sums as they are
             self.complete_sums_ = comm.allreduce_
 
@@ -117,6 +116,12 @@ class ShardLayers(Layers):
                 pieces.append((k, start, stop))
             offset += size
         return cls(pieces, unit.chunk, [len(s) for s in unit.shapes], unit.comm, unit.xp)
+
+    @property
+    def ndim(self):
+        """Each element's parameter's ndim (0 on the padding), made when asked (LARS's step): kept, it would
+        hold one int8 per element of the shard besides the shard itself."""
+        return self.per_element(self.xp.asarray(self.ndims, dtype=np.int8))
 
     def layer_norms(self, x):
         xp = xp_of(x)

@@ -1,0 +1,142 @@
+"""What a rank holds between steps and at the peak of a step: plain data parallelism and ZeRO 1, 2, 3.
+
+Run under MPI (each rank measures itself; rank 0 writes the table):
+
+    mpiexec -n 4 python benchmarks/bench_zero_memory.py [--json out.json] [--steps 3]
+
+The meter is Python's :mod:`tracemalloc`, which sees every NumPy buffer the process allocates
+(parameters, gradients, buckets, optimizer state, activations, the collectives' receive buffers).
+Bytes are counted from the level before the model is built, so they are the model's own: for each
+mode, after ``--steps − 1`` warm-up steps (Adam's m and v exist by then),
+
+    held  = bytes held between steps (after ``opt.step()``, the step's gradients still held)
+    peak  = the highest level during one more step (zero_grad, forward, backward, step)
+
+both divided by Ψ, the model's parameter count, beside the paper's formula (fp32 Adam: p = g = 4,
+K = 8 bytes per parameter; docs/parallelism.md):
+
+    DP (p + g + K)Ψ     ZeRO-1 (p + g)Ψ + KΨ/N     ZeRO-2 pΨ + (g + K)Ψ/N     ZeRO-3 (p + g + K)Ψ/N
+
+and the step-peak bound of each (:func:`peak_bound`). The model is the MLP
+256 → 512 → 512 → 256 → 10 (528,138 parameters; its 512×512 layer is half of them), float32,
+a batch of 16 samples per rank.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tracemalloc
+
+import numpy as np
+
+MODES = ("dp", "zero1", "zero2", "zero3")
+P, G, K = 4, 4, 8   # bytes per parameter: float32 weights and gradients, Adam's m and v
+
+
+def build_model():
+    from minidl import nn
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def formula(mode: str, ranks: int) -> float:
+    """The paper's bytes per parameter per rank (docs/parallelism.md), fp32 Adam."""
+    return {"dp": P + G + K, "zero1": P + G + K / ranks, "zero2": P + (G + K) / ranks,
+            "zero3": (P + G + K) / ranks}[mode]
+
+
+def peak_bound(mode: str, ranks: int, largest_unit_fraction: float) -> float:
+    """The step peak a rank may reach, in bytes per parameter.
+
+    Data parallelism: its (p + g + K) plus one bucket of gradients in flight (g/2: the reduction
+    runs in buckets during the backward; no full flat copy of the gradients). ZeRO: 1.25 × the
+    formula (a quarter over it for what a step holds briefly: shards in flight, activations) plus
+    the largest gathered unit's whole weights and gradients, (p + g) × its share of the parameters.
+    """
+    if mode == "dp":
+        return P + G + K + G / 2
+    return 1.25 * formula(mode, ranks) + (P + G) * largest_unit_fraction
+
+
+def wrap(mode: str, model, comm, lr: float = 1e-3):
+    """(the model to call, the optimizer to step) for ``mode``."""
+    from minidl import optim, parallel
+    from minidl.parallel.zero import ZeroRedundancyOptimizer
+    if mode == "dp":
+        dp = parallel.DataParallel(model, comm)
+        return dp, parallel.DistributedOptimizer(optim.Adam(dp.parameters(), lr=lr), dp)
+    if mode == "zero1":
+        dp = parallel.DataParallel(model, comm)
+        return dp, parallel.DistributedOptimizer(ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, lr=lr),
+                                                 dp)
+    sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3)
+    return sharded, parallel.DistributedOptimizer(optim.Adam(sharded.parameters(), lr=lr), sharded)
+
+
+def measure(mode: str, comm, steps: int = 3, batch: int = 16) -> dict:
+    """This rank's held and step-peak bytes for ``mode`` (see the module docstring)."""
+    import minidl as mdl
+    import minidl.functional as F
+    rng = np.random.default_rng(comm.rank)
+    x = rng.normal(size=(batch, 256)).astype(np.float32)
+    y = rng.integers(0, 10, size=batch)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        mdl.manual_seed(0)
+        model, opt = wrap(mode, build_model(), comm)
+        params = sum(p.numel() for p in build_model().parameters())
+        # the largest gathered unit: ZeRO-3's largest layer (weight and bias), the 512×512 one here
+        largest = max(sum(p.numel() for p in layer.parameters()) for layer in build_model())
+
+        def step():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(mdl.tensor(x)), mdl.tensor(y))
+            loss.backward()
+            opt.step()
+
+        for _ in range(steps - 1):
+            step()
+        held = tracemalloc.get_traced_memory()[0] - base   # the gradients of the last step still held
+        tracemalloc.reset_peak()
+        step()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return {"mode": mode, "rank": comm.rank, "ranks": comm.size, "parameters": params,
+            "held_per_parameter": held / params, "peak_per_parameter": peak / params,
+            "formula_per_parameter": formula(mode, comm.size),
+            "bound_per_parameter": peak_bound(mode, comm.size, largest / params)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write every rank's rows here (rank 0)")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--modes", default=",".join(MODES))
+    args = parser.parse_args(argv)
+    from minidl import parallel
+    comm = parallel.init()
+    rows = []
+    for mode in args.modes.split(","):
+        mine = measure(mode, comm, steps=args.steps)
+        rows.extend(comm.allgather_object(mine))
+    if comm.rank == 0:
+        print(f"{comm.size} ranks, bytes per parameter (tracemalloc; Ψ = {rows[0]['parameters']:,})")
+        print(f"{'mode':>6} {'formula':>8} {'held (max rank)':>16} {'peak (max rank)':>16} {'peak (rank 0)':>14} "
+              f"{'bound':>6}")
+        for mode in args.modes.split(","):
+            mine = [r for r in rows if r["mode"] == mode]
+            print(f"{mode:>6} {mine[0]['formula_per_parameter']:8.2f} "
+                  f"{max(r['held_per_parameter'] for r in mine):16.2f} "
+                  f"{max(r['peak_per_parameter'] for r in mine):16.2f} {mine[0]['peak_per_parameter']:14.2f} "
+                  f"{mine[0]['bound_per_parameter']:6.2f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
