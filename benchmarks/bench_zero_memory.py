@@ -32,6 +32,7 @@ import numpy as np
 
 MODES = ("dp", "zero1", "zero2", "zero3")
 P, G, K = 4, 4, 8   # bytes per parameter: float32 weights and gradients, Adam's m and v
+BUCKET_BYTES = 2**18  # what one collective call moves: an eighth of this 2 MB model (25 MB would be all of it)
 
 
 def build_model():
@@ -64,13 +65,13 @@ def wrap(mode: str, model, comm, lr: float = 1e-3):
     from minidl import optim, parallel
     from minidl.parallel.zero import ZeroRedundancyOptimizer
     if mode == "dp":
-        dp = parallel.DataParallel(model, comm)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES)
         return dp, parallel.DistributedOptimizer(optim.Adam(dp.parameters(), lr=lr), dp)
     if mode == "zero1":
-        dp = parallel.DataParallel(model, comm)
-        return dp, parallel.DistributedOptimizer(ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, lr=lr),
-                                                 dp)
-    sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES)
+        zero = ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, bucket_bytes=BUCKET_BYTES, lr=lr)
+        return dp, parallel.DistributedOptimizer(zero, dp)
+    sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3, bucket_bytes=BUCKET_BYTES)
     return sharded, parallel.DistributedOptimizer(optim.Adam(sharded.parameters(), lr=lr), sharded)
 
 

@@ -79,7 +79,8 @@ from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
-from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel.data_parallel import BUCKET_BYTES, DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel import flat as flat_layout
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
@@ -163,7 +164,7 @@ class ShardParameter(Parameter):
 class FlatShard:
     """The parameters of one unit laid out flat (padded to N·⌈Ψ/N⌉), and this rank's chunk as a Parameter."""
 
-    def __init__(self, params, comm, name: str, keep_full: bool):
+    def __init__(self, params, comm, name: str, keep_full: bool, piece_bytes: int = BUCKET_BYTES):
         kinds = {(p.dtype.str, p.device) for p in params}
         if len(kinds) != 1:
             raise ValueError(f"ShardedDataParallel: the parameters of {name} must share one dtype and device to "
@@ -175,6 +176,8 @@ class FlatShard:
         self.chunk = -(-self.numel // comm.size)               # ⌈Ψ/N⌉
         self.padded = self.chunk * comm.size                  # Ψ'
         self.xp, self.dtype = params[0].xp, params[0].dtype
+        # each collective moves the unit in pieces of at most piece_bytes (all ranks' parts together)
+        self.piece_ranges = flat_layout.pieces(self.chunk, np.dtype(self.dtype).itemsize, piece_bytes, comm.size)
         full = self.xp.zeros(self.padded, self.dtype)
         self._pack(full, [p.data for p in params])
         mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
@@ -211,13 +214,21 @@ class FlatShard:
 
     def gather(self, changed: bool = True) -> None:
         """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
-        values they had when freed, so their versions stay)."""
-        gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
-        if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
-            self.full[...] = gathered
+        values they had when freed, so their versions stay).
+
+        Piece by piece (:func:`minidl.parallel.flat.pieces`): piece [a, b) of every rank's chunk is
+        all-gathered and written where those elements live, so besides the whole weights only one
+        piece's buffer is held (stage 2 gathers into the buffer the weights already live in).
+        """
+        full = self.full if self.full is not None else self.xp.empty(self.padded, self.dtype)
+        by_rank = full.reshape(self.comm.size, self.chunk)
+        shard = self.shard.array
+        for start, stop in self.piece_ranges:
+            by_rank[:, start:stop] = self.comm.allgather(self.xp.ascontiguousarray(shard[start:stop]))
+        if self.full is not None:  # stage 2: the shard is a view of the same buffer
             mark_changed(*self.params)
         else:
-            self._point_params_at(gathered, changed)
+            self._point_params_at(full, changed)
         self.whole = True
 
     def release(self, keep_grads: bool = False) -> None:
@@ -250,14 +261,31 @@ class FlatShard:
         return packed
 
     def reduce_gradients(self, weight: float):
-        """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
-        flat = self.xp.empty(self.padded, self.dtype)
-        self._pack(flat, [None if p.grad is None else p.grad.data for p in self.params])
-        if weight != 1.0:
-            flat *= weight
+        """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients.
+
+        Piece by piece, without a flat copy of the unit's gradient: for each piece [a, b) the send
+        buffer holds elements r·chunk + a .. r·chunk + b of the weighted flat gradient for every
+        rank r (read from the gradients where they live, :func:`minidl.parallel.flat.read_range`),
+        and the reduce-scatter hands rank r the sum of its own run. The same elements and bytes
+        as one reduce-scatter of the whole flat vector.
+        """
+        grads = [None if p.grad is None else p.grad.array for p in self.params]
         for p in self.params:
             p.grad = None
-        return self.comm.reduce_scatter(flat)
+        out = None if len(self.piece_ranges) == 1 else self.xp.empty(self.chunk, self.dtype)
+        for start, stop in self.piece_ranges:
+            send = self.xp.empty((self.comm.size, stop - start), self.dtype)
+            for rank in range(self.comm.size):
+                flat_layout.read_range(grads, self.sizes, rank * self.chunk + start, send[rank], weight)
+            if stop == self.chunk:
+                grads = None  # the last piece is read: the full gradients go before its collective
+            summed = self.comm.reduce_scatter(send.reshape(-1))
+            del send
+            if out is None:
+                out = summed
+            else:
+                out[start:stop] = summed
+        return out
 
     def nbytes(self) -> int:
         return self.padded * np.dtype(self.dtype).itemsize
@@ -339,26 +367,28 @@ class ShardedDataParallel(DataParallel):
 
     shards_gradients = True  # the optimizer sees flat shards: clipping adds their squares over the ranks
 
-    def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean"):
+    def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean",
+                 bucket_bytes: int = BUCKET_BYTES):
         if stage not in (2, 3):
             raise ValueError(f"ShardedDataParallel: stage must be 2 (gradients and optimizer state sharded) or 3 "
                              f"(parameters too), got {stage!r}; for stage 1 use ZeroRedundancyOptimizer")
         if stage == 3 and not isinstance(module, Sequential):
             raise TypeError(f"ShardedDataParallel(stage=3) shards an nn.Sequential layer by layer, got "
                             f"{type(module).__name__}; put the model's blocks in an nn.Sequential, or use stage=2")
-        super().__init__(module, comm, reduction=reduction)
+        super().__init__(module, comm, bucket_bytes=bucket_bytes, reduction=reduction)
         self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
         self._deferred = False  # stage 3 under autocast: the units' gradients wait for sync_gradients
         self._keep_graph = False  # an optimizer probes the gradients' graph (AdaHessian): see check_optimizer
         if stage == 2:
             params = [p for p in module.parameters() if p.requires_grad]
-            self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True))]
+            self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True,
+                                                 piece_bytes=bucket_bytes))]
         else:
             self.units = []
             for index, layer in enumerate(module):
                 params = [p for p in layer.parameters() if p.requires_grad]
                 shard = FlatShard(params, self.comm, f"layer {index} ({type(layer).__name__})",
-                                  keep_full=False) if params else None
+                                  keep_full=False, piece_bytes=bucket_bytes) if params else None
                 self.units.append((layer, shard))
 
     # ------------------------------------------------------------ what the optimizer sees

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl.parallel import flat as flat_layout
+from minidl.parallel.data_parallel import BUCKET_BYTES
 from minidl.parallel.protocol import ParallelOptimizer
 from minidl.parallel.whole_state import gather_owned_state, owned_state, regrouped
 from minidl.tensor import Tensor, mark_changed
@@ -57,7 +59,10 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
     ``DataParallel.sync_gradients()`` before ``step()``).
     """
 
-    def __init__(self, params, optimizer_class, comm=None, **options):
+    def __init__(self, params, optimizer_class, comm=None, *, bucket_bytes: int = BUCKET_BYTES, **options):
+        if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"ZeroRedundancyOptimizer: bucket_bytes must be a positive int, got {bucket_bytes!r}")
+        self.bucket_bytes = bucket_bytes
         if comm is None:
             from minidl.parallel.world import init
             comm = init()
@@ -99,24 +104,24 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
         return loss
 
     def gather_parameters(self) -> None:
-        """Every rank's owned parameters, copied into every rank (one all-gather per dtype/device)."""
+        """Every rank's owned parameters, copied into every rank: per dtype/device, each rank's owned
+        parameters laid out flat (padded to the largest rank's length) and all-gathered in pieces of at
+        most ``bucket_bytes`` for all ranks together (:mod:`minidl.parallel.flat`), each piece written
+        straight into the parameters it belongs to: no buffer of every rank's whole share."""
         for params_by_rank, length in self._layout:
-            mine = params_by_rank[self.comm.rank]
             first = next(p for ps in params_by_rank for p in ps)
-            send = first.xp.zeros(length, first.dtype)
-            offset = 0
-            for p in mine:
-                send[offset:offset + p.numel()] = p.data.reshape(-1)
-                offset += p.numel()
-            gathered = self.comm.allgather(send)
+            arrays = [[p.array for p in params] for params in params_by_rank]
+            sizes = [[p.numel() for p in params] for params in params_by_rank]
+            for start, stop in flat_layout.pieces(length, first.dtype.itemsize, self.bucket_bytes, self.comm.size):
+                send = flat_layout.read_range(arrays[self.comm.rank], sizes[self.comm.rank], start,
+                                              first.xp.empty(stop - start, first.dtype))
+                gathered = self.comm.allgather(send)
+                for rank in range(self.comm.size):
+                    if rank != self.comm.rank:
+                        flat_layout.write_range(arrays[rank], sizes[rank], start, gathered[rank])
             for rank, params in enumerate(params_by_rank):
-                if rank == self.comm.rank:
-                    continue
-                offset = 0
-                for p in params:
-                    p.data[...] = gathered[rank, offset:offset + p.numel()].reshape(p.shape)
-                    mark_changed(p)
-                    offset += p.numel()
+                if rank != self.comm.rank and params:
+                    mark_changed(*params)
 
     def _gather_layout(self):
         """Per (dtype, device): the parameters each rank owns, and the padded shard length."""
