@@ -65,10 +65,10 @@ def wrap(mode: str, model, comm, lr: float = 1e-3):
     from minidl import optim, parallel
     from minidl.parallel.zero import ZeroRedundancyOptimizer
     if mode == "dp":
-        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES, overlap=True)
         return dp, parallel.DistributedOptimizer(optim.Adam(dp.parameters(), lr=lr), dp)
     if mode == "zero1":
-        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES, overlap=True)
         zero = ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, bucket_bytes=BUCKET_BYTES, lr=lr)
         return dp, parallel.DistributedOptimizer(zero, dp)
     sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3, bucket_bytes=BUCKET_BYTES)
