@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tracemalloc
 
@@ -32,13 +33,20 @@ import numpy as np
 
 MODES = ("dp", "zero1", "zero2", "zero3")
 P, G, K = 4, 4, 8   # bytes per parameter: float32 weights and gradients, Adam's m and v
+BATCH = 16            # samples per rank; rank r's are data(r)
 BUCKET_BYTES = 2**18  # what one collective call moves: an eighth of this 2 MB model (25 MB would be all of it)
 
 
-def build_model():
+def build_model(dtype="float32"):
     from minidl import nn
     return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                         nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+                         nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)).to(dtype=np.dtype(dtype))
+
+
+def data(rank: int, batch: int = BATCH, dtype="float32"):
+    """Rank ``rank``'s slice of every step's batch: (inputs, labels)."""
+    rng = np.random.default_rng(rank)
+    return rng.normal(size=(batch, 256)).astype(dtype), rng.integers(0, 10, size=batch)
 
 
 def formula(mode: str, ranks: int) -> float:
@@ -75,18 +83,17 @@ def wrap(mode: str, model, comm, lr: float = 1e-3):
     return sharded, parallel.DistributedOptimizer(optim.Adam(sharded.parameters(), lr=lr), sharded)
 
 
-def measure(mode: str, comm, steps: int = 3, batch: int = 16) -> dict:
-    """This rank's held and step-peak bytes for ``mode`` (see the module docstring)."""
+def measure(mode: str, comm, steps: int = 3, batch: int = BATCH, weights_to=None, dtype="float32") -> dict:
+    """This rank's held and step-peak bytes for ``mode`` (see the module docstring); ``weights_to``: a path
+    where rank 0 saves the whole weights after the steps (``np.savez``, in ``parameters()`` order)."""
     import minidl as mdl
     import minidl.functional as F
-    rng = np.random.default_rng(comm.rank)
-    x = rng.normal(size=(batch, 256)).astype(np.float32)
-    y = rng.integers(0, 10, size=batch)
+    x, y = data(comm.rank, batch, dtype)
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         mdl.manual_seed(0)
-        model, opt = wrap(mode, build_model(), comm)
+        model, opt = wrap(mode, build_model(dtype), comm)
         params = sum(p.numel() for p in build_model().parameters())
         # the largest gathered unit: ZeRO-3's largest layer (weight and bias), the 512×512 one here
         largest = max(sum(p.numel() for p in layer.parameters()) for layer in build_model())
@@ -105,6 +112,11 @@ def measure(mode: str, comm, steps: int = 3, batch: int = 16) -> dict:
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
+    if weights_to is not None:  # the whole weights after the steps (a collective at stage 3), from rank 0
+        if hasattr(model, "gather_parameters"):
+            model.gather_parameters()
+        if comm.rank == 0:
+            np.savez(weights_to, *[p.array for p in model.module.parameters()])
     return {"mode": mode, "rank": comm.rank, "ranks": comm.size, "parameters": params,
             "held_per_parameter": held / params, "peak_per_parameter": peak / params,
             "formula_per_parameter": formula(mode, comm.size),
@@ -116,12 +128,16 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every rank's rows here (rank 0)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--weights", help="a folder where rank 0 saves each mode's whole weights after the steps")
+    parser.add_argument("--dtype", default="float32", help="float64 checks the weights (the bytes are then twice "
+                                                           "the float32 formulas')")
     args = parser.parse_args(argv)
     from minidl import parallel
     comm = parallel.init()
     rows = []
     for mode in args.modes.split(","):
-        mine = measure(mode, comm, steps=args.steps)
+        weights_to = None if args.weights is None else os.path.join(args.weights, f"{mode}.npz")
+        mine = measure(mode, comm, steps=args.steps, weights_to=weights_to, dtype=args.dtype)
         rows.extend(comm.allgather_object(mine))
     if comm.rank == 0:
         print(f"{comm.size} ranks, bytes per parameter (tracemalloc; Ψ = {rows[0]['parameters']:,})")

@@ -113,13 +113,15 @@ class DataParallel(WrapsModule, ParallelModule):
             self.samples_seen += samples
         if not (self.overlap and self.training and is_grad_enabled()):
             return self.module(*args, **kwargs)
-        if self._overlap_step is not None:  # a forward without its sync (gradient accumulation)
-            step, self._overlap_step = self._overlap_step, None
-            step.close()
-            if step.freed:  # its buckets hold (and reduce) what the gradients held: added in at the sync
-                self._carried_steps.append(step)
         params = self._trainable()
         counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        previous, self._overlap_step = self._overlap_step, None
+        if previous is not None:  # a forward without its sync
+            previous.close()
+            if previous.freed:  # gradient accumulation: its buckets hold (and reduce) what the gradients held
+                self._carried_steps.append(previous)
+            elif not previous.opened:  # two forwards, then one backward: this step counts both
+                counter.uses, samples = list(previous.uses), samples + previous.samples
         with counter:
             out = self.module(*args, **kwargs)
         self._overlap_step = _OverlapStep(self, params, counter.uses, samples)
@@ -341,46 +343,34 @@ class _BackwardStarts(Function):
         return dx
 
 
-class _OverlapStep:
-    """One backward's buckets with overlap: which parameters are final, which buckets are in flight.
+class BucketsInBackward:
+    """Which buckets of parameters have their final gradients, while a backward runs.
 
-    A bucket is packed as soon as its parameters' gradients are final, and each packed gradient is
-    dropped (``p.grad = None``): from then on the bucket, reduced in place, holds it. So the backward
-    holds each gradient once, in its parameter or in its bucket, plus the one bucket being packed:
-    no full flat copy of the gradients besides the gradients. (A gradient that carries a graph, for
-    an optimizer that differentiates it again, stays until the sync.)
-
-    With gradient accumulation (several forwards and backwards before one sync) each backward's
-    buckets carry the weights of its own forward, w_r = n_r / Σ_s n_s, and the sync adds the
-    backwards' sums: Σ_backwards Σ_r w_r g_r, each term the gradient of that micro-batch's mean loss
-    over the ranks' slices together, as one process accumulates them.
+    The forward counted, with :class:`_UseCounter`, how many recorded ops take each parameter;
+    the backward walk counts them down (:class:`_GradientReady`, after each node's backward), and
+    a parameter whose count reaches zero has its final gradient. When every parameter of bucket
+    ``b`` of ``plan`` (lists of (parameter index, offset)) is final, :meth:`start` ``(b)`` runs:
+    data parallelism's all-reduce (:class:`_OverlapStep`), ZeRO-2's reduce-scatter
+    (``minidl.parallel.sharded``). :meth:`start_the_rest` starts the buckets left at the sync.
     """
 
-    def __init__(self, dp: DataParallel, params, uses, samples: int):
-        self.dp, self.params, self.uses = dp, params, list(uses)
+    def __init__(self, params, uses, plan):
+        self.params, self.uses, self.plan = params, list(uses), plan
         self.positions = {id(p): i for i, p in enumerate(params)}
-        comm = dp.comm
-        counts = np.array([samples], np.float64)
-        comm.host_allreduce_(counts)  # the weights are needed as soon as the first bucket starts
-        if dp.reduction == "sum":
-            self.weight = 1.0
-        elif counts[0] > 0:
-            self.weight = float(samples) / float(counts[0])
-        else:
-            self.weight = 1.0 / comm.size
-        self.total = int(counts[0])
-        self.plan = dp._bucket_plan(params)
-        self.bucket_of = {index: b for b, bucket in enumerate(self.plan) for index, _ in bucket}
-        self.waiting = [len(bucket) for bucket in self.plan]   # parameters not yet final, per bucket
-        self.ready, self.flights, self.hook = [], {}, None
-        self.had_gradient = [False] * len(params)  # whether each parameter had a gradient when packed
-        self.started_in_backward, self.freed = 0, False
+        self.bucket_of = {index: b for b, bucket in enumerate(plan) for index, _ in bucket}
+        self.waiting = [len(bucket) for bucket in plan]   # parameters not yet final, per bucket
+        self.ready, self.started, self.hook, self.opened = [], set(), None, False
+        self.started_in_backward = 0
         for index, count in enumerate(self.uses):
             if count == 0:  # not used (or frozen path): final from the start
                 self.ready.append(index)
 
+    def start(self, b: int) -> None:
+        raise NotImplementedError
+
     def open(self):
         if self.hook is None:
+            self.opened = True
             self.hook = _GradientReady(self)
             self.hook.__enter__()
 
@@ -399,9 +389,52 @@ class _OverlapStep:
         for index in ready:
             b = self.bucket_of[index]
             self.waiting[b] -= 1
-            if self.waiting[b] == 0:
+            if self.waiting[b] == 0 and b not in self.started:
+                self.started.add(b)
                 self.start(b)
                 self.started_in_backward += in_backward
+
+    def start_the_rest(self) -> None:
+        """Start the buckets left (a parameter counted uses that never ran backward)."""
+        self.close()
+        self.start_ready_buckets(in_backward=False)
+        for b in range(len(self.plan)):
+            if b not in self.started:
+                self.started.add(b)
+                self.start(b)
+
+
+class _OverlapStep(BucketsInBackward):
+    """One backward's buckets with overlap: which parameters are final, which buckets are in flight.
+
+    A bucket is packed as soon as its parameters' gradients are final, and each packed gradient is
+    dropped (``p.grad = None``): from then on the bucket, reduced in place, holds it. So the backward
+    holds each gradient once, in its parameter or in its bucket, plus the one bucket being packed:
+    no full flat copy of the gradients besides the gradients. (A gradient that carries a graph, for
+    an optimizer that differentiates it again, stays until the sync.)
+
+    With gradient accumulation (several forwards and backwards before one sync) each backward's
+    buckets carry the weights of its own forward, w_r = n_r / Σ_s n_s, and the sync adds the
+    backwards' sums: Σ_backwards Σ_r w_r g_r, each term the gradient of that micro-batch's mean loss
+    over the ranks' slices together, as one process accumulates them.
+    """
+
+    def __init__(self, dp: DataParallel, params, uses, samples: int):
+        super().__init__(params, uses, dp._bucket_plan(params))
+        self.dp, self.samples = dp, samples
+        comm = dp.comm
+        counts = np.array([samples], np.float64)
+        comm.host_allreduce_(counts)  # the weights are needed as soon as the first bucket starts
+        if dp.reduction == "sum":
+            self.weight = 1.0
+        elif counts[0] > 0:
+            self.weight = float(samples) / float(counts[0])
+        else:
+            self.weight = 1.0 / comm.size
+        self.total = int(counts[0])
+        self.flights = {}
+        self.had_gradient = [False] * len(params)  # whether each parameter had a gradient when packed
+        self.freed = False
 
     def start(self, b: int) -> None:
         """Pack bucket ``b`` (weighted), drop the gradients it now holds, and start its all-reduce."""
@@ -415,14 +448,6 @@ class _OverlapStep:
                 p.grad = None
                 self.freed = True
         self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
-
-    def start_the_rest(self) -> None:
-        """Start the buckets left (a parameter counted uses that never ran backward)."""
-        self.close()
-        self.start_ready_buckets(in_backward=False)
-        for b in range(len(self.plan)):
-            if b not in self.flights:
-                self.start(b)
 
     def finish(self, carried=()) -> dict:
         """Start the buckets left, wait for every one (``carried``: earlier backwards' steps too), and hand each

@@ -79,7 +79,8 @@ from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
-from minidl.parallel.data_parallel import BUCKET_BYTES, DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel.data_parallel import (BUCKET_BYTES, BucketsInBackward, DataParallel, _BackwardStarts,
+                                           _UseCounter, clip_spread_grad_norm_, probing_optimizer)
 from minidl.parallel import flat as flat_layout
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
@@ -353,6 +354,51 @@ class _UnitBoundary(Function):
         return dx
 
 
+def gradient_buckets(params, bucket_bytes: int) -> list[list[int]]:
+    """Stage 2's units: runs of consecutive parameter indices of about ``bucket_bytes`` each, cut from the last
+    parameter back (the order the backward finishes them), each run in forward order. A parameter larger
+    than ``bucket_bytes`` is a run of its own."""
+    runs, run, used = [], [], 0
+    for index in range(len(params) - 1, -1, -1):
+        nbytes = params[index].array.nbytes
+        if run and used + nbytes > bucket_bytes:
+            runs.append(run[::-1])
+            run, used = [], 0
+        run.append(index)
+        used += nbytes
+    if run:
+        runs.append(run[::-1])
+    return runs[::-1]
+
+
+def add_shard_gradient(unit: "FlatShard", summed) -> None:
+    """shard.grad += this backward's reduce-scattered chunk (the first one: becomes the gradient)."""
+    if unit.shard.grad is None:
+        unit.shard.grad = Tensor(summed)
+    else:
+        unit.shard.grad = Tensor(unit.shard.grad.array + summed)
+
+
+class _ShardStep(BucketsInBackward):
+    """Stage 2's backward: each unit (one bucket of parameters) is reduce-scattered into its shard's gradient,
+    with this forward's weight, as soon as its parameters' gradients are final, and the full gradients are
+    freed (:meth:`FlatShard.reduce_gradients`): the backward holds one unit's full gradients beyond those
+    still being computed, not the whole model's. Several backwards before one sync add their chunks."""
+
+    def __init__(self, owner: "ShardedDataParallel", params, uses):
+        units = owner._shard_units()
+        plan, first = [], 0
+        for unit in units:
+            plan.append([(first + k, 0) for k in range(len(unit.params))])
+            first += len(unit.params)
+        super().__init__(params, uses, plan)
+        self.owner, self.units, self.weight = owner, units, owner.gradient_weight
+
+    def start(self, b: int) -> None:
+        unit = self.units[b]
+        add_shard_gradient(unit, unit.reduce_gradients(self.weight))
+
+
 class ShardedDataParallel(DataParallel):
     """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3)``.
 
@@ -379,10 +425,18 @@ class ShardedDataParallel(DataParallel):
         self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
         self._deferred = False  # stage 3 under autocast: the units' gradients wait for sync_gradients
         self._keep_graph = False  # an optimizer probes the gradients' graph (AdaHessian): see check_optimizer
+        self._shard_step = None  # stage 2: this backward's buckets (units) reduce-scattered as they finish
         if stage == 2:
             params = [p for p in module.parameters() if p.requires_grad]
-            self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True,
-                                                 piece_bytes=bucket_bytes))]
+            kinds = {(p.dtype.str, p.device) for p in params}
+            if len(kinds) > 1:
+                raise ValueError(f"ShardedDataParallel: the parameters of {type(module).__name__} must share one dtype "
+                                 f"and device to be laid out flat, got {sorted(kinds)}; convert the model with "
+                                 ".to(dtype) first")
+            self.units = [(None, FlatShard([params[i] for i in run], self.comm,
+                                           f"{type(module).__name__} parameters {run[0]}..{run[-1]}", keep_full=True,
+                                           piece_bytes=bucket_bytes))
+                          for run in gradient_buckets(params, bucket_bytes)]
         else:
             self.units = []
             for index, layer in enumerate(module):
@@ -403,7 +457,9 @@ class ShardedDataParallel(DataParallel):
         if grad_step:
             self._count_samples(x)
         if self.stage == 2:
-            return self.module(x, *args, **kwargs)
+            if not grad_step or self._keep_graph:  # the sync reduce-scatters (AdaHessian probes the whole first)
+                return self.module(x, *args, **kwargs)
+            return self._forward_reducing_in_backward(x, *args, **kwargs)
         keep_whole = grad_step and self._keep_graph
         deferred = grad_step and (is_autocast_enabled() or keep_whole)
         self._deferred = self._deferred or deferred
@@ -425,6 +481,23 @@ class ShardedDataParallel(DataParallel):
                 x = layer(x)
             unit.release(keep_grads=self._deferred)  # freed until its backward (or the next forward) gathers it
         return x
+
+    def _forward_reducing_in_backward(self, x, *args, **kwargs):
+        """Stage 2's forward, counting each parameter's uses, so that its backward reduce-scatters each unit (a
+        bucket of about ``bucket_bytes``) as soon as its gradients are final and frees them (:class:`_ShardStep`)."""
+        params = [p for unit in self._shard_units() for p in unit.params]
+        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        previous, self._shard_step = self._shard_step, None
+        if previous is not None:  # a forward without its sync: the units it reduced stay in the shards' gradients
+            previous.close()
+            if not previous.opened:  # two forwards, then one backward: this step counts both
+                counter.uses = list(previous.uses)
+        with counter:
+            out = self.module(x, *args, **kwargs)
+        self._shard_step = _ShardStep(self, params, counter.uses)
+        if isinstance(out, Tensor) and out.requires_grad:
+            out = _BackwardStarts(self._shard_step)(out)
+        return out
 
     def _count_samples(self, x):
         """The weight of this rank's gradient, n_r / Σ_s n_s (a small host all-reduce of the counts)."""
@@ -449,8 +522,12 @@ class ShardedDataParallel(DataParallel):
             self.comm.host_allreduce_(counts)
             self.gradient_weight = num_samples / float(counts[0])
         if self.stage == 2:
-            _, unit = self.units[0]
-            unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
+            step, self._shard_step = self._shard_step, None
+            if step is not None:  # the units whose backward finished are reduced already
+                step.start_the_rest()
+            else:
+                for unit in self._shard_units():
+                    add_shard_gradient(unit, unit.reduce_gradients(self.gradient_weight))
         elif self._deferred:
             self._deferred = False
             for unit in self._shard_units():
@@ -486,7 +563,8 @@ class ShardedDataParallel(DataParallel):
     def after_step(self) -> None:
         """Stage 2: all-gather the updated shards (stage 3 gathers each unit before its next forward)."""
         if self.stage == 2:
-            self.units[0][1].gather()
+            for unit in self._shard_units():
+                unit.gather()
 
     def gather_parameters(self) -> None:
         """Whole weights in the wrapped model on every rank (a collective); stage 3 frees them at the next step."""
