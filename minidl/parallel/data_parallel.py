@@ -122,9 +122,13 @@ class DataParallel(WrapsModule, ParallelModule):
                 self._carried_steps.append(previous)
             elif not previous.opened:  # two forwards, then one backward: this step counts both
                 counter.uses, samples = list(previous.uses), samples + previous.samples
+            else:
+                previous = None
         with counter:
             out = self.module(*args, **kwargs)
         self._overlap_step = _OverlapStep(self, params, counter.uses, samples)
+        if previous is not None and not previous.freed:
+            previous.merged_into = self._overlap_step
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._overlap_step)(out)
         return out
@@ -360,6 +364,7 @@ class BucketsInBackward:
         self.bucket_of = {index: b for b, bucket in enumerate(plan) for index, _ in bucket}
         self.waiting = [len(bucket) for bucket in plan]   # parameters not yet final, per bucket
         self.ready, self.started, self.hook, self.opened = [], set(), None, False
+        self.merged_into = None  # a later forward's step that counts this one's uses too (see open)
         self.started_in_backward = 0
         for index, count in enumerate(self.uses):
             if count == 0:  # not used (or frozen path): final from the start
@@ -369,6 +374,10 @@ class BucketsInBackward:
         raise NotImplementedError
 
     def open(self):
+        """The backward reached this forward's output: watch the walk from here on (this step's, or the step
+        of a later forward that took over its uses: two forwards, then one backward)."""
+        if self.merged_into is not None:
+            return self.merged_into.open()
         if self.hook is None:
             self.opened = True
             self.hook = _GradientReady(self)

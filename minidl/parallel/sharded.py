@@ -492,9 +492,13 @@ class ShardedDataParallel(DataParallel):
             previous.close()
             if not previous.opened:  # two forwards, then one backward: this step counts both
                 counter.uses = list(previous.uses)
+            else:
+                previous = None
         with counter:
             out = self.module(x, *args, **kwargs)
         self._shard_step = _ShardStep(self, params, counter.uses)
+        if previous is not None:
+            previous.merged_into = self._shard_step
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._shard_step)(out)
         return out
