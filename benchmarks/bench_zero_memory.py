@@ -68,22 +68,24 @@ def peak_bound(mode: str, ranks: int, largest_unit_fraction: float) -> float:
     return 1.25 * formula(mode, ranks) + (P + G) * largest_unit_fraction
 
 
-def wrap(mode: str, model, comm, lr: float = 1e-3):
-    """(the model to call, the optimizer to step) for ``mode``."""
+def wrap(mode: str, model, comm, lr: float = 1e-3, bucket_bytes: int = BUCKET_BYTES, overlap: bool = True):
+    """(the model to call, the optimizer to step) for ``mode``: data parallelism reduces its buckets during the
+    backward (``overlap``); every collective moves at most ``bucket_bytes`` at a time."""
     from minidl import optim, parallel
     from minidl.parallel.zero import ZeroRedundancyOptimizer
     if mode == "dp":
-        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES, overlap=True)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
         return dp, parallel.DistributedOptimizer(optim.Adam(dp.parameters(), lr=lr), dp)
     if mode == "zero1":
-        dp = parallel.DataParallel(model, comm, bucket_bytes=BUCKET_BYTES, overlap=True)
-        zero = ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, bucket_bytes=BUCKET_BYTES, lr=lr)
+        dp = parallel.DataParallel(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
+        zero = ZeroRedundancyOptimizer(dp.parameters(), optim.Adam, comm, bucket_bytes=bucket_bytes, lr=lr)
         return dp, parallel.DistributedOptimizer(zero, dp)
-    sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3, bucket_bytes=BUCKET_BYTES)
+    sharded = parallel.ShardedDataParallel(model, comm, stage=2 if mode == "zero2" else 3, bucket_bytes=bucket_bytes)
     return sharded, parallel.DistributedOptimizer(optim.Adam(sharded.parameters(), lr=lr), sharded)
 
 
-def measure(mode: str, comm, steps: int = 3, batch: int = BATCH, weights_to=None, dtype="float32") -> dict:
+def measure(mode: str, comm, steps: int = 3, batch: int = BATCH, weights_to=None, dtype="float32",
+            bucket_bytes: int = BUCKET_BYTES, overlap: bool = True) -> dict:
     """This rank's held and step-peak bytes for ``mode`` (see the module docstring); ``weights_to``: a path
     where rank 0 saves the whole weights after the steps (``np.savez``, in ``parameters()`` order)."""
     import minidl as mdl
@@ -93,7 +95,7 @@ def measure(mode: str, comm, steps: int = 3, batch: int = BATCH, weights_to=None
     try:
         base = tracemalloc.get_traced_memory()[0]
         mdl.manual_seed(0)
-        model, opt = wrap(mode, build_model(dtype), comm)
+        model, opt = wrap(mode, build_model(dtype), comm, bucket_bytes=bucket_bytes, overlap=overlap)
         params = sum(p.numel() for p in build_model().parameters())
         # the largest gathered unit: ZeRO-3's largest layer (weight and bias), the 512×512 one here
         largest = max(sum(p.numel() for p in layer.parameters()) for layer in build_model())
@@ -129,6 +131,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--weights", help="a folder where rank 0 saves each mode's whole weights after the steps")
+    parser.add_argument("--bucket-bytes", type=int, default=BUCKET_BYTES)
+    parser.add_argument("--no-overlap", action="store_true", help="data parallelism reduces after the backward")
     parser.add_argument("--dtype", default="float32", help="float64 checks the weights (the bytes are then twice "
                                                            "the float32 formulas')")
     args = parser.parse_args(argv)
@@ -137,10 +141,12 @@ def main(argv=None) -> int:
     rows = []
     for mode in args.modes.split(","):
         weights_to = None if args.weights is None else os.path.join(args.weights, f"{mode}.npz")
-        mine = measure(mode, comm, steps=args.steps, weights_to=weights_to, dtype=args.dtype)
+        mine = measure(mode, comm, steps=args.steps, weights_to=weights_to, dtype=args.dtype,
+                       bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap)
         rows.extend(comm.allgather_object(mine))
     if comm.rank == 0:
-        print(f"{comm.size} ranks, bytes per parameter (tracemalloc; Ψ = {rows[0]['parameters']:,})")
+        print(f"{comm.size} ranks, bytes per parameter (tracemalloc; Ψ = {rows[0]['parameters']:,}; collectives of at "
+              f"most {args.bucket_bytes:,} B; data parallelism {'after' if args.no_overlap else 'during'} the backward)")
         print(f"{'mode':>6} {'formula':>8} {'held (max rank)':>16} {'peak (max rank)':>16} {'peak (rank 0)':>14} "
               f"{'bound':>6}")
         for mode in args.modes.split(","):

@@ -371,6 +371,21 @@ def gradient_buckets(params, bucket_bytes: int) -> list[list[int]]:
     return runs[::-1]
 
 
+def gather_units(module: Sequential, bucket_bytes: int, prefix: str = "") -> list:
+    """Stage 3's units, (name, layer) in forward order: each layer of the ``Sequential``; a layer that is itself
+    a ``Sequential`` holding more than ``bucket_bytes`` of parameters is split into its own layers (recursively),
+    so that one block does not set every rank's whole-weights peak. A single layer is never split: its op
+    needs its whole weight (cutting a weight is tensor parallelism)."""
+    units = []
+    for index, layer in enumerate(module):
+        name = f"{prefix}{index}"
+        if isinstance(layer, Sequential) and sum(p.array.nbytes for p in layer.parameters()) > bucket_bytes:
+            units.extend(gather_units(layer, bucket_bytes, f"{name}."))
+        else:
+            units.append((name, layer))
+    return units
+
+
 def add_shard_gradient(unit: "FlatShard", summed) -> None:
     """shard.grad += this backward's reduce-scattered chunk (the first one: becomes the gradient)."""
     if unit.shard.grad is None:
@@ -439,9 +454,9 @@ class ShardedDataParallel(DataParallel):
                           for run in gradient_buckets(params, bucket_bytes)]
         else:
             self.units = []
-            for index, layer in enumerate(module):
+            for name, layer in gather_units(module, bucket_bytes):
                 params = [p for p in layer.parameters() if p.requires_grad]
-                shard = FlatShard(params, self.comm, f"layer {index} ({type(layer).__name__})",
+                shard = FlatShard(params, self.comm, f"layer {name} ({type(layer).__name__})",
                                   keep_full=False, piece_bytes=bucket_bytes) if params else None
                 self.units.append((layer, shard))
 

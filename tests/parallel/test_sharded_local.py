@@ -449,3 +449,22 @@ def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
     with pytest.raises(ValueError, match=r"SwitchOptimizer: parameter group 0 mixes .*ShardLayers.*"
                                          r"WholeParameter.* separate parameter groups"):
         opt.step()
+
+
+def test_stage_3_splits_a_block_larger_than_a_bucket_into_its_layers():
+    """A nested Sequential holding more than bucket_bytes is gathered layer by layer (its own units), one that
+    fits stays one unit; either way the run is the plain model's (the nested blocks are the same chain)."""
+    plain = make_sequential()
+    layers = list(make_sequential())
+    model = nn.Sequential(nn.Sequential(*layers[:3]), nn.Sequential(*layers[3:]))  # 148 and 15 float64 numbers
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=3, bucket_bytes=600)
+    assert [p.shape for p in sharded.parameters()] == [(78,), (70,), (15,)]
+    assert [unit.name for _, unit in sharded.units if unit is not None] == [
+        "layer 0.0 (Linear)", "layer 0.2 (Linear)", "layer 1 (Sequential)"]
+    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    train_sequential(sharded, opt, 12)
+    reference = make_optimizer("adam", plain.parameters())
+    train_sequential(plain, reference, 12)
+    sharded.gather_parameters()
+    for got, want in zip(model.parameters(), plain.parameters()):
+        np.testing.assert_array_equal(got.data, want.data)
