@@ -2,7 +2,7 @@
 
 Run under MPI (each rank measures itself; rank 0 writes the table):
 
-    mpiexec -n 4 python benchmarks/bench_zero_memory.py [--json out.json] [--steps 3]
+    mpiexec -n 4 python benchmarks/bench_zero_memory.py [--save] [--json out.json] [--bucket-bytes B] [--no-overlap]
 
 The meter is Python's :mod:`tracemalloc`, which sees every NumPy buffer the process allocates
 (parameters, gradients, buckets, optimizer state, activations, the collectives' receive buffers).
@@ -128,6 +128,8 @@ def measure(mode: str, comm, steps: int = 3, batch: int = BATCH, weights_to=None
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write every rank's rows here (rank 0)")
+    parser.add_argument("--save", action="store_true",
+                        help="write benchmarks/results/<machine>_zero_memory_<N>ranks.json")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--weights", help="a folder where rank 0 saves each mode's whole weights after the steps")
@@ -145,8 +147,9 @@ def main(argv=None) -> int:
                        bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap)
         rows.extend(comm.allgather_object(mine))
     if comm.rank == 0:
+        when = "after" if args.no_overlap else "during"
         print(f"{comm.size} ranks, bytes per parameter (tracemalloc; Ψ = {rows[0]['parameters']:,}; collectives of at "
-              f"most {args.bucket_bytes:,} B; data parallelism {'after' if args.no_overlap else 'during'} the backward)")
+              f"most {args.bucket_bytes:,} B; data parallelism {when} the backward)")
         print(f"{'mode':>6} {'formula':>8} {'held (max rank)':>16} {'peak (max rank)':>16} {'peak (rank 0)':>14} "
               f"{'bound':>6}")
         for mode in args.modes.split(","):
@@ -158,6 +161,11 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
+        if args.save:
+            from common import save_results
+            print("saved", save_results(f"zero_memory_{comm.size}ranks", {
+                "meter": "tracemalloc", "bucket_bytes": args.bucket_bytes, "overlap": not args.no_overlap,
+                "dtype": args.dtype, "rows": rows}))
     return 0
 
 

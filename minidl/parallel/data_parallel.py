@@ -31,7 +31,13 @@ non-blocking all-reduce starts (``iallreduce_``: ``MPI_Iallreduce``, or NCCL
 on a stream of its own), while backward goes on with the layers below;
 ``sync_gradients()`` starts whatever is left and waits. Buckets fill in the
 order gradients arrive, last layer first, so the plan is in reverse
-parameter order. The sums are the same numbers as without overlap. On the
+parameter order. Each packed gradient is then dropped: the bucket,
+summed in place, holds it, so the backward holds every gradient once plus the
+bucket being packed, never a flat copy of all of them (without overlap the
+packing follows the backward, and the largest bucket is a copy beside every
+gradient). Several backwards before one sync (gradient accumulation) each send
+their buckets, weighted by their own forward's counts, and the sync adds the
+sums. The sums are the same numbers as without overlap. On the
 CPU the gain is small: MPI advances a non-blocking collective mostly when it
 is called, and NumPy and MPI share the process's one thread.
 

@@ -15,8 +15,9 @@ precision: p = g = 2, K = 12). Here every parameter of a *unit* is laid out in
 one flat vector of Ψ' = N·⌈Ψ/N⌉ entries (zeros pad the end), and rank r owns
 the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
 
-    stage 2:  backward as usual (every rank's full gradient, briefly);
-              g_r ← chunk r of Σ_s w_s·g_s       reduce-scatter: this rank's shard of the global gradient
+    stage 2:  during the backward, as soon as a unit's gradients are final:
+              g_r ← chunk r of Σ_s w_s·g_s       reduce-scatter: this rank's shard of the global gradient,
+                                                  and the unit's full gradients freed
               shard ← optimizer(shard, g_r)       the optimizer holds state for Ψ'/N entries only
               w ← all-gather of the shards        every rank has every updated weight again
     stage 3:  between steps a rank keeps only its shard of the weights;
@@ -24,9 +25,17 @@ the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
               after the unit's backward: its gradient reduce-scattered into the shard's gradient,
                                          its full weights and gradients freed
 
-Units: stage 2 has one, the whole model; stage 3 shards an ``nn.Sequential``
-layer by layer (each layer with parameters is a unit), so only the layers
-whose forward has started and whose backward has not finished hold full weights.
+Units: stage 2's are buckets of consecutive parameters of about ``bucket_bytes``
+(:func:`gradient_buckets`; a model smaller than a bucket is one unit), each
+reduce-scattered as soon as the backward has finished its gradients (the uses
+counted as :class:`~minidl.parallel.data_parallel.BucketsInBackward` counts them),
+so the backward never holds the whole model's gradients. Stage 3 shards an
+``nn.Sequential`` layer by layer (:func:`gather_units`: each layer with parameters
+is a unit, and a nested ``Sequential`` larger than ``bucket_bytes`` is split into
+its layers), so only the layers whose forward has started and whose backward has
+not finished hold full weights. Every collective moves a unit in pieces of at most
+``bucket_bytes`` (:mod:`minidl.parallel.flat`), so no flat copy of a unit's
+gradient or weights sits beside them.
 As in the paper, a unit's whole weights live only while it computes: freed
 right after its forward, and gathered again when its backward first needs
 them. The ops inside the unit record under saved-tensor hooks
@@ -79,9 +88,16 @@ from minidl.backend import xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
-from minidl.parallel.data_parallel import (BUCKET_BYTES, BucketsInBackward, DataParallel, _BackwardStarts,
-                                           _UseCounter, clip_spread_grad_norm_, probing_optimizer)
 from minidl.parallel import flat as flat_layout
+from minidl.parallel.data_parallel import (
+    BUCKET_BYTES,
+    BucketsInBackward,
+    DataParallel,
+    _BackwardStarts,
+    _UseCounter,
+    clip_spread_grad_norm_,
+    probing_optimizer,
+)
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
@@ -415,7 +431,9 @@ class _ShardStep(BucketsInBackward):
 
 
 class ShardedDataParallel(DataParallel):
-    """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3)``.
+    """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3, reduction="mean",
+    bucket_bytes=25 MB)``; ``bucket_bytes`` is the size of stage 2's units (reduce-scattered during the backward),
+    of the blocks stage 3 splits (:func:`gather_units`), and the most any one collective moves.
 
     ``parameters()`` are the shards (flat vectors, one per unit, each a :class:`ShardParameter`):
     give them to an optimizer and wrap it in :class:`DistributedOptimizer`,

@@ -11,7 +11,9 @@ training trillion parameter models") shards it:
                 rank r updates the parameters it owns, with the state only it holds
                 w  ← all-gather of the updated shards     (every rank has every weight again)
 
-The state per rank drops from S to about S/N; the update arithmetic is split
+The all-gather moves each rank's share in pieces of at most ``bucket_bytes`` (all
+ranks' parts together), written straight into the parameters: no buffer of every
+rank's whole share. The state per rank drops from S to about S/N; the update arithmetic is split
 N ways too. The price is one all-gather of the weights per step, (N−1)/N·n
 bytes per rank, on top of the all-reduce's 2(N−1)/N·n. (ZeRO proper replaces
 the all-reduce by a reduce-scatter, which keeps the total at 2(N−1)/N·n; here
@@ -19,9 +21,13 @@ the gradient step stays that of DataParallel, so stage 1 composes with it.)
 
 Parameters are owned whole, not cut into element ranges, so every optimizer
 works unchanged, including the layer-wise ones (LARS, LAMB) that need a whole
-tensor's norm. Each owned parameter's update is the very same arithmetic as
-without ZeRO, and the all-gather copies the results bit for bit: training is
-identical to plain data parallelism.
+tensor's norm. The price: the owner of a parameter that is a large part of the
+model holds all of its state (a 512×512 weight that is half the model puts half
+of Adam's state on one of 4 ranks, not a quarter); stages 2 and 3
+(:class:`~minidl.parallel.sharded.ShardedDataParallel`) cut by elements.
+Each owned parameter's update is the very same arithmetic as without ZeRO, and
+the all-gather copies the results bit for bit: training is identical to plain
+data parallelism.
 
     opt = ZeroRedundancyOptimizer(model.parameters(), optim.Adam, comm, lr=1e-3)
     opt = DistributedOptimizer(opt, dp_model)          # all-reduce, then the sharded step
@@ -49,12 +55,13 @@ def partition_parameters(sizes, size: int) -> list[int]:
 
 
 class ZeroRedundancyOptimizer(ParallelOptimizer):
-    """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, **options)``.
+    """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, *, bucket_bytes=25 MB, **options)``.
 
     ``params`` is what ``optimizer_class`` takes (tensors or parameter-group
     dicts); ``options`` are its hyperparameters. This rank builds
     ``optimizer_class`` over the parameters it owns only. ``step()`` updates
-    them and all-gathers every rank's results; the gradients must already be
+    them and all-gathers every rank's results, in pieces of at most
+    ``bucket_bytes`` (all ranks' parts together); the gradients must already be
     the global ones (wrap in :class:`DistributedOptimizer`, or call
     ``DataParallel.sync_gradients()`` before ``step()``).
     """
