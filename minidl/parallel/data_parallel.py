@@ -122,18 +122,20 @@ class DataParallel(WrapsModule, ParallelModule):
         params = self._trainable()
         counter = _UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._overlap_step = self._overlap_step, None
-        if previous is not None:  # a forward without its sync
+        merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
+        if merge:
+            counter.uses, samples = list(previous.uses), samples + previous.samples
+        elif previous is not None:  # gradient accumulation: its backward is over, all its gradients final
             previous.close()
-            if previous.freed:  # gradient accumulation: its buckets hold (and reduce) what the gradients held
+            if any(p.grad is not None and p.grad.requires_grad for p in params):
+                pass  # gradients with a graph stay in the parameters and add up; the sync sends their sum
+            else:  # each backward sends its own buckets, with its own weights; the sync adds the sums
+                previous.start_the_rest()
                 self._carried_steps.append(previous)
-            elif not previous.opened:  # two forwards, then one backward: this step counts both
-                counter.uses, samples = list(previous.uses), samples + previous.samples
-            else:
-                previous = None
         with counter:
             out = self.module(*args, **kwargs)
         self._overlap_step = _OverlapStep(self, params, counter.uses, samples)
-        if previous is not None and not previous.freed:
+        if merge:
             previous.merged_into = self._overlap_step
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._overlap_step)(out)
@@ -449,7 +451,6 @@ class _OverlapStep(BucketsInBackward):
         self.total = int(counts[0])
         self.flights = {}
         self.had_gradient = [False] * len(params)  # whether each parameter had a gradient when packed
-        self.freed = False
 
     def start(self, b: int) -> None:
         """Pack bucket ``b`` (weighted), drop the gradients it now holds, and start its all-reduce."""
@@ -461,7 +462,6 @@ class _OverlapStep(BucketsInBackward):
             p = self.params[index]
             if p.grad is not None and not p.grad.requires_grad:
                 p.grad = None
-                self.freed = True
         self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
 
     def finish(self, carried=()) -> dict:

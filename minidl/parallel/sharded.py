@@ -521,16 +521,15 @@ class ShardedDataParallel(DataParallel):
         params = [p for unit in self._shard_units() for p in unit.params]
         counter = _UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._shard_step = self._shard_step, None
-        if previous is not None:  # a forward without its sync: the units it reduced stay in the shards' gradients
-            previous.close()
-            if not previous.opened:  # two forwards, then one backward: this step counts both
-                counter.uses = list(previous.uses)
-            else:
-                previous = None
+        merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
+        if merge:
+            counter.uses = list(previous.uses)
+        elif previous is not None:  # gradient accumulation: its backward is over; its units go into the shards'
+            previous.start_the_rest()  # gradients with its own weight, and this backward's add to them
         with counter:
             out = self.module(x, *args, **kwargs)
         self._shard_step = _ShardStep(self, params, counter.uses)
-        if previous is not None:
+        if merge:
             previous.merged_into = self._shard_step
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._shard_step)(out)
