@@ -551,8 +551,12 @@ class ShardedDataParallel(DataParallel):
 
     # ------------------------------------------------------------ the step
     def sync_gradients(self, num_samples: int | None = None) -> None:
-        """Stage 2: reduce-scatter the gradients into the shard (stage 3 did it during backward,
-        except after a forward under autocast: then each unit's, here, and its weights freed)."""
+        """Stage 2: reduce-scatter the buckets the backward left (those its last node finished) into their shards'
+        gradients (all of them after a forward that kept the graph); stage 3 did it during backward, except after
+        a forward under autocast: then each unit's, here, and its weights freed."""
+        if num_samples is not None and self._shard_step is not None:
+            raise ValueError("ShardedDataParallel.sync_gradients: stage 2 reduce-scatters its buckets during the "
+                             "backward, weighted by the forward pass's sample counts; num_samples cannot change them")
         if num_samples is not None:
             counts = np.array([num_samples], np.float64)
             self.comm.host_allreduce_(counts)

@@ -54,6 +54,8 @@ def test_stage_2_in_buckets_adds_the_backwards_before_one_sync(how):
                 (net(mdl.tensor(x)) ** 2).sum().backward()
         else:
             (net(mdl.tensor(xs[0])) * net(mdl.tensor(xs[1]))).sum().backward()
+    with pytest.raises(ValueError, match="num_samples cannot change them"):
+        sharded.sync_gradients(num_samples=8)
     sharded.sync_gradients()
     want = np.concatenate([p.grad.data.reshape(-1) for p in plain.parameters()])
     got = np.concatenate([s.grad.data for s in sharded.parameters()])
