@@ -31,7 +31,13 @@ non-blocking all-reduce starts (``iallreduce_``: ``MPI_Iallreduce``, or NCCL
 on a stream of its own), while backward goes on with the layers below;
 ``sync_gradients()`` starts whatever is left and waits. Buckets fill in the
 order gradients arrive, last layer first, so the plan is in reverse
-parameter order. The sums are the same numbers as without overlap. On the
+parameter order. Each packed gradient is then dropped: the bucket,
+summed in place, holds it, so the backward holds every gradient once plus the
+bucket being packed, never a flat copy of all of them (without overlap the
+packing follows the backward, and the largest bucket is a copy beside every
+gradient). Several backwards before one sync (gradient accumulation) each send
+their buckets, weighted by their own forward's counts, and the sync adds the
+sums. The sums are the same numbers as without overlap. On the
 CPU the gain is small: MPI advances a non-blocking collective mostly when it
 is called, and NumPy and MPI share the process's one thread.
 
@@ -95,6 +101,7 @@ class DataParallel(WrapsModule, ParallelModule):
         self.comm, self.bucket_bytes, self.reduction = comm, bucket_bytes, reduction
         self.overlap = bool(overlap)
         self._overlap_step = None   # the buckets in flight of this step (overlap=True)
+        self._carried_steps = []    # earlier backwards of this step, before the sync (accumulation, overlap=True)
         self.samples_seen = 0       # samples since the last sync (this rank)
         self.last_sync = {}         # what the last sync_gradients did: buckets, bytes, weight
         self._plan_key, self._plan = None, []
@@ -103,20 +110,33 @@ class DataParallel(WrapsModule, ParallelModule):
 
     # ------------------------------------------------------------ the model's own view
     def forward(self, *args, **kwargs):
+        samples = 0
         if args and self.training and is_grad_enabled():
             try:
-                self.samples_seen += len(args[0])
+                samples = len(args[0])
             except TypeError:
                 pass  # an input without a length: weights fall back to 1/N
+            self.samples_seen += samples
         if not (self.overlap and self.training and is_grad_enabled()):
             return self.module(*args, **kwargs)
-        if self._overlap_step is not None:
-            self._overlap_step.close()  # a forward without its sync: start over
         params = self._trainable()
         counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        previous, self._overlap_step = self._overlap_step, None
+        merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
+        if merge:
+            counter.uses, samples = list(previous.uses), samples + previous.samples
+        elif previous is not None:  # gradient accumulation: its backward is over, all its gradients final
+            previous.close()
+            if any(p.grad is not None and p.grad.requires_grad for p in params):
+                pass  # gradients with a graph stay in the parameters and add up; the sync sends their sum
+            else:  # each backward sends its own buckets, with its own weights; the sync adds the sums
+                previous.start_the_rest()
+                self._carried_steps.append(previous)
         with counter:
             out = self.module(*args, **kwargs)
-        self._overlap_step = _OverlapStep(self, params, counter.uses)
+        self._overlap_step = _OverlapStep(self, params, counter.uses, samples)
+        if merge:
+            previous.merged_into = self._overlap_step
         if isinstance(out, Tensor) and out.requires_grad:
             out = _BackwardStarts(self._overlap_step)(out)
         return out
@@ -163,8 +183,9 @@ class DataParallel(WrapsModule, ParallelModule):
                 raise ValueError("DataParallel.sync_gradients: with overlap=True the gradients were weighted by the "
                                  "forward pass's sample counts while backward ran; num_samples cannot change them")
             step, self._overlap_step = self._overlap_step, None
+            carried, self._carried_steps = self._carried_steps, []
             self.samples_seen = 0
-            self.last_sync = step.finish()
+            self.last_sync = step.finish(carried)
             return
         params = self._trainable()
         count = self.samples_seen if num_samples is None else int(num_samples)
@@ -335,33 +356,39 @@ class _BackwardStarts(Function):
         return dx
 
 
-class _OverlapStep:
-    """One step's buckets with overlap: which parameters are final, which buckets are in flight."""
+class BucketsInBackward:
+    """Which buckets of parameters have their final gradients, while a backward runs.
 
-    def __init__(self, dp: DataParallel, params, uses):
-        self.dp, self.params, self.uses = dp, params, list(uses)
+    The forward counted, with :class:`_UseCounter`, how many recorded ops take each parameter;
+    the backward walk counts them down (:class:`_GradientReady`, after each node's backward), and
+    a parameter whose count reaches zero has its final gradient. When every parameter of bucket
+    ``b`` of ``plan`` (lists of (parameter index, offset)) is final, :meth:`start` ``(b)`` runs:
+    data parallelism's all-reduce (:class:`_OverlapStep`), ZeRO-2's reduce-scatter
+    (``minidl.parallel.sharded``). :meth:`start_the_rest` starts the buckets left at the sync.
+    """
+
+    def __init__(self, params, uses, plan):
+        self.params, self.uses, self.plan = params, list(uses), plan
         self.positions = {id(p): i for i, p in enumerate(params)}
-        comm = dp.comm
-        counts = np.array([dp.samples_seen], np.float64)
-        comm.host_allreduce_(counts)  # the weights are needed as soon as the first bucket starts
-        if dp.reduction == "sum":
-            self.weight = 1.0
-        elif counts[0] > 0:
-            self.weight = float(dp.samples_seen) / float(counts[0])
-        else:
-            self.weight = 1.0 / comm.size
-        self.total = int(counts[0])
-        self.plan = dp._bucket_plan(params)
-        self.bucket_of = {index: b for b, bucket in enumerate(self.plan) for index, _ in bucket}
-        self.waiting = [len(bucket) for bucket in self.plan]   # parameters not yet final, per bucket
-        self.ready, self.flights, self.hook = [], {}, None
+        self.bucket_of = {index: b for b, bucket in enumerate(plan) for index, _ in bucket}
+        self.waiting = [len(bucket) for bucket in plan]   # parameters not yet final, per bucket
+        self.ready, self.started, self.hook, self.opened = [], set(), None, False
+        self.merged_into = None  # a later forward's step that counts this one's uses too (see open)
         self.started_in_backward = 0
         for index, count in enumerate(self.uses):
             if count == 0:  # not used (or frozen path): final from the start
                 self.ready.append(index)
 
+    def start(self, b: int) -> None:
+        raise NotImplementedError
+
     def open(self):
+        """The backward reached this forward's output: watch the walk from here on (this step's, or the step
+        of a later forward that took over its uses: two forwards, then one backward)."""
+        if self.merged_into is not None:
+            return self.merged_into.open()
         if self.hook is None:
+            self.opened = True
             self.hook = _GradientReady(self)
             self.hook.__enter__()
 
@@ -380,31 +407,87 @@ class _OverlapStep:
         for index in ready:
             b = self.bucket_of[index]
             self.waiting[b] -= 1
-            if self.waiting[b] == 0:
-                flat = _pack(self.params, self.plan[b], self.weight)
-                self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
+            if self.waiting[b] == 0 and b not in self.started:
+                self.started.add(b)
+                self.start(b)
                 self.started_in_backward += in_backward
 
-    def finish(self) -> dict:
-        """Start the buckets left, wait for every one, and hand each parameter its summed gradient."""
+    def start_the_rest(self) -> None:
+        """Start the buckets left (a parameter counted uses that never ran backward)."""
         self.close()
         self.start_ready_buckets(in_backward=False)
-        for b, bucket in enumerate(self.plan):
-            if b not in self.flights:  # a parameter counted uses that never ran backward
-                flat = _pack(self.params, bucket, self.weight)
-                self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
-        present = np.array([p.grad is not None for p in self.params], np.float64)
-        self.dp.comm.host_allreduce_(present)
+        for b in range(len(self.plan)):
+            if b not in self.started:
+                self.started.add(b)
+                self.start(b)
+
+
+class _OverlapStep(BucketsInBackward):
+    """One backward's buckets with overlap: which parameters are final, which buckets are in flight.
+
+    A bucket is packed as soon as its parameters' gradients are final, and each packed gradient is
+    dropped (``p.grad = None``): from then on the bucket, reduced in place, holds it. So the backward
+    holds each gradient once, in its parameter or in its bucket, plus the one bucket being packed:
+    no full flat copy of the gradients besides the gradients. (A gradient that carries a graph, for
+    an optimizer that differentiates it again, stays until the sync.)
+
+    With gradient accumulation (several forwards and backwards before one sync) each backward's
+    buckets carry the weights of its own forward, w_r = n_r / Σ_s n_s, and the sync adds the
+    backwards' sums: Σ_backwards Σ_r w_r g_r, each term the gradient of that micro-batch's mean loss
+    over the ranks' slices together, as one process accumulates them.
+    """
+
+    def __init__(self, dp: DataParallel, params, uses, samples: int):
+        super().__init__(params, uses, dp._bucket_plan(params))
+        self.dp, self.samples = dp, samples
+        comm = dp.comm
+        counts = np.array([samples], np.float64)
+        comm.host_allreduce_(counts)  # the weights are needed as soon as the first bucket starts
+        if dp.reduction == "sum":
+            self.weight = 1.0
+        elif counts[0] > 0:
+            self.weight = float(samples) / float(counts[0])
+        else:
+            self.weight = 1.0 / comm.size
+        self.total = int(counts[0])
+        self.flights = {}
+        self.had_gradient = [False] * len(params)  # whether each parameter had a gradient when packed
+
+    def start(self, b: int) -> None:
+        """Pack bucket ``b`` (weighted), drop the gradients it now holds, and start its all-reduce."""
+        bucket = self.plan[b]
+        for index, _ in bucket:
+            self.had_gradient[index] = self.params[index].grad is not None
+        flat = _pack(self.params, bucket, self.weight)
+        for index, _ in bucket:
+            p = self.params[index]
+            if p.grad is not None and not p.grad.requires_grad:
+                p.grad = None
+        self.flights[b] = (flat, self.dp.comm.iallreduce_(flat))
+
+    def finish(self, carried=()) -> dict:
+        """Start the buckets left, wait for every one (``carried``: earlier backwards' steps too), and hand each
+        parameter its summed gradient (the sum of the steps' sums, with accumulation)."""
+        steps = [*carried, self]
+        for step in steps:
+            step.start_the_rest()
+        had = np.array([any(step.had_gradient[i] for step in steps) for i in range(len(self.params))], np.float64)
+        self.dp.comm.host_allreduce_(had)
         sent = 0
-        for b, bucket in enumerate(self.plan):
-            flat, flight = self.flights[b]
-            flight.wait()
-            sent += flat.nbytes
-            for index, offset in bucket:
-                p = self.params[index]
-                if present[index] > 0:
-                    p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
-        return {"buckets": len(self.plan), "bytes": sent, "weight": self.weight, "samples": self.total,
+        summed = [None] * len(self.params)
+        for step in steps:
+            for b, bucket in enumerate(step.plan):
+                flat, flight = step.flights[b]
+                flight.wait()
+                sent += flat.nbytes
+                for index, offset in bucket:
+                    piece = flat[offset:offset + self.params[index].numel()]
+                    summed[index] = piece if summed[index] is None else summed[index] + piece
+        for index, p in enumerate(self.params):
+            if had[index] > 0:
+                p.grad = Tensor(summed[index].reshape(p.shape))
+        return {"buckets": len(self.plan), "bytes": sent, "weight": self.weight,
+                "samples": sum(step.total for step in steps),
                 "started_in_backward": self.started_in_backward}
 
 

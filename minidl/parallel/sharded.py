@@ -15,8 +15,9 @@ precision: p = g = 2, K = 12). Here every parameter of a *unit* is laid out in
 one flat vector of Ψ' = N·⌈Ψ/N⌉ entries (zeros pad the end), and rank r owns
 the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
 
-    stage 2:  backward as usual (every rank's full gradient, briefly);
-              g_r ← chunk r of Σ_s w_s·g_s       reduce-scatter: this rank's shard of the global gradient
+    stage 2:  during the backward, as soon as a unit's gradients are final:
+              g_r ← chunk r of Σ_s w_s·g_s       reduce-scatter: this rank's shard of the global gradient,
+                                                  and the unit's full gradients freed
               shard ← optimizer(shard, g_r)       the optimizer holds state for Ψ'/N entries only
               w ← all-gather of the shards        every rank has every updated weight again
     stage 3:  between steps a rank keeps only its shard of the weights;
@@ -24,9 +25,17 @@ the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
               after the unit's backward: its gradient reduce-scattered into the shard's gradient,
                                          its full weights and gradients freed
 
-Units: stage 2 has one, the whole model; stage 3 shards an ``nn.Sequential``
-layer by layer (each layer with parameters is a unit), so only the layers
-whose forward has started and whose backward has not finished hold full weights.
+Units: stage 2's are buckets of consecutive parameters of about ``bucket_bytes``
+(:func:`gradient_buckets`; a model smaller than a bucket is one unit), each
+reduce-scattered as soon as the backward has finished its gradients (the uses
+counted as :class:`~minidl.parallel.data_parallel.BucketsInBackward` counts them),
+so the backward never holds the whole model's gradients. Stage 3 shards an
+``nn.Sequential`` layer by layer (:func:`gather_units`: each layer with parameters
+is a unit, and a nested ``Sequential`` larger than ``bucket_bytes`` is split into
+its layers), so only the layers whose forward has started and whose backward has
+not finished hold full weights. Every collective moves a unit in pieces of at most
+``bucket_bytes`` (:mod:`minidl.parallel.flat`), so no flat copy of a unit's
+gradient or weights sits beside them.
 As in the paper, a unit's whole weights live only while it computes: freed
 right after its forward, and gathered again when its backward first needs
 them. The ops inside the unit record under saved-tensor hooks
@@ -80,7 +89,16 @@ from minidl.backend import using, xp_of
 from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
-from minidl.parallel.data_parallel import DataParallel, clip_spread_grad_norm_, probing_optimizer
+from minidl.parallel import flat as flat_layout
+from minidl.parallel.data_parallel import (
+    BUCKET_BYTES,
+    BucketsInBackward,
+    DataParallel,
+    _BackwardStarts,
+    _UseCounter,
+    clip_spread_grad_norm_,
+    probing_optimizer,
+)
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
@@ -104,8 +122,7 @@ class ShardLayers(Layers):
     """
 
     def __init__(self, pieces, size: int, ndims, comm=None, xp=np):
-        self.pieces, self.size, self.ndims, self.comm = pieces, size, np.asarray(ndims), comm
-        self.ndim = self.per_element(xp.asarray(self.ndims))
+        self.pieces, self.size, self.ndims, self.comm, self.xp = pieces, size, np.asarray(ndims), comm, xp
         if comm is not None:  # otherwise Layers' own: the sums as they are
             self.complete_sums_ = comm.allreduce_
 
@@ -118,6 +135,12 @@ class ShardLayers(Layers):
                 pieces.append((k, start, stop))
             offset += size
         return cls(pieces, unit.chunk, [len(s) for s in unit.shapes], unit.comm, unit.xp)
+
+    @property
+    def ndim(self):
+        """Each element's parameter's ndim (0 on the padding), made when asked (LARS's step): kept, it would
+        hold one int8 per element of the shard besides the shard itself."""
+        return self.per_element(self.xp.asarray(self.ndims, dtype=np.int8))
 
     def layer_norms(self, x):
         xp = xp_of(x)
@@ -169,16 +192,16 @@ def _on_unit_device(method):
 class FlatShard:
     """The parameters of one unit laid out flat (padded to N·⌈Ψ/N⌉), and this rank's chunk as a Parameter."""
 
-    def __init__(self, params, comm, name: str, keep_full: bool):
+    def __init__(self, params, comm, name: str, keep_full: bool, piece_bytes: int = BUCKET_BYTES):
         kinds = {(p.dtype.str, p.device) for p in params}
         if len(kinds) != 1:
             raise ValueError(f"ShardedDataParallel: the parameters of {name} must share one dtype and device to "
                              f"be laid out flat, got {sorted(kinds)}; convert the model with .to(dtype) first")
         self.device = params[0].device
-        self._lay_out(params, comm, name, keep_full)
+        self._lay_out(params, comm, name, keep_full, piece_bytes)
 
     @_on_unit_device
-    def _lay_out(self, params, comm, name: str, keep_full: bool):
+    def _lay_out(self, params, comm, name: str, keep_full: bool, piece_bytes: int):
         self.params, self.comm, self.name = params, comm, name
         self.shapes = [tuple(p.shape) for p in params]
         self.sizes = [math.prod(s) for s in self.shapes]
@@ -186,6 +209,8 @@ class FlatShard:
         self.chunk = -(-self.numel // comm.size)               # ⌈Ψ/N⌉
         self.padded = self.chunk * comm.size                  # Ψ'
         self.xp, self.dtype = params[0].xp, params[0].dtype
+        # each collective moves the unit in pieces of at most piece_bytes (all ranks' parts together)
+        self.piece_ranges = flat_layout.pieces(self.chunk, np.dtype(self.dtype).itemsize, piece_bytes, comm.size)
         full = self.xp.zeros(self.padded, self.dtype)
         self._pack(full, [p.data for p in params])
         mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
@@ -223,13 +248,21 @@ class FlatShard:
     @_on_unit_device
     def gather(self, changed: bool = True) -> None:
         """Every rank's shard, all-gathered: the unit's parameters whole again (``changed=False``: the
-        values they had when freed, so their versions stay)."""
-        gathered = self.comm.allgather(self.xp.ascontiguousarray(self.shard.data)).reshape(-1)
-        if self.full is not None:  # stage 2: into the same buffer (the shard is a view of it)
-            self.full[...] = gathered
+        values they had when freed, so their versions stay).
+
+        Piece by piece (:func:`minidl.parallel.flat.pieces`): piece [a, b) of every rank's chunk is
+        all-gathered and written where those elements live, so besides the whole weights only one
+        piece's buffer is held (stage 2 gathers into the buffer the weights already live in).
+        """
+        full = self.full if self.full is not None else self.xp.empty(self.padded, self.dtype)
+        by_rank = full.reshape(self.comm.size, self.chunk)
+        shard = self.shard.array
+        for start, stop in self.piece_ranges:
+            by_rank[:, start:stop] = self.comm.allgather(self.xp.ascontiguousarray(shard[start:stop]))
+        if self.full is not None:  # stage 2: the shard is a view of the same buffer
             mark_changed(*self.params)
         else:
-            self._point_params_at(gathered, changed)
+            self._point_params_at(full, changed)
         self.whole = True
 
     @_on_unit_device
@@ -264,14 +297,31 @@ class FlatShard:
 
     @_on_unit_device
     def reduce_gradients(self, weight: float):
-        """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients."""
-        flat = self.xp.empty(self.padded, self.dtype)
-        self._pack(flat, [None if p.grad is None else p.grad.data for p in self.params])
-        if weight != 1.0:
-            flat *= weight
+        """This rank's chunk of Σ_s weight_s · (gradients of rank s), reduce-scattered; frees the full gradients.
+
+        Piece by piece, without a flat copy of the unit's gradient: for each piece [a, b) the send
+        buffer holds elements r·chunk + a .. r·chunk + b of the weighted flat gradient for every
+        rank r (read from the gradients where they live, :func:`minidl.parallel.flat.read_range`),
+        and the reduce-scatter hands rank r the sum of its own run. The same elements and bytes
+        as one reduce-scatter of the whole flat vector.
+        """
+        grads = [None if p.grad is None else p.grad.array for p in self.params]
         for p in self.params:
             p.grad = None
-        return self.comm.reduce_scatter(flat)
+        out = None if len(self.piece_ranges) == 1 else self.xp.empty(self.chunk, self.dtype)
+        for start, stop in self.piece_ranges:
+            send = self.xp.empty((self.comm.size, stop - start), self.dtype)
+            for rank in range(self.comm.size):
+                flat_layout.read_range(grads, self.sizes, rank * self.chunk + start, send[rank], weight)
+            if stop == self.chunk:
+                grads = None  # the last piece is read: the full gradients go before its collective
+            summed = self.comm.reduce_scatter(send.reshape(-1))
+            del send
+            if out is None:
+                out = summed
+            else:
+                out[start:stop] = summed
+        return out
 
     @_on_unit_device
     def zeros(self, shape):
@@ -347,8 +397,70 @@ class _UnitBoundary(Function):
         return dx
 
 
+def gradient_buckets(params, bucket_bytes: int) -> list[list[int]]:
+    """Stage 2's units: runs of consecutive parameter indices of about ``bucket_bytes`` each, cut from the last
+    parameter back (the order the backward finishes them), each run in forward order. A parameter larger
+    than ``bucket_bytes`` is a run of its own."""
+    runs, run, used = [], [], 0
+    for index in range(len(params) - 1, -1, -1):
+        nbytes = params[index].array.nbytes
+        if run and used + nbytes > bucket_bytes:
+            runs.append(run[::-1])
+            run, used = [], 0
+        run.append(index)
+        used += nbytes
+    if run:
+        runs.append(run[::-1])
+    return runs[::-1]
+
+
+def gather_units(module: Sequential, bucket_bytes: int, prefix: str = "") -> list:
+    """Stage 3's units, (name, layer) in forward order: each layer of the ``Sequential``; a layer that is itself
+    a ``Sequential`` holding more than ``bucket_bytes`` of parameters is split into its own layers (recursively),
+    so that one block does not set every rank's whole-weights peak. A single layer is never split: its op
+    needs its whole weight (cutting a weight is tensor parallelism)."""
+    units = []
+    for index, layer in enumerate(module):
+        name = f"{prefix}{index}"
+        if isinstance(layer, Sequential) and sum(p.array.nbytes for p in layer.parameters()) > bucket_bytes:
+            units.extend(gather_units(layer, bucket_bytes, f"{name}."))
+        else:
+            units.append((name, layer))
+    return units
+
+
+def add_shard_gradient(unit: "FlatShard", summed) -> None:
+    """shard.grad += this backward's reduce-scattered chunk (the first one: becomes the gradient)."""
+    if unit.shard.grad is None:
+        unit.shard.grad = Tensor(summed)
+    else:
+        unit.shard.grad = Tensor(unit.shard.grad.array + summed)
+
+
+class _ShardStep(BucketsInBackward):
+    """Stage 2's backward: each unit (one bucket of parameters) is reduce-scattered into its shard's gradient,
+    with this forward's weight, as soon as its parameters' gradients are final, and the full gradients are
+    freed (:meth:`FlatShard.reduce_gradients`): the backward holds one unit's full gradients beyond those
+    still being computed, not the whole model's. Several backwards before one sync add their chunks."""
+
+    def __init__(self, owner: "ShardedDataParallel", params, uses):
+        units = owner._shard_units()
+        plan, first = [], 0
+        for unit in units:
+            plan.append([(first + k, 0) for k in range(len(unit.params))])
+            first += len(unit.params)
+        super().__init__(params, uses, plan)
+        self.owner, self.units, self.weight = owner, units, owner.gradient_weight
+
+    def start(self, b: int) -> None:
+        unit = self.units[b]
+        add_shard_gradient(unit, unit.reduce_gradients(self.weight))
+
+
 class ShardedDataParallel(DataParallel):
-    """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3)``.
+    """Data parallelism with ZeRO stage 2 or 3: ``ShardedDataParallel(module, comm=None, stage=3, reduction="mean",
+    bucket_bytes=25 MB)``; ``bucket_bytes`` is the size of stage 2's units (reduce-scattered during the backward),
+    of the blocks stage 3 splits (:func:`gather_units`), and the most any one collective moves.
 
     ``parameters()`` are the shards (flat vectors, one per unit, each a :class:`ShardParameter`):
     give them to an optimizer and wrap it in :class:`DistributedOptimizer`,
@@ -361,26 +473,36 @@ class ShardedDataParallel(DataParallel):
 
     shards_gradients = True  # the optimizer sees flat shards: clipping adds their squares over the ranks
 
-    def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean"):
+    def __init__(self, module: Module, comm=None, stage: int = 3, reduction: str = "mean",
+                 bucket_bytes: int = BUCKET_BYTES):
         if stage not in (2, 3):
             raise ValueError(f"ShardedDataParallel: stage must be 2 (gradients and optimizer state sharded) or 3 "
                              f"(parameters too), got {stage!r}; for stage 1 use ZeroRedundancyOptimizer")
         if stage == 3 and not isinstance(module, Sequential):
             raise TypeError(f"ShardedDataParallel(stage=3) shards an nn.Sequential layer by layer, got "
                             f"{type(module).__name__}; put the model's blocks in an nn.Sequential, or use stage=2")
-        super().__init__(module, comm, reduction=reduction)
+        super().__init__(module, comm, bucket_bytes=bucket_bytes, reduction=reduction)
         self.stage, self.gradient_weight = stage, 1.0 / self.comm.size
         self._deferred = False  # stage 3 under autocast: the units' gradients wait for sync_gradients
         self._keep_graph = False  # an optimizer probes the gradients' graph (AdaHessian): see check_optimizer
+        self._shard_step = None  # stage 2: this backward's buckets (units) reduce-scattered as they finish
         if stage == 2:
             params = [p for p in module.parameters() if p.requires_grad]
-            self.units = [(None, FlatShard(params, self.comm, type(module).__name__, keep_full=True))]
+            kinds = {(p.dtype.str, p.device) for p in params}
+            if len(kinds) > 1:
+                raise ValueError(f"ShardedDataParallel: the parameters of {type(module).__name__} must share one dtype "
+                                 f"and device to be laid out flat, got {sorted(kinds)}; convert the model with "
+                                 ".to(dtype) first")
+            self.units = [(None, FlatShard([params[i] for i in run], self.comm,
+                                           f"{type(module).__name__} parameters {run[0]}..{run[-1]}", keep_full=True,
+                                           piece_bytes=bucket_bytes))
+                          for run in gradient_buckets(params, bucket_bytes)]
         else:
             self.units = []
-            for index, layer in enumerate(module):
+            for name, layer in gather_units(module, bucket_bytes):
                 params = [p for p in layer.parameters() if p.requires_grad]
-                shard = FlatShard(params, self.comm, f"layer {index} ({type(layer).__name__})",
-                                  keep_full=False) if params else None
+                shard = FlatShard(params, self.comm, f"layer {name} ({type(layer).__name__})",
+                                  keep_full=False, piece_bytes=bucket_bytes) if params else None
                 self.units.append((layer, shard))
 
     # ------------------------------------------------------------ what the optimizer sees
@@ -395,7 +517,9 @@ class ShardedDataParallel(DataParallel):
         if grad_step:
             self._count_samples(x)
         if self.stage == 2:
-            return self.module(x, *args, **kwargs)
+            if not grad_step or self._keep_graph:  # the sync reduce-scatters (AdaHessian probes the whole first)
+                return self.module(x, *args, **kwargs)
+            return self._forward_reducing_in_backward(x, *args, **kwargs)
         keep_whole = grad_step and self._keep_graph
         deferred = grad_step and (is_autocast_enabled() or keep_whole)
         self._deferred = self._deferred or deferred
@@ -418,6 +542,26 @@ class ShardedDataParallel(DataParallel):
             unit.release(keep_grads=self._deferred)  # freed until its backward (or the next forward) gathers it
         return x
 
+    def _forward_reducing_in_backward(self, x, *args, **kwargs):
+        """Stage 2's forward, counting each parameter's uses, so that its backward reduce-scatters each unit (a
+        bucket of about ``bucket_bytes``) as soon as its gradients are final and frees them (:class:`_ShardStep`)."""
+        params = [p for unit in self._shard_units() for p in unit.params]
+        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        previous, self._shard_step = self._shard_step, None
+        merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
+        if merge:
+            counter.uses = list(previous.uses)
+        elif previous is not None:  # gradient accumulation: its backward is over; its units go into the shards'
+            previous.start_the_rest()  # gradients with its own weight, and this backward's add to them
+        with counter:
+            out = self.module(x, *args, **kwargs)
+        self._shard_step = _ShardStep(self, params, counter.uses)
+        if merge:
+            previous.merged_into = self._shard_step
+        if isinstance(out, Tensor) and out.requires_grad:
+            out = _BackwardStarts(self._shard_step)(out)
+        return out
+
     def _count_samples(self, x):
         """The weight of this rank's gradient, n_r / Σ_s n_s (a small host all-reduce of the counts)."""
         try:
@@ -434,15 +578,23 @@ class ShardedDataParallel(DataParallel):
 
     # ------------------------------------------------------------ the step
     def sync_gradients(self, num_samples: int | None = None) -> None:
-        """Stage 2: reduce-scatter the gradients into the shard (stage 3 did it during backward,
-        except after a forward under autocast: then each unit's, here, and its weights freed)."""
+        """Stage 2: reduce-scatter the buckets the backward left (those its last node finished) into their shards'
+        gradients (all of them after a forward that kept the graph); stage 3 did it during backward, except after
+        a forward under autocast: then each unit's, here, and its weights freed."""
+        if num_samples is not None and self._shard_step is not None:
+            raise ValueError("ShardedDataParallel.sync_gradients: stage 2 reduce-scatters its buckets during the "
+                             "backward, weighted by the forward pass's sample counts; num_samples cannot change them")
         if num_samples is not None:
             counts = np.array([num_samples], np.float64)
             self.comm.host_allreduce_(counts)
             self.gradient_weight = num_samples / float(counts[0])
         if self.stage == 2:
-            _, unit = self.units[0]
-            unit.shard.grad = Tensor(unit.reduce_gradients(self.gradient_weight))
+            step, self._shard_step = self._shard_step, None
+            if step is not None:  # the units whose backward finished are reduced already
+                step.start_the_rest()
+            else:
+                for unit in self._shard_units():
+                    add_shard_gradient(unit, unit.reduce_gradients(self.gradient_weight))
         elif self._deferred:
             self._deferred = False
             for unit in self._shard_units():
@@ -478,7 +630,8 @@ class ShardedDataParallel(DataParallel):
     def after_step(self) -> None:
         """Stage 2: all-gather the updated shards (stage 3 gathers each unit before its next forward)."""
         if self.stage == 2:
-            self.units[0][1].gather()
+            for unit in self._shard_units():
+                unit.gather()
 
     def gather_parameters(self) -> None:
         """Whole weights in the wrapped model on every rank (a collective); stage 3 frees them at the next step."""

@@ -11,7 +11,9 @@ training trillion parameter models") shards it:
                 rank r updates the parameters it owns, with the state only it holds
                 w  ← all-gather of the updated shards     (every rank has every weight again)
 
-The state per rank drops from S to about S/N; the update arithmetic is split
+The all-gather moves each rank's share in pieces of at most ``bucket_bytes`` (all
+ranks' parts together), written straight into the parameters: no buffer of every
+rank's whole share. The state per rank drops from S to about S/N; the update arithmetic is split
 N ways too. The price is one all-gather of the weights per step, (N−1)/N·n
 bytes per rank, on top of the all-reduce's 2(N−1)/N·n. (ZeRO proper replaces
 the all-reduce by a reduce-scatter, which keeps the total at 2(N−1)/N·n; here
@@ -19,9 +21,13 @@ the gradient step stays that of DataParallel, so stage 1 composes with it.)
 
 Parameters are owned whole, not cut into element ranges, so every optimizer
 works unchanged, including the layer-wise ones (LARS, LAMB) that need a whole
-tensor's norm. Each owned parameter's update is the very same arithmetic as
-without ZeRO, and the all-gather copies the results bit for bit: training is
-identical to plain data parallelism.
+tensor's norm. The price: the owner of a parameter that is a large part of the
+model holds all of its state (a 512×512 weight that is half the model puts half
+of Adam's state on one of 4 ranks, not a quarter); stages 2 and 3
+(:class:`~minidl.parallel.sharded.ShardedDataParallel`) cut by elements.
+Each owned parameter's update is the very same arithmetic as without ZeRO, and
+the all-gather copies the results bit for bit: training is identical to plain
+data parallelism.
 
     opt = ZeroRedundancyOptimizer(model.parameters(), optim.Adam, comm, lr=1e-3)
     opt = DistributedOptimizer(opt, dp_model)          # all-reduce, then the sharded step
@@ -30,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidl.parallel import flat as flat_layout
+from minidl.parallel.data_parallel import BUCKET_BYTES
 from minidl.parallel.protocol import ParallelOptimizer, sum_numbers_
 from minidl.parallel.whole_state import gather_owned_state, owned_state, regrouped
 from minidl.tensor import Tensor, mark_changed
@@ -47,17 +55,21 @@ def partition_parameters(sizes, size: int) -> list[int]:
 
 
 class ZeroRedundancyOptimizer(ParallelOptimizer):
-    """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, **options)``.
+    """``ZeroRedundancyOptimizer(params, optimizer_class, comm=None, *, bucket_bytes=25 MB, **options)``.
 
     ``params`` is what ``optimizer_class`` takes (tensors or parameter-group
     dicts); ``options`` are its hyperparameters. This rank builds
     ``optimizer_class`` over the parameters it owns only. ``step()`` updates
-    them and all-gathers every rank's results; the gradients must already be
+    them and all-gathers every rank's results, in pieces of at most
+    ``bucket_bytes`` (all ranks' parts together); the gradients must already be
     the global ones (wrap in :class:`DistributedOptimizer`, or call
     ``DataParallel.sync_gradients()`` before ``step()``).
     """
 
-    def __init__(self, params, optimizer_class, comm=None, **options):
+    def __init__(self, params, optimizer_class, comm=None, *, bucket_bytes: int = BUCKET_BYTES, **options):
+        if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"ZeroRedundancyOptimizer: bucket_bytes must be a positive int, got {bucket_bytes!r}")
+        self.bucket_bytes = bucket_bytes
         if comm is None:
             from minidl.parallel.world import init
             comm = init()
@@ -99,24 +111,24 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
         return loss
 
     def gather_parameters(self) -> None:
-        """Every rank's owned parameters, copied into every rank (one all-gather per dtype/device)."""
+        """Every rank's owned parameters, copied into every rank: per dtype/device, each rank's owned
+        parameters laid out flat (padded to the largest rank's length) and all-gathered in pieces of at
+        most ``bucket_bytes`` for all ranks together (:mod:`minidl.parallel.flat`), each piece written
+        straight into the parameters it belongs to: no buffer of every rank's whole share."""
         for params_by_rank, length in self._layout:
-            mine = params_by_rank[self.comm.rank]
             first = next(p for ps in params_by_rank for p in ps)
-            send = first.xp.zeros(length, first.dtype)
-            offset = 0
-            for p in mine:
-                send[offset:offset + p.numel()] = p.data.reshape(-1)
-                offset += p.numel()
-            gathered = self.comm.allgather(send)
+            arrays = [[p.array for p in params] for params in params_by_rank]
+            sizes = [[p.numel() for p in params] for params in params_by_rank]
+            for start, stop in flat_layout.pieces(length, first.dtype.itemsize, self.bucket_bytes, self.comm.size):
+                send = flat_layout.read_range(arrays[self.comm.rank], sizes[self.comm.rank], start,
+                                              first.xp.empty(stop - start, first.dtype))
+                gathered = self.comm.allgather(send)
+                for rank in range(self.comm.size):
+                    if rank != self.comm.rank:
+                        flat_layout.write_range(arrays[rank], sizes[rank], start, gathered[rank])
             for rank, params in enumerate(params_by_rank):
-                if rank == self.comm.rank:
-                    continue
-                offset = 0
-                for p in params:
-                    p.data[...] = gathered[rank, offset:offset + p.numel()].reshape(p.shape)
-                    mark_changed(p)
-                    offset += p.numel()
+                if rank != self.comm.rank and params:
+                    mark_changed(*params)
 
     def _gather_layout(self):
         """Per (dtype, device): the parameters each rank owns, and the padded shard length."""

@@ -206,6 +206,38 @@ def test_overlap_in_a_world_of_one_gives_the_same_gradients_and_starts_buckets_i
     assert autograd.function_hooks.active == ()  # the gradient hook is gone after the sync
 
 
+def test_overlap_drops_each_packed_gradient_and_adds_the_backwards_of_an_accumulation():
+    """Buckets of 100 B, in reverse: the last Linear's two start during the backward and their gradients are
+    dropped (the buckets hold them); two micro-batches (5 and 3 samples) before one sync give what one
+    process accumulates, the sum of each micro-batch's mean-loss gradient (each weighted 5/5 and 3/3 here)."""
+    a, b = _model(), _model()
+    overlapped = parallel.DataParallel(b, parallel.LocalComm(), bucket_bytes=100, overlap=True)
+    rng = np.random.default_rng(3)
+    batches = [(rng.normal(size=(n, 4)), rng.integers(0, 3, size=n)) for n in (5, 3)]
+    dropped = []
+    for x, y in batches:
+        cross_entropy(a(mdl.tensor(x)), mdl.tensor(y)).backward()
+        cross_entropy(overlapped(mdl.tensor(x)), mdl.tensor(y)).backward()
+        dropped.append([p.grad is None for p in b.parameters()])
+    assert dropped == [[False, False, True, True]] * 2
+    overlapped.sync_gradients()
+    assert overlapped.last_sync["samples"] == 8
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=1e-15, atol=1e-17)
+
+
+def test_overlap_counts_the_uses_of_two_forwards_before_one_backward():
+    """forward(x1), forward(x2), one loss over both: a parameter is final only after both forwards' uses."""
+    a, b = _model(), _model()
+    overlapped = parallel.DataParallel(b, parallel.LocalComm(), bucket_bytes=100, overlap=True)
+    x1, x2 = np.random.default_rng(4).normal(size=(2, 3, 4))
+    (a(mdl.tensor(x1)) * a(mdl.tensor(x2))).sum().backward()
+    (overlapped(mdl.tensor(x1)) * overlapped(mdl.tensor(x2))).sum().backward()
+    overlapped.sync_gradients()
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=1e-15, atol=1e-17)
+
+
 def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without_sync():
     from minidl import autograd
     dp = parallel.DataParallel(_model(), parallel.LocalComm(), overlap=True)

@@ -5,6 +5,7 @@ The multi-rank proof (2 and 4 MPI ranks, memory and traffic against the formulas
 import numpy as np
 import pytest
 
+import minidl as mdl
 from minidl import nn, optim, parallel
 
 from .mp_scenarios import make_optimizer, make_sequential, train_sequential, zero_reference
@@ -20,6 +21,45 @@ def test_a_world_of_one_trains_as_the_plain_model(stage):
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), zero_reference("zero3_adam")):
         np.testing.assert_array_equal(got.data, want)
+
+
+def test_stage_2_in_buckets_reduce_scatters_each_during_the_backward_and_trains_as_the_plain_model():
+    """bucket_bytes=600 (float64): units cut from the last parameter back, [W1] (624 B), [W2] (520 B),
+    [b2, W3] (160 B); the backward finishes the last two at the middle Linear and reduce-scatters them there,
+    freeing their gradients; W1's is final at the walk's last node, so the sync reduces it."""
+    model = make_sequential()
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=2, bucket_bytes=600)
+    assert [p.shape for p in sharded.parameters()] == [(78,), (65,), (20,)]
+    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    w1, w2, b2, w3 = model.parameters()
+    seen = []
+    train_sequential(sharded, opt, 12, after_backward=lambda: seen.append(
+        ([p.grad is None for p in (w1, w2, b2, w3)], [s.grad is None for s in sharded.parameters()])))
+    assert seen[0] == ([False, True, True, True], [True, False, False])
+    for got, want in zip(model.parameters(), zero_reference("zero3_adam")):
+        np.testing.assert_array_equal(got.data, want)
+
+
+@pytest.mark.parametrize("how", ["accumulate", "two_forwards"])
+def test_stage_2_in_buckets_adds_the_backwards_before_one_sync(how):
+    """Two micro-batches before one sync (each backward reduce-scatters its finished units; the shards' gradients
+    add), or two forwards before one backward (a parameter is final only after both forwards' uses): the
+    shards' gradients are one process's accumulated gradients laid out flat."""
+    plain, model = make_sequential(), make_sequential()
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=2, bucket_bytes=600)
+    xs = np.random.default_rng(5).normal(size=(2, 4, 6))
+    for net in (plain, sharded):
+        if how == "accumulate":
+            for x in xs:
+                (net(mdl.tensor(x)) ** 2).sum().backward()
+        else:
+            (net(mdl.tensor(xs[0])) * net(mdl.tensor(xs[1]))).sum().backward()
+    with pytest.raises(ValueError, match="num_samples cannot change them"):
+        sharded.sync_gradients(num_samples=8)
+    sharded.sync_gradients()
+    want = np.concatenate([p.grad.data.reshape(-1) for p in plain.parameters()])
+    got = np.concatenate([s.grad.data for s in sharded.parameters()])
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -411,3 +451,22 @@ def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
     with pytest.raises(ValueError, match=r"SwitchOptimizer: parameter group 0 mixes .*ShardLayers.*"
                                          r"WholeParameter.* separate parameter groups"):
         opt.step()
+
+
+def test_stage_3_splits_a_block_larger_than_a_bucket_into_its_layers():
+    """A nested Sequential holding more than bucket_bytes is gathered layer by layer (its own units), one that
+    fits stays one unit; either way the run is the plain model's (the nested blocks are the same chain)."""
+    plain = make_sequential()
+    layers = list(make_sequential())
+    model = nn.Sequential(nn.Sequential(*layers[:3]), nn.Sequential(*layers[3:]))  # 148 and 15 float64 numbers
+    sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=3, bucket_bytes=600)
+    assert [p.shape for p in sharded.parameters()] == [(78,), (70,), (15,)]
+    assert [unit.name for _, unit in sharded.units if unit is not None] == [
+        "layer 0.0 (Linear)", "layer 0.2 (Linear)", "layer 1 (Sequential)"]
+    opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
+    train_sequential(sharded, opt, 12)
+    reference = make_optimizer("adam", plain.parameters())
+    train_sequential(plain, reference, 12)
+    sharded.gather_parameters()
+    for got, want in zip(model.parameters(), plain.parameters()):
+        np.testing.assert_array_equal(got.data, want.data)
