@@ -105,7 +105,7 @@ def _tracked(args, nums):
         if x.requires_grad and is_grad_enabled():
             keep = True
             continue
-        tracked = Tensor(x.data, requires_grad=True)
+        tracked = Tensor(x.array, requires_grad=True)
         share_tangents(x, tracked)
         args[i] = tracked
     return args, keep
@@ -151,7 +151,7 @@ def grad(func, argnums=0):
         tracked, keep = _tracked(args, nums)
         with enable_grad():
             out = func(*tracked)
-        if not isinstance(out, Tensor) or out.data.size != 1:
+        if not isinstance(out, Tensor) or out.array.size != 1:
             shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
             raise ValueError(f"minidl.func.grad: the function must return a one-element Tensor, got {shape}; "
                              "use jacrev for a Jacobian")
@@ -182,7 +182,7 @@ def jacrev(func, argnums=0):
         outs = _as_tuple(out, "the function's output")
         per_output = []
         for o in outs:
-            rows = [_pullback((o,), wrt, (_one_hot(o, k),), keep) for k in range(o.data.size)]
+            rows = [_pullback((o,), wrt, (_one_hot(o, k),), keep) for k in range(o.array.size)]
             if o.ndim == 0:  # a scalar output: the one gradient is the block (no stacking to differentiate)
                 per_output.append(rows[0])
             else:
@@ -206,7 +206,7 @@ def jacfwd(func, argnums=0):
             if not isinstance(x, Tensor):
                 raise TypeError(f"minidl.func.jacfwd: argument {i} must be a Tensor, got {type(x).__name__}")
             columns = []
-            for k in range(x.data.size):
+            for k in range(x.array.size):
                 out, douts = _forward(func, args, {i: _one_hot(x, k)})
                 columns.append(douts)
             outs = _as_tuple(out, "the function's output")
@@ -243,12 +243,12 @@ def hvp(func, inputs, v):
         tracked, keep = _tracked(xs, range(len(xs)))
         with enable_grad():
             out = func(*tracked)
-        if not isinstance(out, Tensor) or out.data.size != 1:
+        if not isinstance(out, Tensor) or out.array.size != 1:
             raise ValueError("minidl.func.hvp: the function must return a one-element Tensor")
         values.append(out)
         return tuple(_pullback((out,), tracked, (Tensor(out.xp.ones(out.shape, out.dtype)),), keep))
 
     _, products = jvp(gradient, inputs, v)
     products = products if isinstance(products, tuple) else (products,)
-    value = Tensor(values[0].data)
+    value = Tensor(values[0].array)
     return value, products[0] if single else products

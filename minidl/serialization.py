@@ -85,7 +85,7 @@ def _encode(value, key, tensors, depth=0):
         raise ValueError(f"save: the value is nested more than {MAX_DEPTH} levels deep at {where} "
                          "(a dict or list that contains itself?)")
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if isinstance(value, np.ndarray) or hasattr(value, "__array_namespace__") or backend.is_device_array(value):
         array = backend.to_numpy(value)
         name = _unique_name(key or "tensor", tensors)

@@ -160,4 +160,4 @@ def test_saved_tensors_keep_their_device(standin_or_gpu, tmp_path):
     x = mdl.randn(3, 2, device="cuda")
     mdl.save({"x": x}, tmp_path / "x.safetensors")
     np.testing.assert_array_equal(mdl.load(tmp_path / "x.safetensors")["x"], x.numpy())
-    assert backend.is_device_array(x.data)
+    assert backend.is_device_array(x.array)

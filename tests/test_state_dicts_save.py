@@ -98,7 +98,7 @@ def test_swa_state_round_trips(tmp_path):
     swa = optim.SWA(model)
     swa.update()
     for p in model.parameters():
-        p.data += 1
+        p.array += 1
     swa.update()
     twin = _model()
     twin_swa = optim.SWA(twin)

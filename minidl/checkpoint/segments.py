@@ -96,15 +96,15 @@ def resolve_storage_dtype(name, xp=np):
 
 
 def _compress(tensor: Tensor, dtype):
-    """Replace tensor.data by a 16-bit copy (the full-precision buffer can then be freed)."""
+    """Replace tensor.array by a 16-bit copy (the full-precision buffer can then be freed)."""
     xp = tensor.xp
     with np.errstate(over="ignore"):  # an overflow is reported below, with its fix
-        small = tensor.data.astype(dtype)
-    if not bool(xp.isfinite(small).all()) and bool(xp.isfinite(tensor.data).all()):
+        small = tensor.array.astype(dtype)
+    if not bool(xp.isfinite(small).all()) and bool(xp.isfinite(tensor.array).all()):
         raise ValueError(f"checkpoint: an activation of shape {tensor.shape} exceeds the range of {dtype} "
-                         f"(largest magnitude {float(xp.abs(tensor.data).max()):.4g}); store it in bfloat16 "
+                         f"(largest magnitude {float(xp.abs(tensor.array).max()):.4g}); store it in bfloat16 "
                          "or without storage_dtype")
-    tensor.data = small
+    tensor.array = small
 
 
 # ---------------------------------------------------------------- the checkpoint node
@@ -155,7 +155,7 @@ class CheckpointFunction(Function):
         if create_graph and any(d is not None for d in self.stored_dtypes):
             raise RuntimeError("checkpoint: higher-order gradients (create_graph=True) cannot go through a "
                                "segment whose input is stored in 16 bits; use storage_dtype=None")
-        feeds = [x if d is None else Tensor(x.data.astype(d), requires_grad=x.requires_grad)
+        feeds = [x if d is None else Tensor(x.array.astype(d), requires_grad=x.requires_grad)
                  for x, d in zip(inputs[:n], self.stored_dtypes)]
         args, feed_iter = list(self.template), iter(feeds)
         args = [next(feed_iter) if a is _TENSOR else a for a in args]
@@ -237,7 +237,7 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as, policy=None):
     with no_grad(), _TensorsUsed() as used, recording, kept if kept is not None else contextlib.nullcontext():
         outputs = fn(*inputs)
     multiple = not isinstance(outputs, Tensor)
-    results = [o.data for o in _as_tuple(outputs, "checkpoint")]
+    results = [o.array for o in _as_tuple(outputs, "checkpoint")]
     explicit = {id(x) for x in tensors}
     captured = [t for key, t in used.seen.items() if key not in explicit]
     stored = [None] * len(tensors)

@@ -45,7 +45,7 @@ class Dataset:
 
 def _array(value) -> np.ndarray:
     """A field of an item as a NumPy array (a Tensor's array is taken as it is)."""
-    return backend.to_numpy(value.data) if isinstance(value, Tensor) else np.asarray(value)
+    return backend.to_numpy(value.array) if isinstance(value, Tensor) else np.asarray(value)
 
 
 def _as_numpy(array, position: int) -> np.ndarray:

@@ -378,6 +378,6 @@ def _transformed(batch, transform, rng):
     if not isinstance(batch, Tensor) and not hasattr(batch, "shape"):
         raise TypeError(f"DataLoader: transform= applies to the first field of a tuple batch or to a batch array, "
                         f"got a {type(batch).__name__} batch; apply it in the dataset or in a collate_fn")
-    array = batch.data if isinstance(batch, Tensor) else batch
+    array = batch.array if isinstance(batch, Tensor) else batch
     out = transform(array, rng=rng)
     return Tensor(out) if isinstance(batch, Tensor) else out

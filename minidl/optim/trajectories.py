@@ -81,15 +81,15 @@ def trajectory(make_optimizer, function, start, steps: int = 200) -> np.ndarray:
     w = Tensor(np.array([start], dtype=np.float64), requires_grad=True)
     optimizer = make_optimizer([w])
     second_order = isinstance(optimizer, AdaHessian)
-    points = [w.data[0].copy()]
+    points = [w.array[0].copy()]
     for _ in range(steps):
         optimizer.zero_grad()
         function(w[0, 0], w[0, 1]).backward(create_graph=second_order)
         optimizer.step()
         with no_grad():
-            if not np.all(np.isfinite(w.data)) or np.abs(w.data).max() > 1e3:
+            if not np.all(np.isfinite(w.array)) or np.abs(w.array).max() > 1e3:
                 break  # diverged: stop drawing
-        points.append(w.data[0].copy())
+        points.append(w.array[0].copy())
     return np.array(points)
 
 

@@ -140,11 +140,11 @@ class DataParallel(WrapsModule, ParallelModule):
         """Overwrite every parameter and buffer with rank ``root``'s values (in place)."""
         tensors = [t for _, t in self.module.named_parameters()] + [t for _, t in self.module.named_buffers()]
         for group in _group_by_kind(tensors):
-            flat = group[0].xp.concatenate([t.data.reshape(-1) for t in group])
+            flat = group[0].xp.concatenate([t.array.reshape(-1) for t in group])
             self.comm.broadcast_(flat, root)
             offset = 0
             for t in group:
-                t.data[...] = flat[offset:offset + t.numel()].reshape(t.shape)
+                t.array[...] = flat[offset:offset + t.numel()].reshape(t.shape)
                 mark_changed(t)
                 offset += t.numel()
         self.comm.synchronize()
@@ -259,11 +259,11 @@ class DataParallel(WrapsModule, ParallelModule):
             p = params[index]
             kind = (p.dtype.str, p.device)
             bucket, used = open_buckets.get(kind, (None, 0))
-            if bucket is None or (used and used + p.data.nbytes > self.bucket_bytes):
+            if bucket is None or (used and used + p.array.nbytes > self.bucket_bytes):
                 bucket, used = [], 0
                 plan.append(bucket)
             bucket.append((index, used // p.dtype.itemsize))
-            open_buckets[kind] = (bucket, used + p.data.nbytes)
+            open_buckets[kind] = (bucket, used + p.array.nbytes)
         self._plan_key, self._plan = key, plan
         return plan
 
@@ -279,9 +279,9 @@ def _pack(params, bucket, weight: float):
         if p.grad is None:
             piece[...] = 0
         elif weight == 1.0:
-            piece[...] = p.grad.data.reshape(-1)
+            piece[...] = p.grad.array.reshape(-1)
         else:
-            p.xp.multiply(p.grad.data.reshape(-1), weight, out=piece)
+            p.xp.multiply(p.grad.array.reshape(-1), weight, out=piece)
     return flat
 
 
@@ -519,7 +519,7 @@ class DistributedOptimizer(ParallelOptimizer):
         if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: the parameters this rank owns
             return self.optimizer.clip_grad_norm_(max_norm)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).array
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² of ``params``' synchronized gradients: every rank holds the whole global gradient, so
@@ -595,7 +595,7 @@ def clip_spread_grad_norm_(tensors, comm, max_norm: float, owner: str) -> float:
     if not max_norm > 0:
         raise ValueError(f"{owner}: max_norm must be > 0, got {max_norm}")
     parts = [t for t in tensors if t.grad is not None]
-    squares = np.array([sum(float((t.grad.data.astype(np.float64) ** 2).sum()) for t in parts)])
+    squares = np.array([sum(float((t.grad.array.astype(np.float64) ** 2).sum()) for t in parts)])
     comm.host_allreduce_(squares)
     total = float(np.sqrt(squares[0]))
     scale_to_norm_(parts, total, max_norm)
@@ -620,7 +620,7 @@ def scale_to_norm_(tensors, total: float, max_norm: float) -> None:
     scale = min(max_norm / (total + 1e-6), 1.0)
     for t in tensors:
         if t.grad is not None:
-            t.grad = Tensor(t.grad.data * t.grad.dtype.type(scale))
+            t.grad = Tensor(t.grad.array * t.grad.dtype.type(scale))
 
 
 def prepare_data_parallel(model, optimizer, loader=None, comm=None):

@@ -145,7 +145,7 @@ class ParallelOptimizer(WrapsOptimizer):
             return inner.clip_grad_norm_(max_norm)
         from minidl.optim import clip_grad_norm_
         self.synchronize()
-        return clip_grad_norm_([p for p in self._own_params() if p.grad is not None], max_norm).data
+        return clip_grad_norm_([p for p in self._own_params() if p.grad is not None], max_norm).array
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² over the gradients of ``params`` (this rank's parameters, synchronized) as the unsplit
@@ -155,7 +155,7 @@ class ParallelOptimizer(WrapsOptimizer):
         if inner is not None:
             return inner.grad_squares(params)
         import numpy as np
-        return float(sum(float((p.grad.data.astype(np.float64) ** 2).sum()) for p in params if p.grad is not None))
+        return float(sum(float((p.grad.array.astype(np.float64) ** 2).sum()) for p in params if p.grad is not None))
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
         """Whether any rank whose gradients differ from this one's found an inf or NaN in those it

@@ -106,7 +106,7 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
             send = first.xp.zeros(length, first.dtype)
             offset = 0
             for p in mine:
-                send[offset:offset + p.numel()] = p.data.reshape(-1)
+                send[offset:offset + p.numel()] = p.array.reshape(-1)
                 offset += p.numel()
             gathered = self.comm.allgather(send)
             for rank, params in enumerate(params_by_rank):
@@ -114,7 +114,7 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
                     continue
                 offset = 0
                 for p in params:
-                    p.data[...] = gathered[rank, offset:offset + p.numel()].reshape(p.shape)
+                    p.array[...] = gathered[rank, offset:offset + p.numel()].reshape(p.shape)
                     mark_changed(p)
                     offset += p.numel()
 
@@ -198,7 +198,7 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
 
 def _nbytes(value) -> int:
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if hasattr(value, "nbytes"):
         return int(value.nbytes)
     if isinstance(value, dict):

@@ -50,7 +50,7 @@ def weight_qparams(weight: np.ndarray) -> tuple:
 
 
 def _host(x) -> np.ndarray:
-    return backend.to_numpy(x.data if isinstance(x, Tensor) else x)
+    return backend.to_numpy(x.array if isinstance(x, Tensor) else x)
 
 
 class _Quantized(nn.Module):
@@ -67,22 +67,22 @@ class _Quantized(nn.Module):
 
     def _centred_input(self, x) -> np.ndarray:
         """q_x − z_x as int32: the input's codes with the zero point taken out."""
-        q = quantize(_host(x), self.input_scale.data, self.input_zero_point.data, self.input_dtype)
-        return q.astype(np.int32) - np.int32(self.input_zero_point.data)
+        q = quantize(_host(x), self.input_scale.array, self.input_zero_point.array, self.input_dtype)
+        return q.astype(np.int32) - np.int32(self.input_zero_point.array)
 
     def _rescale(self, acc: np.ndarray, channel_axis: int) -> Tensor:
         """y = s_x · s_w[o] · acc + b[o], in float32."""
         shape = [1] * acc.ndim
         shape[channel_axis] = -1
-        multiplier = (self.input_scale.data * self.weight_scale.data).astype(np.float32).reshape(shape)
+        multiplier = (self.input_scale.array * self.weight_scale.array).astype(np.float32).reshape(shape)
         y = acc.astype(np.float32) * multiplier
         if self.bias is not None:
-            y = y + self.bias.data.reshape(shape)
+            y = y + self.bias.array.reshape(shape)
         return Tensor(y)
 
     def dequantized_weight(self) -> np.ndarray:
         """The float weight the codes stand for: s_w[o] · q_w[o, ...]."""
-        return dequantize(self.weight_q.data, self.weight_scale.data, 0, axis=0)
+        return dequantize(self.weight_q.array, self.weight_scale.array, 0, axis=0)
 
 
 class QuantizedLinear(_Quantized):
@@ -98,7 +98,7 @@ class QuantizedLinear(_Quantized):
 
     def accumulate(self, x) -> np.ndarray:
         """The int32 accumulators acc[n, o] = Σ_k (q_x[n, k] − z_x) q_w[o, k]."""
-        return int_matmul(self._centred_input(x), self.weight_q.data.T)
+        return int_matmul(self._centred_input(x), self.weight_q.array.T)
 
     def forward(self, x):
         x = _host(x)
@@ -130,7 +130,7 @@ class QuantizedConv2d(_Quantized):
         """The int32 accumulators (N, OH, OW, C_out) of the integer convolution."""
         cols = im2col_array(self._centred_input(x), self.kernel_size, self.stride, self.padding, self.dilation)
         n, oh, ow = cols.shape[:3]
-        kernel = self.weight_q.data.transpose(0, 2, 3, 1).reshape(self.out_channels, -1)  # (O, KH·KW·C)
+        kernel = self.weight_q.array.transpose(0, 2, 3, 1).reshape(self.out_channels, -1)  # (O, KH·KW·C)
         return int_matmul(cols.reshape(n * oh * ow, -1), kernel.T).reshape(n, oh, ow, self.out_channels)
 
     def forward(self, x):
@@ -148,8 +148,8 @@ class _FakeQuant(nn.Module):
     """Shared by the QAT layers: fake-quantized input (moving-average range) and weight (per channel)."""
 
     def _setup(self, layer, input_dtype: str, averaging_constant: float):
-        self.weight = nn.Parameter(layer.weight.data.copy())
-        self.bias = None if layer.bias is None else nn.Parameter(layer.bias.data.copy())
+        self.weight = nn.Parameter(layer.weight.array.copy())
+        self.bias = None if layer.bias is None else nn.Parameter(layer.bias.array.copy())
         self.input_dtype = input_dtype
         self.observer = MovingAverageObserver(averaging_constant, dtype=input_dtype)
 
@@ -178,7 +178,7 @@ class FakeQuantLinear(_FakeQuant):
 
     def to_quantized(self) -> QuantizedLinear:
         s_x, z_x = self.observer.qparams()
-        return QuantizedLinear(self.weight.data, None if self.bias is None else self.bias.data, s_x, z_x,
+        return QuantizedLinear(self.weight.array, None if self.bias is None else self.bias.array, s_x, z_x,
                                self.input_dtype)
 
 
@@ -196,5 +196,5 @@ class FakeQuantConv2d(_FakeQuant):
 
     def to_quantized(self) -> QuantizedConv2d:
         s_x, z_x = self.observer.qparams()
-        return QuantizedConv2d(self.weight.data, None if self.bias is None else self.bias.data, s_x, z_x,
+        return QuantizedConv2d(self.weight.array, None if self.bias is None else self.bias.array, s_x, z_x,
                                self.stride, self.padding, self.dilation, self.input_dtype)
