@@ -176,7 +176,7 @@ class Tensor:
     def _set_from(self, value):
         self._set_data(value._data if isinstance(value, Tensor) else value)
 
-    data = property(_get_detached, _set_from, doc="""PyTorch's ``.data``: a Tensor on the same storage, cut from the graph.
+    data = property(_get_detached, _set_from, doc="""PyTorch's ``.data``: a Tensor on the same storage, detached.
 
     Reading gives a new Tensor that shares this tensor's array, with ``requires_grad=False``
     and no creator, so ``p.data.add_(g, alpha=-lr)`` or ``p.data.copy_(w)`` change ``p``'s

@@ -142,7 +142,8 @@ def unfreeze(target):
 
 def count_parameters(target, trainable: bool = False) -> int:
     """Number of scalar parameters of ``target``; with ``trainable=True`` only those with ``requires_grad``."""
-    return int(sum(p.array.size for p in _parameters_of(target, "count_parameters") if p.requires_grad or not trainable))
+    params = _parameters_of(target, "count_parameters")
+    return int(sum(p.array.size for p in params if p.requires_grad or not trainable))
 
 
 def replace_module(model, name: str, new):
