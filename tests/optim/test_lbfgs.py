@@ -152,3 +152,22 @@ def test_a_saved_state_continues_the_same_iterates(tmp_path):
     damaged["state"][0]["d"] = np.zeros(2)
     with pytest.raises(ValueError, match="d must be a vector of the parameters' total size 3"):
         resumed.load_state_dict(damaged)
+
+
+def test_lbfgs_on_the_gpu_gives_the_cpus_iterates(device):
+    start = np.array([-1.5, 2.0, -0.5, 1.2])
+    results = []
+    for where in ("cpu", device):
+        x = mdl.tensor(start, requires_grad=True, device=where)
+        opt = optim.LBFGS([x], max_iter=5, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = rosenbrock(x)
+            loss.backward()
+            return loss
+        for _ in range(2):
+            opt.step(closure)
+        assert x.device.startswith(where)
+        results.append(x.numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
