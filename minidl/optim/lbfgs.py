@@ -145,7 +145,8 @@ def strong_wolfe_search(phi, alpha, f0, g0, slope0, p, c1=1e-4, c2=0.9, toleranc
 
 # ---------------------------------------------------------------- the optimizer
 class LBFGS(Optimizer):
-    """L-BFGS (see the module's text for the equations), as ``torch.optim.LBFGS``.
+    """LBFGS (Liu & Nocedal 1989; Nocedal & Wright 2006, chapter 7), as ``torch.optim.LBFGS``; the
+    equations are in the module's text.
 
     ``step(closure)`` runs up to ``max_iter`` iterations (``max_eval`` evaluations of the
     closure, default ``max_iter * 5 // 4``); the closure zeroes the gradients, computes the

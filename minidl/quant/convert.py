@@ -131,4 +131,4 @@ def convert(model):
 
 def model_size_bytes(model) -> int:
     """Bytes of every parameter and buffer in the state dict (what a saved model holds, less the names)."""
-    return int(sum(value.array.nbytes for value in model.state_dict().values()))
+    return int(sum(value.nbytes for value in model.state_dict().values()))
