@@ -110,7 +110,7 @@ def measure_compute() -> dict:
         timings[batch] = best_time(step, repeat=7, warmup=2)
     t_sample = (timings[256] - timings[32]) / (256 - 32)
     t_fixed = max(timings[32] - 32 * t_sample, 0.0)
-    param_bytes = sum(p.data.nbytes for p in model.parameters())
+    param_bytes = sum(p.array.nbytes for p in model.parameters())
     return {"model": "MLP " + "-".join(map(str, MLP)), "param_bytes": param_bytes, "time_per_sample": t_sample,
             "fixed_time": t_fixed, "step_time_32": timings[32], "step_time_256": timings[256]}
 

@@ -112,7 +112,7 @@ def measure(model, x, configs, repeat):
         model.zero_grad()
         with memory.track() as m:
             make_step(model, x, k)()
-        grads = [p.grad.data.copy() for p in model.parameters()]
+        grads = [p.grad.array.copy() for p in model.parameters()]
         reference = grads if reference is None else reference
         rows[label] = {"segments": k, "peak_bytes": m.peak_bytes,
                        "grads_identical": all(np.array_equal(a, b) for a, b in zip(grads, reference)),

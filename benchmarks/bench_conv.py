@@ -185,7 +185,7 @@ def cnn_minidl(weights, x, y, device="cpu"):
         loss = F.cross_entropy(F.linear(h, p[6], p[7]), y)
         loss.backward()
         for w in p:
-            w.data -= LR * w.grad.data
+            w.array -= LR * w.grad.array
             w.grad = None
     return step
 

@@ -84,7 +84,7 @@ def minidl_step(weights, x, y, device="cpu"):
         loss = F.cross_entropy(h, y)
         loss.backward()
         for p in params:
-            p.data -= LR * p.grad.data
+            p.array -= LR * p.grad.array
             p.grad = None
     return step
 

@@ -85,7 +85,7 @@ def run(n: int, device: str, repeat: int) -> dict:
     rows.append(("SGD momentum: opt.step()", best_of(sgd.step, repeat), 5 * nbytes))
     b = sgd.state[0]["b"]
     rows.append(("SGD momentum: whole arrays", best_of(
-        lambda: sgd_update(w=w.data, g=w.grad.data, b=b, lr=1e-3, momentum=0.9), repeat), 5 * nbytes))
+        lambda: sgd_update(w=w.array, g=w.grad.array, b=b, lr=1e-3, momentum=0.9), repeat), 5 * nbytes))
 
     w = param()
     adam = optim.Adam([w], lr=1e-3)
@@ -93,7 +93,7 @@ def run(n: int, device: str, repeat: int) -> dict:
     rows.append(("Adam: opt.step()", best_of(adam.step, repeat), 7 * nbytes))
     state = adam.state[0]
     rows.append(("Adam: whole arrays", best_of(
-        lambda: adam_update(w=w.data, g=w.grad.data, m=state["m"], v=state["v"], t=10, lr=1e-3, beta1=0.9,
+        lambda: adam_update(w=w.array, g=w.grad.array, m=state["m"], v=state["v"], t=10, lr=1e-3, beta1=0.9,
                             beta2=0.999, eps=1e-8), repeat), 7 * nbytes))
 
     results = [{"name": name, "seconds": s, "bytes": moved, "GB_per_s": moved / s / 1e9,

@@ -66,7 +66,7 @@ def worker(out_path: str) -> None:
             slowest = comm.allgather(elapsed).max()
             if step >= WARMUP:
                 times.append(float(slowest))
-        finals[overlap] = np.concatenate([p.data.ravel() for p in dp.parameters()])
+        finals[overlap] = np.concatenate([p.array.ravel() for p in dp.parameters()])
         last[overlap] = dp.last_sync
     rows = [{"overlap": overlap, "ranks": comm.size, "step_ms": 1e3 * float(np.median(times_of[overlap])),
              "buckets": last[overlap]["buckets"], "started_in_backward": last[overlap].get("started_in_backward", 0)}

@@ -95,7 +95,7 @@ from minidl.ops.elementwise import (
 )
 from minidl.ops.elementwise import pow as pow  # noqa: A004
 from minidl.ops.indexing import argsort, gather, index_select, masked_fill, nonzero, sort, topk
-from minidl.ops.linalg import matmul, norm
+from minidl.ops.linalg import bmm, dot, matmul, mm, norm, outer
 from minidl.ops.math import (
     acos,
     acosh,
@@ -144,20 +144,24 @@ from minidl.ops.rearrange import flip, roll, tril, triu
 from minidl.ops.reduction import argmax, argmin, mean, prod, std, var
 from minidl.ops.sampling import multinomial, randperm
 from minidl.ops.scan import cumprod, cumsum
-from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
+from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, t, unsqueeze
 from minidl.serialization import load, save
 from minidl.tensor import (
     Tensor,
     arange,
     as_tensor,
+    clone,
     empty,
     empty_like,
     eye,
     from_numpy,
     full,
     full_like,
+    is_floating_point,
+    is_tensor,
     linspace,
     logspace,
+    numel,
     ones,
     ones_like,
     rand,
@@ -223,12 +227,14 @@ __all__ = [
     "conv3d", "conv_transpose3d", "cummax", "cummin", "diag", "max_pool3d", "scatter_reduce", "std_mean", "var_mean",
     "multinomial", "randperm",
     "device", "inference_mode", "set_num_threads", "get_num_threads",
+    # PyTorch's top-level matrix products and tensor facts
+    "bmm", "clone", "dot", "is_floating_point", "is_tensor", "mm", "numel", "outer", "t",
 ]
 
 # PyTorch's import torch makes torch.nn, torch.optim... attributes; here they load on first use
 # (import minidl stays light, and no package below has to import the ones above it).
-_SUBPACKAGES = ("amp", "backends", "checkpoint", "cuda", "data", "distributed", "func", "functional", "memory", "nn",
-                "optim", "parallel", "profiler", "utils")
+_SUBPACKAGES = ("accelerator", "amp", "backends", "checkpoint", "cuda", "data", "distributed", "func", "functional",
+                "memory", "nn", "optim", "parallel", "profiler", "utils")
 
 
 def __getattr__(name):

@@ -235,7 +235,7 @@ class GradScaler:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad.data
+                g = p.grad.array
                 if g.dtype == np.float16:
                     raise ValueError("Attempting to unscale FP16 gradients: a float16 parameter's update "
                                      "w - lr*g rounds small steps away. Keep the parameters float32 (master "

@@ -111,7 +111,7 @@ class _Autocast:
             if not sixteen:
                 return value
             target = np.dtype(np.float32)
-        if not backend.device_of(value.data).startswith(self.device_type):
+        if not backend.device_of(value.array).startswith(self.device_type):
             return value
         cacheable = self.cache is not None and value.requires_grad and value.creator is None and is_grad_enabled()
         if cacheable:
@@ -162,7 +162,7 @@ def autocast_to(policy: str):
 
 def _other_gpu(tensor):
     """The index of ``tensor``'s GPU when that is not the current GPU; None otherwise (or on the CPU)."""
-    device = backend.device_of(tensor.data)
+    device = backend.device_of(tensor.array)
     if device == "cpu":
         return None
     index = int(device[5:])

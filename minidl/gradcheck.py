@@ -63,7 +63,7 @@ def _check_method(method, eps):
 
 def _flat_outputs(fn, inputs):
     """fn's outputs, copied and flattened into one host vector (copies: a view of x would move with x)."""
-    return np.concatenate([backend.to_numpy(o.data).reshape(-1) for o in _outputs_of(fn, inputs)] or [np.zeros(0)])
+    return np.concatenate([backend.to_numpy(o.array).reshape(-1) for o in _outputs_of(fn, inputs)] or [np.zeros(0)])
 
 
 def _central(fn, inputs, nudge, step):
@@ -112,11 +112,11 @@ def _complex_step(fn, inputs, wrt, direction, h):
     Runs fn on complex128 copies of the checked inputs, under no_grad: it needs ops whose
     forward is analytic (the analytic continuation: no abs, no comparisons, no rounding).
     """
-    moved = {id(x): Tensor(backend.to_device(backend.to_numpy(x.data) + 1j * h * d, x.device))
+    moved = {id(x): Tensor(backend.to_device(backend.to_numpy(x.array) + 1j * h * d, x.device))
              for x, d in zip(wrt, direction)}
     with no_grad():
         outputs = _outputs_of(fn, [moved.get(id(x), x) if isinstance(x, Tensor) else x for x in inputs])
-    values = [backend.to_numpy(o.data).reshape(-1) for o in outputs]
+    values = [backend.to_numpy(o.array).reshape(-1) for o in outputs]
     for o, v in zip(outputs, values):
         if v.dtype.kind != "c":
             raise TypeError(f"gradcheck (complex step): an output of shape {o.shape} came back {o.dtype}, not "
@@ -137,12 +137,12 @@ def _numeric_derivative(fn, inputs, wrt, direction, method, h):
     """fn's outputs' derivative along ``direction`` (one host array per checked input), with its error estimate."""
     if method == "complex":
         return _complex_step(fn, inputs, wrt, direction, h)
-    saved = [x.data.copy() for x in wrt]
+    saved = [x.array.copy() for x in wrt]
     moves = [backend.to_device(d, x.device).astype(x.dtype) for x, d in zip(wrt, direction)]
 
     def nudge(s):
         for x, base, d in zip(wrt, saved, moves):
-            x.data[...] = base + s * d if s else base
+            x.array[...] = base + s * d if s else base
 
     return _derivative(fn, inputs, nudge, method, h)
 
@@ -160,7 +160,7 @@ def numerical_derivative(fn, inputs, tangents, method="central", eps=None):
     if len(tangents) != len(wrt) or any(np.shape(u) != x.shape for u, x in zip(tangents, wrt)):
         raise ValueError(f"numerical_derivative: expected one tangent per input that requires grad, shaped "
                          f"{[x.shape for x in wrt]}, got {[np.shape(u) for u in tangents]}")
-    directions = [np.asarray(backend.to_numpy(u.data if isinstance(u, Tensor) else u), np.float64)
+    directions = [np.asarray(backend.to_numpy(u.array if isinstance(u, Tensor) else u), np.float64)
                   for u in tangents]
     return _numeric_derivative(fn, inputs, wrt, directions, method, _check_method(method, eps))
 
@@ -171,10 +171,10 @@ def _numeric_jacobian_column(fn, inputs, wrt, j, i, method, h):
         return _complex_step(fn, inputs, wrt, _unit_direction(wrt, j, i), h)
     x = wrt[j]
     at = np.unravel_index(i, x.shape)  # element i in C order, whatever x's memory layout
-    original = x.data[at].item()
+    original = x.array[at].item()
 
     def nudge(s):
-        x.data[at] = original + s
+        x.array[at] = original + s
 
     return _derivative(fn, inputs, nudge, method, h, truncation=False)
 
@@ -217,23 +217,23 @@ def _jacobians(fn, inputs, wrt, method, eps):
     """Analytic and numeric Jacobians, one (outputs × input) matrix per checked input, and the numeric
     ones' error estimates (same shapes)."""
     outputs = _outputs_of(fn, inputs)
-    sizes = [o.data.size for o in outputs]
-    analytic = [np.zeros((sum(sizes), x.data.size)) for x in wrt]
+    sizes = [o.array.size for o in outputs]
+    analytic = [np.zeros((sum(sizes), x.array.size)) for x in wrt]
     row = 0
     for out in outputs:
-        for k in range(out.data.size):
+        for k in range(out.array.size):
             if out.requires_grad:  # an output cut from the graph has a zero analytic row
                 seed = Tensor(out.xp.zeros(out.shape, out.dtype))
-                seed.data.reshape(-1)[k] = 1.0
+                seed.array.reshape(-1)[k] = 1.0
                 grads = grad([out], wrt, grad_outputs=[seed], retain_graph=True, allow_unused=True)
                 for j, g in enumerate(grads):
                     if g is not None:
-                        analytic[j][row] = backend.to_numpy(g.data).reshape(-1)
+                        analytic[j][row] = backend.to_numpy(g.array).reshape(-1)
             row += 1
     numeric = [np.zeros_like(a) for a in analytic]
     estimate = [np.zeros_like(a) for a in analytic]
     for j, x in enumerate(wrt):
-        for i in range(x.data.size):
+        for i in range(x.array.size):
             numeric[j][:, i], estimate[j][:, i] = _numeric_jacobian_column(fn, inputs, wrt, j, i, method, eps)
     if method == "central" and numeric and numeric[0].size:
         # The truncation, once for every column: along a random ±1 direction u, whose third derivative
@@ -256,9 +256,9 @@ def _directional(fn, inputs, wrt, method, eps, rng):
     live = [(o, w) for o, w in zip(outputs, v) if o.requires_grad]  # the rest have zero gradient
     grads = (grad([o for o, _ in live], wrt, grad_outputs=[w for _, w in live], retain_graph=True,
                   allow_unused=True) if live else [])
-    analytic = sum(float((backend.to_numpy(g.data) * d).sum()) for g, d in zip(grads, u) if g is not None)
+    analytic = sum(float((backend.to_numpy(g.array) * d).sum()) for g, d in zip(grads, u) if g is not None)
     derivative, estimate = _numeric_derivative(fn, inputs, wrt, u, method, eps)
-    weights = np.concatenate([backend.to_numpy(w.data).reshape(-1) for w in v] or [np.zeros(0)])
+    weights = np.concatenate([backend.to_numpy(w.array).reshape(-1) for w in v] or [np.zeros(0)])
     return analytic, float(weights @ derivative), float(np.abs(weights) @ estimate)
 
 
@@ -375,7 +375,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps=None, atol=None, rtol=None,
         with no_grad():
             outs = _outputs_of(fn, inputs)
         grad_outputs = [backend.to_device(rng.standard_normal(o.shape), o.device).astype(o.dtype) for o in outs]
-    vs = [Tensor(v.data if isinstance(v, Tensor) else v, requires_grad=True) for v in grad_outputs]
+    vs = [Tensor(v.array if isinstance(v, Tensor) else v, requires_grad=True) for v in grad_outputs]
     n = len(inputs)
 
     def first_derivative(*args):
@@ -407,8 +407,8 @@ def _adjoint_sides(fn, inputs, wrt, rng):
     live = [(o, u) for o, u in zip(outputs, us) if o.requires_grad]  # the rest have zero gradient
     jtus = (grad([o for o, _ in live], wrt, grad_outputs=[u for _, u in live], allow_unused=True)
             if live else [None] * len(wrt))
-    forward = [backend.to_numpy(u.data) * backend.to_numpy(jv.data) for u, jv in zip(us, jvs) if jv is not None]
-    reverse = [backend.to_numpy(g.data) * backend.to_numpy(v.data) for g, v in zip(jtus, vs) if g is not None]
+    forward = [backend.to_numpy(u.array) * backend.to_numpy(jv.array) for u, jv in zip(us, jvs) if jv is not None]
+    reverse = [backend.to_numpy(g.array) * backend.to_numpy(v.array) for g, v in zip(jtus, vs) if g is not None]
     scale = max(sum(float(np.abs(p).sum()) for p in side) for side in (forward, reverse))
     return sum(float(p.sum()) for p in forward), sum(float(p.sum()) for p in reverse), scale
 
@@ -453,19 +453,19 @@ def tangent_error(fn, inputs, eps=1e-6, seed=0) -> float:
             level.attach(x, Tensor(v))
         outputs = _outputs_of(fn, inputs)
         jvs = [level.tangent(o) for o in outputs]
-    analytic = [np.zeros(o.shape) if jv is None else backend.to_numpy(jv.data) for o, jv in zip(outputs, jvs)]
-    saved = [x.data.copy() for x in wrt]
+    analytic = [np.zeros(o.shape) if jv is None else backend.to_numpy(jv.array) for o, jv in zip(outputs, jvs)]
+    saved = [x.array.copy() for x in wrt]
 
     def moved(sign):
         for x, base, v in zip(wrt, saved, vs):
-            x.data[...] = base + sign * eps * v
-        return [backend.to_numpy(o.data).copy() for o in _outputs_of(fn, inputs)]  # fn may need the graph
+            x.array[...] = base + sign * eps * v
+        return [backend.to_numpy(o.array).copy() for o in _outputs_of(fn, inputs)]  # fn may need the graph
 
     try:
         numeric = [(p - m) / (2 * eps) for p, m in zip(moved(+1), moved(-1))]
     finally:
         for x, base in zip(wrt, saved):
-            x.data[...] = base
+            x.array[...] = base
     return max((float((np.abs(a - n) / np.maximum(np.abs(n), 1.0)).max(initial=0.0))
                 for a, n in zip(analytic, numeric)), default=0.0)
 
@@ -515,17 +515,17 @@ def error_sweep(fn, inputs, steps=None, seed=0, name="f", complex_step=True) -> 
     live = [(o, w) for o, w in zip(outputs, v) if o.requires_grad]
     grads = grad([o for o, _ in live], wrt, allow_unused=True, retain_graph=True,
                  grad_outputs=[Tensor(backend.to_device(w, o.device).astype(o.dtype)) for o, w in live])
-    exact = sum(float((backend.to_numpy(g.data) * d).sum()) for g, d in zip(grads, u) if g is not None)
+    exact = sum(float((backend.to_numpy(g.array) * d).sum()) for g, d in zip(grads, u) if g is not None)
     if exact == 0:
         raise ValueError(f"error_sweep: the directional derivative of {name} is 0 at these inputs; a relative "
                          "error means nothing there (try another seed or inputs)")
     weights = np.concatenate([w.reshape(-1) for w in v])
-    saved = [x.data.copy() for x in wrt]
+    saved = [x.array.copy() for x in wrt]
     moves = [backend.to_device(d, x.device).astype(x.dtype) for x, d in zip(wrt, u)]
 
     def g(t):  # vᵀ f(x + t·u)
         for x, base, d in zip(wrt, saved, moves):
-            x.data[...] = base + t * d if t else base
+            x.array[...] = base + t * d if t else base
         return float(weights @ _flat_outputs(fn, inputs))
 
     def central(h):

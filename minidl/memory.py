@@ -109,16 +109,16 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
         if type(x) is SavedEdge and not x.ready:
             continue  # an edge to the op that made x, without x's values
         if i not in packed_inputs and (include_parameters or not isinstance(x, Parameter)):
-            arrays.append(x.data)
+            arrays.append(x.array)
     for name, value in vars(fn).items():
         if name in ("inputs", "packed") or name in packed_names:
             continue
         if isinstance(value, Tensor):
-            value = value.data
+            value = value.array
         if _is_array(value):
             arrays.append(value)
         elif isinstance(value, (tuple, list)):
-            arrays.extend(v.data if isinstance(v, Tensor) else v for v in value
+            arrays.extend(v.array if isinstance(v, Tensor) else v for v in value
                           if _is_array(v) or (isinstance(v, Tensor)))
     return arrays
 
@@ -126,7 +126,7 @@ def saved_arrays(fn: Function, include_parameters: bool = False) -> list:
 def _arrays_in(value, arrays: list, depth: int = 0):
     """Append the arrays in a packed value (an array, a Tensor, tuples and lists of them)."""
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if _is_array(value):
         arrays.append(value)
     elif isinstance(value, (tuple, list)) and depth < 4:

@@ -177,19 +177,19 @@ def _gradient_op_cases(rng, t, targets):
     coefficients = np.eye(4)[targets] * 0.9 + 0.1 / 4  # label smoothing 0.1, as the cross_entropy case
 
     def cross_entropy_grad(x, gy):
-        shifted = np.exp(x.data - x.data.max(axis=1, keepdims=True))
+        shifted = np.exp(x.array - x.array.max(axis=1, keepdims=True))
         return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True), coefficients)(x, gy)
 
     def normalize_grad(x, gy, axes=(1,)):
         normalize = Normalize(axes, 1e-5)
-        x_hat = normalize.forward(x.data)
+        x_hat = normalize.forward(x.array)
         return NormalizeGrad(axes, 1e-5, x_hat, normalize.inv_std)(x, gy)
 
     pooled = _distinct(rng, 2, 3, 5, 5)  # overlapping padded windows: 3×3, stride 2, padding 1
 
     def max_pool_routed(op, g):
         pool = MaxPool2d((3, 3), (2, 2), (1, 1))
-        pool(Tensor(pooled.data))  # records each window's winner, as the parent's forward does
+        pool(Tensor(pooled.array))  # records each window's winner, as the parent's forward does
         return op(pool)(g)
 
     return [
@@ -301,7 +301,7 @@ def _reduction_and_indexing_cases(rng, t):
         ("scatter_reduce_prod_exclude_self",
          lambda x, i, src: F.scatter_reduce(x, 1, i, src, "prod", include_self=False), [t(3, 4), row_index, t(3, 5)]),
         ("scatter_reduce_amax", lambda x, i, src: F.scatter_reduce(x, 0, i, src, "amax"),  # src off x's grid: no ties
-         [_distinct(rng, 3, 4), column_index, Tensor(_distinct(rng, 2, 4).data + 0.15, requires_grad=True)]),
+         [_distinct(rng, 3, 4), column_index, Tensor(_distinct(rng, 2, 4).array + 0.15, requires_grad=True)]),
         ("scatter_reduce_amin_exclude_self",
          lambda x, i, src: F.scatter_reduce(x, 1, i, src, "amin", include_self=False),
          [_distinct(rng, 3, 4), row_index, _distinct(rng, 3, 5)]),
@@ -315,7 +315,7 @@ def _reduction_and_indexing_cases(rng, t):
         ("diag_matrix", lambda x: F.diag(x, -1), [t(3, 4)]),
         ("index_select", lambda x, i: F.index_select(x, 0, i), [t(3, 4), Tensor(np.array([2, 0, 2]))]),
         ("masked_fill", lambda x, m: F.masked_fill(x, m, -1.0), [t(3, 4), mask]),
-        ("masked_select", lambda x, m: F.masked_select(x, m), [t(3, 4), Tensor(mask.data[0])]),
+        ("masked_select", lambda x, m: F.masked_select(x, m), [t(3, 4), Tensor(mask.array[0])]),
         ("norm", F.norm, [t(3, 4)]),
         ("norm_p3_dim", lambda x: F.norm(x, 3, dim=1, keepdim=True), [_away_from_kinks(rng, 3, 4)]),
         ("norm_p_half", lambda x: F.norm(x, 0.5, dim=0), [_away_from_kinks(rng, 3, 4)]),
@@ -349,7 +349,7 @@ def _math_cases(rng, t):
         return Tensor((whole + frac) * step, requires_grad=True)
 
     divisor = Tensor(rng.uniform(0.7, 1.5, 4) * np.array([1, -1, 1, -1]), requires_grad=True)
-    dividend = Tensor(off_grid(3, 4).data * divisor.data, requires_grad=True)  # a / b is off the grid
+    dividend = Tensor(off_grid(3, 4).array * divisor.array, requires_grad=True)  # a / b is off the grid
     lo = np.array([-0.5, -0.3, 0.2, -1.0])
     hi = lo + np.array([0.8, 1.0, 0.6, 1.5])
     below, above = lo - rng.uniform(0.1, 0.5, 4), hi + rng.uniform(0.1, 0.5, 4)
@@ -512,12 +512,12 @@ def _loss_and_attention_cases(rng, t):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
 
     def attention_grad(gy, q, k, v, b, mask=keys_mask[:3], scale=0.7):
-        probs, dead = _probabilities(q.data, k.data, b.data, scale, mask)
+        probs, dead = _probabilities(q.array, k.array, b.array, scale, mask)
         return AttentionGrad(scale, mask, dead, probs, None)(gy, q, k, v, b)
 
     def tiled_attention_grad(gy, q, k, v, mask=keys_mask[:3], scale=0.7):
         forward = TiledAttention(scale, mask, block=2)
-        forward.forward(q.data, k.data, v.data)
+        forward.forward(q.array, k.array, v.array)
         return TiledAttentionGrad(scale, mask, False, 2, forward.out, forward.lse)(gy, q, k, v)
 
     return [
@@ -628,7 +628,7 @@ def _quantization_cases(rng):
 
     per_channel_scale = np.array([[0.1], [0.3], [0.05]])
     per_channel_zero = np.array([[0.0], [2.0], [-3.0]])
-    rows = [grid_input(s * (-8 - z), s * (7 - z), s, (1, 5)).data
+    rows = [grid_input(s * (-8 - z), s * (7 - z), s, (1, 5)).array
             for s, z in zip(per_channel_scale[:, 0], per_channel_zero[:, 0])]
     x_channels = Tensor(np.concatenate(rows), requires_grad=True)
     return [

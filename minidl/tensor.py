@@ -1,6 +1,6 @@
 """Tensor: an array, its gradient, and the node that made it.
 
-A Tensor wraps a NumPy or CuPy array (``.data``). When it takes part in a
+A Tensor wraps a NumPy or CuPy array (``.array``). When it takes part in a
 computation that needs gradients, the op that produced it is remembered in
 ``.creator`` (a :class:`minidl.autograd.Function`), and ``backward()`` walks
 those nodes in reverse to fill ``.grad`` of the leaves.
@@ -46,12 +46,12 @@ def mark_changed(*tensors: "Tensor"):
 
     A backward through an op that saved one of them, recorded before this call, then raises
     instead of computing a gradient from the new values. Ops and ``Tensor`` methods that
-    change values in place call this; code that writes into ``t.data[...]`` directly should too.
+    change values in place call this; code that writes into ``t.array[...]`` directly should too.
     """
     _clock[0] += 1
     now = _clock[0]
     for t in tensors:
-        _changed[id(_owner(t.data))] = now
+        _changed[id(_owner(t.array))] = now
     if len(_changed) > _PRUNE_AT:
         _forget_oldest()
 
@@ -69,7 +69,7 @@ def version_of(t: "Tensor") -> int:
     An id can be reused once its array is freed, so a fresh tensor may report an older
     value; that value is never newer than an op recorded on the tensor, so checks hold.
     """
-    return _changed.get(id(_owner(t.data)), 0)
+    return _changed.get(id(_owner(t.array)), 0)
 
 
 def _axis(dim, ndim: int, op: str) -> int:
@@ -132,7 +132,8 @@ def index_key(key):
 class Tensor:
     """An n-dimensional array that can record how it was computed.
 
-    ``data`` is the raw array (NumPy or CuPy); ``grad`` is a Tensor of the same
+    ``array`` is the raw array (NumPy or CuPy; ``data`` is PyTorch's detached view,
+    a Tensor); ``grad`` is a Tensor of the same
     shape after ``backward()`` (or None); ``creator`` is the Function that
     produced this tensor, None for a leaf.
     """
@@ -161,16 +162,32 @@ class Tensor:
         self._data = array
         mark_changed(self)
 
-    # attrgetter, not a def: reading .data is on the hot path of every op
-    data = property(operator.attrgetter("_data"), _set_data, doc="""The raw array (NumPy or CuPy).
-
-    Assigning to it (``t.data = a``, ``t.data -= u``) counts as an in-place change (see
-    :func:`mark_changed`); writing into the array (``t.data[...] = a``) is not seen: use
-    ``t.copy_(a)``, or call ``mark_changed(t)`` after the write.""")
+    # attrgetter, not a def: reading .array is on the hot path of every op
     array = property(operator.attrgetter("_data"), _set_data, doc="""The raw array (NumPy or CuPy), Chainer's name.
 
-    minidl's own code reads a tensor's values through ``.array``; assigning to it counts as an
-    in-place change, as for ``.data``.""")
+    minidl's own code reads and writes a tensor's values through ``.array``. Assigning to it
+    (``t.array = a``, ``t.array -= u``) counts as an in-place change (see :func:`mark_changed`);
+    writing into the array (``t.array[...] = a``) is not seen: use ``t.copy_(a)``, or call
+    ``mark_changed(t)`` after the write.""")
+
+    def _get_detached(self) -> "Tensor":
+        return Tensor(self._data)
+
+    def _set_from(self, value):
+        self._set_data(value._data if isinstance(value, Tensor) else value)
+
+    data = property(_get_detached, _set_from, doc="""PyTorch's ``.data``: a Tensor on the same storage, detached.
+
+    Reading gives a new Tensor that shares this tensor's array, with ``requires_grad=False``
+    and no creator, so ``p.data.add_(g, alpha=-lr)`` or ``p.data.copy_(w)`` change ``p``'s
+    values in place and ``torch.max(out.data, 1)`` sees plain values. Assigning
+    (``t.data = other``, a Tensor or an array) makes ``other``'s array this tensor's
+    storage, as PyTorch's ``set_data`` does, and counts as an in-place change. The raw
+    array is :attr:`array`; :meth:`numpy` is the host copy.
+
+    One difference: minidl keeps versions per buffer, so a change made through ``.data``
+    to a tensor that a recorded op saved is seen by that op's backward, which refuses to
+    run (PyTorch would use the changed values without a word).""")
 
     # ------------------------------------------------------------ gradient
     @property
@@ -245,7 +262,7 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         """The same data, cut from the graph (shares memory)."""
-        return Tensor(self.data)
+        return Tensor(self.array)
 
     def clone(self) -> "Tensor":
         """A copy with its own memory; gradients flow back through it (an identity Cast)."""
@@ -259,7 +276,7 @@ class Tensor:
     def copy_(self, src) -> "Tensor":
         """Copy ``src`` (a Tensor, array or number, broadcast to this shape) into this tensor."""
         self._check_inplace("copy_", src)
-        array = src.data if isinstance(src, Tensor) else src
+        array = src.array if isinstance(src, Tensor) else src
         if hasattr(array, "dtype"):
             array = backend.to_device(array, self.device)
         try:
@@ -279,7 +296,7 @@ class Tensor:
         self._check_inplace("item assignment (x[key] = value)", value)
         key, select, _ = index_key(key)
         target = self._data if select is None else self._data[select]  # a view: writes reach x
-        array = value.data if isinstance(value, Tensor) else value
+        array = value.array if isinstance(value, Tensor) else value
         if hasattr(array, "dtype"):
             array = backend.to_device(array, self.device)
         try:
@@ -337,7 +354,7 @@ class Tensor:
 
     def _update(self, name, other, apply):
         self._check_inplace(name, other)
-        other = other.data if isinstance(other, Tensor) else other
+        other = other.array if isinstance(other, Tensor) else other
         try:
             apply(self._data, other)
         except ValueError:
@@ -399,6 +416,11 @@ class Tensor:
         """The number of axes, as ``ndim``."""
         return self._data.ndim
 
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point one (float16/32/64, bfloat16), as PyTorch's:
+        complex and integer dtypes answer False."""
+        return self._data.dtype.kind == "f" or backend.is_bfloat16(self._data.dtype)
+
     @property
     def dtype(self):
         return self._data.dtype
@@ -415,20 +437,20 @@ class Tensor:
         return backend.xp_of(self._data)
 
     def __len__(self) -> int:
-        return len(self.data)
+        return len(self.array)
 
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array (copied from the GPU when needed)."""
-        return backend.to_numpy(self.data)
+        return backend.to_numpy(self.array)
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
-        if self.data.size != 1:
-            raise ValueError(f"item(): tensor has {self.data.size} elements (shape {self.shape}); "
+        if self.array.size != 1:
+            raise ValueError(f"item(): tensor has {self.array.size} elements (shape {self.shape}); "
                              "only one-element tensors convert to a Python number")
         if backend._deferred:  # a host read: GPU range checks made since the last one report now
             backend.raise_deferred()
-        return self.data.item()
+        return self.array.item()
 
     def tolist(self):
         return self.numpy().tolist()
@@ -466,7 +488,7 @@ class Tensor:
         """A copy converted to ``dtype``; gradients flow back converted to the source dtype."""
         from minidl.autograd import Cast
         if not backend.is_floating(np.dtype(dtype)):  # an integer or bool copy carries no gradient
-            return Tensor(self.data.astype(dtype))
+            return Tensor(self.array.astype(dtype))
         return Cast(dtype)(self)
 
     def _converted(self, dtype) -> "Tensor":
@@ -506,8 +528,8 @@ class Tensor:
 
     # ------------------------------------------------------------ comparisons (no gradient)
     def _compare(self, other, op):
-        other = other.data if isinstance(other, Tensor) else other
-        return Tensor(op(self.data, other))
+        other = other.array if isinstance(other, Tensor) else other
+        return Tensor(op(self.array, other))
 
     def __eq__(self, other):
         return self._compare(other, lambda a, b: a == b)
@@ -530,12 +552,12 @@ class Tensor:
     __hash__ = object.__hash__  # tensors are identities (dict keys), not values
 
     def __bool__(self):
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
-                             "use .any() or .all() on .data")
+                             "use t.any() or t.all()")
         if backend._deferred:
             backend.raise_deferred()
-        return bool(self.data)
+        return bool(self.array)
 
     def __float__(self):
         return float(self.item())
@@ -643,7 +665,7 @@ class Parameter(Tensor):
         if data is None:
             data = np.zeros((0,), np.float32)
         if isinstance(data, Tensor):
-            data = data.data
+            data = data.array
         elif not hasattr(data, "dtype"):
             data = np.asarray(data, dtype=np.float32)
         super().__init__(data, requires_grad=requires_grad)
@@ -663,6 +685,33 @@ def _dtype_for(data, dtype):
     return np.dtype(_DEFAULT_FLOAT) if kind == "f" else None
 
 
+def is_tensor(obj) -> bool:
+    """Whether ``obj`` is a Tensor (a Parameter included), as ``torch.is_tensor``."""
+    return isinstance(obj, Tensor)
+
+
+def _require_tensor(op: str, input) -> "Tensor":
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}(): expected a Tensor, got {type(input).__name__}; "
+                        "wrap it first with mdl.tensor(...)")
+    return input
+
+
+def numel(input: Tensor) -> int:
+    """The number of elements of ``input`` (``torch.numel``)."""
+    return _require_tensor("numel", input).numel()
+
+
+def is_floating_point(input: Tensor) -> bool:
+    """Whether ``input``'s dtype is floating-point (``torch.is_floating_point``)."""
+    return _require_tensor("is_floating_point", input).is_floating_point()
+
+
+def clone(input: Tensor) -> Tensor:
+    """A copy of ``input`` with its own memory; gradients flow back through it (``torch.clone``)."""
+    return _require_tensor("clone", input).clone()
+
+
 def tensor(data, requires_grad: bool = False, device=None, dtype=None) -> Tensor:
     """A new leaf tensor holding a copy of ``data`` on ``device``.
 
@@ -670,7 +719,7 @@ def tensor(data, requires_grad: bool = False, device=None, dtype=None) -> Tensor
     ``dtype`` is given. ``device`` defaults to where ``data`` already is.
     """
     if isinstance(data, Tensor):
-        data = data.data
+        data = data.array
     if device is None:
         device = backend.device_of(data)
     xp = backend.xp_for(device)

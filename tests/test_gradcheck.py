@@ -53,7 +53,7 @@ class CubeBackwardFromConstants(Function):
         return x ** 3
 
     def backward(self, gy):
-        x = self.inputs[0].data
+        x = self.inputs[0].array
         return gy * Tensor(3 * x * x)  # no graph back to x: d(dx)/dx looks like 0
 
 

@@ -46,7 +46,7 @@ def test_the_forward_after_the_step_gives_the_gradient_at_the_new_values():
 def test_augmented_assignment_to_data_counts_as_a_change():
     w, v = f64([1.0, 2.0, 3.0]), f64([4.0, 5.0, 6.0])
     y = (w * v).sum()
-    w.data -= 1.0  # the manual SGD line: goes through the .data setter
+    w.array -= 1.0  # the manual SGD line: goes through the .array setter
     with pytest.raises(RuntimeError, match="Mul"):
         y.backward()
 
@@ -101,7 +101,7 @@ def test_ops_that_do_not_read_the_changed_input_do_not_raise(build, dv):
 def test_a_changed_bias_does_not_stop_linear():
     x, weight, bias = f64([[1.0, 2.0]]), f64([[3.0, 4.0]]), f64([0.5])
     y = F.linear(x, weight, bias).sum()
-    bias.data += 1.0  # dx = W and dW = x: the bias is never read
+    bias.array += 1.0  # dx = W and dW = x: the bias is never read
     y.backward()
     np.testing.assert_allclose(x.grad.numpy(), [[3.0, 4.0]])
     np.testing.assert_allclose(weight.grad.numpy(), [[1.0, 2.0]])
@@ -144,7 +144,7 @@ def test_changing_every_input_gives_an_error_or_the_unchanged_gradient(name, fn,
     outputs, vs = gradients()
     for x in inputs:
         if isinstance(x, Tensor) and x.dtype.kind == "f":
-            x.data += 0.37  # stays positive where the case needs it, moves across relu/abs/clip kinks
+            x.array += 0.37  # stays positive where the case needs it, moves across relu/abs/clip kinks
     try:
         got = mdl.grad(outputs, wrt, grad_outputs=vs, allow_unused=True)
     except RuntimeError as error:
@@ -251,9 +251,9 @@ def test_a_manual_step_on_a_standalone_tensor_keeps_it_a_leaf_that_learns():
 def test_augmented_assignments_change_the_tensor_itself(op, apply):
     a, b = np.array([[1.5, 2.0, 3.0], [0.5, 4.0, 1.0]]), np.array([2.0, 0.5, 3.0])
     x = mdl.tensor(a)
-    buffer = x.data
+    buffer = x.array
     y = apply(x, mdl.tensor(b))
-    assert y is x and x.data is buffer  # the same tensor, the same memory
+    assert y is x and x.array is buffer  # the same tensor, the same memory
     np.testing.assert_allclose(x.numpy(), apply(a.copy(), b))
 
 
@@ -373,7 +373,7 @@ def test_changing_a_saved_index_mask_or_condition_in_place_makes_backward_refuse
     loss = _loss_of(fn(*inputs))
     index = inputs[position]
     with mdl.no_grad():
-        index.copy_(index.data.copy())  # the same values: PyTorch refuses any change, and so do we
+        index.copy_(index.array.copy())  # the same values: PyTorch refuses any change, and so do we
     with pytest.raises(RuntimeError, match=r"backward through \w+: .*its index, mask or condition"):
         loss.backward()
 
@@ -395,19 +395,19 @@ def test_no_recorded_op_keeps_an_index_outside_the_version_check(name):
         stack.extend(x.creator for x in node.inputs)
     assert nodes
     for node in nodes:
-        checked = {id(_owner(t.data)) for t in node.saved_indices} | {id(_owner(x.data)) for x in node.inputs}
+        checked = {id(_owner(t.array)) for t in node.saved_indices} | {id(_owner(x.array)) for x in node.inputs}
         values = list(vars(node).values())
         while values:
             value = values.pop()
             if isinstance(value, (tuple, list)):
                 values.extend(value)
                 continue
-            array = value.data if isinstance(value, Tensor) else value
+            array = value.array if isinstance(value, Tensor) else value
             if not isinstance(array, np.ndarray):
                 continue
             for x in given:
-                if np.shares_memory(array, x.data):
-                    assert id(_owner(x.data)) in checked, (
+                if np.shares_memory(array, x.array):
+                    assert id(_owner(x.array)) in checked, (
                         f"{type(node).__name__} keeps memory of input {x.shape} {x.dtype} outside its checks")
 
 

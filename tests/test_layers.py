@@ -34,7 +34,8 @@ LAYERS = [
      "minidl.op_cases", "minidl"],
     ["minidl.nn", "minidl.quant"],  # quantized layers and their conversion: layers, beside nn
     ["minidl.optim"],
-    ["minidl.amp", "minidl.cuda"],  # GradScaler drives an optimizer; minidl.cuda.amp is PyTorch's path to amp
+    ["minidl.amp", "minidl.cuda", "minidl.accelerator"],  # GradScaler drives an optimizer; minidl.cuda.amp is
+    # PyTorch's path to amp; minidl.accelerator asks minidl.cuda
     ["minidl.checkpoint", "minidl.utils.checkpoint"],
     ["minidl.data", "minidl.utils.data", "minidl.utils"],
     ["minidl.parallel"],

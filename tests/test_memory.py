@@ -64,7 +64,7 @@ def test_a_view_and_its_base_count_once():
         y = x * 2.0  # Mul keeps x and the scalar 2 (a 4-byte float32 array)
         z = y.reshape(24)  # Reshape keeps y
         w = z * z.reshape(4, 6).reshape(24)  # a Mul of z and a view of y: y's buffer counted once
-    held = x.data.nbytes + 4 + y.data.nbytes
+    held = x.array.nbytes + 4 + y.array.nbytes
     assert m.current_bytes == held
     del w
 
@@ -76,8 +76,8 @@ def test_parameters_are_left_out_unless_asked():
         y1 = layer(x)
     with memory.track(include_parameters=True) as with_params:
         y2 = layer(x)
-    assert without.current_bytes == x.data.nbytes
-    assert with_params.current_bytes == x.data.nbytes + layer.weight.data.nbytes + layer.bias.data.nbytes
+    assert without.current_bytes == x.array.nbytes
+    assert with_params.current_bytes == x.array.nbytes + layer.weight.array.nbytes + layer.bias.array.nbytes
     del y1, y2
 
 
@@ -106,7 +106,7 @@ def test_masks_saved_on_the_node_are_counted():
     mdl.manual_seed(0)
     with memory.track() as m:
         y = F.dropout(x, 0.5)  # keeps x and its scaled mask (B·50 float32)
-    assert m.current_bytes == 2 * x.data.nbytes
+    assert m.current_bytes == 2 * x.array.nbytes
     del y
 
 
@@ -163,7 +163,7 @@ def test_tracemalloc_sees_at_least_the_tracked_bytes():
     finally:
         tracemalloc.stop()
     assert m.current_bytes == hand_count([64, 256, 256, 256, 64]) * 64 // B
-    assert m.current_bytes - x.data.nbytes <= grown  # x was allocated before: not part of the growth
+    assert m.current_bytes - x.array.nbytes <= grown  # x was allocated before: not part of the growth
     del y
 
 

@@ -23,7 +23,7 @@ def mlp_step(device, with_region=None):
         with with_region.region("update"):
             with mdl.no_grad():
                 for p in params:
-                    p.data -= 0.1 * p.grad.data
+                    p.array -= 0.1 * p.grad.array
     return params
 
 

@@ -139,3 +139,24 @@ def test_the_package_itself_gives_its_subpackages_without_an_import():
                          cwd=root, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("minidl.nn.")
+
+
+def test_troubleshootings_list_of_subpackages_is_what_import_minidl_gives():
+    # The section names the subpackages `import minidl` gives and says minidl.train is not one of them.
+    import subprocess
+    import sys
+    section = README.read_text().split("### Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    named = re.search(r"on first use, the subpackages.*?, so such a name", section, re.S).group(0)
+    listed = sorted(set(re.findall(r"`(?:minidl\.)?([a-z_]+)`", named)))
+    script = ("import sys, minidl; names = sys.argv[1:]; "
+              "[getattr(minidl, n) for n in names]; "
+              "print(hasattr(minidl, 'train'), 'minidl.train' in sys.modules); "
+              "import minidl.train; print(hasattr(minidl, 'train'))")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", script, *listed], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "False", "True"]
+    assert "import minidl.train" in section
+    import minidl
+    assert set(listed) == set(minidl._SUBPACKAGES)  # every one the package gives, and only those

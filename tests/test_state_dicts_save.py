@@ -52,9 +52,17 @@ def _optimizers():
 
 def _step(model, opt, x, y):
     create_graph = isinstance(opt, optim.AdaHessian)
-    opt.zero_grad()
-    F.cross_entropy(model(mdl.tensor(x)), y).backward(create_graph=create_graph)
-    opt.step()
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(mdl.tensor(x)), y)
+        loss.backward(create_graph=create_graph)
+        return loss
+    if isinstance(opt, optim.LBFGS):  # it evaluates the loss as often as its line search needs
+        opt.step(closure)
+    else:
+        closure()
+        opt.step()
 
 
 @pytest.mark.parametrize("name, make", _optimizers(), ids=[n for n, _ in _optimizers()])
@@ -98,7 +106,7 @@ def test_swa_state_round_trips(tmp_path):
     swa = optim.SWA(model)
     swa.update()
     for p in model.parameters():
-        p.data += 1
+        p.array += 1
     swa.update()
     twin = _model()
     twin_swa = optim.SWA(twin)

@@ -87,11 +87,11 @@ def _forward_along(node, state, alone, fn, inputs, tangents, t):
     (the op cases keep x a grid step away from the clip's bounds).
     """
     if alone and len(node.inputs) == len(inputs) and all(a is b for a, b in zip(node.inputs, inputs)):
-        moved = [x if d is None else Tensor(x.data + t * d.data) for x, d in zip(inputs, tangents)]
+        moved = [x if d is None else Tensor(x.array + t * d.array) for x, d in zip(inputs, tangents)]
         backend.set_rng_state(state)
         with mdl.no_grad():
-            return tuple(y.data for y in _tuple(fn(*moved)))
-    arrays = [x.data if d is None else x.data + t * d.data for x, d in zip(node.inputs, tangents)]
+            return tuple(y.array for y in _tuple(fn(*moved)))
+    arrays = [x.array if d is None else x.array + t * d.array for x, d in zip(node.inputs, tangents)]
     if isinstance(node, FakeQuantize):  # the straight-through rule is the derivative of the clip it stands for
         return (np.clip(arrays[0], node.scale * (node.q_min - node.zero_point),
                         node.scale * (node.q_max - node.zero_point)),)
@@ -102,7 +102,7 @@ def _forward_along(node, state, alone, fn, inputs, tangents, t):
 def _tangents(node, rng):
     """A random tangent for each input that requires a gradient, 0 where the input is infinite
     (a −inf border is a constant: its tangent is 0, and differences cannot see past it)."""
-    return [Tensor(np.where(np.isfinite(x.data), rng.standard_normal(x.shape), 0.0)) if x.requires_grad else None
+    return [Tensor(np.where(np.isfinite(x.array), rng.standard_normal(x.shape), 0.0)) if x.requires_grad else None
             for x in node.inputs]
 
 
@@ -348,7 +348,7 @@ ON_DEVICE = ("layer_norm", "batch_norm", "conv2d", "conv1d", "max_pool2d", "cros
 def test_tangent_rules_give_the_same_numbers_on_the_gpu(name, standin_or_gpu):
     """The rules run on CuPy arrays (the stand-in's strict rules where there is no GPU) and agree with NumPy's."""
     fn, inputs = next((c[1], c[2]) for c in cases() if c[0] == name)
-    on_device = [Tensor(x.data, requires_grad=x.requires_grad).to(standin_or_gpu) for x in inputs]
+    on_device = [Tensor(x.array, requires_grad=x.requires_grad).to(standin_or_gpu) for x in inputs]
     for (node, *_), (cpu_node, *_) in zip(_run(fn, on_device)[1], _run(fn, inputs)[1], strict=True):
         rng = np.random.default_rng(0)
         tangents = _tangents(cpu_node, rng)

@@ -32,7 +32,7 @@ def test_tensor_copies_its_data():
     source[0] = 99.0
     assert t.numpy()[0] == 1.0
     u = mdl.tensor(t)  # from a Tensor: a new leaf with its own buffer
-    u.data[1] = -1.0
+    u.array[1] = -1.0
     assert t.numpy()[1] == 2.0
 
 
@@ -167,7 +167,7 @@ def test_detach_shares_data_but_has_no_graph():
     y = x * 3
     d = y.detach()
     assert d.creator is None and not d.requires_grad
-    assert np.shares_memory(d.data, y.data)
+    assert np.shares_memory(d.array, y.array)
     z = (x * x.detach()).sum()  # the detached factor is a constant: dz/dx = x, not 2x
     z.backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.0, 2.0])
@@ -285,9 +285,9 @@ def test_numeric_operands_still_work():
 ])
 def test_in_place_methods_change_the_tensor_itself(method, args, expected):
     t = mdl.tensor([1.0, 2.0, 3.0])
-    buffer = t.data
+    buffer = t.array
     assert getattr(t, method)(*args) is t
-    assert t.data is buffer and t.dtype == np.float32
+    assert t.array is buffer and t.dtype == np.float32
     np.testing.assert_array_equal(t.numpy(), expected)
 
 
@@ -309,7 +309,7 @@ def test_in_place_methods_name_a_shape_that_does_not_fit():
 def test_clone_copies_memory_and_passes_the_gradient():
     x = mdl.tensor([1.0, 2.0], requires_grad=True)
     y = x.clone()
-    assert y.data is not x.data and y.dtype == x.dtype
+    assert y.array is not x.array and y.dtype == x.dtype
     (y * y).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
 

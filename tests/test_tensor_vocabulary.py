@@ -50,7 +50,7 @@ def test_clone_item_zero_and_requires_grad():
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])  # gradients flow through clone
     with mdl.no_grad():
         c2 = x.clone()
-        c2.data[0] = 9.0
+        c2.array[0] = 9.0
     assert x.tolist() == [1.0, 2.0]  # its own memory
     z = mdl.tensor([1.0, 2.0]).zero_()
     assert z.tolist() == [0.0, 0.0]
@@ -107,7 +107,7 @@ def test_type_and_to_with_dtypes():
     assert x.to(dtype="float64", device="cpu").dtype == np.float64
     assert x.to(mdl.tensor([1], dtype="int32")).dtype == np.int32  # another tensor's dtype and device
     copied = x.to("cpu", copy=True, non_blocking=True)
-    assert copied is not x and copied.tolist() == x.tolist() and copied.data is not x.data
+    assert copied is not x and copied.tolist() == x.tolist() and copied.array is not x.array
     with pytest.raises(ValueError, match="unknown device 'cuda:x'"):
         x.to("cuda:x")
 
@@ -195,7 +195,7 @@ def test_from_numpy_shares_memory_as_torch():
     assert t.dtype == np.float64  # the array's dtype, as torch.from_numpy
     array[0] = 10.0
     assert t.tolist()[0] == 10.0
-    t.data[1] = -1.0
+    t.array[1] = -1.0
     assert array[1] == -1.0
     with pytest.raises(TypeError, match="from_numpy: expected a NumPy array, got list"):
         mdl.from_numpy([1.0, 2.0])

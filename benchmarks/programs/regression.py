@@ -2,7 +2,7 @@
 polynomial of degree 4 by SGD on the smooth L1 loss, batch 32, written afresh with its step as it
 is there (a fresh batch, zero_grad, the loss, .item(), backward, and the update in place). The
 update is written ``with torch.no_grad(): param.add_(...)``, today's spelling of the original's
-``param.data.add_(...)`` (minidl's ``.data`` is the array itself: docs/pytorch.md)."""
+``param.array.add_(...)`` (minidl's ``.array`` is the array itself: docs/pytorch.md)."""
 import torch
 import torch.nn.functional as F
 

@@ -35,7 +35,7 @@ from optimfigures import SCHEDULE_EXAMPLES, SCHEDULE_STEPS, fmt, ravine_figure, 
 from sphinx import addnodes
 from sphinx.util import logging
 
-FAMILY_ORDER = ["sgd", "adaptive", "adam", "layerwise", "adahessian", "averaging"]
+FAMILY_ORDER = ["sgd", "adaptive", "adam", "layerwise", "adahessian", "lbfgs", "averaging"]
 HELPER_MODULES = {"minidl.optim.optimizer", "minidl.optim.kernels",  # shared plumbing, not equations
                   "minidl.optim.regularization", "minidl.optim.saved_state", "minidl.optim.wrapper"}
 logger = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ EXTRA_RAVINE_RUNS = {
     "AdamW": ("lambda p, lr: optim.AdamW(p, lr=lr)", 0.3),
     "Lookahead": ("lambda p, lr: optim.Lookahead(optim.SGD(p, lr=lr))", 0.9),
     "RangerLARS": ("lambda p, lr: optim.RangerLARS(p, lr=lr)", 0.1),
+    "LBFGS": ("lambda p, lr: optim.LBFGS(p, lr=lr, max_iter=1, max_eval=10, line_search_fn='strong_wolfe')", 1.0),
 }
 SWA_RUN = dict(lr=1.0, start=50)  # SGD bouncing across the ravine for ever (y ← −y); averaged from step 50
 SCHEDULE_STEPS = 300

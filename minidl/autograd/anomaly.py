@@ -82,6 +82,6 @@ def _user_frame() -> str:
 def _all_finite(tensors) -> bool:
     """No NaN or Inf in any floating or complex Tensor of ``tensors`` (None entries skipped)."""
     for t in tensors:
-        if t is not None and t.dtype.kind in "fc" and not bool(t.xp.isfinite(t.data).all()):
+        if t is not None and t.dtype.kind in "fc" and not bool(t.xp.isfinite(t.array).all()):
             return False
     return True

@@ -219,7 +219,7 @@ class Function:
         return RuntimeError(
             f"backward through {op}: a tensor it saved for backward (its {role}{named} of shape "
             f"{tuple(t.shape)}, {t.dtype}) was changed in place after {op} was recorded (by an "
-            "optimizer step, load_state_dict, an assignment to .data, +=, an item assignment or an in-place "
+            "optimizer step, load_state_dict, an assignment to .array, +=, an item assignment or an in-place "
             "method), so "
             "the gradient would be computed from the new values; change a copy (t.clone()) instead, "
             "or change it after backward (after an optimizer step, run the forward again)")
@@ -302,7 +302,7 @@ class FunctionCtx(Function):
         for y in self.returned:
             if not isinstance(y, Tensor):
                 raise TypeError(f"{name}.forward must return Tensors, got {type(y).__name__}")
-        return self.returned[0].data if self.single else tuple(y.data for y in self.returned)
+        return self.returned[0].array if self.single else tuple(y.array for y in self.returned)
 
     def returned_as(self, outputs):
         """The outputs as forward returned them (one or a tuple), non-differentiable ones cut off."""
@@ -337,7 +337,7 @@ class FunctionCtx(Function):
 def _check_same_device(fn, inputs):
     """Raise ValueError unless every input is on one device; return that GPU's index when it is
     not the current GPU (the op must run there), else None."""
-    devices = {backend.device_of(x.data) for x in inputs}
+    devices = {backend.device_of(x.array) for x in inputs}
     if len(devices) > 1:
         shown = ", ".join(f"{tuple(x.shape)} on {x.device}" for x in inputs)
         raise ValueError(f"{type(fn).__name__}: inputs are on different devices ({shown}); "

@@ -158,7 +158,7 @@ def unpacked_backward(fn, gys):
             else:
                 # A leaf stays itself (a backward may need the very tensor: a checkpoint finds its
                 # parameters by identity) and holds the unpacked values while this backward runs;
-                # the slot is set, not .data, so no in-place change is recorded.
+                # the slot is set, not .array, so no in-place change is recorded.
                 leaf = edges[key]
                 lent.append((leaf, leaf._data))
                 leaf._data = array

@@ -231,7 +231,7 @@ def _fill_missing(fn, gys):
     """A multi-output op whose outputs did not all get a gradient: zeros stand in for the rest."""
     if all(g is not None for g in gys):
         return gys
-    xp = backend.xp_of(fn.inputs[0].data)
+    xp = backend.xp_of(fn.inputs[0].array)
     return [Tensor(xp.zeros(shape, dtype)) if g is None else g
             for g, (shape, dtype) in zip(gys, fn.output_meta)]
 

@@ -44,7 +44,7 @@ class save_on_cpu(saved_tensors_hooks):  # noqa: N801 - PyTorch's name: torch.au
         super().__init__(self._pack, self._unpack)
 
     def _pack(self, t):
-        array = t.data
+        array = t.array
         if not backend.is_device_array(array):
             return t  # on the CPU already: kept as it is
         device = backend.device_of(array)
@@ -86,7 +86,7 @@ class save_as(saved_tensors_hooks):  # noqa: N801 - a context, named as save_on_
         super().__init__(self._pack, self._unpack)
 
     def _pack(self, t):
-        array, dtype = t.data, self.dtype
+        array, dtype = t.array, self.dtype
         if not backend.is_floating(array.dtype) or array.dtype.itemsize <= dtype.itemsize:
             return t
         xp = backend.xp_of(array)

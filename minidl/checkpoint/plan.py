@@ -132,18 +132,18 @@ def profile_layers(model, sample_input) -> SegmentPlan:
         with BufferGuard():
             x = sample_input
             for layer in layers:
-                inp = Tensor(x.data, requires_grad=x.dtype.kind == "f")
+                inp = Tensor(x.array, requires_grad=x.dtype.kind == "f")
                 with memory.track(allocator=False) as m:  # tracemalloc would slow the timed forward
                     start = time.perf_counter()
                     y = layer(inp)
                     _synchronize(device)
                     middle = time.perf_counter()
-                inputs.append(int(inp.data.nbytes))
+                inputs.append(int(inp.array.nbytes))
                 held.append(m.current_bytes)
                 forward.append(middle - start)
                 targets = [inp] + [p for p in layer.parameters() if p.requires_grad]
                 if y.requires_grad:  # gradients returned, not accumulated: .grad stays untouched
-                    autograd.grad([y], targets, grad_outputs=[Tensor(y.xp.ones_like(y.data))], allow_unused=True)
+                    autograd.grad([y], targets, grad_outputs=[Tensor(y.xp.ones_like(y.array))], allow_unused=True)
                     _synchronize(device)
                 backward.append(time.perf_counter() - middle)
                 x = y.detach()
@@ -294,7 +294,7 @@ def storage_report(model, sample_input, segments, storage_dtype="float16", loss_
                 with memory.track() as m:
                     loss = loss_fn(checkpoint_sequential(layers, segments, sample_input, storage_dtype=dtype))
                     loss.backward()
-                runs[dtype] = (m.peak_bytes, [backend.to_numpy(p.grad.data) for p in params if p.grad is not None])
+                runs[dtype] = (m.peak_bytes, [backend.to_numpy(p.grad.array) for p in params if p.grad is not None])
     finally:
         rng.restore()
         for p, g in zip(params, kept):

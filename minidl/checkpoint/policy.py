@@ -84,7 +84,7 @@ class KeptOutputs(FunctionHook):
         index, self.calls = self.calls, self.calls + 1
         if outputs is None or _draws_random(function) or not self.keep(function):
             return
-        ys = outputs.data if not isinstance(outputs, tuple) else tuple(y.data for y in outputs)
+        ys = outputs.array if not isinstance(outputs, tuple) else tuple(y.array for y in outputs)
         self.kept[index] = (type(function), ys, dict(vars(function)))
 
     def arrays(self) -> list:

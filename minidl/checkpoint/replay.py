@@ -112,7 +112,7 @@ class BufferGuard:
     def remember(self, module):
         if id(module) in self.saved:
             return
-        self.saved[id(module)] = [(module, name, t, t.data, t.data.copy())
+        self.saved[id(module)] = [(module, name, t, t.array, t.array.copy())
                                   for name, t in module._buffers.items() if t is not None]
 
     def __exit__(self, *exc):
@@ -124,6 +124,6 @@ class BufferGuard:
         for entries in self.saved.values():
             for module, name, tensor, array, copy in entries:
                 module._buffers[name] = tensor
-                tensor.data = array
+                tensor.array = array
                 array[...] = copy  # in place: anyone holding the array sees the restored values
         return False

@@ -100,15 +100,15 @@ def resolve_storage_dtype(name, xp=np):
 
 
 def _compress(tensor: Tensor, dtype):
-    """Replace tensor.data by a 16-bit copy (the full-precision buffer can then be freed)."""
+    """Replace tensor.array by a 16-bit copy (the full-precision buffer can then be freed)."""
     xp = tensor.xp
     with np.errstate(over="ignore"):  # an overflow is reported below, with its fix
-        small = tensor.data.astype(dtype)
-    if not bool(xp.isfinite(small).all()) and bool(xp.isfinite(tensor.data).all()):
+        small = tensor.array.astype(dtype)
+    if not bool(xp.isfinite(small).all()) and bool(xp.isfinite(tensor.array).all()):
         raise ValueError(f"checkpoint: an activation of shape {tensor.shape} exceeds the range of {dtype} "
-                         f"(largest magnitude {float(xp.abs(tensor.data).max()):.4g}); store it in bfloat16 "
+                         f"(largest magnitude {float(xp.abs(tensor.array).max()):.4g}); store it in bfloat16 "
                          "or without storage_dtype")
-    tensor.data = small
+    tensor.array = small
 
 
 # ---------------------------------------------------------------- the checkpoint node
@@ -331,7 +331,7 @@ def _checkpoint(fn, inputs, preserve_rng_state, store_first_as, policy=None):
     with no_grad(), _TensorsUsed() as used, recording, kept if kept is not None else contextlib.nullcontext():
         outputs = fn(*inputs)
     multiple = not isinstance(outputs, Tensor)
-    results = [o.data for o in _as_tuple(outputs, "checkpoint")]
+    results = [o.array for o in _as_tuple(outputs, "checkpoint")]
     explicit = {id(x) for x in tensors}
     captured = [t for key, t in used.seen.items() if key not in explicit]
     stored = [None] * len(tensors)

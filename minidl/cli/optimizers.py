@@ -57,9 +57,9 @@ def _mlp(sizes, rng):
     layers = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         linear = nn.Linear(fan_in, fan_out)
-        linear.weight.data[...] = rng.standard_normal((fan_out, fan_in)).astype(np.float32) \
+        linear.weight.array[...] = rng.standard_normal((fan_out, fan_in)).astype(np.float32) \
             * np.float32(math.sqrt(2 / fan_in))
-        linear.bias.data[...] = 0
+        linear.bias.array[...] = 0
         layers += [linear, nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 

@@ -29,7 +29,7 @@ def average_gradients_(comm, parameters) -> None:
     for p in parameters:
         if p.grad is None:
             continue
-        g = np.array(p.grad.data)
+        g = np.array(p.grad.array)
         ring_allreduce_(comm, g)
         g /= comm.size
         p.grad = g

@@ -19,7 +19,7 @@ yields Tensors (on its ``device=`` when one is given); the Trainer moves
 batches to the model's device.
 """
 from minidl.data.collate import default_collate, default_convert
-from minidl.data.dataset import Dataset, TensorDataset
+from minidl.data.dataset import Dataset, Subset, TensorDataset
 from minidl.data.datasets import (
     digits,
     gaussian_blobs,
@@ -54,7 +54,7 @@ from minidl.data.samplers import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
-from minidl.data.split import oversample_minority, split_ratios, train_val_test_split
+from minidl.data.split import oversample_minority, random_split, split_ratios, train_val_test_split
 from minidl.data.text_augment import SYNONYMS, SynonymReplacement, augment_sentences
 from minidl.data.transforms import (
     Compose,
@@ -72,7 +72,7 @@ from minidl.data.transforms import (
 
 __all__ = [
     "BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler",
-    "default_collate", "default_convert",
+    "default_collate", "default_convert", "Subset", "random_split",
     "Compose", "DataLoader", "Dataset", "FrequencyMasking", "GaussianNoise", "GroupKFold", "KFold", "RandomCrop",
     "RandomHorizontalFlip", "RandomRotation", "Standardizer", "StratifiedKFold", "TensorDataset", "TimeMasking",
     "TimeSeriesSplit", "TimeWarp", "Transform", "WindowSlice", "adasyn", "augment_dataset", "check_leakage",

@@ -50,7 +50,7 @@ def _is_namedtuple(value) -> bool:
 
 
 def _stack(arrays) -> Tensor:
-    arrays = [a.data if isinstance(a, Tensor) else a for a in arrays]
+    arrays = [a.array if isinstance(a, Tensor) else a for a in arrays]
     first = arrays[0]
     if not _convertible(first.dtype):
         raise TypeError(_ERROR.format(first.dtype))
@@ -126,8 +126,8 @@ def default_convert(data):
 def batch_to(batch, device):
     """``batch`` with every Tensor in it on ``device`` (no copy for a Tensor already there)."""
     if isinstance(batch, Tensor):
-        moved = backend.to_device(batch.data, device)
-        return batch if moved is batch.data else Tensor(moved)
+        moved = backend.to_device(batch.array, device)
+        return batch if moved is batch.array else Tensor(moved)
     if isinstance(batch, dict):
         return {key: batch_to(value, device) for key, value in batch.items()}
     if _is_namedtuple(batch):

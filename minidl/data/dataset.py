@@ -10,6 +10,7 @@ so that a batch is one fancy-indexing call per field instead of a Python loop.
     len(ds)                           # N
     ds[3]                             # (x[3], y[3])
     ds.get_batch(np.array([0, 5]))    # (x[[0, 5]], y[[0, 5]])
+    Subset(ds, [4, 0, 2])[1]          # ds[0]: a view of some items, in the given order
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class Dataset:
 
 def _array(value) -> np.ndarray:
     """A field of an item as a NumPy array (a Tensor's array is taken as it is)."""
-    return backend.to_numpy(value.data) if isinstance(value, Tensor) else np.asarray(value)
+    return backend.to_numpy(value.array) if isinstance(value, Tensor) else np.asarray(value)
 
 
 def _as_numpy(array, position: int) -> np.ndarray:
@@ -89,3 +90,46 @@ class TensorDataset(Dataset):
     def __repr__(self) -> str:
         fields = ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.arrays)
         return f"TensorDataset({fields})"
+
+
+class Subset(Dataset):
+    """The items of ``dataset`` at ``indices``, in that order (PyTorch's ``torch.utils.data.Subset``).
+
+    ``Subset(ds, idx)[i]`` is ``ds[idx[i]]``; no item is copied. ``dataset`` and ``indices``
+    are kept as attributes under those names, as PyTorch's. A batch is gathered in one call
+    when ``dataset`` can gather (``get_batch``), so a split of a :class:`TensorDataset` loads
+    as fast as the whole.
+    """
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def get_batch(self, indices: np.ndarray) -> tuple:
+        chosen = np.asarray(self.indices, dtype=np.int64)[np.asarray(indices, dtype=np.int64)]
+        if gathers_batches(self.dataset):
+            return self.dataset.get_batch(chosen)
+        return Dataset.get_batch(self, indices)
+
+    def __repr__(self) -> str:
+        return f"Subset({self.dataset!r}, {len(self.indices)} indices)"
+
+
+def gathers_batches(dataset) -> bool:
+    """Can ``dataset.get_batch(indices)`` gather a batch at once (one fancy-indexing call per field)?
+
+    True for a dataset whose class defines its own ``get_batch`` (:class:`TensorDataset`), and for
+    a :class:`Subset` of one; False where only the item-by-item base method is there. The loader
+    asks this to choose its route.
+    """
+    if isinstance(dataset, Subset):
+        return gathers_batches(dataset.dataset)
+    return callable(getattr(dataset, "get_batch", None)) and \
+        getattr(type(dataset), "get_batch", None) is not Dataset.get_batch

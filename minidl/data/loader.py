@@ -46,7 +46,7 @@ import math
 import numpy as np
 
 from minidl.data.collate import batch_to, default_collate, default_convert
-from minidl.data.dataset import Dataset, TensorDataset
+from minidl.data.dataset import TensorDataset, gathers_batches
 from minidl.data.samplers import BatchSampler, RandomSampler, SequentialSampler, _draw_seed
 from minidl.tensor import Tensor
 
@@ -209,8 +209,13 @@ class DataLoader:
     def _index_batches(self, epoch: int, first: int):
         """The index batches of epoch ``epoch`` from batch ``first`` on (arrays, or the sampler's lists)."""
         if self._own_batches():
-            order, size = self.epoch_order(epoch), self.batch_size
-            return [order[start:start + size] for start in range(first * size, len(self) * size, size)]
+            size = self.batch_size
+            # A sampler that draws its epoch in chunks (RandomSampler) is read chunk by chunk, so an
+            # epoch of 10**10 draws never exists as one array; any other gives its order at once.
+            chunks = getattr(self.sampler, "epoch_chunks", None)
+            order_of = 0 if self.shuffle_once else int(epoch)
+            parts = chunks(order_of) if callable(chunks) else (self.epoch_order(epoch),)
+            return _batches_of(parts, size, first * size, len(self) * size)
         source = self.batch_sampler if self.batch_sampler is not None else self.sampler
         if callable(getattr(source, "set_epoch", None)):
             source.set_epoch(0 if self.shuffle_once else epoch)
@@ -226,8 +231,7 @@ class DataLoader:
         if self.batch_sampler is None:  # batch_size=None: one item, converted, not batched
             def gather(index):
                 return default_convert(dataset[index])
-        elif collate_fn is default_collate and callable(getattr(dataset, "get_batch", None)) \
-                and getattr(type(dataset), "get_batch", None) is not Dataset.get_batch:
+        elif collate_fn is default_collate and gathers_batches(dataset):
             # The fast path: one gather per field; its arrays become Tensors without a copy.
             get_batch = dataset.get_batch
 
@@ -362,6 +366,28 @@ class DataLoader:
                 f"drop_last={self.drop_last}, seed={self.seed}{sampler})")
 
 
+def _batches_of(chunks, size: int, start: int, stop: int):
+    """Batches of ``size`` indices from positions ``start..stop`` of the concatenated ``chunks``, read
+    lazily (the last batch shorter when the chunks end first)."""
+    pending, filled, position = [], 0, 0
+    for chunk in chunks:
+        begin, position = position, position + len(chunk)
+        if position <= start:
+            continue
+        piece = chunk[max(start - begin, 0):stop - begin]
+        while len(piece):
+            take = piece[:size - filled]
+            pending.append(take)
+            filled, piece = filled + len(take), piece[len(take):]
+            if filled == size:
+                yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+                pending, filled = [], 0
+        if position >= stop:
+            break
+    if pending:
+        yield np.concatenate(pending)
+
+
 def _as_tensors(batch):
     """A gathered batch as Tensors: a tuple of plain arrays (the common case) is wrapped field by field."""
     if type(batch) is tuple:
@@ -378,6 +404,6 @@ def _transformed(batch, transform, rng):
     if not isinstance(batch, Tensor) and not hasattr(batch, "shape"):
         raise TypeError(f"DataLoader: transform= applies to the first field of a tuple batch or to a batch array, "
                         f"got a {type(batch).__name__} batch; apply it in the dataset or in a collate_fn")
-    array = batch.data if isinstance(batch, Tensor) else batch
+    array = batch.array if isinstance(batch, Tensor) else batch
     out = transform(array, rng=rng)
     return Tensor(out) if isinstance(batch, Tensor) else out

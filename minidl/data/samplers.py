@@ -24,6 +24,8 @@ their distribution is the same.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from minidl import backend
@@ -90,7 +92,10 @@ class SequentialSampler(Sampler):
 class RandomSampler(_EpochSeeded):
     """Random indices of ``data_source``: a permutation per epoch, or ``num_samples`` draws with replacement.
 
-    PyTorch's arguments, and ``seed`` besides.
+    PyTorch's arguments, and ``seed`` besides. An epoch is drawn lazily, in chunks of at most
+    ``CHUNK`` draws (or one permutation of the dataset at a time), so makemore's
+    ``RandomSampler(ds, replacement=True, num_samples=int(1e10))`` holds 64 K indices, not
+    75 GiB; ``len()`` still answers ``num_samples``.
 
     Args:
         data_source: the dataset (only its length is used).
@@ -112,21 +117,41 @@ class RandomSampler(_EpochSeeded):
         self.data_source, self.replacement, self._num_samples = data_source, replacement, num_samples
         self._start(generator, seed, "RandomSampler")
 
+    #: draws with replacement made at once: large enough for NumPy's speed, small enough to hold (512 KiB)
+    CHUNK = 1 << 16
+
     @property
     def num_samples(self) -> int:
         # Read the length each time: the dataset may change size between epochs, as in PyTorch.
         return len(self.data_source) if self._num_samples is None else int(self._num_samples)
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """The indices epoch ``epoch`` serves, in order (an int64 array)."""
+    def epoch_chunks(self, epoch: int):
+        """The indices epoch ``epoch`` serves, as consecutive int64 arrays drawn one at a time.
+
+        With replacement: ``num_samples`` uniform draws from ``0..n-1``, ``CHUNK`` at a time.
+        Without: whole permutations of ``0..n-1``, the last one cut short, as PyTorch does.
+        """
         n, count, rng = len(self.data_source), self.num_samples, self._rng(epoch)
         if n == 0:
-            return np.zeros(0, dtype=np.int64)
+            return
         if self.replacement:
-            return rng.integers(0, n, size=count, dtype=np.int64)
+            for start in range(0, count, self.CHUNK):
+                yield rng.integers(0, n, size=min(self.CHUNK, count - start), dtype=np.int64)
+            return
         whole, rest = divmod(count, n)
-        parts = [rng.permutation(n) for _ in range(whole)] + ([rng.permutation(n)[:rest]] if rest else [])
-        return np.concatenate(parts).astype(np.int64, copy=False)
+        for _ in range(whole):
+            yield rng.permutation(n).astype(np.int64, copy=False)
+        if rest:
+            yield rng.permutation(n)[:rest].astype(np.int64, copy=False)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The indices epoch ``epoch`` serves, in order, as one int64 array (``num_samples`` long)."""
+        return np.concatenate([np.zeros(0, dtype=np.int64), *self.epoch_chunks(epoch)])
+
+    def __iter__(self):
+        chunks = self.epoch_chunks(self.epoch)  # a generator: nothing is drawn until asked
+        self.epoch += 1
+        return itertools.chain.from_iterable(chunk.tolist() for chunk in chunks)
 
     def __len__(self) -> int:
         return self.num_samples

@@ -4,6 +4,7 @@
         x, y, ratios=(0.8, 0.1, 0.1), stratify=True, seed=0)
     x_tr, y_tr = oversample_minority(x_tr, y_tr, seed=0)   # training split only
     split_ratios(len(x))                                    # (0.8, 0.15, 0.05) up to 10,000 samples
+    train, val = random_split(dataset, [0.9, 0.1], generator=np.random.default_rng(42))   # Subsets
 
 Order matters: split first, then oversample (or augment, or fit a
 Standardizer) on the training split alone. Oversampling before the split
@@ -12,9 +13,14 @@ model is evaluated on samples it memorized and the reported score is too good.
 """
 from __future__ import annotations
 
+import itertools
+import math
+import warnings
+
 import numpy as np
 
 from minidl import backend
+from minidl.data.dataset import Subset
 
 
 def as_generator(seed) -> np.random.Generator:
@@ -198,3 +204,44 @@ def oversample_minority(x, y, seed=None, ratio: float = 1.0):
     index = np.concatenate([np.arange(len(y))] + extra)
     index = rng.permutation(index)
     return x[index], y[index]
+
+
+def random_split(dataset, lengths, generator=None) -> list:
+    """``dataset`` cut at random into :class:`Subset` s of the given ``lengths`` (``torch.utils.data.random_split``).
+
+    ``lengths`` are counts summing to ``len(dataset)``, or fractions summing to 1. Fractions are
+    rounded as PyTorch rounds them: each split gets ``floor(len(dataset) * fraction)`` items,
+    and the items left over go one each to the splits in order, from the first (so
+    ``[0.5, 0.5]`` of 5 items gives ``[3, 2]``). The indices are one random permutation of
+    ``0..N-1`` cut in order; ``generator`` is a ``numpy.random.Generator``
+    (``np.random.default_rng(42)``), or None for minidl's generator (``minidl.manual_seed``).
+    The same generator gives the same split; the permutation differs from PyTorch's, whose
+    random numbers are its own.
+    """
+    lengths = list(lengths)
+    n = len(dataset)
+    if not lengths:
+        raise ValueError("random_split: lengths is empty; give counts (e.g. [80, 20]) or fractions ([0.8, 0.2])")
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for i, fraction in enumerate(lengths):
+            if not 0 <= fraction <= 1:
+                raise ValueError(f"random_split: the fraction at index {i} is {fraction}, not between 0 and 1")
+        counts = [int(math.floor(n * fraction)) for fraction in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        for i, count in enumerate(counts):
+            if count == 0:
+                warnings.warn(f"random_split: the split at index {i} has length 0 ({lengths[i]} of {n} items)",
+                              stacklevel=2)
+        lengths = counts
+    if any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 for k in lengths):
+        raise ValueError(f"random_split: lengths must be non-negative counts or fractions summing to 1, got {lengths}")
+    if sum(lengths) != n:
+        raise ValueError(f"random_split: the lengths sum to {sum(lengths)}, but the dataset has {n} items; "
+                         "give counts that sum to len(dataset), or fractions that sum to 1")
+    if generator is not None and not isinstance(generator, np.random.Generator):
+        raise TypeError(f"random_split: generator must be a numpy.random.Generator, e.g. np.random.default_rng(42), "
+                        f"or None (minidl's generator); got {type(generator).__name__}")
+    order = as_generator(generator).permutation(n).tolist()
+    ends = list(itertools.accumulate(lengths))
+    return [Subset(dataset, order[end - length:end]) for end, length in zip(ends, lengths)]

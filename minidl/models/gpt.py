@@ -187,7 +187,7 @@ class GPT(nn.Module):
         if not temperature > 0:
             raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
         rng = generator if generator is not None else np.random.default_rng()
-        idx = np.array(idx.data if isinstance(idx, Tensor) else idx, dtype=np.int64, ndmin=2)
+        idx = np.array(idx.array if isinstance(idx, Tensor) else idx, dtype=np.int64, ndmin=2)
         was_training = self.training
         self.eval()
         try:

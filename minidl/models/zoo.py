@@ -87,7 +87,7 @@ def _accuracy(model, x, y) -> float:
     from minidl.tensor import Tensor
     model.eval()
     with no_grad():
-        return float((np.asarray(model(Tensor(x)).data).argmax(1) == y).mean())
+        return float((np.asarray(model(Tensor(x)).array).argmax(1) == y).mean())
 
 
 def train_entry(name: str):

@@ -28,7 +28,7 @@ Bias rules (the last layer starts where the data says the answer is):
 
 Every function draws from ``minidl.backend.rng(device)``, so after
 ``mdl.manual_seed(s)`` the same seed gives the same weights. Each writes into
-``tensor.data`` in place (no gradient is recorded) and returns the tensor.
+``tensor.array`` in place (no gradient is recorded) and returns the tensor.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _check(tensor, fn):
 
 def _fill(tensor: Tensor, array) -> Tensor:
     """Write ``array`` into the tensor's own buffer (optimizers keep their reference to it)."""
-    tensor.data[...] = array.astype(tensor.dtype, copy=False)
+    tensor.array[...] = array.astype(tensor.dtype, copy=False)
     mark_changed(tensor)
     return tensor
 
@@ -127,19 +127,19 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 # ---------------------------------------------------------------- constants and plain distributions
 def zeros_(tensor: Tensor) -> Tensor:
-    _check(tensor, "zeros_").data[...] = 0
+    _check(tensor, "zeros_").array[...] = 0
     mark_changed(tensor)
     return tensor
 
 
 def ones_(tensor: Tensor) -> Tensor:
-    _check(tensor, "ones_").data[...] = 1
+    _check(tensor, "ones_").array[...] = 1
     mark_changed(tensor)
     return tensor
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
-    _check(tensor, "constant_").data[...] = val
+    _check(tensor, "constant_").array[...] = val
     mark_changed(tensor)
     return tensor
 
@@ -262,7 +262,7 @@ def init_bias_class_priors(bias: Tensor, counts) -> Tensor:
 
     Then softmax(b) = the class frequencies (the multi-class form of the binary rule).
     """
-    counts = np.asarray(backend.to_numpy(counts.data if isinstance(counts, Tensor) else counts), np.float64)
+    counts = np.asarray(backend.to_numpy(counts.array if isinstance(counts, Tensor) else counts), np.float64)
     if counts.shape != tuple(bias.shape) or (counts <= 0).any():
         raise ValueError(f"init_bias_class_priors: need one positive count per class "
                          f"(bias shape {tuple(bias.shape)}), got counts {counts.tolist()}")
@@ -276,7 +276,7 @@ def init_bias_regression(bias: Tensor, targets) -> Tensor:
     model then predicts the mean, and the loss starts at the targets' variance.
     """
     _check(bias, "init_bias_regression")
-    values = targets.data if isinstance(targets, Tensor) else targets
+    values = targets.array if isinstance(targets, Tensor) else targets
     values = np.asarray(backend.to_numpy(values), dtype=np.float64)
     if values.size == 0:
         raise ValueError("init_bias_regression: targets is empty")
@@ -309,7 +309,7 @@ def init_lstm_gate_biases(lstm, forget: float = 1.0, input: float = -1.0, output
         if bias.shape[0] != 4 * hidden:
             raise ValueError(f"init_lstm_gate_biases: {name} has {bias.shape[0]} entries, not 4 gates x hidden")
         for gate, value in enumerate((input, forget, cell, output)):
-            bias.data[gate * hidden:(gate + 1) * hidden] = value
+            bias.array[gate * hidden:(gate + 1) * hidden] = value
         mark_changed(bias)
         zeros_(params[name.replace("bias_ih", "bias_hh")])
     return lstm

@@ -248,16 +248,16 @@ class Embedding(Module):
     def reset_parameters(self):
         init.normal_(self.weight)
         if self.padding_idx is not None:
-            self.weight.data[self.padding_idx] = 0
+            self.weight.array[self.padding_idx] = 0
 
     def forward(self, idx):
         out = F.embedding(idx, self.weight)
         if self.padding_idx is None:
             return out
         # Padding positions output the padding row as a constant, so that row gets no gradient.
-        idx = backend.to_device(idx.data if isinstance(idx, Tensor) else np.asarray(idx), self.weight.device)
+        idx = backend.to_device(idx.array if isinstance(idx, Tensor) else np.asarray(idx), self.weight.device)
         keep = (idx != self.padding_idx)[..., None].astype(out.dtype)
-        padding_row = self.weight.data[self.padding_idx] * (1 - keep)
+        padding_row = self.weight.array[self.padding_idx] * (1 - keep)
         return out * Tensor(keep) + Tensor(padding_row)
 
     def extra_repr(self):

@@ -69,9 +69,9 @@ class LoRALinear(Module):
         """A plain Linear with W' = W + (α/r) B A and the same bias (a new layer; this one is unchanged)."""
         layer = Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
         with no_grad():
-            layer.weight.data[...] = self.base.weight.data + self.scaling * (self.lora_B.data @ self.lora_A.data)
+            layer.weight.array[...] = self.base.weight.array + self.scaling * (self.lora_B.array @ self.lora_A.array)
             if self.base.bias is not None:
-                layer.bias.data[...] = self.base.bias.data
+                layer.bias.array[...] = self.base.bias.array
         return layer
 
     def extra_repr(self):

@@ -287,7 +287,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = Tensor(p.xp.zeros_like(p.data))
+                p.grad = Tensor(p.xp.zeros_like(p.array))
 
     def requires_grad_(self, requires_grad: bool = True):
         """Freeze (False) or unfreeze (True) every parameter, e.g. for fine-tuning."""
@@ -313,7 +313,7 @@ class Module:
         Parameters come first within each module, then its persistent buffers,
         in definition order. The arrays are copies: training on does not change them.
         """
-        return OrderedDict((name, t.xp.array(t.data, copy=True)) for name, t in self._state_items(prefix))
+        return OrderedDict((name, t.xp.array(t.array, copy=True)) for name, t in self._state_items(prefix))
 
     def check_state_dict(self, state, strict: bool = True) -> IncompatibleKeys:
         """The StateDictError ``load_state_dict(state, strict)`` would raise, or what it would return; no change."""
@@ -425,9 +425,9 @@ class Module:
                 for t in table.values():
                     if t is None:
                         continue
-                    t.data = convert(t.data)
+                    t.array = convert(t.array)
                     if t.grad is not None:
-                        t.grad = Tensor(convert(t.grad.data))
+                        t.grad = Tensor(convert(t.grad.array))
         return self
 
     def cpu(self):
@@ -509,7 +509,7 @@ def _looks_like_device(value) -> bool:
 
 def _as_array(value):
     """(an array with a NumPy dtype, None) for a state value, or (None, what is wrong with it)."""
-    value = value.data if isinstance(value, Tensor) else value
+    value = value.array if isinstance(value, Tensor) else value
     try:
         if hasattr(value, "dtype") and hasattr(value, "shape"):
             np.dtype(value.dtype)  # a torch tensor's dtype is not one: convert it below

@@ -81,9 +81,9 @@ class _BatchNorm(Module):
 
     def reset_running_stats(self):
         if self.track_running_stats:
-            self.running_mean.data[...] = 0
-            self.running_var.data[...] = 1
-            self.num_batches_tracked.data[...] = 0
+            self.running_mean.array[...] = 0
+            self.running_var.array[...] = 1
+            self.num_batches_tracked.array[...] = 0
 
     def reset_parameters(self):
         self.reset_running_stats()
@@ -96,13 +96,13 @@ class _BatchNorm(Module):
         momentum = 0.0 if self.momentum is None else self.momentum
         update = self.training and self.track_running_stats
         if update and self.momentum is None:  # a cumulative average of all batches seen so far
-            momentum = 1.0 / (int(self.num_batches_tracked.data) + 1)
+            momentum = 1.0 / (int(self.num_batches_tracked.array) + 1)
         # running_mean/var are None without tracking; with it F.batch_norm updates them in
         # place while training and normalizes with them in evaluation.
         y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          self.training or not self.track_running_stats, momentum, self.eps)
         if update:
-            self.num_batches_tracked.data += 1
+            self.num_batches_tracked.array += 1
         return y
 
     def extra_repr(self):
@@ -170,11 +170,11 @@ class _BatchRenorm(_BatchNorm):
         xp = x.xp
         axes = (0,) + tuple(range(2, x.ndim))
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
-        data = x.data
+        data = x.array
         mu_b, sigma_b = data.mean(axis=axes), xp.sqrt(data.var(axis=axes) + self.eps)
-        sigma = xp.sqrt(self.running_var.data + self.eps)
+        sigma = xp.sqrt(self.running_var.array + self.eps)
         r = xp.clip(sigma_b / sigma, 1 / self.r_max, self.r_max)
-        d = xp.clip((mu_b - self.running_mean.data) / sigma, -self.d_max, self.d_max)
+        d = xp.clip((mu_b - self.running_mean.array) / sigma, -self.d_max, self.d_max)
         return r.astype(data.dtype).reshape(shape), d.astype(data.dtype).reshape(shape)
 
     def forward(self, x):
@@ -183,7 +183,7 @@ class _BatchRenorm(_BatchNorm):
                              f"C={self.num_features}, got shape {x.shape}")
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        n = x.data.size // self.num_features
+        n = x.array.size // self.num_features
         if n < 2:
             raise ValueError(f"{type(self).__name__}: training needs more than one value per channel to take a "
                              f"variance, got input shape {x.shape}")
@@ -200,9 +200,9 @@ class _BatchRenorm(_BatchNorm):
             y = y + self.bias.reshape(shape)
         with no_grad():
             m = self.momentum
-            self.running_mean.data[...] += m * (mu_b.data.reshape(-1) - self.running_mean.data)
-            self.running_var.data[...] += m * (var_b.data.reshape(-1) * (n / (n - 1)) - self.running_var.data)
-            self.num_batches_tracked.data += 1
+            self.running_mean.array[...] += m * (mu_b.array.reshape(-1) - self.running_mean.array)
+            self.running_var.array[...] += m * (var_b.array.reshape(-1) * (n / (n - 1)) - self.running_var.array)
+            self.num_batches_tracked.array += 1
         return y
 
     def extra_repr(self):

@@ -85,7 +85,7 @@ def global_magnitude_masks(weights, sparsity: float, masks=None) -> list:
     towards the sparsity and stay pruned). Ties are broken by position (layer order, then C order).
     """
     sparsity = _check_sparsity("global_magnitude_masks", sparsity)
-    weights = [w.data if isinstance(w, Tensor) else w for w in weights]
+    weights = [w.array if isinstance(w, Tensor) else w for w in weights]
     if not weights:
         return []
     from minidl.backend import xp_of
@@ -107,7 +107,7 @@ def layerwise_magnitude_masks(weights, sparsity: float, masks=None) -> list:
     :func:`global_magnitude_masks`.
     """
     sparsity = _check_sparsity("layerwise_magnitude_masks", sparsity)
-    weights = [w.data if isinstance(w, Tensor) else w for w in weights]
+    weights = [w.array if isinstance(w, Tensor) else w for w in weights]
     from minidl.backend import xp_of
     out = []
     for i, w in enumerate(weights):
@@ -187,7 +187,7 @@ class Pruning:
     @property
     def masks(self) -> dict:
         """Name → the boolean mask array (True = kept), read from the model's ``<name>_mask`` buffers."""
-        return {n: b.data for n, b in self._buffers.items()}
+        return {n: b.array for n, b in self._buffers.items()}
 
     # ------------------------------------------------------------ pruning
     def prune(self, sparsity: float, scope: str = "global") -> "Pruning":
@@ -199,24 +199,24 @@ class Pruning:
         if scope not in ("global", "layer"):
             raise ValueError(f"Pruning.prune: scope must be 'global' or 'layer', got {scope!r}")
         names = list(self.params)
-        weights = [self.params[n].data for n in names]
+        weights = [self.params[n].array for n in names]
         current = [self.masks[n] for n in names]
         fn = global_magnitude_masks if scope == "global" else layerwise_magnitude_masks
         for n, mask in zip(names, fn(weights, sparsity, masks=current)):
-            self._buffers[n].data[...] = mask
+            self._buffers[n].array[...] = mask
         self.apply_()
         return self
 
     def apply_(self) -> None:
         """Set every pruned weight to zero, in place."""
         for n, p in self.params.items():
-            p.data *= self.masks[n].astype(p.dtype)
+            p.array *= self.masks[n].astype(p.dtype)
 
     def mask_grads_(self) -> None:
         """Zero the gradients of the pruned weights (new gradient Tensors; the old buffers may be shared)."""
         for n, p in self.params.items():
             if p.grad is not None:
-                p.grad = Tensor(p.grad.data * self.masks[n].astype(p.grad.dtype))
+                p.grad = Tensor(p.grad.array * self.masks[n].astype(p.grad.dtype))
 
     def attach(self, optimizer):
         """Make every ``optimizer.step()`` mask the gradients before and the weights after the update.
@@ -238,10 +238,10 @@ class Pruning:
         """One row per pruned weight: name, shape, size, zeros, sparsity; and a last row "total"."""
         rows, zeros, size = [], 0, 0
         for n, p in self.params.items():
-            z = int((p.data == 0).sum())
-            rows.append({"name": n, "shape": tuple(p.shape), "size": int(p.data.size), "zeros": z,
-                         "sparsity": z / max(int(p.data.size), 1)})
-            zeros, size = zeros + z, size + int(p.data.size)
+            z = int((p.array == 0).sum())
+            rows.append({"name": n, "shape": tuple(p.shape), "size": int(p.array.size), "zeros": z,
+                         "sparsity": z / max(int(p.array.size), 1)})
+            zeros, size = zeros + z, size + int(p.array.size)
         rows.append({"name": "total", "shape": (), "size": size, "zeros": zeros, "sparsity": zeros / max(size, 1)})
         return rows
 

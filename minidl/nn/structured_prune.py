@@ -62,7 +62,7 @@ def channel_norms(layer, norm: str = "l1") -> np.ndarray:
         raise ValueError(f"channel_norms: norm must be 'l1' or 'l2', got {norm!r}")
     if not isinstance(layer, (Linear, Conv2d)):
         raise TypeError(f"channel_norms: expected nn.Linear or nn.Conv2d, got {type(layer).__name__}")
-    rows = backend.to_numpy(layer.weight.data).astype(np.float64).reshape(layer.weight.shape[0], -1)
+    rows = backend.to_numpy(layer.weight.array).astype(np.float64).reshape(layer.weight.shape[0], -1)
     return np.abs(rows).sum(axis=1) if norm == "l1" else np.sqrt((rows * rows).sum(axis=1))
 
 
@@ -74,8 +74,8 @@ def channels_to_keep(scores: np.ndarray, amount: float) -> np.ndarray:
 
 
 def _take(param, index, axis: int):
-    xp = backend.xp_of(param.data)
-    return Parameter(xp.ascontiguousarray(xp.take(param.data, xp.asarray(index), axis=axis)),
+    xp = backend.xp_of(param.array)
+    return Parameter(xp.ascontiguousarray(xp.take(param.array, xp.asarray(index), axis=axis)),
                      requires_grad=param.requires_grad)
 
 
@@ -132,7 +132,7 @@ def prune_channels(model, amount: float, norm: str = "l1"):
                 for name in ("running_mean", "running_var"):
                     buffer = getattr(module, name)
                     if buffer is not None:
-                        module.register_buffer(name, Tensor(buffer.data[backend.xp_of(buffer.data).asarray(keep)]))
+                        module.register_buffer(name, Tensor(buffer.array[backend.xp_of(buffer.array).asarray(keep)]))
             flattened |= isinstance(module, Flatten)
         columns = keep
         if flattened:         # after a Flatten, channel c is the block of columns [c·HW, (c + 1)·HW)

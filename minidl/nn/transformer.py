@@ -535,7 +535,7 @@ def _as_tensor(x):
 
 
 def _array(mask, device=None):
-    array = mask.data if isinstance(mask, Tensor) else mask
+    array = mask.array if isinstance(mask, Tensor) else mask
     if not hasattr(array, "dtype"):
         array = np.asarray(array)
     return array if device is None else backend.to_device(array, device)

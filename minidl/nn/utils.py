@@ -65,7 +65,7 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
     if not params:
         return Tensor(np.zeros((), np.float32))
     xp = params[0].grad.xp
-    grads = [p.grad.data for p in params]
+    grads = [p.grad.array for p in params]
     if norm_type == float("inf"):
         total = xp.max(xp.stack([_largest_magnitude(g) for g in grads]).astype(np.float64))
     elif norm_type == 2.0:
@@ -106,7 +106,7 @@ def clip_grad_value_(params, clip_value: float, foreach=None) -> None:
     if not clip_value > 0:
         raise ValueError(f"clip_grad_value_: clip_value must be > 0, got {clip_value}")
     for p in _with_grads(params):
-        g = p.grad.data
+        g = p.grad.array
         p.grad = Tensor(p.grad.xp.clip(g, -clip_value, clip_value))
 
 
@@ -142,7 +142,8 @@ def unfreeze(target):
 
 def count_parameters(target, trainable: bool = False) -> int:
     """Number of scalar parameters of ``target``; with ``trainable=True`` only those with ``requires_grad``."""
-    return int(sum(p.data.size for p in _parameters_of(target, "count_parameters") if p.requires_grad or not trainable))
+    params = _parameters_of(target, "count_parameters")
+    return int(sum(p.array.size for p in params if p.requires_grad or not trainable))
 
 
 def replace_module(model, name: str, new):

@@ -66,26 +66,17 @@ def _attach_tensor_methods():
     T.mT = property(shape.swap_last_axes)
     T.view = reshape  # PyTorch habit
     T.where = lambda self, condition, other: where(condition, self, other)  # torch's x.where(cond, y)
-    T.t = _t
-
-
-def _t(self):
-    """The transpose of a matrix; a vector or a scalar as it is (``torch.Tensor.t``)."""
-    if self.ndim > 2:
-        raise ValueError(f"t(): expects a tensor with at most 2 dimensions, got shape {self.shape}; "
-                         "use x.mT for the last two axes or transpose(...) for others")
-    return transpose(self) if self.ndim == 2 else self
 
 
 def _bitwise(name):
     """A bool/integer operator (``~ & | ^``) on the raw values: no gradient, as in PyTorch."""
     def op(self, *other):
-        arrays = [o.data if isinstance(o, Tensor) else o for o in other]
+        arrays = [o.array if isinstance(o, Tensor) else o for o in other]
         dtypes = [self.dtype] + [a.dtype if hasattr(a, "dtype") else np.result_type(a) for a in arrays]
         if any(d.kind not in "biu" for d in dtypes):
             raise TypeError(f"{name}: ~, &, | and ^ need bool or integer tensors, got "
                             f"{' and '.join(map(str, dtypes))}; compare first (x > 0) or use logical_and/or/not/xor")
-        return Tensor(getattr(self.xp, name)(self.data, *arrays))
+        return Tensor(getattr(self.xp, name)(self.array, *arrays))
     return op
 
 

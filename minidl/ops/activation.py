@@ -40,11 +40,11 @@ class ReLU(Function):
         return xp_of(x).maximum(x, 0)
 
     def backward(self, gy):
-        return ReLUGrad(self.inputs[0].data > 0)(gy)
+        return ReLUGrad(self.inputs[0].array > 0)(gy)
 
     def jvp(self, dx):
         """dy = dx · [x > 0]."""
-        return ReLUGrad(self.inputs[0].data > 0)(dx)
+        return ReLUGrad(self.inputs[0].array > 0)(dx)
 
 
 def relu(x, inplace=False):
@@ -687,7 +687,7 @@ def prelu(x, weight):
             raise ValueError(f"prelu: weight has {weight.numel()} slopes but the input of shape {x.shape} has "
                              f"{channels} channel(s) (axis 1); give 1 slope or one per channel")
         weight = reshape(weight, (channels,) + (1,) * (x.ndim - 2))
-    return where(x.data > 0, x, weight * x)
+    return where(x.array > 0, x, weight * x)
 
 
 def _softmax_dim(op, x, dim, axis):

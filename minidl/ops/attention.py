@@ -260,7 +260,7 @@ def _plain_node(plain, tiled):
     """``plain``, an untiled op of the same function as the recorded node ``tiled``, made to stand
     for it: its forward run on the same inputs (for what it saves), its inputs and outputs those of
     ``tiled``, so that its backward or tangent rule can be used for the tiled op's."""
-    plain.forward(*[x.data for x in tiled.inputs])
+    plain.forward(*[x.array for x in tiled.inputs])
     plain.inputs, plain.outputs, plain.recorded_at = tiled.inputs, tiled.outputs, tiled.recorded_at
     return plain
 
@@ -377,7 +377,7 @@ class TiledAttentionGrad(Function):
     def _plain(self):
         q, k = self.inputs[1:3]
         mask = _full_mask(self.mask, self.causal, q, k)
-        probs, dead = _probabilities(q.data, k.data, None, self.scale, mask)
+        probs, dead = _probabilities(q.array, k.array, None, self.scale, mask)
         return _plain_node(AttentionGrad(self.scale, mask, dead, probs, None), self)
 
     def backward(self, gq_bar, gk_bar, gv_bar):
@@ -448,7 +448,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 def _mask(op, attn_mask, q, scores):
     """A boolean mask as an array (a constant), or a float mask as a Tensor of q's dtype (an input)."""
-    array = attn_mask.data if isinstance(attn_mask, Tensor) else attn_mask
+    array = attn_mask.array if isinstance(attn_mask, Tensor) else attn_mask
     if not hasattr(array, "dtype"):
         array = np.asarray(array)
     try:

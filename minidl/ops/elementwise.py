@@ -147,10 +147,10 @@ class Pow(Binary):
         a, b = self.inputs
         ga = gb = None
         if a.requires_grad:
-            flat = b.data == 0
+            flat = b.array == 0
             ga = sum_to(where(flat, 0, gy * b * a ** (where(flat, 1, b) - 1)), a.shape)
         if b.requires_grad:
-            zero_base = (a.data == 0) & (b.data >= 0)
+            zero_base = (a.array == 0) & (b.array >= 0)
             gb = sum_to(where(zero_base, 0, gy * self.output() * log(where(zero_base, 1, a))), b.shape)
         return ga, gb
 
@@ -159,10 +159,10 @@ class Pow(Binary):
         a, b = self.inputs
         terms = []
         if da is not None:
-            flat = b.data == 0
+            flat = b.array == 0
             terms.append(where(flat, 0, da * b * a ** (where(flat, 1, b) - 1)))
         if db is not None:
-            zero_base = (a.data == 0) & (b.data >= 0)
+            zero_base = (a.array == 0) & (b.array >= 0)
             terms.append(where(zero_base, 0, db * self.output() * log(where(zero_base, 1, a))))
         return _spread(tangent_sum(*terms), self.output().shape)
 
@@ -336,12 +336,12 @@ class Abs(Function):
 
     def backward(self, gy):
         x = self.inputs[0]
-        return gy * Tensor(_xp(x.data).sign(x.data))
+        return gy * Tensor(_xp(x.array).sign(x.array))
 
     def jvp(self, dx):
         """dy = dx · sign(x)."""
         x = self.inputs[0]
-        return dx * Tensor(_xp(x.data).sign(x.data))
+        return dx * Tensor(_xp(x.array).sign(x.array))
 
 
 def abs(x):  # noqa: A001
@@ -458,7 +458,7 @@ def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         a, b = _pair(a, b)
         if a.dtype.kind in "biu" and b.dtype.kind in "biu":  # as torch: integers divide into float32
-            a, b = Tensor(a.data.astype(np.float32)), Tensor(b.data.astype(np.float32))
+            a, b = Tensor(a.array.astype(np.float32)), Tensor(b.array.astype(np.float32))
         return Div()(a, b)
     if rounding_mode not in ("trunc", "floor"):
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
@@ -510,7 +510,7 @@ def where(cond, a, b):
     (NumPy's reading, under which NaN counts as true).
     """
     if isinstance(cond, Tensor):
-        cond, saved = cond.data, (cond,)
+        cond, saved = cond.array, (cond,)
     else:
         cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
     if cond.dtype != np.bool_:

@@ -58,11 +58,11 @@ def _index(op, index, x: Tensor, name="index") -> Tensor:
     in-place change to it (its version); any other index is converted, a copy that no
     later change can reach.
     """
-    data = index.data if isinstance(index, Tensor) else index
+    data = index.array if isinstance(index, Tensor) else index
     data = x.xp.asarray(data)
     if data.dtype.kind not in "iu":
         raise TypeError(f"{op}: {name} must hold integers (int64 as in PyTorch), got dtype {data.dtype}")
-    if isinstance(index, Tensor) and data is index.data and data.dtype == np.int64:
+    if isinstance(index, Tensor) and data is index.array and data.dtype == np.int64:
         return index
     return Tensor(data.astype(np.int64, copy=False))
 
@@ -85,7 +85,7 @@ def _checked_index(op, x, dim, index, src=None):
     """dim normalized and index checked against PyTorch's rules for gather and scatter."""
     dim = _dim(op, dim, x.ndim, x.shape)
     index_tensor = _index(op, index, x)
-    index = index_tensor.data
+    index = index_tensor.array
     if index.ndim != x.ndim:
         raise ValueError(f"{op}: index of shape {index.shape} must have as many dims as the input "
                          f"of shape {x.shape}")
@@ -128,7 +128,7 @@ class Gather(Function):
 
     def forward(self, x):
         self.in_shape = x.shape
-        index = self.index.data
+        index = self.index.array
         window = tuple(slice(None) if d == self.dim else slice(0, n) for d, n in enumerate(index.shape))
         return xp_of(x).take_along_axis(x[window], index, axis=self.dim)
 
@@ -159,7 +159,7 @@ class ScatterAdd(Function):
 
     def forward(self, x, src):
         y = x.copy()
-        _scatter_add_arrays(y, _positions(self.index.data, self.dim), src)
+        _scatter_add_arrays(y, _positions(self.index.array, self.dim), src)
         return y
 
     def backward(self, gy):
@@ -195,7 +195,7 @@ class Scatter(Function):
 
     def forward(self, x, src=None):
         y = x.copy()
-        y[_positions(self.index.data, self.dim)] = self.value if src is None else src
+        y[_positions(self.index.array, self.dim)] = self.value if src is None else src
         return y
 
     def backward(self, gy):
@@ -235,7 +235,7 @@ def index_select(x: Tensor, dim: int, index) -> Tensor:
     """The slices ``index`` (1-D) of ``x`` along ``dim``; repeats allowed (their gradients add up)."""
     dim = _dim("index_select", dim, x.ndim, x.shape)
     index_tensor = _index("index_select", index, x)
-    index = index_tensor.data
+    index = index_tensor.array
     if index.ndim > 1:
         raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
     size = x.shape[dim] if x.ndim else 1
@@ -299,7 +299,7 @@ def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = F
     if x.ndim == 0:
         return Tensor(x.xp.zeros((), np.int64))
     dim = _dim("argsort", dim, x.ndim, x.shape)
-    return Tensor(_argsort(x.data, dim, descending).astype(np.int64, copy=False))
+    return Tensor(_argsort(x.array, dim, descending).astype(np.int64, copy=False))
 
 
 def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
@@ -322,12 +322,12 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     """
     if x.ndim == 0:
         x1 = topk(broadcast_to(x, (1,)), k, 0, largest, sorted)
-        return ValuesIndices(x1.values.reshape(()), Tensor(x1.indices.data.reshape(())))
+        return ValuesIndices(x1.values.reshape(()), Tensor(x1.indices.array.reshape(())))
     dim = _dim("topk", dim, x.ndim, x.shape)
     k = operator.index(k)
     if not 0 <= k <= x.shape[dim]:
         raise ValueError(f"topk: k = {k} is out of range for size {x.shape[dim]} at dim {dim} of shape {x.shape}")
-    order = _argsort(x.data, dim, descending=largest)
+    order = _argsort(x.array, dim, descending=largest)
     key = (slice(None),) * dim + (slice(0, k),)
     indices = Tensor(order[key].astype(np.int64, copy=False))
     return ValuesIndices(Gather(dim, indices)(x), indices)
@@ -336,7 +336,7 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
 def nonzero(x: Tensor, as_tuple: bool = False):
     """The int64 indices of x's nonzero entries: an (n, ndim) tensor, or one 1-D tensor per dim."""
     xp = x.xp
-    data = x.data.reshape(1) if x.ndim == 0 else x.data
+    data = x.array.reshape(1) if x.ndim == 0 else x.array
     where_nonzero = xp.nonzero(data)
     if as_tuple:
         return tuple(Tensor(i.astype(np.int64, copy=False)) for i in where_nonzero)

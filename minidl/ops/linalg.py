@@ -30,7 +30,7 @@ from minidl.ops.shape import Transpose, broadcast_to, reshape, sum_to, swap_last
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("matmul", "mm", "norm")
+TENSOR_METHODS = ("matmul", "mm", "bmm", "dot", "outer", "norm")
 
 
 class MatMul(Function):
@@ -81,6 +81,50 @@ def mm(a, b):
         raise ValueError(f"mm: both operands must be matrices (2-D), got shapes {tuple(a.shape)} and "
                          f"{tuple(b.shape)}; use matmul (or @) for batched or 1-D operands")
     return matmul(a, b)
+
+
+def bmm(a, b):
+    """PyTorch's ``bmm``: ``y[i] = a[i] @ b[i]`` for a batch of matrices, (B, n, k) @ (B, k, m) → (B, n, m).
+
+    Both operands are 3-D with the same batch size: unlike :func:`matmul`, nothing broadcasts.
+    """
+    a, b = as_tensor(a), as_tensor(b)
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"bmm: both operands must be batches of matrices (3-D), got shapes {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}; use mm for 2-D or matmul (or @) to broadcast")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"bmm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply; expected "
+                         "(B, n, k) and (B, k, m), the same batch size B and inner size k")
+    return matmul(a, b)
+
+
+def _vectors(op, a, b):
+    a, b = as_tensor(a), as_tensor(b)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"{op}: both operands must be vectors (1-D), got shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}; flatten them first, or use matmul for matrices")
+    return a, b
+
+
+def dot(a, b):
+    """PyTorch's ``dot``: y = Σ_i a_i b_i for two vectors of the same length and dtype (a 0-d tensor).
+
+    dy/da = b, dy/db = a: the 1-D case of :class:`MatMul`.
+    """
+    a, b = _vectors("dot", a, b)
+    if a.shape != b.shape:
+        raise ValueError(f"dot: the vectors must have the same length, got shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"dot: both vectors must have the same dtype, got {a.dtype} and {b.dtype}; "
+                        "convert one first, e.g. b.to(a.dtype)")
+    return matmul(a, b)
+
+
+def outer(a, b):
+    """PyTorch's ``outer``: y_ij = a_i b_j for two vectors, an (n, m) matrix (gradients by the product rule)."""
+    a, b = _vectors("outer", a, b)
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
 
 
 def _as_rows(a):
@@ -210,24 +254,24 @@ class VectorNorm(Reduction):
     def backward(self, gy):
         x = self.inputs[0]
         y = self.expand(self.output())
-        y_safe = where(y.data == 0, 1, y)
+        y_safe = where(y.array == 0, 1, y)
         if self.p == 2:
             return self.expand(gy) * x / y_safe
-        zero = (x.data == 0) | (y.data == 0)  # y = 0 with x ≠ 0 where p < 0 and another entry is 0
+        zero = (x.array == 0) | (y.array == 0)  # y = 0 with x ≠ 0 where p < 0 and another entry is 0
         ratio = where(zero, 1, elementwise_abs(x)) / y_safe
-        return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+        return where(zero, 0, self.expand(gy) * Tensor(x.xp.sign(x.array)) * ratio ** (self.p - 1))
 
     def jvp(self, dx):
         """dy = Σ sign(x) (|x| / y)^(p−1) dx over axes (p = 2: Σ x dx / y), with the same zeros."""
         x = self.inputs[0]
         y = self.output()
         if self.p == 2:
-            return reduce_sum(x * dx, axis=self.axes, keepdims=self.keepdims) / where(y.data == 0, 1, y)
+            return reduce_sum(x * dx, axis=self.axes, keepdims=self.keepdims) / where(y.array == 0, 1, y)
         y = self.expand(y)
-        y_safe = where(y.data == 0, 1, y)
-        zero = (x.data == 0) | (y.data == 0)
+        y_safe = where(y.array == 0, 1, y)
+        zero = (x.array == 0) | (y.array == 0)
         ratio = where(zero, 1, elementwise_abs(x)) / y_safe
-        slope = where(zero, 0, Tensor(x.xp.sign(x.data)) * ratio ** (self.p - 1))
+        slope = where(zero, 0, Tensor(x.xp.sign(x.array)) * ratio ** (self.p - 1))
         return reduce_sum(slope * dx, axis=self.axes, keepdims=self.keepdims)
 
 
@@ -352,7 +396,7 @@ def norm(x, p="fro", dim=None, keepdim=False, *, axis=None, keepdims=None):
     if p == -math.inf:
         return Min(dim, keep)(elementwise_abs(x))
     if p == 0:
-        return reduce_sum(Tensor((x.data != 0).astype(x.dtype)), dim, keep)
+        return reduce_sum(Tensor((x.array != 0).astype(x.dtype)), dim, keep)
     return VectorNorm(2 if p == 2 else p, dim, keep)(x)
 
 

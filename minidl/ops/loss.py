@@ -72,7 +72,7 @@ def _reduce(losses, reduction, denominator=None):
 
 def _as_array(value):
     if isinstance(value, Tensor):
-        return value.data
+        return value.array
     return value if hasattr(value, "dtype") else np.asarray(value)
 
 
@@ -124,7 +124,7 @@ def _classes_last(x):
 def _class_weights(op, weight, x, classes):
     if weight is None:
         return None
-    array = weight.data if isinstance(weight, Tensor) else weight
+    array = weight.array if isinstance(weight, Tensor) else weight
     array = backend.to_device(array, x.device).astype(x.dtype, copy=False)
     if tuple(array.shape) != (classes,):
         raise ValueError(f"{op}: weight must have one value per class, shape ({classes},), "
@@ -356,7 +356,7 @@ def _same_shape_target(op, x, target):
         array = backend.to_device(target if hasattr(target, "dtype") else np.asarray(target), x.device)
         target = Tensor(array.astype(x.dtype, copy=False))
     elif target.dtype.kind != "f" or (target.dtype != x.dtype and not target.requires_grad):
-        target = Tensor(target.data.astype(x.dtype))  # a constant target never upcasts the loss
+        target = Tensor(target.array.astype(x.dtype))  # a constant target never upcasts the loss
     if target.shape != x.shape:
         raise ValueError(f"{op}: input of shape {x.shape} and target of shape {target.shape} differ; they must "
                          "match exactly (broadcasting here usually hides a bug: reshape one of them)")
@@ -367,7 +367,7 @@ def _optional_constant(value, x):
     """A weight as a Tensor of x's dtype; a Tensor that requires grad is kept as it is (it gets its gradient)."""
     if value is None or (isinstance(value, Tensor) and (value.requires_grad or value.dtype == x.dtype)):
         return value
-    value = value.data if isinstance(value, Tensor) else value
+    value = value.array if isinstance(value, Tensor) else value
     array = backend.to_device(value if hasattr(value, "dtype") else np.asarray(value), x.device)
     return Tensor(array.astype(x.dtype, copy=False))
 
@@ -443,7 +443,7 @@ class SmoothL1Loss(Function):
         if self.reduction == "none":
             return per_element
         total = reduce_sum(per_element)
-        return total / per_element.data.size if self.reduction == "mean" else total
+        return total / per_element.array.size if self.reduction == "mean" else total
 
 
 def _difference_tangent(dx, dt):
@@ -479,10 +479,10 @@ class SmoothL1LossGrad(Function):
 
     def backward(self, gz):
         x, t, gy = self.inputs
-        count = x.data.size if self.reduction == "mean" else 1
+        count = x.array.size if self.reduction == "mean" else 1
         gx = None
         if x.requires_grad or t.requires_grad:
-            inside = Tensor((xp_of(x.data).abs(x.data - t.data) < self.beta).astype(gz.dtype))
+            inside = Tensor((xp_of(x.array).abs(x.array - t.array) < self.beta).astype(gz.dtype))
             gx = gz * gy * inside * (self.scale / (self.beta * count))
         ggy = None
         if gy.requires_grad:
@@ -493,13 +493,13 @@ class SmoothL1LossGrad(Function):
     def jvp(self, dx, dt, dgy):
         """ż = ḋℓ · s · clip(d/β, −1, 1) / n + dℓ · s · [|d| < β] (ẋ − ṫ) / (β n)."""
         x, t, gy = self.inputs
-        count = x.data.size if self.reduction == "mean" else 1
+        count = x.array.size if self.reduction == "mean" else 1
         terms = []
         if dgy is not None:
             terms.append(dgy * _smooth_l1_slope(x, t, self) / count)
         if dx is not None or dt is not None:
             dd = _difference_tangent(dx, dt)
-            inside = Tensor((xp_of(x.data).abs(x.data - t.data) < self.beta).astype(dd.dtype))
+            inside = Tensor((xp_of(x.array).abs(x.array - t.array) < self.beta).astype(dd.dtype))
             terms.append(dd * gy * inside * (self.scale / (self.beta * count)))
         return tangent_sum(*terms)
 
@@ -558,7 +558,7 @@ def kl_div(input, target, *, reduction="mean", log_target=False) -> Tensor:  # n
     if log_target:
         losses = exp(t) * (t - input)
     else:
-        empty = t.data == 0  # t ln t → 0 as t → 0 (PyTorch's xlogy)
+        empty = t.array == 0  # t ln t → 0 as t → 0 (PyTorch's xlogy)
         losses = where(empty, 0.0, t * log(where(empty, 1.0, t))) - t * input
     if reduction == "batchmean":
         return reduce_sum(losses) / (input.shape[0] if input.ndim else 1)
@@ -610,7 +610,7 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean") -> Ten
     _check_reduction(op, reduction)
     x = as_tensor(input)
     t = _same_shape_target(op, x, target)
-    backend.check_range(x.data, 0, 1, lambda low, high: (
+    backend.check_range(x.array, 0, 1, lambda low, high: (
         f"{op}: every element of the input must be a probability in [0, 1], got values "
         f"from {low} to {high} (for logits use binary_cross_entropy_with_logits)"))
     losses = BinaryCrossEntropy()(x, t)

@@ -503,7 +503,7 @@ class Sign(Floor):
 def sign(x):
     x = as_tensor(x)
     if x.dtype.kind == "b":
-        return Tensor(x.data.copy())
+        return Tensor(x.array.copy())
     return Sign()(x)
 
 
@@ -523,7 +523,7 @@ def round(x, decimals: int = 0):  # noqa: A001 - the op's name
         raise TypeError(f"round: decimals must be an int, got {decimals!r}")
     x = as_tensor(x)
     if x.dtype.kind in "biu" and decimals >= 0:
-        return Tensor(x.data.copy())
+        return Tensor(x.array.copy())
     return Round(int(decimals))(_floating(x))
 
 
@@ -614,7 +614,7 @@ class CopySign(Binary):
         a, b = self.inputs
         ga = gb = None
         if a.requires_grad:
-            xp, ad, bd = gy.xp, a.data, b.data
+            xp, ad, bd = gy.xp, a.array, b.array
             ratio = xp.where(ad == 0, 0, xp.copysign(1, ad) * xp.copysign(1, bd)).astype(gy.dtype, copy=False)
             ga = sum_to(gy * Tensor(ratio), a.shape)
         if b.requires_grad:
@@ -626,7 +626,7 @@ class CopySign(Binary):
         if da is None:
             return None
         a, b = self.inputs
-        xp, ad, bd = da.xp, a.data, b.data
+        xp, ad, bd = da.xp, a.array, b.array
         ratio = xp.where(ad == 0, 0, xp.copysign(1, ad) * xp.copysign(1, bd)).astype(da.dtype, copy=False)
         return _spread(da * Tensor(ratio), self.output().shape)
 
@@ -641,7 +641,7 @@ def _floating(x):
     """``x`` as a Tensor, an integer or bool tensor converted to float32 (as PyTorch does for sin, exp2...)."""
     x = as_tensor(x)
     if x.dtype.kind not in "fc":
-        x = Tensor(x.data.astype(np.float32))
+        x = Tensor(x.array.astype(np.float32))
     return x
 
 
@@ -653,7 +653,7 @@ def _floating_pair(a, b):
 def _step(op, x):
     x = as_tensor(x)
     if x.dtype.kind in "biu":  # already whole numbers: an integer copy, as PyTorch
-        return Tensor(x.data.copy())
+        return Tensor(x.array.copy())
     return op(x)
 
 
@@ -668,7 +668,7 @@ def lerp(input, end, weight):  # noqa: A002
 
 # ---------------------------------------------------------------- predicates and logical ops (no gradient)
 def _array(x):
-    return x.data if isinstance(x, Tensor) else x
+    return x.array if isinstance(x, Tensor) else x
 
 
 def _predicate(op, fn, *xs):
@@ -702,7 +702,7 @@ def isclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: b
 
 def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:  # noqa: A002
     """True when :func:`isclose` holds everywhere: a Python bool, as ``torch.allclose``."""
-    return bool(isclose(input, other, rtol, atol, equal_nan).data.all())
+    return bool(isclose(input, other, rtol, atol, equal_nan).array.all())
 
 
 def logical_and(input, other):  # noqa: A002

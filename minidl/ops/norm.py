@@ -38,7 +38,7 @@ def _affine(op, y, weight, bias, shape, expected):
 
 
 def _array(value):
-    return value.data if isinstance(value, Tensor) else value
+    return value.array if isinstance(value, Tensor) else value
 
 
 def _check_running_stats(op, shape, running_mean, running_var):
@@ -115,7 +115,7 @@ class Normalize(Function):
     def _x_hat(self):
         """x̂ as an array: the output, or, when the caller dropped it, recomputed from the saved statistics."""
         x_hat = self.output()
-        return (self.inputs[0].data - self.mean) * self.inv_std if x_hat is None else x_hat.data
+        return (self.inputs[0].array - self.mean) * self.inv_std if x_hat is None else x_hat.array
 
 
 class NormalizeGrad(Function):
@@ -188,7 +188,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         running_mean ← (1 − momentum)·running_mean + momentum·μ_B
         running_var  ← (1 − momentum)·running_var  + momentum·σ²_B · n/(n − 1)
     Evaluation: y = (x − running_mean)/√(running_var + ε) · γ + β.
-    ``running_mean``/``running_var`` are Tensors (their ``.data`` is updated) or raw arrays.
+    ``running_mean``/``running_var`` are Tensors (their ``.array`` is updated) or raw arrays.
     """
     x = as_tensor(x)
     if x.ndim < 2:

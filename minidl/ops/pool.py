@@ -275,7 +275,7 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 def _max_unpool(op, x, indices, kernel_size, stride, padding, output_size, spatial):
     x = as_tensor(x)
-    index = indices.data if isinstance(indices, Tensor) else indices
+    index = indices.array if isinstance(indices, Tensor) else indices
     layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}[spatial]
     if x.ndim != spatial + 2:
         raise ValueError(f"{op}: input must be {spatial + 2}-D {layout}, got shape {x.shape}")
@@ -359,7 +359,7 @@ def _avg_pool(op, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
         if (divisor == kernel[0] * kernel[1]).all():  # every window whole: a plain mean
             y = mean(windows, axis=(3, 4))
         else:
-            xp = xp_of(x.data)
+            xp = xp_of(x.array)
             y = reduce_sum(windows, axis=(3, 4)) * Tensor(xp.asarray((1.0 / divisor)[:, :, None], dtype=x.dtype))
     return _as_signal(transpose(y, (0, 3, 1, 2)), spatial)
 
@@ -406,7 +406,7 @@ def _averaging_matrix(size, out, like):
     m = np.zeros((out, size))
     for i, (a, b) in enumerate(_bins(size, out)):
         m[i, a:b] = 1.0 / (b - a)
-    return Tensor(xp_of(like.data).asarray(m, dtype=like.dtype))
+    return Tensor(xp_of(like.array).asarray(m, dtype=like.dtype))
 
 
 def adaptive_avg_pool2d(x, output_size) -> Tensor:
@@ -444,8 +444,8 @@ def _adaptive_max(op, x, output_size, return_indices, spatial):
         y = _as_signal(pool(image), spatial)
         local = pool.local
     else:  # one argmax per bin (first maximum, as PyTorch), then a gather: dx = dy scattered back
-        xp = xp_of(x.data)
-        data = image.data
+        xp = xp_of(x.array)
+        data = image.array
         local = xp.empty((n, c, oh, ow), xp.int64)
         for i, (r0, r1) in enumerate(_bins(h, oh)):
             for j, (c0, c1) in enumerate(_bins(w, ow)):

@@ -66,9 +66,9 @@ def fake_quantize(x, scale, zero_point=0, quant_min: int = -128, quant_max: int 
     range; uint8 is ``quant_min=0, quant_max=255``.
     """
     x = as_tensor(x)
-    xp = _xp(x.data)
-    scale_array = xp.asarray(scale.data if isinstance(scale, Tensor) else scale)
-    zero_array = xp.asarray(zero_point.data if isinstance(zero_point, Tensor) else zero_point)
+    xp = _xp(x.array)
+    scale_array = xp.asarray(scale.array if isinstance(scale, Tensor) else scale)
+    zero_array = xp.asarray(zero_point.array if isinstance(zero_point, Tensor) else zero_point)
     if not int(quant_min) < int(quant_max) or quant_min != int(quant_min) or quant_max != int(quant_max):
         raise ValueError(f"fake_quantize: quant_min < quant_max must be integers, got {quant_min!r}, {quant_max!r}")
     if scale_array.size == 0 or not bool(xp.all(scale_array > 0)):
@@ -81,5 +81,5 @@ def fake_quantize(x, scale, zero_point=0, quant_min: int = -128, quant_max: int 
         if array.ndim > x.ndim or any(a not in (1, b) for a, b in zip(array.shape[::-1], x.shape[::-1])):
             raise ValueError(f"fake_quantize: {name} of shape {array.shape} does not broadcast to x's shape "
                              f"{x.shape} without growing it (per channel: shape (C, 1, ...))")
-    dtype = x.data.dtype
+    dtype = x.array.dtype
     return FakeQuantize(scale_array.astype(dtype), zero_array.astype(dtype), int(quant_min), int(quant_max))(x)

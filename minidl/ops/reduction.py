@@ -185,7 +185,7 @@ class Var(Reduction):
 
     def backward(self, gy):
         x = self.inputs[0]
-        if x.data.size == 0:
+        if x.array.size == 0:
             return Tensor(x.xp.zeros(x.shape, gy.dtype))
         dof = self.count - self.ddof
         scale = 2.0 / dof if dof else math.inf
@@ -195,7 +195,7 @@ class Var(Reduction):
     def jvp(self, dx):
         """dy = Σ 2(x − x̄) dx / (n − ddof) over axes."""
         x = self.inputs[0]
-        if x.data.size == 0:
+        if x.array.size == 0:
             return None
         dof = self.count - self.ddof
         scale = 2.0 / dof if dof else math.inf
@@ -230,7 +230,7 @@ class Std(Var):
 
     def backward(self, gy):
         y = self.output()
-        flat = y.data == 0
+        flat = y.array == 0
         return super().backward(where(flat, 0.0, gy / (2 * where(flat, 1.0, y))))
 
     def jvp(self, dx):
@@ -239,7 +239,7 @@ class Std(Var):
         if dvar is None:
             return None
         y = self.output()
-        flat = y.data == 0
+        flat = y.array == 0
         return where(flat, 0.0, dvar / (2 * where(flat, 1.0, y)))
 
 
@@ -271,7 +271,7 @@ class Prod(Reduction):
         x = self.inputs[0]
         if not self.axes:  # a 0-d x: y = x
             return gy
-        if x.data.size == 0:
+        if x.array.size == 0:
             return Tensor(x.xp.zeros(x.shape, gy.dtype))
         return self.others(gy)
 
@@ -294,7 +294,7 @@ class Prod(Reduction):
         x = self.inputs[0]
         if not self.axes:
             return dx
-        if x.data.size == 0:
+        if x.array.size == 0:
             return None
         return Sum(self.axes, self.keepdims)(self.others() * dx)
 
@@ -348,7 +348,7 @@ def _extreme(op, x, dim, keepdim, axis, keepdims):
     if x.shape[dim[0]] == 0:
         raise ValueError(f"{op}: cannot reduce over an empty dim (shape {x.shape}, dim {dim[0]})")
     d = dim[0]
-    index = getattr(x.xp, "arg" + op)(x.data, axis=d, keepdims=True).astype(np.int64, copy=False)
+    index = getattr(x.xp, "arg" + op)(x.array, axis=d, keepdims=True).astype(np.int64, copy=False)
     values = Gather(d, Tensor(index))(x)  # the gradient goes to the index found, as in PyTorch
     if not keep:
         values, index = reshape(values, values.shape[:d] + values.shape[d + 1:]), index.squeeze(d)
@@ -392,16 +392,16 @@ def _arg_extreme(op, x, dim, keepdim, axis, keepdims):
     xp = x.xp
     find = getattr(xp, op)
     if dim is None:
-        if x.data.size == 0:
+        if x.array.size == 0:
             raise ValueError(f"{op}: cannot search an empty tensor (shape {x.shape})")
-        index = find(x.data.reshape(-1)).astype(np.int64)
+        index = find(x.array.reshape(-1)).astype(np.int64)
         return Tensor(index.reshape((1,) * x.ndim) if keep else index)
     (d,) = _one_dim(op, x, dim) or (None,)
     if d is None:  # a 0-d x
         return Tensor(xp.zeros((), np.int64))
     if x.shape[d] == 0:
         raise ValueError(f"{op}: cannot search an empty dim (shape {x.shape}, dim {d})")
-    return Tensor(find(x.data, axis=d, keepdims=keep).astype(np.int64, copy=False))
+    return Tensor(find(x.array, axis=d, keepdims=keep).astype(np.int64, copy=False))
 
 
 def argmax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -417,7 +417,7 @@ def argmin(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
 def _logical(op, x, dim, keepdim, axis, keepdims):
     dim, keep = _dims(op, dim, axis), _keep(op, keepdim, keepdims)
     axes = _normalize_axis(dim, x.ndim, op, x.shape)
-    return Tensor(getattr(x.xp, op)(x.data, axis=axes, keepdims=keep))
+    return Tensor(getattr(x.xp, op)(x.array, axis=axes, keepdims=keep))
 
 
 def any(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001

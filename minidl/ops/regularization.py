@@ -114,7 +114,7 @@ def embedding(idx, weight) -> Tensor:
                          f"got shape {weight.shape}")
     given = idx
     if isinstance(idx, Tensor):
-        idx = idx.data
+        idx = idx.array
     elif not hasattr(idx, "dtype"):
         idx = np.asarray(idx)
     if idx.dtype.kind not in "iu":

@@ -108,13 +108,13 @@ def _linear_sources(in_size, out_size, scale, align_corners, dtype):
 
 def _take(x, axis, index):
     """x with ``index`` (a NumPy int array) gathered along ``axis`` (a negative axis)."""
-    key = (slice(None),) * (x.ndim + axis) + (xp_of(x.data).asarray(index),) + (slice(None),) * (-1 - axis)
+    key = (slice(None),) * (x.ndim + axis) + (xp_of(x.array).asarray(index),) + (slice(None),) * (-1 - axis)
     return getitem(x, key)
 
 
 def _lerp(x, axis, i0, i1, lam):
     """(1 − λ)·x[i₀] + λ·x[i₁] along ``axis``: one linear resampling of one axis."""
-    xp = xp_of(x.data)
+    xp = xp_of(x.array)
     shape = (-1,) + (1,) * (-1 - axis)
     w0 = Tensor(xp.asarray((1 - lam).reshape(shape)))
     w1 = Tensor(xp.asarray(lam.reshape(shape)))

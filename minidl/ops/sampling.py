@@ -49,7 +49,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     if not replacement and n > k:
         raise ValueError(f"multinomial: cannot sample {n} samples without replacement from {k} categories; "
                          "pass replacement=True or ask for at most that many")
-    rows = weights.data.reshape(-1, k).astype(np.float64)
+    rows = weights.array.reshape(-1, k).astype(np.float64)
     xp = backend.xp_of(rows)
     bad, totals, nonzero = backend.fetch(~xp.isfinite(rows).all() | (rows < 0).any(), rows.sum(axis=1),
                                          (rows > 0).sum(axis=1))

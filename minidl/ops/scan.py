@@ -277,7 +277,7 @@ def _running_extreme(op, x, dim, axis):
     xp = x.xp
     if d is None:  # a 0-d x: itself, at index 0
         return ValuesIndices(x.reshape(()), Tensor(xp.zeros((), np.int64)))
-    data = x.data
+    data = x.array
     extreme = _running(xp, data, d, xp.maximum if op == "cummax" else xp.minimum)
     # x_i is a new extreme (ties included) where it equals the running one; NaN is always one
     new = (data == extreme) | (data != data)

@@ -90,7 +90,7 @@ class ScatterReduce(Function):
     def forward(self, x, src):
         xp = xp_of(x)
         self.places, self.self_slots, self.src_slots, self.filled, k = _groups(
-            self.index.data, self.dim, x.shape, self.include_self)
+            self.index.array, self.dim, x.shape, self.include_self)
         table = xp.full(self.places.size * k, _EMPTY_SLOT[self.reduce], x.dtype)
         if self.include_self:
             table[self.self_slots] = x.reshape(-1)[self.places]

@@ -21,7 +21,7 @@ from minidl.backend import scatter_add, xp_of
 from minidl.tensor import Tensor, as_tensor, index_key
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
-TENSOR_METHODS = ("reshape", "transpose", "broadcast_to", "sum_to", "flatten", "unflatten", "squeeze", "unsqueeze",
+TENSOR_METHODS = ("reshape", "transpose", "t", "broadcast_to", "sum_to", "flatten", "unflatten", "squeeze", "unsqueeze",
                   "permute", "movedim", "expand", "split", "chunk", "narrow", "contiguous", "view_as", "reshape_as",
                   "expand_as")
 
@@ -265,6 +265,14 @@ def movedim(x: Tensor, source, destination) -> Tensor:
     return Transpose(tuple(order))(x)
 
 
+def t(x: Tensor) -> Tensor:
+    """The transpose of a matrix; a vector or a scalar as it is (``torch.t``, ``Tensor.t``)."""
+    if x.ndim > 2:
+        raise ValueError(f"t(): expects a tensor with at most 2 dimensions, got shape {x.shape}; "
+                         "use x.mT for the last two axes or transpose(...) for others")
+    return transpose(x) if x.ndim == 2 else x
+
+
 def swap_last_axes(x: Tensor) -> Tensor:
     """The matrix transpose of a batch of matrices (last two axes swapped)."""
     perm = list(range(x.ndim))
@@ -440,7 +448,7 @@ class Contiguous(Function):
 
 def contiguous(x: Tensor) -> Tensor:
     """``x`` itself when its elements lie in row-major order, else a row-major copy (PyTorch's ``contiguous``)."""
-    return x if x.data.flags.c_contiguous else Contiguous()(x)
+    return x if x.array.flags.c_contiguous else Contiguous()(x)
 
 
 def view_as(x: Tensor, other: Tensor) -> Tensor:

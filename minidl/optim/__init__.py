@@ -11,7 +11,8 @@ Family by family: ``sgd`` (SGD, NAG, SGDM), ``adaptive`` (AdaGrad, RMSProp,
 AdaDelta), ``adam`` (Adam, AdamW, AMSGrad, NAdam, RAdam), ``layerwise``
 (LARS, LAMB, NovoGrad), ``adahessian``, ``averaging`` (Lookahead, SWA,
 Ranger, RangerLARS), ``switch`` (SwitchOptimizer: Adam, then SGD with
-momentum, SWATS). ``schedules`` holds the learning-rate schedules,
+momentum, SWATS), ``lbfgs`` (LBFGS: the quasi-Newton two-loop recursion with
+PyTorch's strong-Wolfe line search, stepped with a closure). ``schedules`` holds the learning-rate schedules,
 ``lr_finder`` the learning-rate range test, ``curvature`` Hessian tools and
 the gradient noise scale.
 """
@@ -23,6 +24,7 @@ from minidl.optim.adaptive import AdaDelta, Adadelta, AdaGrad, Adagrad, RMSProp,
 from minidl.optim.averaging import SWA, Lookahead, Ranger, RangerLARS, update_bn
 from minidl.optim.curvature import gradient_noise_scale, hessian_trace, hessian_vector_product, top_hessian_eigenvalue
 from minidl.optim.layerwise import LAMB, LARS, NovoGrad
+from minidl.optim.lbfgs import LBFGS
 from minidl.optim.lr_finder import lr_range_test
 from minidl.optim.optimizer import Optimizer
 from minidl.optim.regularization import l1_penalty, weight_decay_groups
@@ -32,7 +34,7 @@ from minidl.optim.switch import SwitchOptimizer
 
 __all__ = [
     "AMSGrad", "AdaDelta", "AdaGrad", "AdaHessian", "Adadelta", "Adagrad", "RMSprop", "Adam", "AdamW", "LAMB",
-    "LARS", "ScheduleLR",
+    "LARS", "LBFGS", "ScheduleLR",
     "Lookahead", "NAG", "NAdam", "NovoGrad", "Optimizer", "RAdam", "RMSProp", "Ranger", "RangerLARS",
     "SGD", "SGDM", "SWA", "SwitchOptimizer", "clip_grad_norm_", "clip_grad_value_", "gradient_noise_scale",
     "hessian_trace",

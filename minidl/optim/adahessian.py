@@ -48,8 +48,8 @@ def hessian_vector_products(params, grads, generator):
     if live:
         hz = autograd_grad([grads[i] for i in live], params, grad_outputs=[zs[i] for i in live],
                            allow_unused=True)
-    products = [p.xp.zeros(p.shape, p.dtype) if h is None else h.data for p, h in zip(params, hz)]
-    return [z.data for z in zs], products
+    products = [p.xp.zeros(p.shape, p.dtype) if h is None else h.array for p, h in zip(params, hz)]
+    return [z.array for z in zs], products
 
 
 def hutchinson_diagonal(params, grads, generator, reduce=None):
@@ -176,10 +176,10 @@ class AdaHessian(Optimizer):
         for (pos, p, group), d in zip(entries, diagonals):
             state = self.state.setdefault(pos, {})
             if "t" not in state:
-                state.update(t=0, m=p.xp.zeros_like(p.data), v=p.xp.zeros_like(p.data))
+                state.update(t=0, m=p.xp.zeros_like(p.array), v=p.xp.zeros_like(p.array))
             state["t"] += 1
             beta1, beta2 = group["betas"]
-            run_update(adahessian_update, w=p.data, g=p.grad.data, d=d, m=state["m"], v=state["v"],
+            run_update(adahessian_update, w=p.array, g=p.grad.array, d=d, m=state["m"], v=state["v"],
                        t=state["t"], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                        hessian_power=group["hessian_power"], weight_decay=group["weight_decay"])
 

@@ -53,12 +53,12 @@ class Lookahead(WrapsOptimizer, Optimizer):
         self.k = int(k)
         self.alpha = check_unit("Lookahead", "alpha", alpha, closed_top=True)
         self.defaults = optimizer.defaults
-        self.slow = {pos: p.data.copy() for pos, p, _ in optimizer.parameters()}
+        self.slow = {pos: p.array.copy() for pos, p, _ in optimizer.parameters()}
         self.inner_steps = 0
 
     def add_param_group(self, group):
         self.optimizer.add_param_group(group)
-        self.slow = {pos: self.slow.get(pos, p.data.copy()) for pos, p, _ in self.optimizer.parameters()}
+        self.slow = {pos: self.slow.get(pos, p.array.copy()) for pos, p, _ in self.optimizer.parameters()}
 
     def step(self, closure=None):
         loss = self.optimizer.step(closure)
@@ -66,7 +66,7 @@ class Lookahead(WrapsOptimizer, Optimizer):
         if self.inner_steps % self.k == 0:
             with no_grad():
                 for pos, p, _ in self.optimizer.parameters():
-                    run_update(lookahead_update, w=p.data, phi=self.slow[pos], alpha=self.alpha)
+                    run_update(lookahead_update, w=p.array, phi=self.slow[pos], alpha=self.alpha)
                 mark_changed(*[p for _, p, _ in self.optimizer.parameters()])
         return loss
 
@@ -156,13 +156,13 @@ class SWA:
         self.params = [params] if isinstance(params, Tensor) else list(params)
         if not self.params:
             raise ValueError("SWA: got an empty parameter list")
-        self.averages = [p.xp.zeros_like(p.data) for p in self.params]
+        self.averages = [p.xp.zeros_like(p.array) for p in self.params]
         self.n_averaged = 0
 
     def update(self):
         """w_SWA ← (w_SWA·n + w)/(n + 1) for every parameter."""
         for p, average in zip(self.params, self.averages):
-            run_update(swa_update, w_swa=average, w=p.data, n=self.n_averaged)
+            run_update(swa_update, w_swa=average, w=p.array, n=self.n_averaged)
         self.n_averaged += 1
 
     def swap(self):
@@ -170,8 +170,8 @@ class SWA:
         if self.n_averaged == 0:
             raise RuntimeError("SWA.swap(): no snapshot averaged yet; call update() first")
         for p, average in zip(self.params, self.averages):
-            current = p.data.copy()
-            xp_of(current).copyto(p.data, average)
+            current = p.array.copy()
+            xp_of(current).copyto(p.array, average)
             xp_of(current).copyto(average, current)
         mark_changed(*self.params)
 
@@ -199,8 +199,8 @@ def update_bn(loader, model):
         if hasattr(layer, "reset_running_stats"):
             layer.reset_running_stats()
         else:
-            layer.running_mean.data[...] = 0
-            layer.running_var.data[...] = 1
+            layer.running_mean.array[...] = 0
+            layer.running_var.array[...] = 1
         momenta.append((layer, layer.momentum))
         layer.momentum = None
     was_training = getattr(model, "training", True)

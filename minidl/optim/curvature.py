@@ -37,7 +37,7 @@ def _as_list(params):
 
 
 def _gradient_graph(loss, params):
-    if not isinstance(loss, Tensor) or loss.data.size != 1:
+    if not isinstance(loss, Tensor) or loss.array.size != 1:
         raise ValueError("curvature: expected the loss as a one-element Tensor built with its graph")
     if not loss.requires_grad:
         raise RuntimeError("curvature: the loss has no graph; compute it outside no_grad from "
@@ -52,7 +52,7 @@ def _hvp(grads, params, vectors):
         return [p.xp.zeros(p.shape, p.dtype) for p in params]
     hv = grad([grads[i] for i in live], params, grad_outputs=[Tensor(vectors[i]) for i in live],
               retain_graph=True, allow_unused=True)
-    return [p.xp.zeros(p.shape, p.dtype) if h is None else h.data for p, h in zip(params, hv)]
+    return [p.xp.zeros(p.shape, p.dtype) if h is None else h.array for p, h in zip(params, hv)]
 
 
 def hessian_vector_product(loss, params, vectors):
@@ -66,7 +66,7 @@ def hessian_vector_product(loss, params, vectors):
     vectors = [vectors] if single else list(vectors)
     arrays = []
     for p, v in zip(params, vectors):
-        v = v.data if isinstance(v, Tensor) else v
+        v = v.array if isinstance(v, Tensor) else v
         v = backend.to_device(v if hasattr(v, "dtype") else np.asarray(v), p.device)
         if v.shape != p.shape:
             raise ValueError(f"hessian_vector_product: vector of shape {v.shape} for a parameter of shape {p.shape}")
@@ -144,7 +144,7 @@ def gradient_noise_scale(loss_fn, params, batches, batch_size: int | None = None
     for batch in batches:
         size = size or _batch_size(batch)
         gs = grad(loss_fn(batch), params, allow_unused=True)
-        flat.append(np.concatenate([np.zeros(p.numel()) if g is None else backend.to_numpy(g.data).astype(np.float64)
+        flat.append(np.concatenate([np.zeros(p.numel()) if g is None else backend.to_numpy(g.array).astype(np.float64)
                                     .reshape(-1) for p, g in zip(params, gs)]))
     n = len(flat)
     if n < 2:

@@ -77,7 +77,7 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
     if optimizer is None:
         from minidl.optim.sgd import SGD
         optimizer = SGD(params, lr=lr_max, momentum=0.9)
-    saved_weights = [p.data.copy() for p in params]
+    saved_weights = [p.array.copy() for p in params]
     saved_optimizer = optimizer.state_dict()
     ratio = (lr_max / lr_min) ** (1 / (steps - 1))
     schedule = [lr_min * ratio ** i for i in range(steps)]
@@ -105,7 +105,7 @@ def lr_range_test(model, loss_fn, loader, lr_min: float = 1e-5, lr_max: float = 
                 break
     finally:
         for p, saved in zip(params, saved_weights):
-            backend.xp_of(p.data).copyto(p.data, saved)
+            backend.xp_of(p.array).copyto(p.array, saved)
             p.grad = None
         mark_changed(*params)
         optimizer.load_state_dict(saved_optimizer)

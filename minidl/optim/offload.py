@@ -111,7 +111,7 @@ class OffloadedOptimizer(WrapsOptimizer):
 
     def _warn_if_on_cpu(self):
         params = [p for _, p, _ in self.optimizer.parameters()]
-        if not self._warned and not any(backend.is_device_array(p.data) for p in params):
+        if not self._warned and not any(backend.is_device_array(p.array) for p in params):
             self._warned = True
             warnings.warn(f"offload: the parameters of {self.optimizer.name} are on the CPU, so its state is in "
                           "host memory already; offloading changes nothing and the optimizer steps as it is",
@@ -131,12 +131,12 @@ class OffloadedOptimizer(WrapsOptimizer):
                 loss = closure()
         items = [(position, p, group) for position, p, group in self.optimizer.parameters()
                  if p.grad is not None and p.requires_grad]
-        on_device = [item for item in items if backend.is_device_array(item[1].data)]
+        on_device = [item for item in items if backend.is_device_array(item[1].array)]
         self.peak_device_state_bytes = 0
         self._warn_if_on_cpu()
         with no_grad():
             for item in items:
-                if not backend.is_device_array(item[1].data):  # on the CPU: the state is in host memory already
+                if not backend.is_device_array(item[1].array):  # on the CPU: the state is in host memory already
                     self._update(*item)
             if self.mode == "host":
                 for item in on_device:
@@ -149,20 +149,20 @@ class OffloadedOptimizer(WrapsOptimizer):
 
     def _update(self, position, p, group):
         state = self.optimizer.state.setdefault(position, {})
-        self.optimizer.update_parameter(p, p.data, p.grad.data, state, group)
+        self.optimizer.update_parameter(p, p.array, p.grad.array, state, group)
 
     def _update_on_host(self, position, p, group):
-        w = backend.to_numpy(p.data)
-        g = backend.to_numpy(p.grad.data)
+        w = backend.to_numpy(p.array)
+        g = backend.to_numpy(p.grad.array)
         state = self.optimizer.state.setdefault(position, {})
         self.optimizer.update_parameter(p, w, g, state, group)
-        with backend.using_array(p.data):
-            p.data[...] = backend.to_device(w, p.device)  # into the same buffer: views of it stay valid
+        with backend.using_array(p.array):
+            p.array[...] = backend.to_device(w, p.device)  # into the same buffer: views of it stay valid
 
     def _chunks(self, items):
         chunk, size = [], 0
         for item in items:
-            nbytes = int(item[1].data.nbytes)
+            nbytes = int(item[1].array.nbytes)
             if chunk and size + nbytes > self.chunk_bytes:
                 yield chunk
                 chunk, size = [], 0
@@ -177,7 +177,7 @@ class OffloadedOptimizer(WrapsOptimizer):
         with backend.using(device):
             moved = {position: _moved(states.get(position, {}), p.device) for position, p, _ in chunk}
             for position, p, group in chunk:
-                self.optimizer.update_parameter(p, p.data, p.grad.data, moved[position], group)
+                self.optimizer.update_parameter(p, p.array, p.grad.array, moved[position], group)
             held = {"cpu": 0, "device": 0}
             _array_bytes(list(moved.values()), held)
             self.peak_device_state_bytes = max(self.peak_device_state_bytes, held["device"])

@@ -157,7 +157,7 @@ class Optimizer(StepHooks):
             if set_to_none or p.grad is None:
                 p.grad = None
             else:  # a fresh buffer: the old one may be shared and must not be written
-                p.grad = Tensor(p.grad.xp.zeros_like(p.grad.data))
+                p.grad = Tensor(p.grad.xp.zeros_like(p.grad.array))
 
     def step(self, closure=None):
         """Apply one update to every parameter that has a gradient.
@@ -183,7 +183,7 @@ class Optimizer(StepHooks):
             if p.grad is None or not p.requires_grad:
                 continue
             state = self.state.setdefault(position, {})
-            self.update_parameter(p, p.data, p.grad.data, state, group)
+            self.update_parameter(p, p.array, p.grad.array, state, group)
 
     def update_parameter(self, p, w, g, state: dict, group: dict, probe: bool = False):
         """Parameter ``p``'s update on the arrays ``w`` and ``g`` (its data and gradient): ``update``.

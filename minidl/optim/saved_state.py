@@ -34,7 +34,7 @@ def host_copy(value):
     if isinstance(value, (list, tuple)):
         return type(value)(host_copy(v) for v in value)
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return np.array(backend.to_numpy(value), copy=True)
     if isinstance(value, np.generic):

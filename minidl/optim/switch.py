@@ -54,7 +54,7 @@ def swats_learning_rate(p_dot_p: float, p_dot_g: float, lam: float, t: int, beta
 def _complete_sums(index: int, live):
     """The ``complete_sums_`` of the group's parameters' layers (:class:`minidl.optim.layerwise.Layers`):
     pᵀp and pᵀg are sums over the whole group, so its parameters must all complete them alike."""
-    layers = [layers_of(p, p.data) for _, p in live]
+    layers = [layers_of(p, p.array) for _, p in live]
     if len({each.complete_sums_ for each in layers}) > 1:
         kinds = ", ".join(sorted({type(each).__name__ for each in layers}))
         raise ValueError(f"SwitchOptimizer: parameter group {index} mixes parameters whose sums pᵀp and pᵀg are "
@@ -112,8 +112,8 @@ class SwitchOptimizer(Optimizer):
                 for position, p in live:
                     state = self.state.setdefault(position, {})
                     if "b" not in state:
-                        state["b"] = xp_of(p.data).zeros_like(p.data)
-                    run_update(sgdm_update, w=p.data, g=p.grad.data, m=state["b"], lr=group["lr"],
+                        state["b"] = xp_of(p.array).zeros_like(p.array)
+                    run_update(sgdm_update, w=p.array, g=p.grad.array, m=state["b"], lr=group["lr"],
                                beta=group["betas"][0], weight_decay=group["weight_decay"])
             else:
                 self._adam_step(index, group, live)
@@ -128,12 +128,12 @@ class SwitchOptimizer(Optimizer):
         for position, p in live:
             state = self.state.setdefault(position, {})
             if "m" not in state:
-                xp = xp_of(p.data)
-                state.update(m=xp.zeros_like(p.data), v=xp.zeros_like(p.data))
-            g = l2_gradient(p.grad.data, p.data, group["weight_decay"])
-            step = -adam_update(p.data, g, state["m"], state["v"], t=t, lr=group["lr"], beta1=beta1, beta2=beta2,
+                xp = xp_of(p.array)
+                state.update(m=xp.zeros_like(p.array), v=xp.zeros_like(p.array))
+            g = l2_gradient(p.grad.array, p.array, group["weight_decay"])
+            step = -adam_update(p.array, g, state["m"], state["v"], t=t, lr=group["lr"], beta1=beta1, beta2=beta2,
                                 eps=group["eps"])            # p: Adam's step, w ← w + p
-            layers = layers_of(p, p.data)
+            layers = layers_of(p, p.array)
             p_dot_p_terms += layers.dots(step, step)
             p_dot_g_terms += layers.dots(step, g)
         values = fetch(*p_dot_p_terms, *p_dot_g_terms)       # one device-to-host copy per step

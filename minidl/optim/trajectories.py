@@ -78,18 +78,27 @@ def optimizer_families():
 def trajectory(make_optimizer, function, start, steps: int = 200) -> np.ndarray:
     """The points (steps + 1, 2) visited by ``make_optimizer([w])`` minimizing ``function(x, y)`` from ``start``."""
     from minidl.optim.adahessian import AdaHessian
+    from minidl.optim.lbfgs import LBFGS
     w = Tensor(np.array([start], dtype=np.float64), requires_grad=True)
     optimizer = make_optimizer([w])
     second_order = isinstance(optimizer, AdaHessian)
-    points = [w.data[0].copy()]
-    for _ in range(steps):
+    points = [w.array[0].copy()]
+
+    def closure():
         optimizer.zero_grad()
-        function(w[0, 0], w[0, 1]).backward(create_graph=second_order)
-        optimizer.step()
+        loss = function(w[0, 0], w[0, 1])
+        loss.backward(create_graph=second_order)
+        return loss
+    for _ in range(steps):
+        if isinstance(optimizer, LBFGS):  # it evaluates the function as often as its line search needs
+            optimizer.step(closure)
+        else:
+            closure()
+            optimizer.step()
         with no_grad():
-            if not np.all(np.isfinite(w.data)) or np.abs(w.data).max() > 1e3:
+            if not np.all(np.isfinite(w.array)) or np.abs(w.array).max() > 1e3:
                 break  # diverged: stop drawing
-        points.append(w.data[0].copy())
+        points.append(w.array[0].copy())
     return np.array(points)
 
 

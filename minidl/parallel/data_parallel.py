@@ -281,11 +281,11 @@ class DataParallel(WrapsModule, ParallelModule):
             p = params[index]
             kind = (p.dtype.str, p.device)
             bucket, used = open_buckets.get(kind, (None, 0))
-            if bucket is None or (used and used + p.data.nbytes > self.bucket_bytes):
+            if bucket is None or (used and used + p.array.nbytes > self.bucket_bytes):
                 bucket, used = [], 0
                 plan.append(bucket)
             bucket.append((index, used // p.dtype.itemsize))
-            open_buckets[kind] = (bucket, used + p.data.nbytes)
+            open_buckets[kind] = (bucket, used + p.array.nbytes)
         self._plan_key, self._plan = key, plan
         return plan
 
@@ -301,9 +301,9 @@ def _pack(params, bucket, weight: float):
         if p.grad is None:
             piece[...] = 0
         elif weight == 1.0:
-            piece[...] = p.grad.data.reshape(-1)
+            piece[...] = p.grad.array.reshape(-1)
         else:
-            p.xp.multiply(p.grad.data.reshape(-1), weight, out=piece)
+            p.xp.multiply(p.grad.array.reshape(-1), weight, out=piece)
     return flat
 
 
@@ -603,7 +603,7 @@ class DistributedOptimizer(ParallelOptimizer):
         if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: the parameters this rank owns
             return self.optimizer.clip_grad_norm_(max_norm)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
+        return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).array
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² of ``params``' synchronized gradients: every rank holds the whole global gradient, so

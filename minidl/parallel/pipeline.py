@@ -182,7 +182,7 @@ def _as_tensor(x):
 
 def _array(x):
     """The array of a batch (a loader's Tensor, or an array): the pipeline slices and sends arrays."""
-    return x.data if isinstance(x, Tensor) else x
+    return x.array if isinstance(x, Tensor) else x
 
 
 def _as_groups(params) -> list:
@@ -264,7 +264,7 @@ def layer_costs(model: Sequential, x, repeats: int = 3, comm=None) -> list[float
     for layer in model:
         times = []
         for _ in range(repeats):
-            leaf = Tensor(inp.data, requires_grad=inp.dtype.kind == "f")
+            leaf = Tensor(inp.array, requires_grad=inp.dtype.kind == "f")
             start = time.perf_counter()
             out = layer(leaf)
             if out.requires_grad:
@@ -449,12 +449,12 @@ class Pipeline(ParallelModule):
                         out = loss / m if loss_scale == 1.0 else loss * (loss_scale / m)
                 inputs[k], outputs[k] = inp, out
                 self.peak_in_flight = max(self.peak_in_flight, len(outputs))
-                result = None if self.is_last else out.data
+                result = None if self.is_last else out.array
             else:
                 out = outputs.pop(k)
                 autograd_backward([out], None if received is None else [Tensor(received)])
                 inp = inputs.pop(k)
-                result = None if self.is_first else inp.grad.data
+                result = None if self.is_first else inp.grad.array
             self.timeline.append((op, k, start, time.perf_counter()))
             if after == "send":
                 self.comm.send(xp.ascontiguousarray(result), self.stage_index + (1 if op == "F" else -1))
@@ -481,9 +481,9 @@ class Pipeline(ParallelModule):
                 self.comm.recv_(inp, self.stage_index - 1)
             out = self.stage(_as_tensor(inp))
             if self.is_last:
-                loss = float(loss_fn(out, y).data)
+                loss = float(loss_fn(out, y).array)
             else:
-                self.comm.send(out.xp.ascontiguousarray(out.data), self.stage_index + 1)
+                self.comm.send(out.xp.ascontiguousarray(out.array), self.stage_index + 1)
                 loss = 0.0
         total = np.array([loss])
         self.comm.host_allreduce_(total)
@@ -496,7 +496,7 @@ class Pipeline(ParallelModule):
         steps with the gradient one process's backward gives it through the tie. A collective of each
         such group; a stage that holds no shared parameter does nothing."""
         for p, group in self._shared:
-            grad = p.grad.data.copy() if p.grad is not None else p.xp.zeros(p.shape, p.dtype)
+            grad = p.grad.array.copy() if p.grad is not None else p.xp.zeros(p.shape, p.dtype)
             group.allreduce_(grad)
             p.grad = Tensor(grad)
 
@@ -511,7 +511,7 @@ class Pipeline(ParallelModule):
         for key, t in self.whole._state_items():
             if key in local and key not in mine and self.saves(t):
                 layer = layers.get(id(t))
-                mine[key] = t.data if layer is None else layer[0].gather_whole(layer[1], t.data, f"parameter {key!r}")
+                mine[key] = t.array if layer is None else layer[0].gather_whole(layer[1], t.array, f"parameter {key!r}")
         merged = gather_owned_weights(mine, self.comm)
         return {key: merged[key] if key in merged else value for key, value in local.items()}
 

@@ -174,7 +174,7 @@ class ParallelOptimizer(WrapsOptimizer):
             return inner.clip_grad_norm_(max_norm)
         from minidl.optim import clip_grad_norm_
         self.synchronize()
-        return clip_grad_norm_([p for p in self._own_params() if p.grad is not None], max_norm).data
+        return clip_grad_norm_([p for p in self._own_params() if p.grad is not None], max_norm).array
 
     def grad_squares(self, params):
         """Σ ‖g‖² over the gradients of ``params`` (this rank's parameters, synchronized) as the unsplit

@@ -212,7 +212,7 @@ class FlatShard:
         # each collective moves the unit in pieces of at most piece_bytes (all ranks' parts together)
         self.piece_ranges = flat_layout.pieces(self.chunk, np.dtype(self.dtype).itemsize, piece_bytes, comm.size)
         full = self.xp.zeros(self.padded, self.dtype)
-        self._pack(full, [p.data for p in params])
+        self._pack(full, [p.array for p in params])
         mine = slice(comm.rank * self.chunk, (comm.rank + 1) * self.chunk)
         self.whole = True  # whether the parameters hold their whole values now
         layers = ShardLayers.of(self)
@@ -240,7 +240,7 @@ class FlatShard:
         offset = 0
         for p, shape, size in zip(self.params, self.shapes, self.sizes):
             if changed:
-                p.data = full[offset:offset + size].reshape(shape)
+                p.array = full[offset:offset + size].reshape(shape)
             else:  # the same values again (see unpack): not an in-place change
                 p._data = full[offset:offset + size].reshape(shape)
             offset += size
@@ -276,7 +276,7 @@ class FlatShard:
         """
         empty = self.xp.empty(0, self.dtype)
         for p in self.params:
-            p._data = empty  # not .data =, which would count as an in-place change
+            p._data = empty  # not .array =, which would count as an in-place change
             if not keep_grads:
                 p.grad = None
         self.whole = False
@@ -357,7 +357,7 @@ class FlatShard:
         if self.full is not None:  # stage 2: the parameters are views of the buffer the shard is a view of
             mark_changed(self.shard)
             return
-        self.shard.data[...] = self.my_chunk([p.data for p in self.params])
+        self.shard.array[...] = self.my_chunk([p.array for p in self.params])
         mark_changed(self.shard)
         self.release()
 
@@ -738,13 +738,13 @@ class ShardedDataParallel(DataParallel):
         seen, params, grads = set(), 0, 0
         tensors = [p for p in self.module.parameters()] + [u.shard for _, u in self.units if u is not None]
         for t in tensors:
-            params += _new_bytes(t.data, seen)
+            params += _new_bytes(t.array, seen)
             if t.grad is not None:
-                grads += _new_bytes(t.grad.data, seen)
+                grads += _new_bytes(t.grad.array, seen)
         state = 0
         if optimizer is not None:
             inner = getattr(optimizer, "optimizer", optimizer)
-            arrays = [v.data if isinstance(v, Tensor) else v for s in inner.state.values() for v in s.values()]
+            arrays = [v.array if isinstance(v, Tensor) else v for s in inner.state.values() for v in s.values()]
             state = sum(_new_bytes(a, seen) for a in arrays if getattr(a, "ndim", 0) > 0)  # not step counters
         return {"stage": self.stage, "rank": self.comm.rank, "size": self.comm.size, "parameter_bytes": params,
                 "gradient_bytes": grads, "optimizer_bytes": state, "total_bytes": params + grads + state,

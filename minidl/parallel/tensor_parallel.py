@@ -120,9 +120,9 @@ class ColumnParallelLinear(SplitLayer):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         rows = _column_rows(linear.out_features, stacked, comm.size, comm.rank)
         xp = linear.weight.xp
-        self.weight = _own_parameter(xp.concatenate([linear.weight.data[r] for r in rows]))
+        self.weight = _own_parameter(xp.concatenate([linear.weight.array[r] for r in rows]))
         if linear.bias is not None:
-            self.bias = _own_parameter(xp.concatenate([linear.bias.data[r] for r in rows]))
+            self.bias = _own_parameter(xp.concatenate([linear.bias.array[r] for r in rows]))
         else:
             self.register_parameter("bias", None)
 
@@ -134,7 +134,7 @@ class ColumnParallelLinear(SplitLayer):
 
     def full_parameters(self) -> dict:
         """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
-        return {name: self.gather_whole(name, getattr(self, name).data) for name in ("weight", "bias")
+        return {name: self.gather_whole(name, getattr(self, name).array) for name in ("weight", "bias")
                 if getattr(self, name) is not None}
 
     def whole_shape(self, name: str) -> tuple:
@@ -250,9 +250,9 @@ class RowParallelLinear(SplitLayer):
         self.comm = comm
         self.in_features, self.out_features = linear.in_features, linear.out_features
         columns = _slice(linear.in_features, comm.size, comm.rank)
-        self.weight = _own_parameter(linear.weight.data[:, columns])
+        self.weight = _own_parameter(linear.weight.array[:, columns])
         if linear.bias is not None:
-            self.bias = _own_parameter(linear.bias.data)
+            self.bias = _own_parameter(linear.bias.array)
         else:
             self.register_parameter("bias", None)
 
@@ -267,7 +267,7 @@ class RowParallelLinear(SplitLayer):
 
     def full_parameters(self) -> dict:
         """The unsplit layer's ``{"weight", "bias"}`` arrays, gathered from the group (a collective)."""
-        return {name: self.gather_whole(name, getattr(self, name).data) for name in ("weight", "bias")
+        return {name: self.gather_whole(name, getattr(self, name).array) for name in ("weight", "bias")
                 if getattr(self, name) is not None}
 
     def whole_shape(self, name: str) -> tuple:

@@ -83,7 +83,7 @@ def consolidated_state_dict(model: Module) -> dict:
     for key, p in model.named_parameters():
         if id(p) in layers:
             layer, name = layers[id(p)]
-            state[key] = layer.gather_whole(name, p.data, what=f"parameter {key!r}")
+            state[key] = layer.gather_whole(name, p.array, what=f"parameter {key!r}")
     return state
 
 

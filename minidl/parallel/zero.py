@@ -209,7 +209,7 @@ class ZeroRedundancyOptimizer(ParallelOptimizer):
 
 def _nbytes(value) -> int:
     if isinstance(value, Tensor):
-        value = value.data
+        value = value.array
     if hasattr(value, "nbytes"):
         return int(value.nbytes)
     if isinstance(value, dict):

@@ -99,9 +99,9 @@ def quantize_model(model, calibration, method: str = "minmax", percentile: float
         handle.remove()
     for name, layer in targets:
         s_x, z_x = observers[name].qparams()
-        bias = None if layer.bias is None else layer.bias.data
-        new = (QuantizedLinear(layer.weight.data, bias, s_x, z_x, input_dtype) if isinstance(layer, nn.Linear) else
-               QuantizedConv2d(layer.weight.data, bias, s_x, z_x, layer.stride, layer.padding, layer.dilation,
+        bias = None if layer.bias is None else layer.bias.array
+        new = (QuantizedLinear(layer.weight.array, bias, s_x, z_x, input_dtype) if isinstance(layer, nn.Linear) else
+               QuantizedConv2d(layer.weight.array, bias, s_x, z_x, layer.stride, layer.padding, layer.dilation,
                                input_dtype))
         model = _replace(model, name, new)
     return model.train(was_training)
@@ -131,4 +131,4 @@ def convert(model):
 
 def model_size_bytes(model) -> int:
     """Bytes of every parameter and buffer in the state dict (what a saved model holds, less the names)."""
-    return int(sum(value.data.nbytes for value in model.state_dict().values()))
+    return int(sum(value.nbytes for value in model.state_dict().values()))

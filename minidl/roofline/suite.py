@@ -303,7 +303,7 @@ def profile_training_step(device: str = "cpu", quick: bool = False, steps: int =
             with (prof.region("SGD.step", "update") if prof else _nothing()):
                 with mdl.no_grad():
                     for p in model.parameters():
-                        p.data -= 0.01 * p.grad.data
+                        p.array -= 0.01 * p.grad.array
                         p.grad = None
 
     for _ in range(2):  # warm-up: allocator, BLAS threads, caches

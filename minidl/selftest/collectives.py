@@ -86,8 +86,8 @@ def placement(device: str) -> list[str]:
                                                            enumerate(model.parameters())},
                 **{f"gradient {i}": p.grad for i, p in enumerate(model.parameters())}}
         results[where] = seen
-    problems = [f"{device}: the {name} is on {t.device} ({backend.device_of(t.data)})"
-                for name, t in results[device].items() if t.device != device or backend.device_of(t.data) != device]
+    problems = [f"{device}: the {name} is on {t.device} ({backend.device_of(t.array)})"
+                for name, t in results[device].items() if t.device != device or backend.device_of(t.array) != device]
     for name, t in results["cpu"].items():
         if not np.allclose(results[device][name].numpy(), t.numpy(), rtol=1e-5, atol=1e-6):
             problems.append(f"{device}: the {name} differs from the CPU's")

@@ -42,7 +42,7 @@ def on_device(value, device):
     import minidl as mdl
     from minidl import backend
     if isinstance(value, mdl.Tensor):
-        return mdl.tensor(value.data, requires_grad=value.requires_grad, device=device)
+        return mdl.tensor(value.array, requires_grad=value.requires_grad, device=device)
     if isinstance(value, np.ndarray):
         return backend.to_device(value, device)
     return value
@@ -185,7 +185,7 @@ def _trainer(device, amp=None, seed=0):
 def _weights(trainer):
     import minidl as mdl
     from minidl import backend
-    return {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v)
+    return {k: backend.to_numpy(v.array if isinstance(v, mdl.Tensor) else v)
             for k, v in trainer.model.state_dict().items()}
 
 

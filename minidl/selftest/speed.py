@@ -229,7 +229,7 @@ def gpt_torch(s, cfg, model_minidl, device):
     model = torch_gpt(cfg).to(dev)
     import minidl as mdl
     from minidl import backend
-    on_host = {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v)
+    on_host = {k: backend.to_numpy(v.array if isinstance(v, mdl.Tensor) else v)
                for k, v in model_minidl.state_dict().items()}
     model.load_state_dict(from_minidl(on_host))
     opt = torch.optim.AdamW(model.parameters(), lr=s["lr"], betas=s["betas"], weight_decay=s["weight_decay"])

@@ -137,7 +137,7 @@ def noise_scale_at(model, loss_fn, x, y, batch_size: int = 32, batches: int = 64
 
 def _full_loss(model, loss_fn, x, y) -> float:
     with no_grad():
-        return float(backend.to_numpy(loss_fn(model(mdl.tensor(x)), mdl.tensor(y)).data))
+        return float(backend.to_numpy(loss_fn(model(mdl.tensor(x)), mdl.tensor(y)).array))
 
 
 def _run(model_fn, loss_fn, x, y, batch_size, lr, target, max_steps, seed, momentum, before_step=None):

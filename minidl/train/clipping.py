@@ -62,7 +62,7 @@ class PercentileClipping(Callback):
     def clip_(self, params) -> float:
         """Clip the gradients of ``params`` in place (new ``.grad`` Tensors); returns the norm before clipping."""
         limit = self.threshold()
-        norm = float(clip_grad_norm_(params, math.inf if limit is None else limit).data)
+        norm = float(clip_grad_norm_(params, math.inf if limit is None else limit).array)
         if not math.isfinite(norm):
             self.thresholds.append(None)
             return norm

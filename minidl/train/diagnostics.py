@@ -83,13 +83,13 @@ def _dtype(model):
 def model_inputs(model, x, y=None):
     """``x`` (and ``y``) as Tensors on the model's device, floating inputs in the model's dtype."""
     device = _device(model)
-    x = x.data if isinstance(x, Tensor) else np.asarray(x) if not hasattr(x, "dtype") else x
+    x = x.array if isinstance(x, Tensor) else np.asarray(x) if not hasattr(x, "dtype") else x
     x = backend.to_device(x, device)
     if x.dtype.kind == "f":
         x = x.astype(_dtype(model), copy=False)
     if y is None:
         return Tensor(x)
-    y = y.data if isinstance(y, Tensor) else np.asarray(y) if not hasattr(y, "dtype") else y
+    y = y.array if isinstance(y, Tensor) else np.asarray(y) if not hasattr(y, "dtype") else y
     return Tensor(x), Tensor(backend.to_device(y, device))
 
 
@@ -289,7 +289,7 @@ def layer_statistics(model, x, y, loss_fn=None) -> list[dict]:
 
     def hook_for(name, module):
         def hook(mod, inputs, output):
-            out = backend.to_numpy(output.data).astype(np.float64)
+            out = backend.to_numpy(output.array).astype(np.float64)
             row = {"layer": name, "type": type(mod).__name__, "shape": tuple(out.shape),
                    "mean": float(out.mean()), "std": float(out.std()), "dead": None,
                    "grad_ratio": None, "grad_std": None, "module": mod}
@@ -316,8 +316,8 @@ def layer_statistics(model, x, y, loss_fn=None) -> list[dict]:
         for row in rows:
             weight = row["module"]._parameters.get("weight")
             if weight is not None and weight.grad is not None:
-                w = backend.to_numpy(weight.data).astype(np.float64)
-                g = backend.to_numpy(weight.grad.data).astype(np.float64)
+                w = backend.to_numpy(weight.array).astype(np.float64)
+                g = backend.to_numpy(weight.grad.array).astype(np.float64)
                 w_norm = np.linalg.norm(w)
                 row["grad_ratio"] = float(np.linalg.norm(g) / w_norm) if w_norm > 0 else math.inf
                 row["grad_std"] = float(g.std())
@@ -392,7 +392,7 @@ def check_trained_model(model, x_val, y_val, num_classes: int | None = None, los
         logits = model(xt)
         loss = float(loss_fn(logits, yt).item())
         k = int(num_classes or logits.shape[1])
-        accuracy = float((backend.to_numpy(logits.data).argmax(axis=1) == backend.to_numpy(yt.data)).mean())
+        accuracy = float((backend.to_numpy(logits.array).argmax(axis=1) == backend.to_numpy(yt.array)).mean())
     chance = math.log(k)
     ok = math.isfinite(loss) and loss < chance and accuracy > 1.0 / k
     message = (f"validation accuracy {accuracy:.1%} (chance: {1 / k:.1%}); the weights have learned" if ok else

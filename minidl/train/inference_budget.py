@@ -35,7 +35,7 @@ __all__ = ["format_inference_report", "inference_report"]
 
 
 def _nbytes(t) -> int:
-    data = t.data if isinstance(t, Tensor) else t
+    data = t.array if isinstance(t, Tensor) else t
     return int(data.size * data.dtype.itemsize)
 
 
@@ -45,7 +45,7 @@ def inference_report(model, sample, repeats: int = 50, warmup: int = 3) -> dict:
     Returns ``parameters``, ``weight_bytes``, ``activation_bytes``, ``largest_activation_bytes``,
     ``peak_pair_bytes``, ``layers``, ``latency_ms``, ``latency_p90_ms`` and ``repeats`` (module docstring).
     """
-    data = sample.data if isinstance(sample, Tensor) else np.asarray(backend.to_numpy(sample))
+    data = sample.array if isinstance(sample, Tensor) else np.asarray(backend.to_numpy(sample))
     if data.ndim == 0 or data.shape[0] != 1:
         raise ValueError(f"inference_report: expected one sample with its batch axis (x[:1]), got shape {data.shape}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:

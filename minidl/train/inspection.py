@@ -33,7 +33,7 @@ from minidl.train.callbacks import Callback
 
 def _as_images(x, image_shape=None):
     """(N, H, W) or (N, H, W, 3) arrays for imshow, from (N, C, H, W), (N, H, W) or flat (N, D) inputs."""
-    x = np.asarray(backend.to_numpy(x.data if isinstance(x, Tensor) else x))
+    x = np.asarray(backend.to_numpy(x.array if isinstance(x, Tensor) else x))
     if image_shape is not None:
         return x.reshape((len(x),) + tuple(image_shape))
     if x.ndim == 2:
@@ -80,7 +80,7 @@ def show_batch(loader, n: int = 16, columns: int = 8, image_shape=None, class_na
         raise ValueError(f"show_batch: expected the loader to give (x, y) batches, got {type(batch).__name__}")
     x, y = batch
     images = _as_images(x, image_shape)[:n]
-    labels = np.asarray(backend.to_numpy(y.data if isinstance(y, Tensor) else y))[:n]
+    labels = np.asarray(backend.to_numpy(y.array if isinstance(y, Tensor) else y))[:n]
     titles = [str(class_names[int(v)] if class_names is not None else v) for v in labels]
     return _grid(images, titles, min(columns, len(images)))
 
@@ -94,8 +94,8 @@ def worst_predictions(model, x, y, k: int = 16, batch_size: int = 512) -> dict:
     The model runs in eval mode under no_grad and is put back in its mode.
     """
     from minidl import functional as F
-    x = np.asarray(backend.to_numpy(x.data if isinstance(x, Tensor) else x))
-    y = np.asarray(backend.to_numpy(y.data if isinstance(y, Tensor) else y))
+    x = np.asarray(backend.to_numpy(x.array if isinstance(x, Tensor) else x))
+    y = np.asarray(backend.to_numpy(y.array if isinstance(y, Tensor) else y))
     if len(x) != len(y) or y.ndim != 1:
         raise ValueError(f"worst_predictions: expected x of N samples and N integer labels, got x {x.shape}, "
                          f"y {y.shape}")
@@ -107,7 +107,7 @@ def worst_predictions(model, x, y, k: int = 16, batch_size: int = 512) -> dict:
         with no_grad():
             for start in range(0, len(x), batch_size):
                 logits = model(Tensor(backend.to_device(x[start:start + batch_size], device)))
-                log_p = backend.to_numpy(F.log_softmax(logits, dim=1).data).astype(np.float64)
+                log_p = backend.to_numpy(F.log_softmax(logits, dim=1).array).astype(np.float64)
                 labels = y[start:start + batch_size]
                 losses.append(-log_p[np.arange(len(labels)), labels])
                 predicted.append(log_p.argmax(axis=1))
@@ -124,7 +124,7 @@ def plot_mispredictions(model, x, y, k: int = 16, columns: int = 8, image_shape=
     """A gallery of the ``k`` worst predictions (see :func:`worst_predictions`): each image titled
     "true→predicted" and its loss. Returns the figure."""
     worst = worst_predictions(model, x, y, k)
-    x = np.asarray(backend.to_numpy(x.data if isinstance(x, Tensor) else x))
+    x = np.asarray(backend.to_numpy(x.array if isinstance(x, Tensor) else x))
     images = _as_images(x[worst["index"]], image_shape)
     name = (lambda c: str(class_names[int(c)])) if class_names is not None else str  # noqa: E731
     titles = [f"{name(t)}→{name(p)}  {loss:.2g}" for t, p, loss in zip(worst["true"], worst["predicted"],
@@ -140,7 +140,7 @@ def predict_classes(model, x) -> np.ndarray:
     try:
         with no_grad():
             logits = model(Tensor(backend.to_device(np.asarray(x), device)))
-        return np.asarray(backend.to_numpy(logits.data)).argmax(axis=1)
+        return np.asarray(backend.to_numpy(logits.array)).argmax(axis=1)
     finally:
         model.train(training)
 
@@ -156,8 +156,8 @@ class PredictionGallery(Callback):
     def __init__(self, x, y, folder, every: int = 1, columns: int = 8, image_shape=None, class_names=None):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"PredictionGallery: every must be a whole number >= 1, got {every!r}")
-        self.x = np.asarray(backend.to_numpy(x.data if isinstance(x, Tensor) else x))
-        self.y = np.asarray(backend.to_numpy(y.data if isinstance(y, Tensor) else y))
+        self.x = np.asarray(backend.to_numpy(x.array if isinstance(x, Tensor) else x))
+        self.y = np.asarray(backend.to_numpy(y.array if isinstance(y, Tensor) else y))
         if len(self.x) != len(self.y) or len(self.x) == 0:
             raise ValueError(f"PredictionGallery: expected a non-empty batch of samples and as many labels, got "
                              f"{len(self.x)} and {len(self.y)}")

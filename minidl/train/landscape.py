@@ -44,14 +44,14 @@ class _Kept:
         self.model = model
 
     def __enter__(self):
-        self.params = [p.data.copy() for p in self.model.parameters()]
+        self.params = [p.array.copy() for p in self.model.parameters()]
         self.training = self.model.training
         self.model.eval()
         return self
 
     def __exit__(self, *exc):
         for p, kept in zip(self.model.parameters(), self.params):
-            p.data[...] = kept
+            p.array[...] = kept
         self.model.train(self.training)
 
 
@@ -84,7 +84,7 @@ def filter_normalized_direction(model, seed: int = 0, ignore_1d: bool = True) ->
     rng = np.random.default_rng(seed)
     directions = []
     for p in _check_model("filter_normalized_direction", model):
-        w = backend.to_numpy(p.data).astype(np.float64)
+        w = backend.to_numpy(p.array).astype(np.float64)
         d = rng.standard_normal(w.shape)
         if w.ndim <= 1:
             if ignore_1d:
@@ -151,7 +151,7 @@ def loss_landscape(model, loss_fn, batch, directions: int = 1, span=(-1.0, 1.0),
             for k, (p, origin) in enumerate(zip(params, kept.params)):
                 moved = backend.to_numpy(origin).astype(np.float64) + sum(c * backend.to_numpy(d[k]).astype(np.float64)
                                                         for c, d in zip(coefficients, direction_vectors))
-                p.data[...] = backend.to_device(moved.astype(p.dtype), p.device)
+                p.array[...] = backend.to_device(moved.astype(p.dtype), p.device)
             losses[index] = _loss_of(model, loss_fn, batch)
     return Landscape(alphas, betas, losses, direction_vectors)
 
@@ -171,19 +171,19 @@ def interpolate(model_a, model_b, alphas, loss_fn, batch) -> np.ndarray:
     buffers_a = [b for b in model_a.buffers() if np.issubdtype(b.dtype, np.floating)]
     buffers_b = [b for b in model_b.buffers() if np.issubdtype(b.dtype, np.floating)]
     tensors_a, tensors_b = params_a + buffers_a, params_b + buffers_b
-    origins = [t.data.copy() for t in tensors_a]
+    origins = [t.array.copy() for t in tensors_a]
     losses = []
     try:
         with _Kept(model_a):
             for alpha in np.asarray(alphas, dtype=np.float64).reshape(-1):
                 for ta, tb, origin in zip(tensors_a, tensors_b, origins):
                     mixed = ((1 - alpha) * backend.to_numpy(origin).astype(np.float64)
-                             + alpha * backend.to_numpy(tb.data).astype(np.float64))
-                    ta.data[...] = backend.to_device(mixed.astype(ta.dtype), ta.device)
+                             + alpha * backend.to_numpy(tb.array).astype(np.float64))
+                    ta.array[...] = backend.to_device(mixed.astype(ta.dtype), ta.device)
                 losses.append(_loss_of(model_a, loss_fn, batch))
     finally:
         for t, origin in zip(tensors_a, origins):
-            t.data[...] = origin
+            t.array[...] = origin
     return np.array(losses)
 
 
@@ -231,8 +231,8 @@ def rescale_relu_layers(model, first: str, second: str, alpha: float, inplace: b
     target = model if inplace else copy.deepcopy(model)
     modules = dict(target.named_modules())
     with no_grad():
-        modules[first].weight.data[...] *= alpha
+        modules[first].weight.array[...] *= alpha
         if getattr(modules[first], "bias", None) is not None:
-            modules[first].bias.data[...] *= alpha
-        modules[second].weight.data[...] *= 1.0 / alpha
+            modules[first].bias.array[...] *= alpha
+        modules[second].weight.array[...] *= 1.0 / alpha
     return target

@@ -72,12 +72,12 @@ def batch_to_tensors(batch, device: str, dtype=None):
                          f"of length {size}")
     out = []
     for value in batch[:2]:
-        array = value.data if isinstance(value, Tensor) else value
+        array = value.array if isinstance(value, Tensor) else value
         array = backend.to_device(array if hasattr(array, "dtype") else np.asarray(array), device)
         if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
             array = array.astype(dtype)
         # A loader's Tensor already on the device, in the dtype, goes in as it is.
-        out.append(value if isinstance(value, Tensor) and array is value.data else Tensor(array))
+        out.append(value if isinstance(value, Tensor) and array is value.array else Tensor(array))
     return out[0], out[1]
 
 

@@ -66,7 +66,7 @@ class Run:
         self.model.eval()
         limit = backend.blas_threads(1) if len(z) <= ONE_THREAD_BATCH else nullcontext()
         with no_grad(), limit:
-            return np.concatenate([backend.to_numpy(self.model(Tensor(z[i:i + 512])).data)
+            return np.concatenate([backend.to_numpy(self.model(Tensor(z[i:i + 512])).array)
                                    for i in range(0, len(z), 512)]) if len(z) else np.zeros((0, 0), np.float32)
 
     def predict(self, x) -> np.ndarray:

@@ -57,7 +57,7 @@ __all__ = ["check_augmentation", "check_capacity", "check_loss_gradient", "check
 
 
 def _numpy(a):
-    return np.asarray(backend.to_numpy(a.data if isinstance(a, Tensor) else a))
+    return np.asarray(backend.to_numpy(a.array if isinstance(a, Tensor) else a))
 
 
 def _predict(model, x, batch: int = 512) -> np.ndarray:
@@ -217,9 +217,9 @@ def check_loss_gradient(model, x, y, loss_fn, max_zero_share: float = 0.01) -> C
         xt, yt = model_inputs(model, x, y)
         with no_grad():
             output = model(xt)
-        leaf = Tensor(output.data, requires_grad=True)
+        leaf = Tensor(output.array, requires_grad=True)
         loss_fn(leaf, yt).backward()
-        grad = _numpy(leaf.grad).reshape(len(leaf.data), -1)
+        grad = _numpy(leaf.grad).reshape(len(leaf.array), -1)
     zero = float(np.mean(np.all(grad == 0, axis=1)))
     ok = zero <= max_zero_share
     message = (f"every example but {zero:.1%} moves the model" if ok else

@@ -159,7 +159,7 @@ def histogram_values(trainer, batch=None, kinds=_KINDS, compute: bool = True) ->
         named = list(module.named_parameters())
         out = []
         if "weights" in kinds:
-            out += [(f"weights/{name}", backend.to_numpy(p.data).astype(np.float64)) for name, p in named]
+            out += [(f"weights/{name}", backend.to_numpy(p.array).astype(np.float64)) for name, p in named]
         if batch is None or not any(k in kinds for k in ("gradients", "activations")):
             return out
         activations, gradients = probe_layers(module, trainer, batch, named)
@@ -183,7 +183,7 @@ def probe_layers(model, trainer, batch, named=None):
     def hook_for(name):
         def hook(module, inputs, output):
             if isinstance(output, Tensor):
-                activations.append((name, backend.to_numpy(output.data).astype(np.float64)))
+                activations.append((name, backend.to_numpy(output.array).astype(np.float64)))
         return hook
 
     was_training = model.training
@@ -204,6 +204,6 @@ def probe_layers(model, trainer, batch, named=None):
         for h in handles:
             h.remove()
         model.train(was_training)
-    gradients = [(n, backend.to_numpy(g.data).astype(np.float64)) for (n, _), g in zip(named, grads)
+    gradients = [(n, backend.to_numpy(g.array).astype(np.float64)) for (n, _), g in zip(named, grads)
                  if g is not None]
     return activations, gradients

@@ -327,10 +327,10 @@ class Trainer:
             if not math.isfinite(value):
                 self._stop_non_finite("loss", value)
         else:  # on a GPU the value stays there until the next log read
-            value = loss.data
+            value = loss.array
         self.scaler.scale(loss * (1.0 / k) if k > 1 else loss).backward(create_graph=self.create_graph)
         self._batches_in_epoch += 1
-        correct = (out.data.argmax(axis=1) == y.data).sum() if is_classification(y, out) else None
+        correct = (out.array.argmax(axis=1) == y.array).sum() if is_classification(y, out) else None
         if correct is not None and isinstance(value, float):  # on the host: a number now, as the loss
             correct = int(correct)
         self._micro.append((value, len(y), correct))
@@ -349,7 +349,7 @@ class Trainer:
             # Gradients were scaled by 1/k; a shorter last group of m micro-batches needs k/m more.
             scale = self.accumulation_steps / micro_batches
             for p in params:
-                p.grad = Tensor(p.grad.data * scale)
+                p.grad = Tensor(p.grad.array * scale)
         self.scaler.unscale_(self.optimizer)  # the true gradients, for clipping (nothing without a scaler)
         self._call("on_before_optimizer_step", params)
         if self.max_grad_value is not None:
@@ -361,7 +361,7 @@ class Trainer:
                 norm = self._global_clip(self.max_grad_norm)
             else:
                 from minidl.optim import clip_grad_norm_
-                norm = clip_grad_norm_(params, self.max_grad_norm).data
+                norm = clip_grad_norm_(params, self.max_grad_norm).array
             if isinstance(norm, float) or backend.xp_of(norm) is np:
                 norm = float(norm)
                 if not math.isfinite(norm) and not self.scaler.is_enabled():  # with a scaler: a skipped step
@@ -512,10 +512,10 @@ class Trainer:
                         losses.append((np.asarray(self._eval_step(x, y, self._val_loss)), len(y)))
                         continue
                     out = self.model(x)
-                    losses.append((self._val_loss(out, y).data, len(y)))  # read once, at the end
+                    losses.append((self._val_loss(out, y).array, len(y)))  # read once, at the end
                     if self.metrics and is_classification(y, out):
-                        outputs.append(backend.to_numpy(out.data))
-                        targets.append(backend.to_numpy(y.data))
+                        outputs.append(backend.to_numpy(out.array))
+                        targets.append(backend.to_numpy(y.array))
         finally:
             self.model.train(was_training)
         if count == 0:
@@ -539,7 +539,7 @@ class Trainer:
         self.model.eval()
         try:
             with no_grad():
-                outs = [backend.to_numpy(self.model(self._to_device(b)[0]).data) for b in loader]
+                outs = [backend.to_numpy(self.model(self._to_device(b)[0]).array) for b in loader]
         finally:
             self.model.train(was_training)
         return np.concatenate(outs)

@@ -20,7 +20,7 @@ def _copying_hooks(log=None):
     def pack(t):
         if log is not None:
             log.append(tuple(t.shape))
-        return t.data.copy(order="K")  # the same layout: a product reads it in the same order
+        return t.array.copy(order="K")  # the same layout: a product reads it in the same order
     return autograd.saved_tensors_hooks(pack, lambda a: a)
 
 
@@ -56,7 +56,7 @@ def test_the_graph_keeps_only_what_pack_returned():
     store = {}
 
     def pack(t):
-        store[len(store)] = t.data.copy()
+        store[len(store)] = t.array.copy()
         return len(store) - 1  # a ticket: the node keeps an int
 
     x, w1, w2 = _leaf((4, 5), 1, grad=False), _leaf((5, 6), 2), _leaf((6, 3), 3)
@@ -162,16 +162,16 @@ def test_an_in_place_change_after_packing_is_still_caught():
 
 def test_unpack_that_cannot_restore_names_the_op_and_the_mismatch():
     x = _leaf((3, 4), 1)
-    with autograd.saved_tensors_hooks(lambda t: t.data, lambda a: a.astype(np.float32)):
+    with autograd.saved_tensors_hooks(lambda t: t.array, lambda a: a.astype(np.float32)):
         loss = x.tanh().sum()
     with pytest.raises(RuntimeError, match=r"unpack returned shape \(3, 4\), float32 on cpu for Tanh's .*"
                                            r"packed as shape \(3, 4\), float64 on cpu"):
         loss.backward()
-    with autograd.saved_tensors_hooks(lambda t: t.data, lambda a: a[:2]):
+    with autograd.saved_tensors_hooks(lambda t: t.array, lambda a: a[:2]):
         loss = (x * x).sum()
     with pytest.raises(RuntimeError, match=r"shape \(2, 4\).*Mul's input 0.*packed as shape \(3, 4\)"):
         loss.backward()
-    with autograd.saved_tensors_hooks(lambda t: t.data, lambda a: "lost"):
+    with autograd.saved_tensors_hooks(lambda t: t.array, lambda a: "lost"):
         loss = (x * x).sum()
     with pytest.raises(RuntimeError, match=r"unpack returned a str for Mul's input"):
         loss.backward()

@@ -105,10 +105,10 @@ def test_accumulation_never_corrupts_a_gradient_shared_by_two_leaves():
     x, y = f64([1.0, 2.0]), f64([3.0, 4.0])
     (x + y).sum().backward()  # Add hands the same gradient to both leaves
     (x + y).sum().backward()
-    assert x.grad is not y.grad and not np.shares_memory(x.grad.data, y.grad.data)
+    assert x.grad is not y.grad and not np.shares_memory(x.grad.array, y.grad.array)
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
     np.testing.assert_array_equal(y.grad.numpy(), [2.0, 2.0])
-    x.grad.data[0] = 100.0
+    x.grad.array[0] = 100.0
     np.testing.assert_array_equal(y.grad.numpy(), [2.0, 2.0])
     (x + y).sum().backward()  # in-place accumulation from here on stays per leaf
     np.testing.assert_array_equal(x.grad.numpy(), [101.0, 3.0])
@@ -119,7 +119,7 @@ def test_accumulation_does_not_write_into_a_user_held_first_gradient():
     x, y = f64([1.0, 2.0]), f64([3.0, 4.0])
     (x + y).sum().backward()
     held = y.grad.numpy().copy()
-    shared = x.grad.data  # the first gradient may be shared; it must never be written into
+    shared = x.grad.array  # the first gradient may be shared; it must never be written into
     (x * 2).sum().backward()
     np.testing.assert_array_equal(shared, held)
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])

@@ -23,7 +23,7 @@ def _step(model, x, hooks):
         with hooks:
             loss = (model(x) ** 2).mean()
         loss.backward()
-    return [x.grad.numpy()] + [mdl.backend.to_numpy(p.grad.data) for p in model.parameters()], m
+    return [x.grad.numpy()] + [mdl.backend.to_numpy(p.grad.array) for p in model.parameters()], m
 
 
 def _pass_through():
@@ -65,7 +65,7 @@ def test_save_on_cpu_without_pinned_memory(standin_or_gpu):
     with save_on_cpu(pin_memory=False):
         y = (x * x).sum()
     y.backward()
-    np.testing.assert_array_equal(mdl.backend.to_numpy(x.grad.data), 2 * mdl.backend.to_numpy(x.data))
+    np.testing.assert_array_equal(mdl.backend.to_numpy(x.grad.array), 2 * mdl.backend.to_numpy(x.array))
 
 
 # Tolerances: 8 units of the storage precision, relative to the largest gradient entry (measured:

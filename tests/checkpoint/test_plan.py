@@ -68,7 +68,7 @@ def test_balanced_segments_find_the_least_modeled_peak():
         # output, held by the final Sum, while the last segment's graph is alive)
         starts, held, expected = plan.boundaries + [L], 0, 0
         for a, b in zip(starts, starts[1:]):
-            expected = max(expected, held + sum(profile.layer_bytes[a:b]) + (out.data.nbytes if b == L else 0))
+            expected = max(expected, held + sum(profile.layer_bytes[a:b]) + (out.array.nbytes if b == L else 0))
             held += profile.input_bytes[a]
         assert m.peak_bytes == expected
 

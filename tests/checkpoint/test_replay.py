@@ -33,7 +33,7 @@ def test_buffer_guard_puts_batchnorm_statistics_back_in_the_same_arrays():
     plain_call = Module.__call__
     bn = nn.BatchNorm1d(3).double()
     mean = bn.running_mean
-    array, before = mean.data, mean.data.copy()
+    array, before = mean.array, mean.array.copy()
     x = mdl.tensor(np.random.default_rng(0).standard_normal((5, 3)) + 4.0)
     with BufferGuard():
         with BufferGuard():  # guards nest (a checkpoint recomputed inside another's recomputation)
@@ -42,5 +42,5 @@ def test_buffer_guard_puts_batchnorm_statistics_back_in_the_same_arrays():
         np.testing.assert_array_equal(array, before)  # ...and put back, in place
         bn(x)
     np.testing.assert_array_equal(array, before)
-    assert bn.running_mean is mean and mean.data is array
+    assert bn.running_mean is mean and mean.array is array
     assert Module.__call__ is plain_call

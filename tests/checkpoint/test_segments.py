@@ -194,7 +194,7 @@ def test_16_bit_storage_refuses_what_it_cannot_do(monkeypatch):
     with pytest.raises(ValueError, match="'float16' or 'bfloat16'"):
         resolve_storage_dtype("int8")
     big = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3))
-    big[0].weight.data[...] = 1e5
+    big[0].weight.array[...] = 1e5
     with pytest.raises(ValueError, match="exceeds the range"):
         checkpoint_sequential(big, 3, x, storage_dtype="float16")
 
@@ -227,4 +227,4 @@ def test_on_the_device(device):
     checked = step(model, lambda x: checkpoint_sequential(model, 4, x), x)
     for a, b in zip(checked[1], plain[1]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert backend.device_of(model[0][0].weight.grad.data) == ("cpu" if device == "cpu" else "cuda:0")
+    assert backend.device_of(model[0][0].weight.grad.array) == ("cpu" if device == "cpu" else "cuda:0")

@@ -108,7 +108,7 @@ def test_a_tensor_dataset_batch_is_the_gathered_array_wrapped_without_a_copy():
 
     x, y = np.ones((6, 2), np.float32), np.arange(6)
     xb, yb = next(iter(DataLoader(Recording(x, y), batch_size=4)))
-    assert xb.data is gathered[0][0] and yb.data is gathered[0][1]
+    assert xb.array is gathered[0][0] and yb.array is gathered[0][1]
 
 
 def test_sequential_and_batch_samplers_equal_pytorchs():

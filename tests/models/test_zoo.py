@@ -12,7 +12,7 @@ def test_the_bundled_entry_loads_and_scores_its_recorded_accuracy():
     assert info["classes"] == [0, 1, 2, 3, 4] and info["train_samples"] + info["test_samples"] == 901
     x, y = zoo.held_out("digits-0-4-mlp")
     assert len(y) == info["test_samples"] and set(np.unique(y)) == {0, 1, 2, 3, 4}
-    predicted = np.asarray(model(x).data).argmax(1)
+    predicted = np.asarray(model(x).array).argmax(1)
     assert np.mean(predicted == y) == pytest.approx(info["test_accuracy"]) and info["test_accuracy"] > 0.97
     features = zoo.body(model)
     assert features(x[:3]).shape == (3, 64) and features[0] is model[0]   # the same layers, not copies

@@ -22,23 +22,23 @@ def renorm_by_formula(x, running_mean, running_var, gamma, beta, eps, r_max, d_m
 def test_batch_renorm_training_output_and_running_stats_by_formula(layer, shape):
     rng = np.random.default_rng(0)
     m = layer(3, momentum=0.1, r_max=1.5, d_max=0.5).double()
-    m.weight.data[...] = rng.normal(size=3)
-    m.bias.data[...] = rng.normal(size=3)
-    m.running_mean.data[...] = [0.2, -3.0, 0.0]   # channel 1: d clipped at -0.5... channel 2: free
-    m.running_var.data[...] = [1.0, 0.05, 9.0]     # channel 1: r clipped at 1.5; channel 2: r at 1/1.5
+    m.weight.array[...] = rng.normal(size=3)
+    m.bias.array[...] = rng.normal(size=3)
+    m.running_mean.array[...] = [0.2, -3.0, 0.0]   # channel 1: d clipped at -0.5... channel 2: free
+    m.running_var.array[...] = [1.0, 0.05, 9.0]     # channel 1: r clipped at 1.5; channel 2: r at 1/1.5
     x = rng.normal(size=shape) * 1.3 + 0.4
-    expected = renorm_by_formula(x, m.running_mean.data.copy(), m.running_var.data.copy(), m.weight.data,
-                                 m.bias.data, 1e-5, 1.5, 0.5)
-    old_mean, old_var = m.running_mean.data.copy(), m.running_var.data.copy()
+    expected = renorm_by_formula(x, m.running_mean.array.copy(), m.running_var.array.copy(), m.weight.array,
+                                 m.bias.array, 1e-5, 1.5, 0.5)
+    old_mean, old_var = m.running_mean.array.copy(), m.running_var.array.copy()
     np.testing.assert_allclose(m(mdl.tensor(x)).numpy(), expected, rtol=1e-12, atol=1e-12)
     axes = (0,) + tuple(range(2, x.ndim))
-    np.testing.assert_allclose(m.running_mean.data, 0.9 * old_mean + 0.1 * x.mean(axis=axes), rtol=1e-12)
-    np.testing.assert_allclose(m.running_var.data, 0.9 * old_var + 0.1 * x.var(axis=axes, ddof=1), rtol=1e-12)
+    np.testing.assert_allclose(m.running_mean.array, 0.9 * old_mean + 0.1 * x.mean(axis=axes), rtol=1e-12)
+    np.testing.assert_allclose(m.running_var.array, 0.9 * old_var + 0.1 * x.var(axis=axes, ddof=1), rtol=1e-12)
     m.eval()  # evaluation: the running statistics, as BatchNorm
     y = m(mdl.tensor(x)).numpy()
     shape_c = (1, -1) + (1,) * (x.ndim - 2)
-    by_hand = ((x - m.running_mean.data.reshape(shape_c)) / np.sqrt(m.running_var.data.reshape(shape_c) + 1e-5)
-               * m.weight.data.reshape(shape_c) + m.bias.data.reshape(shape_c))
+    by_hand = ((x - m.running_mean.array.reshape(shape_c)) / np.sqrt(m.running_var.array.reshape(shape_c) + 1e-5)
+               * m.weight.array.reshape(shape_c) + m.bias.array.reshape(shape_c))
     np.testing.assert_allclose(y, by_hand, rtol=1e-12, atol=1e-12)
 
 
@@ -47,9 +47,9 @@ def test_unclipped_training_output_equals_the_running_normalization():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(16, 4)) * 2 + 1
     m = nn.BatchRenorm1d(4, r_max=100, d_max=100, affine=False).double()
-    m.running_mean.data[...] = rng.normal(size=4)
-    m.running_var.data[...] = rng.uniform(0.5, 3, size=4)
-    expected = (x - m.running_mean.data) / np.sqrt(m.running_var.data + 1e-5)
+    m.running_mean.array[...] = rng.normal(size=4)
+    m.running_var.array[...] = rng.uniform(0.5, 3, size=4)
+    expected = (x - m.running_mean.array) / np.sqrt(m.running_var.array + 1e-5)
     np.testing.assert_allclose(m(mdl.tensor(x)).numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
@@ -60,7 +60,7 @@ def test_r_max_1_d_max_0_is_batch_norm_in_value_and_gradient():
     grads = []
     for layer in (nn.BatchRenorm2d(3, r_max=1.0, d_max=0.0), nn.BatchNorm2d(3)):
         layer.double()
-        layer.running_var.data[...] = 7.0  # would matter only if r, d were not clipped to 1, 0
+        layer.running_var.array[...] = 7.0  # would matter only if r, d were not clipped to 1, 0
         xt = mdl.tensor(x, requires_grad=True)
         y = layer(xt)
         y.backward(mdl.tensor(g))
@@ -75,7 +75,7 @@ def test_gradient_is_batch_norms_scaled_by_r():
     x = rng.normal(size=(8, 2))
     g = rng.normal(size=x.shape)
     renorm = nn.BatchRenorm1d(2, affine=False, r_max=10, d_max=10).double()
-    renorm.running_var.data[...] = [4.0, 0.25]
+    renorm.running_var.array[...] = [4.0, 0.25]
     r, _ = renorm.corrections(mdl.tensor(x))
     xt = mdl.tensor(x, requires_grad=True)
     renorm(xt).backward(mdl.tensor(g))
@@ -89,15 +89,15 @@ def test_gradcheck_float64_where_the_clips_hold_r_and_d():
     backward: finite differences check it with nothing held fixed."""
     rng = np.random.default_rng(4)
     m = nn.BatchRenorm2d(2, r_max=1.2, d_max=0.1).double()
-    m.weight.data[...] = rng.normal(size=2)
-    m.bias.data[...] = rng.normal(size=2)
-    m.running_mean.data[...] = [5.0, -5.0]   # |μ_B − μ|/σ ≫ d_max
-    m.running_var.data[...] = [100.0, 1e-3]  # σ_B/σ far outside [1/1.2, 1.2]
-    state = {k: v.copy() for k, v in ((n, b.data) for n, b in m.named_buffers())}
+    m.weight.array[...] = rng.normal(size=2)
+    m.bias.array[...] = rng.normal(size=2)
+    m.running_mean.array[...] = [5.0, -5.0]   # |μ_B − μ|/σ ≫ d_max
+    m.running_var.array[...] = [100.0, 1e-3]  # σ_B/σ far outside [1/1.2, 1.2]
+    state = {k: v.copy() for k, v in ((n, b.array) for n, b in m.named_buffers())}
 
     def fn(x, w, b):
         for name, buf in m.named_buffers():  # each evaluation starts from the same running statistics
-            buf.data[...] = state[name]
+            buf.array[...] = state[name]
         return m(x)
 
     x = mdl.tensor(rng.normal(size=(3, 2, 2, 2)), requires_grad=True)
@@ -141,7 +141,7 @@ def test_batch_renorm_on_the_device_matches_the_cpu(device):
     results = []
     for where in ("cpu", device):
         m = nn.BatchRenorm2d(3, momentum=0.2, r_max=1.5, d_max=0.5).to(where)
-        m.running_var.data[...] = 2.0
+        m.running_var.array[...] = 2.0
         xt = mdl.tensor(x, requires_grad=True, device=where)
         y = m(xt)
         y.backward(mdl.tensor(g, device=where))

@@ -110,7 +110,7 @@ def test_parameter_list_and_dict_behave_like_containers():
     # a wrapped Tensor shares its array: training the Parameter changes what was given
     t = mdl.zeros(2)
     ps2 = nn.ParameterList([t])
-    ps2[0].data += 1
+    ps2[0].array += 1
     np.testing.assert_array_equal(t.numpy(), [1, 1])
 
 

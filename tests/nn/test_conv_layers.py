@@ -61,7 +61,7 @@ def test_conv2d_by_hand_without_torch():
     layer = nn.Conv2d(2, 3, 2, stride=1, padding=0).double()
     x = np.random.default_rng(3).normal(size=(1, 2, 3, 4))
     y = layer(mdl.tensor(x)).numpy()
-    w, b = layer.weight.data, layer.bias.data
+    w, b = layer.weight.array, layer.bias.array
     expected = np.zeros((1, 3, 2, 3))
     for o in range(3):
         for i in range(2):
@@ -76,7 +76,7 @@ def test_grouped_conv_is_two_independent_convolutions():
     y = layer(x).numpy()
     for g in range(2):
         part = nn.Conv1d(2, 1, 3).double()
-        part.load_state_dict({"weight": layer.weight.data[g:g + 1], "bias": layer.bias.data[g:g + 1]})
+        part.load_state_dict({"weight": layer.weight.array[g:g + 1], "bias": layer.bias.array[g:g + 1]})
         np.testing.assert_allclose(y[:, g:g + 1], part(x[:, 2 * g:2 * g + 2]).numpy(), rtol=1e-12)
 
 
@@ -97,11 +97,11 @@ def test_conv_default_init_uses_the_kernel_fan_in():
     bound = 1 / math.sqrt(16 * 9)
     assert layer.weight.shape == (32, 16, 3, 3) and layer.weight.dtype == np.float32
     for p in (layer.weight, layer.bias):
-        assert np.abs(p.data).max() <= bound and np.abs(p.data).max() > 0.9 * bound
-    assert layer.weight.data.std() == pytest.approx(bound / math.sqrt(3), rel=0.03)
+        assert np.abs(p.array).max() <= bound and np.abs(p.array).max() > 0.9 * bound
+    assert layer.weight.array.std() == pytest.approx(bound / math.sqrt(3), rel=0.03)
     grouped = nn.Conv1d(8, 4, 5, groups=4)
     assert grouped.weight.shape == (4, 2, 5)
-    assert np.abs(grouped.weight.data).max() <= 1 / math.sqrt(2 * 5)
+    assert np.abs(grouped.weight.array).max() <= 1 / math.sqrt(2 * 5)
 
 
 def test_conv_and_pool_errors_are_clear():
@@ -171,9 +171,9 @@ def test_conv_transpose_default_init_uses_its_own_fan_in():
     layer = nn.ConvTranspose2d(16, 8, 3, groups=2)
     bound = 1 / math.sqrt(4 * 9)
     assert layer.weight.shape == (16, 4, 3, 3) and layer.bias.shape == (8,)
-    assert bound >= np.abs(layer.weight.data).max() > 0.9 * bound
-    assert bound >= np.abs(layer.bias.data).max() > 0.5 * bound  # 8 draws of U(−bound, bound)
-    assert layer.weight.data.std() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+    assert bound >= np.abs(layer.weight.array).max() > 0.9 * bound
+    assert bound >= np.abs(layer.bias.array).max() > 0.5 * bound  # 8 draws of U(−bound, bound)
+    assert layer.weight.array.std() == pytest.approx(bound / math.sqrt(3), rel=0.05)
     assert "output_padding" not in repr(layer) and "groups=2" in repr(layer)
     assert "output_padding=(1,)" in repr(nn.ConvTranspose1d(2, 2, 3, stride=2, output_padding=1))
 

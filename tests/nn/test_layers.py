@@ -38,10 +38,10 @@ def test_linear_matches_torch_values_and_gradients():
 def test_linear_without_torch_is_x_w_transpose_plus_b():
     layer = nn.Linear(3, 2)
     x = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
-    expected = x @ layer.weight.data.T + layer.bias.data
+    expected = x @ layer.weight.array.T + layer.bias.array
     np.testing.assert_allclose(layer(mdl.tensor(x)).numpy(), expected, rtol=1e-6)
     no_bias = nn.Linear(3, 2, bias=False)
-    np.testing.assert_allclose(no_bias(mdl.tensor(x)).numpy(), x @ no_bias.weight.data.T, rtol=1e-6)
+    np.testing.assert_allclose(no_bias(mdl.tensor(x)).numpy(), x @ no_bias.weight.array.T, rtol=1e-6)
 
 
 def test_linear_default_init_is_uniform_one_over_sqrt_fan_in():
@@ -49,8 +49,8 @@ def test_linear_default_init_is_uniform_one_over_sqrt_fan_in():
     bound = 1 / math.sqrt(400)
     for p in (layer.weight, layer.bias):
         assert p.dtype == np.float32
-        assert np.abs(p.data).max() <= bound and np.abs(p.data).max() > 0.95 * bound
-    assert layer.weight.data.std() == pytest.approx(bound / math.sqrt(3), rel=0.01)
+        assert np.abs(p.array).max() <= bound and np.abs(p.array).max() > 0.95 * bound
+    assert layer.weight.array.std() == pytest.approx(bound / math.sqrt(3), rel=0.01)
 
 
 def test_linear_input_errors_are_clear():
@@ -152,7 +152,7 @@ def test_embedding_padding_row_starts_at_zero_and_gets_no_gradient():
     torch = pytest.importorskip("torch")
     theirs = torch.nn.Embedding(5, 2, padding_idx=1).double()
     ours = nn.Embedding(5, 2, padding_idx=1).double()
-    assert (ours.weight.data[1] == 0).all()
+    assert (ours.weight.array[1] == 0).all()
     copy_from_torch(ours, theirs)
     idx = np.array([1, 3, 1, 4])
     yo, yt = ours(idx), theirs(torch.tensor(idx))
@@ -164,8 +164,8 @@ def test_embedding_padding_row_starts_at_zero_and_gets_no_gradient():
 
 def test_embedding_default_init_is_standard_normal_and_lookup_by_hand():
     layer = nn.Embedding(1000, 64)
-    assert layer.weight.data.std() == pytest.approx(1.0, rel=0.02)
+    assert layer.weight.array.std() == pytest.approx(1.0, rel=0.02)
     idx = np.array([3, 999, 3])
-    np.testing.assert_array_equal(layer(idx).numpy(), layer.weight.data[idx])
+    np.testing.assert_array_equal(layer(idx).numpy(), layer.weight.array[idx])
     with pytest.raises(ValueError, match="out of range"):
         layer(np.array([1000]))

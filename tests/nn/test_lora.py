@@ -20,7 +20,7 @@ def test_starts_as_the_pretrained_layer_and_follows_the_formula():
     np.testing.assert_array_equal(layer(x).numpy(), before)          # B = 0: exactly the pretrained output
     assert layer.base is base and not base.weight.requires_grad and layer.scaling == 3.0
     rng = np.random.default_rng(1)
-    layer.lora_B.data[...] = rng.standard_normal((5, 2)).astype(np.float32)
+    layer.lora_B.array[...] = rng.standard_normal((5, 2)).astype(np.float32)
     w, b, a, bb = (t.numpy().astype(np.float64) for t in (base.weight, base.bias, layer.lora_A, layer.lora_B))
     expected = x @ w.T + b + 3.0 * (x @ a.T @ bb.T)
     np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-5, atol=1e-5)
@@ -31,7 +31,7 @@ def test_starts_as_the_pretrained_layer_and_follows_the_formula():
 def test_gradients_reach_only_the_low_rank_factors_and_match_finite_differences():
     base = nn.Linear(4, 3).double()
     layer = nn.LoRALinear(base, rank=2, alpha=1.0)
-    layer.lora_B.data[...] = np.random.default_rng(2).standard_normal((3, 2))
+    layer.lora_B.array[...] = np.random.default_rng(2).standard_normal((3, 2))
     x = mdl.tensor(np.random.default_rng(3).standard_normal((5, 4)))
     layer(x).sum().backward()
     assert base.weight.grad is None and base.bias.grad is None
@@ -53,7 +53,7 @@ def test_apply_counts_and_merge():
     assert trainable == ["0.lora_A", "0.lora_B", "2.lora_A", "2.lora_B"]
     assert nn.utils.count_parameters(model, trainable=True) == 2 * (6 + 5) + 2 * (5 + 3)
     for _, layer in nn.lora._lora_layers(model):
-        layer.lora_B.data[...] = np.random.default_rng(5).standard_normal(layer.lora_B.shape)
+        layer.lora_B.array[...] = np.random.default_rng(5).standard_normal(layer.lora_B.shape)
     adapted = model(x).numpy()
     merged = nn.lora.merge_lora(model)
     assert all(type(m) is not nn.LoRALinear for m in merged.modules()) and list(merged.state_dict()) == keys

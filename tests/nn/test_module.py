@@ -91,14 +91,14 @@ def test_state_dict_is_a_copy_and_round_trips():
     state = source.state_dict()
     x = mdl.randn(5, 64)
     expected = source(x).numpy()
-    source[0].weight.data += 1.0  # training on does not change the snapshot
-    assert not np.array_equal(state["0.weight"], source[0].weight.data)
-    params_before = [(p, p.data) for p in target.parameters()]
+    source[0].weight.array += 1.0  # training on does not change the snapshot
+    assert not np.array_equal(state["0.weight"], source[0].weight.array)
+    params_before = [(p, p.array) for p in target.parameters()]
     result = target.load_state_dict(state)
     assert result.missing_keys == [] and result.unexpected_keys == []
     np.testing.assert_array_equal(target(x).numpy(), expected)
-    for p, array in params_before:  # copied in place: optimizers holding p (and p.data) keep working
-        assert p.data is array
+    for p, array in params_before:  # copied in place: optimizers holding p (and p.array) keep working
+        assert p.array is array
 
 
 def test_load_accepts_tensors_and_casts_to_the_parameter_dtype():
@@ -106,8 +106,8 @@ def test_load_accepts_tensors_and_casts_to_the_parameter_dtype():
     w = np.arange(6, dtype=np.float64).reshape(3, 2)
     layer.load_state_dict({"weight": mdl.tensor(w), "bias": np.array([1, 2, 3])})
     assert layer.weight.dtype == np.float32 and layer.bias.dtype == np.float32
-    np.testing.assert_array_equal(layer.weight.data, w.astype(np.float32))
-    np.testing.assert_array_equal(layer.bias.data, [1, 2, 3])
+    np.testing.assert_array_equal(layer.weight.array, w.astype(np.float32))
+    np.testing.assert_array_equal(layer.bias.array, [1, 2, 3])
 
 
 def test_load_errors_list_missing_unexpected_and_mis_shaped_keys():
@@ -134,7 +134,7 @@ def test_non_strict_load_returns_the_differences_but_shapes_must_agree():
     result = model.load_state_dict(state, strict=False)
     assert result.missing_keys == ["0.bias", "2.weight", "2.bias"]
     assert result.unexpected_keys == ["extra"]
-    assert (model[0].weight.data == 1).all()
+    assert (model[0].weight.array == 1).all()
     with pytest.raises(nn.StateDictError, match="mis-shaped key 2.bias"):
         model.load_state_dict({"2.bias": np.zeros(3)}, strict=False)
 
@@ -404,10 +404,10 @@ def test_deepcopy_gives_an_independent_model():
     clone = copy.deepcopy(model)
     assert list(clone.state_dict()) == list(model.state_dict())
     assert clone[0].weight is not model[0].weight and isinstance(clone[0].weight, nn.Parameter)
-    clone[0].weight.data += 1
+    clone[0].weight.array += 1
     clone(mdl.randn(4, 3))
-    assert not np.array_equal(clone[0].weight.data, model[0].weight.data)
-    assert int(model[1].num_batches_tracked.data) == 0
+    assert not np.array_equal(clone[0].weight.array, model[0].weight.array)
+    assert int(model[1].num_batches_tracked.array) == 0
 
 
 # ---------------------------------------------------------------- all-or-nothing loads, buffers included
@@ -454,7 +454,7 @@ def test_integral_values_convert_and_check_state_dict_changes_nothing():
     for k, v in _copies(model).items():
         np.testing.assert_array_equal(v, before[k])
     model.load_state_dict(state, strict=False)
-    assert int(model[1].num_batches_tracked.data) == 7 and model[1].num_batches_tracked.dtype == np.int64
+    assert int(model[1].num_batches_tracked.array) == 7 and model[1].num_batches_tracked.dtype == np.int64
 
 
 def test_a_ragged_list_is_an_unusable_key():
@@ -463,4 +463,4 @@ def test_a_ragged_list_is_an_unusable_key():
     before = _copies(model)
     with pytest.raises(nn.StateDictError, match="unusable key weight: not an array"):
         model.load_state_dict(state)
-    np.testing.assert_array_equal(model.bias.data, before["bias"])
+    np.testing.assert_array_equal(model.bias.array, before["bias"])

@@ -47,7 +47,7 @@ def test_batchnorm_train_steps_running_stats_and_eval_match_torch(layer, shape, 
         check_step(ours, theirs, rng.normal(2.0, 3.0, size=shape), torch)
     for name in ("running_mean", "running_var"):
         np.testing.assert_allclose(getattr(ours, name).numpy(), getattr(theirs, name).numpy(), rtol=1e-12)
-    assert int(ours.num_batches_tracked.data) == int(theirs.num_batches_tracked) == 4
+    assert int(ours.num_batches_tracked.array) == int(theirs.num_batches_tracked) == 4
     ours.eval()
     theirs.eval()
     check_step(ours, theirs, rng.normal(size=shape), torch)
@@ -68,8 +68,8 @@ def test_batchnorm_without_running_stats_matches_torch_in_both_modes():
 
 def test_batchnorm_by_formula_without_torch():
     bn = nn.BatchNorm1d(3, momentum=0.5).double()
-    bn.weight.data[...] = [1.0, 2.0, 3.0]
-    bn.bias.data[...] = [0.0, -1.0, 1.0]
+    bn.weight.array[...] = [1.0, 2.0, 3.0]
+    bn.bias.array[...] = [0.0, -1.0, 1.0]
     x = np.random.default_rng(6).normal(1.0, 2.0, size=(10, 3))
     y = bn(mdl.tensor(x)).numpy()
     mu, var = x.mean(0), x.var(0)
@@ -100,7 +100,7 @@ def test_batchnorm_running_stats_survive_a_state_dict_round_trip():
     other = nn.BatchNorm1d(3)
     other.load_state_dict(bn.state_dict())
     for name in ("running_mean", "running_var", "num_batches_tracked"):
-        np.testing.assert_array_equal(getattr(other, name).data, getattr(bn, name).data)
+        np.testing.assert_array_equal(getattr(other, name).array, getattr(bn, name).array)
 
 
 def test_batchnorm_input_errors():
@@ -155,15 +155,15 @@ def test_norm_gradcheck_float64():
     for layer, shape in ((nn.BatchNorm2d(2), (3, 2, 2, 2)), (nn.LayerNorm(3), (2, 3)), (nn.GroupNorm(2, 4), (2, 4, 3))):
         layer.double()
         for p in layer.parameters():
-            p.data[...] = np.random.default_rng(11).normal(size=p.shape)
+            p.array[...] = np.random.default_rng(11).normal(size=p.shape)
         x = mdl.randn(*shape, dtype=np.float64, requires_grad=True)
         assert mdl.gradcheck(lambda x, *ps: layer(x), [x] + list(layer.parameters()))
 
 
 def test_norm_defaults_and_errors():
     bn = nn.BatchNorm1d(5)
-    assert (bn.weight.data == 1).all() and (bn.bias.data == 0).all()
-    assert (bn.running_mean.data == 0).all() and (bn.running_var.data == 1).all()
+    assert (bn.weight.array == 1).all() and (bn.bias.array == 0).all()
+    assert (bn.running_mean.array == 0).all() and (bn.running_var.array == 1).all()
     assert bn.weight.dtype == np.float32 and bn.num_batches_tracked.dtype == np.int64
     assert [n for n, _ in bn.named_buffers()] == ["running_mean", "running_var", "num_batches_tracked"]
     with pytest.raises(ValueError, match="divisible by num_groups"):
@@ -227,7 +227,7 @@ def test_instancenorm_tracked_eval_uses_running_stats_by_formula():
     var = 0.5 + 0.5 * x.var(axis=2, ddof=1).mean(axis=0)
     np.testing.assert_allclose(norm.running_mean.numpy(), mean, rtol=1e-12)
     np.testing.assert_allclose(norm.running_var.numpy(), var, rtol=1e-12)
-    assert int(norm.num_batches_tracked.data) == 0  # PyTorch's InstanceNorm never counts
+    assert int(norm.num_batches_tracked.array) == 0  # PyTorch's InstanceNorm never counts
     norm.eval()
     np.testing.assert_allclose(norm(mdl.tensor(x)).numpy(), (x - mean[:, None]) / np.sqrt(var[:, None] + 1e-5),
                                rtol=1e-12)
@@ -260,8 +260,8 @@ def test_rmsnorm_matches_torch(shape, normalized, kwargs):
 
 def test_rmsnorm_float32_by_formula_and_defaults():
     norm = nn.RMSNorm(4)
-    assert norm.weight.dtype == np.float32 and (norm.weight.data == 1).all() and norm.eps is None
-    norm.weight.data[...] = [1.0, 2.0, 0.5, -1.0]
+    assert norm.weight.dtype == np.float32 and (norm.weight.array == 1).all() and norm.eps is None
+    norm.weight.array[...] = [1.0, 2.0, 0.5, -1.0]
     x = np.random.default_rng(4).normal(size=(3, 4)).astype(np.float32)
     y = norm(mdl.tensor(x))
     assert y.dtype == np.float32

@@ -241,7 +241,7 @@ def test_pruning_on_device(device):
         np.testing.assert_array_equal(backend.to_numpy(mask), cpu_masks[n])
     Trainer(model, opt, DataLoader((x.astype(np.float32), y), batch_size=16), device=device, progress=False).fit(2)
     for n, p in pruning.params.items():
-        assert (backend.to_numpy(p.data)[~cpu_masks[n]] == 0).all()
+        assert (backend.to_numpy(p.array)[~cpu_masks[n]] == 0).all()
     assert pruning.sparsity() == 0.5
 
 

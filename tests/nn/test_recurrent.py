@@ -82,8 +82,8 @@ def test_lstm_one_step_by_the_textbook_formulas():
     rng = np.random.default_rng(3)
     x, h0, c0 = rng.normal(size=(1, 1, 3)), rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 1, 2))
     out, (h1, c1) = lstm(mdl.tensor(x), (mdl.tensor(h0), mdl.tensor(c0)))
-    a = (lstm.weight_ih_l0.data @ x[0, 0] + lstm.bias_ih_l0.data
-         + lstm.weight_hh_l0.data @ h0[0, 0] + lstm.bias_hh_l0.data)
+    a = (lstm.weight_ih_l0.array @ x[0, 0] + lstm.bias_ih_l0.array
+         + lstm.weight_hh_l0.array @ h0[0, 0] + lstm.bias_hh_l0.array)
     i, f, g, o = sigmoid(a[0:2]), sigmoid(a[2:4]), np.tanh(a[4:6]), sigmoid(a[6:8])
     c = f * c0[0, 0] + i * g
     h = o * np.tanh(c)
@@ -97,8 +97,8 @@ def test_gru_one_step_by_the_formulas():
     rng = np.random.default_rng(4)
     x, h0 = rng.normal(size=(1, 1, 3)), rng.normal(size=(1, 1, 2))
     _, h1 = gru(mdl.tensor(x), mdl.tensor(h0))
-    a = gru.weight_ih_l0.data @ x[0, 0] + gru.bias_ih_l0.data
-    b = gru.weight_hh_l0.data @ h0[0, 0] + gru.bias_hh_l0.data
+    a = gru.weight_ih_l0.array @ x[0, 0] + gru.bias_ih_l0.array
+    b = gru.weight_hh_l0.array @ h0[0, 0] + gru.bias_hh_l0.array
     r, z = sigmoid(a[0:2] + b[0:2]), sigmoid(a[2:4] + b[2:4])
     n = np.tanh(a[4:6] + r * b[4:6])
     np.testing.assert_allclose(h1.numpy()[0, 0], (1 - z) * n + z * h0[0, 0], rtol=1e-12)
@@ -108,8 +108,8 @@ def test_rnn_two_steps_by_hand():
     rnn = nn.RNN(2, 3).double()
     x = np.random.default_rng(5).normal(size=(2, 1, 2))
     out, h_n = rnn(mdl.tensor(x))
-    w_ih, w_hh = rnn.weight_ih_l0.data, rnn.weight_hh_l0.data
-    b = rnn.bias_ih_l0.data + rnn.bias_hh_l0.data
+    w_ih, w_hh = rnn.weight_ih_l0.array, rnn.weight_hh_l0.array
+    b = rnn.bias_ih_l0.array + rnn.bias_hh_l0.array
     h = np.zeros(3)
     for t in range(2):
         h = np.tanh(w_ih @ x[t, 0] + w_hh @ h + b)
@@ -140,8 +140,8 @@ def test_parameter_shapes_and_default_init():
     assert gru.weight_ih_l0.shape == (300, 5)
     bound = 1 / math.sqrt(100)
     for p in gru.parameters():
-        assert p.dtype == np.float32 and np.abs(p.data).max() <= bound
-    assert np.abs(gru.weight_hh_l0.data).max() > 0.95 * bound
+        assert p.dtype == np.float32 and np.abs(p.array).max() <= bound
+    assert np.abs(gru.weight_hh_l0.array).max() > 0.95 * bound
 
 
 def test_output_shapes_and_dropout_between_layers():
@@ -259,7 +259,7 @@ def test_lstm_cell_by_the_formulas_and_gate_order():
     rng = np.random.default_rng(8)
     x, h0, c0 = rng.normal(size=(1, 3)), rng.normal(size=(1, 2)), rng.normal(size=(1, 2))
     h1, c1 = cell(mdl.tensor(x), (mdl.tensor(h0), mdl.tensor(c0)))
-    a = x[0] @ cell.weight_ih.data.T + cell.bias_ih.data + h0[0] @ cell.weight_hh.data.T + cell.bias_hh.data
+    a = x[0] @ cell.weight_ih.array.T + cell.bias_ih.array + h0[0] @ cell.weight_hh.array.T + cell.bias_hh.array
     i, f, g, o = sigmoid(a[0:2]), sigmoid(a[2:4]), np.tanh(a[4:6]), sigmoid(a[6:8])
     c = f * c0[0] + i * g
     np.testing.assert_allclose(c1.numpy()[0], c, rtol=1e-12)
@@ -270,13 +270,13 @@ def test_gru_and_rnn_cells_by_the_formulas():
     rng = np.random.default_rng(9)
     x, h0 = rng.normal(size=(2, 3)), rng.normal(size=(2, 2))
     gru = nn.GRUCell(3, 2).double()
-    a = x @ gru.weight_ih.data.T + gru.bias_ih.data
-    b = h0 @ gru.weight_hh.data.T + gru.bias_hh.data
+    a = x @ gru.weight_ih.array.T + gru.bias_ih.array
+    b = h0 @ gru.weight_hh.array.T + gru.bias_hh.array
     r, z = sigmoid(a[:, 0:2] + b[:, 0:2]), sigmoid(a[:, 2:4] + b[:, 2:4])
     n = np.tanh(a[:, 4:6] + r * b[:, 4:6])
     np.testing.assert_allclose(gru(mdl.tensor(x), mdl.tensor(h0)).numpy(), (1 - z) * n + z * h0, rtol=1e-12)
     rnn = nn.RNNCell(3, 2, nonlinearity="relu").double()
-    pre = x @ rnn.weight_ih.data.T + rnn.bias_ih.data + h0 @ rnn.weight_hh.data.T + rnn.bias_hh.data
+    pre = x @ rnn.weight_ih.array.T + rnn.bias_ih.array + h0 @ rnn.weight_hh.array.T + rnn.bias_hh.array
     np.testing.assert_allclose(rnn(mdl.tensor(x), mdl.tensor(h0)).numpy(), np.maximum(pre, 0), rtol=1e-12)
 
 

@@ -18,7 +18,7 @@ def _cnn():
 
 def test_norms_and_choice_by_hand():
     layer = nn.Linear(3, 4)
-    layer.weight.data[...] = np.array([[1, -2, 0], [0.5, 0.5, 0.5], [3, 0, 0], [-1, -1, -1]], np.float32)
+    layer.weight.array[...] = np.array([[1, -2, 0], [0.5, 0.5, 0.5], [3, 0, 0], [-1, -1, -1]], np.float32)
     np.testing.assert_allclose(channel_norms(layer, "l1"), [3, 1.5, 3, 3])
     np.testing.assert_allclose(channel_norms(layer, "l2"), [np.sqrt(5), np.sqrt(0.75), 3, np.sqrt(3)])
     assert channels_to_keep(channel_norms(layer, "l2"), 0.5).tolist() == [0, 2]    # the two largest L2 norms
@@ -33,7 +33,7 @@ def _cut_off(model, amount, norm):
     keeps = [channels_to_keep(channel_norms(layers[i], norm), amount) for i in producers]   # all from the original
     for (i, j), keep in zip(zip(producers, producers[1:]), keeps):
         dropped = np.setdiff1d(np.arange(layers[i].weight.shape[0]), keep)
-        w = layers[j].weight.data
+        w = layers[j].weight.array
         if isinstance(layers[j], nn.Linear) and isinstance(layers[i], nn.Conv2d):
             w.reshape(w.shape[0], layers[i].weight.shape[0], -1)[:, dropped] = 0
         else:

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 def _copy_parameters(ours, theirs):
     for name, p in theirs.named_parameters():
-        getattr(ours, name).data[...] = p.detach().numpy()
+        getattr(ours, name).array[...] = p.detach().numpy()
 
 
 @pytest.mark.parametrize("make", [

@@ -67,7 +67,7 @@ def test_second_derivatives_equal_the_composed_reference():
     rng = np.random.default_rng(2)
     q, k, v = randn(rng, 2, 3, 4), randn(rng, 2, 5, 4), randn(rng, 2, 5, 2)
     bias = mdl.tensor(np.where(rng.random((3, 5)) > 0.3, rng.standard_normal((3, 5)), -np.inf), requires_grad=True)
-    bias.data[:, 0] = 0.5
+    bias.array[:, 0] = 0.5
     g, r = rng.standard_normal((2, 3, 2)), [rng.standard_normal(x.shape) for x in (q, k, v, bias)]
 
     def hvp(fn):

@@ -111,7 +111,7 @@ def test_conv2d_on_device_matches_naive(device):
     for p in range(3):
         for q in range(3):
             want[:, p, q] = x_pad[:, :, p:p + 5:2, q:q + 5:2].sum(axis=(0, 2, 3))
-    np.testing.assert_allclose(to_numpy(wt.grad.data), np.broadcast_to(want, (4, 3, 3, 3)), rtol=1e-10)
+    np.testing.assert_allclose(to_numpy(wt.grad.array), np.broadcast_to(want, (4, 3, 3, 3)), rtol=1e-10)
 
 
 def test_conv2d_float32_stays_float32():

@@ -65,7 +65,7 @@ def test_max_pool_of_channels_last_input(args):
     x = mdl.tensor(rng.permutation(2 * 7 * 7 * 3).reshape(2, 7, 7, 3).astype(np.float64) / 10,
                    requires_grad=True)
     xc = x.permute(0, 3, 1, 2)  # (2, 3, 7, 7), channels-last in memory
-    assert _channels_last(xc.data)
+    assert _channels_last(xc.array)
     y = F.max_pool2d(xc, *args)
     gy = rng.standard_normal(y.shape)
     y.backward(mdl.tensor(gy))

@@ -260,7 +260,7 @@ def test_float32_stays_float32(device):
     (y.sum() + z.sum()).backward()
     assert x.grad.dtype == w.grad.dtype == wt.grad.dtype == np.float32
     cpu = F.conv_transpose2d(x.detach().cpu(), wt.detach().cpu(), stride=2, groups=2)
-    np.testing.assert_allclose(to_numpy(z.data), cpu.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(z.array), cpu.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_errors_name_the_problem():

@@ -147,7 +147,7 @@ def test_rounding_an_integer_tensor_gives_an_integer_copy(name):
     x = mdl.tensor([3, -4])
     y = getattr(F, name)(x)
     assert y.dtype == np.int64 and y.tolist() == [3, -4]
-    y.data[0] = 0
+    y.array[0] = 0
     assert x.tolist() == [3, -4]
 
 

@@ -61,14 +61,14 @@ def test_batch_norm_running_stats_update_in_place():
     rm = mdl.tensor(np.array([0.5, -1.0]), dtype="float64")
     rv_array = np.array([2.0, 0.25])
     rm_before, rv_before = rm.numpy().copy(), rv_array.copy()
-    rm_buffer = rm.data
+    rm_buffer = rm.array
     F.batch_norm(mdl.tensor(x), rm, rv_array, training=True, momentum=0.3)
     batch_mean = x.mean(axis=(0, 2))
     n = 4 * 3
     unbiased = ((x - batch_mean.reshape(1, 2, 1)) ** 2).sum(axis=(0, 2)) / (n - 1)
     np.testing.assert_allclose(rm.numpy(), 0.7 * rm_before + 0.3 * batch_mean, rtol=1e-12)
     np.testing.assert_allclose(rv_array, 0.7 * rv_before + 0.3 * unbiased, rtol=1e-12)
-    assert rm.data is rm_buffer  # updated in place, not replaced
+    assert rm.array is rm_buffer  # updated in place, not replaced
     # eval mode reads them and leaves them alone
     frozen = rv_array.copy()
     F.batch_norm(mdl.tensor(x), rm, rv_array, training=False)

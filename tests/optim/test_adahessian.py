@@ -101,7 +101,7 @@ def test_probe_then_step_is_the_plain_step_bit_for_bit():
             (0.5 * (w @ (H @ w)) + (w ** 4).sum() + (b ** 3).sum()).backward(create_graph=True)
             if probe:
                 opt.probe([w, b], reduce)
-                w.grad, b.grad = mdl.Tensor(w.grad.data.copy()), mdl.Tensor(b.grad.data.copy())  # graph gone
+                w.grad, b.grad = mdl.Tensor(w.grad.array.copy()), mdl.Tensor(b.grad.array.copy())  # graph gone
             opt.step()
         return np.concatenate([w.numpy(), b.numpy()])
 

@@ -62,7 +62,7 @@ def test_swa_is_the_mean_of_its_snapshots():
     swa = optim.SWA([w])
     snapshots = [np.random.default_rng(i).standard_normal(4) for i in range(5)]
     for snap in snapshots:
-        w.data[...] = snap
+        w.array[...] = snap
         swa.update()
     np.testing.assert_allclose(swa.averages[0], np.mean(snapshots, axis=0), rtol=1e-12)
     swa.swap()

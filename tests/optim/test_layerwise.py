@@ -137,4 +137,4 @@ def test_novograd_leaves_the_gradient_alone():
     g.flags.writeable = False  # a write would raise
     w.grad = mdl.Tensor(g)
     optim.NovoGrad([w], lr=0.1, weight_decay=0.1).step()
-    np.testing.assert_array_equal(w.grad.data, 0.5)
+    np.testing.assert_array_equal(w.grad.array, 0.5)

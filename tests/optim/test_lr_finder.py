@@ -37,7 +37,7 @@ def loader():
 
 def test_sweep_restores_weights_and_optimizer(loader, tmp_path):
     model = Linear()
-    model.w.data[...] = 0.25
+    model.w.array[...] = 0.25
     before = [p.numpy().copy() for p in model.parameters()]
     opt = optim.Adam(model.parameters(), lr=3e-4)
     opt.step()  # no gradients yet: nothing happens, state stays empty

@@ -22,7 +22,7 @@ def _train(model, opt, device, steps=3):
         opt.zero_grad()
         (model(x) ** 2).mean().backward()
         opt.step()
-    return [backend.to_numpy(p.data) for p in model.parameters()]
+    return [backend.to_numpy(p.array) for p in model.parameters()]
 
 
 def _same(a, b, exact):
@@ -47,14 +47,14 @@ def test_offloaded_updates_are_the_on_device_optimizers(standin_or_gpu, name, mo
     for a, b in zip(got, expected):  # the same kernels (stream), or the stand-in's NumPy arithmetic
         _same(a, b, exact=mode == "stream" or not REAL_GPU)
     # the state: all on the device without offload, all on the host with it
-    param_bytes = sum(p.data.nbytes for p in plain_model.parameters())
+    param_bytes = sum(p.array.nbytes for p in plain_model.parameters())
     moments = {"Adam": 2, "AMSGrad": 3, "SGDM": 1, "LAMB": 2}[name]
     assert state_bytes(plain_opt) == {"cpu": 0, "device": moments * param_bytes}
     assert off_opt.state_bytes() == {"cpu": moments * param_bytes, "device": 0}
     assert all(isinstance(v, np.ndarray) for s in off_opt.state.values() for v in s.values()
                if hasattr(v, "shape") and getattr(v, "ndim", 0) > 0)
     # during a step: nothing on the device updating on the host; one chunk of parameters' state streaming
-    sizes = [p.data.nbytes for p in off_model.parameters()]
+    sizes = [p.array.nbytes for p in off_model.parameters()]
     chunks, size = [], 0
     for nbytes in sizes:
         if chunks and size + nbytes <= chunk_bytes:
@@ -72,13 +72,13 @@ def test_the_first_adam_step_by_hand(standin_or_gpu):
     # t = 1: m̂ = g and v̂ = g², so w moves by −lr·g/(|g| + ε) ≈ −lr·sign(g)
     model = _model("cuda")
     opt = offload(optim.Adam(model.parameters(), lr=0.01), mode="stream")
-    before = [backend.to_numpy(p.data) for p in model.parameters()]
+    before = [backend.to_numpy(p.array) for p in model.parameters()]
     x = mdl.tensor(np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)).to("cuda")
     (model(x) ** 2).mean().backward()
-    grads = [backend.to_numpy(p.grad.data).astype(np.float64) for p in model.parameters()]
+    grads = [backend.to_numpy(p.grad.array).astype(np.float64) for p in model.parameters()]
     opt.step()
     for w0, g, p in zip(before, grads, model.parameters()):
-        np.testing.assert_allclose(backend.to_numpy(p.data), w0 - 0.01 * g / (np.abs(g) + 1e-8), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(backend.to_numpy(p.array), w0 - 0.01 * g / (np.abs(g) + 1e-8), rtol=1e-5, atol=1e-7)
 
 
 def test_state_dict_round_trip_keeps_the_state_on_the_host(standin_or_gpu):

@@ -130,7 +130,7 @@ def test_step_never_writes_into_the_gradient():
         before = [p.grad.numpy().copy() for p in params]
         if name != "AdaHessian":
             for p in params:
-                p.grad.data.flags.writeable = False
+                p.grad.array.flags.writeable = False
         opt.step()
         for p, g in zip(params, before):
             np.testing.assert_array_equal(p.grad.numpy(), g, err_msg=name)

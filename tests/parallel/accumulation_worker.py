@@ -48,7 +48,7 @@ def main(out):
         opt = parallel.DistributedOptimizer(optim.SGD(wrapped.parameters(), lr=0.5), wrapped)
         train(wrapped, opt, comm)
         if comm.rank == 0:
-            np.savez(os.path.join(out, f"{name}.npz"), *[p.data for p in model.parameters()])
+            np.savez(os.path.join(out, f"{name}.npz"), *[p.array for p in model.parameters()])
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def run(name, comm, device):
         facts["consolidated"] = {f"{pos}/{key}": np.asarray(value).tolist()
                                  for pos, state in full["state"].items() for key, value in state.items()
                                  if hasattr(value, "shape")}
-    return [backend.to_numpy(p.data) for p in dp.parameters()], facts
+    return [backend.to_numpy(p.array) for p in dp.parameters()], facts
 
 
 def main():

@@ -192,7 +192,7 @@ def zero_reference(name: str, with_state: bool = False):
     clip = (lambda max_norm: nn.utils.clip_grad_norm_(model.parameters(), max_norm)) if name.endswith("clip") else None
     opt = make_optimizer(kind, model.parameters())
     train_sequential(model, opt, batch, clip=clip, create_graph=kind == "adahessian")
-    params = [p.data.copy() for p in model.parameters()]
+    params = [p.array.copy() for p in model.parameters()]
     return (params, opt.state_dict()) if with_state else params
 
 

@@ -107,7 +107,7 @@ def ring(world):
 def _tensor_parallel_run(world, kind):
     """Train the split model (the whole world is the tensor group); save the gathered whole parameters."""
     model = mp_scenarios.make_mlp(world) if kind == "mlp" else mp_scenarios.make_gpt(world)
-    local = {name: p.data.copy() for name, p in model.named_parameters()}
+    local = {name: p.array.copy() for name, p in model.named_parameters()}
     world.reset_traffic()
     losses = mp_scenarios.train(model, kind)
     traffic = dict(world.traffic)
@@ -138,7 +138,7 @@ def tensor_gpt_clip(world):
     mp_scenarios.gpt_loss(model).backward()
     norm = clip_grad_norm_(model, mp_scenarios.CLIP)
     for p in model.parameters():
-        p.data[...] = p.grad.data
+        p.array[...] = p.grad.array
     return {k: v for k, v in consolidated_state_dict(model).items()}, {"norm": norm}
 
 
@@ -160,7 +160,7 @@ def _zero_run(world, name):
                                           create_graph=kind == "adahessian")
     traffic = dict(world.traffic)
     sharded.gather_parameters()
-    arrays = {str(i): p.data.copy() for i, p in enumerate(model.parameters())}
+    arrays = {str(i): p.array.copy() for i, p in enumerate(model.parameters())}
     # the optimizer state one process keeps, gathered from the shards; loaded back, this rank's state again
     state = opt.consolidated_state_dict()
     arrays.update({f"state/{pos}/{key}": np.asarray(value) for pos, entry in state["state"].items()

@@ -108,7 +108,7 @@ def reference(name: str):
             opt.zero_grad()
             loss_of(model, xs[step], ys[step]).backward(create_graph=kind == "adahessian")
             opt.step()
-    return [p.data.copy() for p in model.parameters()], opt
+    return [p.array.copy() for p in model.parameters()], opt
 
 
 def state_bytes(opt) -> int:

@@ -25,9 +25,9 @@ def test_accumulated_steps_equal_one_process(ranks, tmp_path):
     result = launch.run(ranks, [os.path.join(HERE, "accumulation_worker.py"), str(tmp_path)], timeout=300)
     assert result.returncode == 0, f"mpiexec failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     model = mp_scenarios.make_sequential(seed=0)
-    start = [p.data.copy() for p in model.parameters()]
+    start = [p.array.copy() for p in model.parameters()]
     accumulation_worker.train(model, optim.SGD(model.parameters(), lr=0.5))
-    want = [p.data for p in model.parameters()]
+    want = [p.array for p in model.parameters()]
     assert max(np.abs(w - s).max() for w, s in zip(want, start)) > 1e-2   # the steps move the weights
     for name in ("overlap", "zero2"):
         got = np.load(tmp_path / f"{name}.npz")

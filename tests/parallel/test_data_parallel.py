@@ -70,8 +70,8 @@ def test_the_run_is_not_trivially_equal(job):
     """Guard against a vacuous proof: training moved the weights, and rank 1 started elsewhere."""
     _, outputs = job
     trained, _ = _reference("adam_f64")
-    start = [p.data for p in scenarios.make_model(0, "float64").parameters()]
-    other_start = [p.data for p in scenarios.make_model(1, "float64").parameters()]
+    start = [p.array for p in scenarios.make_model(0, "float64").parameters()]
+    other_start = [p.array for p in scenarios.make_model(1, "float64").parameters()]
     assert max(np.abs(a - b).max() for a, b in zip(trained, start)) > 1e-2
     assert max(np.abs(a - b).max() for a, b in zip(other_start, start)) > 1e-2
 

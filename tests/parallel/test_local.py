@@ -111,16 +111,16 @@ def test_sync_in_a_world_of_one_keeps_the_gradient_and_makes_new_tensors(bucket_
     x, y = np.random.default_rng(0).normal(size=(5, 4)), np.array([0, 1, 2, 0, 1])
     cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()
     model[2].bias.grad = None  # a parameter without a gradient stays without one
-    before = {id(p): (p.grad, None if p.grad is None else p.grad.data.copy()) for p in model.parameters()}
+    before = {id(p): (p.grad, None if p.grad is None else p.grad.array.copy()) for p in model.parameters()}
     dp.sync_gradients()
     for p in model.parameters():
         old, values = before[id(p)]
         if old is None:
             assert p.grad is None
             continue
-        assert p.grad is not old and not np.shares_memory(p.grad.data, old.data)
-        np.testing.assert_array_equal(p.grad.data, values)
-        np.testing.assert_array_equal(old.data, values)  # the old buffer was not written
+        assert p.grad is not old and not np.shares_memory(p.grad.array, old.array)
+        np.testing.assert_array_equal(p.grad.array, values)
+        np.testing.assert_array_equal(old.array, values)  # the old buffer was not written
     assert dp.last_sync["samples"] == 5 and dp.last_sync["weight"] == 1.0
     assert dp.last_sync["buckets"] == (1 if bucket_bytes > 1000 else 4)
 
@@ -131,7 +131,7 @@ def test_data_parallel_keeps_the_models_state_dict_keys():
     assert list(dp.state_dict()) == list(model.state_dict())
     assert [n for n, _ in dp.named_parameters()] == [n for n, _ in model.named_parameters()]
     dp.load_state_dict({k: np.zeros_like(v) for k, v in model.state_dict().items()})
-    assert all(not p.data.any() for p in model.parameters())
+    assert all(not p.array.any() for p in model.parameters())
 
 
 def test_distributed_optimizer_steps_like_the_wrapped_one():
@@ -147,7 +147,7 @@ def test_distributed_optimizer_steps_like_the_wrapped_one():
             cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
             opt.step()
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)
     assert set(dist.state_dict()["state"]) == set(plain.state_dict()["state"])
 
 
@@ -158,7 +158,7 @@ def test_zero_in_a_world_of_one_owns_everything():
     zero.step()
     report = zero.memory_report()
     assert report["saved_bytes"] == 0 and report["parameters_owned"] == 4
-    assert report["state_bytes"] == 2 * sum(p.data.nbytes for p in model.parameters())  # Adam: m and v
+    assert report["state_bytes"] == 2 * sum(p.array.nbytes for p in model.parameters())  # Adam: m and v
     full = zero.consolidated_state_dict()
     assert sorted(full["state"]) == [0, 1, 2, 3] and full["param_groups"][0]["params"] == [0, 1, 2, 3]
 
@@ -199,7 +199,7 @@ def test_overlap_in_a_world_of_one_gives_the_same_gradients_and_starts_buckets_i
         cross_entropy(dp(mdl.tensor(x)), mdl.tensor(y)).backward()
         dp.sync_gradients()
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.grad.data, q.grad.data)
+        np.testing.assert_array_equal(p.grad.array, q.grad.array)
     # buckets of 100 B in reverse order: [2.bias], [2.weight], [0.bias], [0.weight]; the last Linear's two
     # are final after its backward, the first's only at the last node: they start at the sync
     assert overlapped.last_sync["buckets"] == 4 and overlapped.last_sync["started_in_backward"] == 2
@@ -223,7 +223,7 @@ def test_overlap_drops_each_packed_gradient_and_adds_the_backwards_of_an_accumul
     overlapped.sync_gradients()
     assert overlapped.last_sync["samples"] == 8
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=1e-15, atol=1e-17)
+        np.testing.assert_allclose(q.grad.array, p.grad.array, rtol=1e-15, atol=1e-17)
 
 
 def test_overlap_counts_the_uses_of_two_forwards_before_one_backward():
@@ -235,7 +235,7 @@ def test_overlap_counts_the_uses_of_two_forwards_before_one_backward():
     (overlapped(mdl.tensor(x1)) * overlapped(mdl.tensor(x2))).sum().backward()
     overlapped.sync_gradients()
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=1e-15, atol=1e-17)
+        np.testing.assert_allclose(q.grad.array, p.grad.array, rtol=1e-15, atol=1e-17)
 
 
 def test_overlap_refuses_a_late_sample_count_and_recovers_from_a_forward_without_sync():
@@ -263,12 +263,12 @@ def test_adahessian_under_data_parallelism_in_a_world_of_one_steps_like_the_plai
     dist = parallel.DistributedOptimizer(inner, dp)
     assert dist.requires_create_graph
     x, y = np.random.default_rng(1).normal(size=(6, 4)), np.arange(6) % 3
-    start = [p.data.copy() for p in a.parameters()]
+    start = [p.array.copy() for p in a.parameters()]
     for _ in range(3):
         for model, opt in ((a, plain), (dp, dist)):
             opt.zero_grad()
             cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward(create_graph=True)
             opt.step()
-    assert max(np.abs(p.data - s).max() for p, s in zip(a.parameters(), start)) > 1e-2
+    assert max(np.abs(p.array - s).max() for p, s in zip(a.parameters(), start)) > 1e-2
     for p, q in zip(a.parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.array, q.array)

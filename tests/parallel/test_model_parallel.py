@@ -177,7 +177,7 @@ def test_sharded_training_equals_one_process(job, name):
     """Every rank starts from its own weights (rank 0's are broadcast) and ends with the plain run's."""
     ranks, outputs = job
     want = mp_scenarios.zero_reference(name)
-    start = [p.data for p in mp_scenarios.make_sequential().parameters()]
+    start = [p.array for p in mp_scenarios.make_sequential().parameters()]
     assert max(np.abs(w - s).max() for w, s in zip(want, start)) > 1e-2  # training moved the weights
     for rank, (arrays, _) in enumerate(outputs):
         for i, value in enumerate(want):
@@ -414,7 +414,7 @@ def test_tensor_parallel_clipping_uses_the_unsplit_models_norm(job):
     mp_scenarios.gpt_loss(model).backward()
     want = float(nn.utils.clip_grad_norm_(model.parameters(), mp_scenarios.CLIP))
     assert want > 2 * mp_scenarios.CLIP
-    grads = {name: p.grad.data for name, p in model.named_parameters()}
+    grads = {name: p.grad.array for name, p in model.named_parameters()}
     for rank, (arrays, facts) in enumerate(job[1]):
         assert facts["tensor_gpt_clip"]["norm"] == pytest.approx(want, rel=1e-12)
         got = {k[len("tensor_gpt_clip/"):]: v for k, v in arrays.items() if k.startswith("tensor_gpt_clip/")}

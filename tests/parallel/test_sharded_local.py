@@ -20,7 +20,7 @@ def test_a_world_of_one_trains_as_the_plain_model(stage):
     train_sequential(sharded, opt, 12)
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), zero_reference("zero3_adam")):
-        np.testing.assert_array_equal(got.data, want)
+        np.testing.assert_array_equal(got.array, want)
 
 
 def test_stage_2_in_buckets_reduce_scatters_each_during_the_backward_and_trains_as_the_plain_model():
@@ -37,7 +37,7 @@ def test_stage_2_in_buckets_reduce_scatters_each_during_the_backward_and_trains_
         ([p.grad is None for p in (w1, w2, b2, w3)], [s.grad is None for s in sharded.parameters()])))
     assert seen[0] == ([False, True, True, True], [True, False, False])
     for got, want in zip(model.parameters(), zero_reference("zero3_adam")):
-        np.testing.assert_array_equal(got.data, want)
+        np.testing.assert_array_equal(got.array, want)
 
 
 @pytest.mark.parametrize("how", ["accumulate", "two_forwards"])
@@ -57,8 +57,8 @@ def test_stage_2_in_buckets_adds_the_backwards_before_one_sync(how):
     with pytest.raises(ValueError, match="num_samples cannot change them"):
         sharded.sync_gradients(num_samples=8)
     sharded.sync_gradients()
-    want = np.concatenate([p.grad.data.reshape(-1) for p in plain.parameters()])
-    got = np.concatenate([s.grad.data for s in sharded.parameters()])
+    want = np.concatenate([p.grad.array.reshape(-1) for p in plain.parameters()])
+    got = np.concatenate([s.grad.array for s in sharded.parameters()])
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
 
 
@@ -73,26 +73,26 @@ def test_a_world_of_one_trains_with_adahessian_as_the_plain_model(stage):
     assert opt.requires_create_graph
     seen = []
     train_sequential(sharded, opt, 12, after_backward=lambda: seen.append(
-        [p.data.size for p in model.parameters()]), create_graph=True)
+        [p.array.size for p in model.parameters()]), create_graph=True)
     assert seen[0] == [78, 65, 5, 15]    # whole after the backward, at stage 3 too, until the sync
     if stage == 3:
-        assert all(p.data.size == 0 for p in model.parameters())  # freed by the sync
+        assert all(p.array.size == 0 for p in model.parameters())  # freed by the sync
     sharded.gather_parameters()
     # stage 2 is the plain graph: bit for bit; stage 3's unit boundaries (nodes of their own) change the walk's
     # order, and so the order in which the second backward adds some of its terms: 2e-16 apart after 4 steps
     tolerance = 0 if stage == 2 else 1e-14
     for got, want in zip(model.parameters(), zero_reference("zero3_adahessian")):
-        np.testing.assert_allclose(got.data, want, rtol=0, atol=tolerance)
+        np.testing.assert_allclose(got.array, want, rtol=0, atol=tolerance)
 
 
 def test_stage_3_keeps_only_the_shards_between_steps_and_frees_after_an_evaluation_forward():
     model = make_sequential()
     sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=3)
-    assert all(p.data.size == 0 for p in model.parameters())
+    assert all(p.array.size == 0 for p in model.parameters())
     assert [p.shape for p in sharded.parameters()] == [(78,), (70,), (15,)]
     sharded.eval()
     out = sharded(np.ones((2, 6)))
-    assert out.shape == (2, 3) and all(p.data.size == 0 for p in model.parameters())
+    assert out.shape == (2, 3) and all(p.array.size == 0 for p in model.parameters())
     sharded.gather_parameters()
     assert [p.shape for p in model.parameters()] == [(13, 6), (5, 13), (5,), (3, 5)]
 
@@ -133,16 +133,16 @@ def test_stage_3_frees_each_unit_after_its_forward_and_gathers_it_again_for_its_
     sharded = parallel.ShardedDataParallel(model, comm, stage=3)
     comm.reset_traffic()
     loss = (sharded(x) ** 2).mean()
-    assert all(p.data.size == 0 for p in model.parameters())  # after the forward: the shards only
+    assert all(p.array.size == 0 for p in model.parameters())  # after the forward: the shards only
     gathered_for_forward = comm.traffic["allgather"]
     loss.backward()
     assert gathered_for_forward == 163 * 8  # every weight, float64, once before its unit's forward
     assert comm.traffic["allgather"] == 2 * gathered_for_forward  # and once more before its backward
-    assert all(p.data.size == 0 for p in model.parameters())  # freed again after the backward
+    assert all(p.array.size == 0 for p in model.parameters())  # freed again after the backward
     units = [[plain[0].weight], [plain[2].weight, plain[2].bias], [plain[4].weight]]
     for (_, unit), params in zip(sharded.units[::2], units):
-        want = np.concatenate([p.grad.data.ravel() for p in params])
-        np.testing.assert_allclose(unit.shard.grad.data[:want.size], want, rtol=1e-15, atol=1e-16)
+        want = np.concatenate([p.grad.array.ravel() for p in params])
+        np.testing.assert_allclose(unit.shard.grad.array[:want.size], want, rtol=1e-15, atol=1e-16)
 
 
 @pytest.mark.parametrize("kind", ["adam", "lamb", "novograd", "switch"])
@@ -161,7 +161,7 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
     train_sequential(sharded, opt, 12)
     weights, state = sharded.consolidated_state_dict(), opt.consolidated_state_dict()
     if stage == 3:
-        assert all(p.data.size == 0 for p in sharded.module.parameters())  # freed again after the gather
+        assert all(p.array.size == 0 for p in sharded.module.parameters())  # freed again after the gather
     want = plain_opt.state_dict()
     assert [g["params"] for g in state["param_groups"]] == [g["params"] for g in want["param_groups"]]
     assert sorted(state["state"]) == sorted(want["state"])
@@ -186,7 +186,7 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
     again_opt.check_state_dict(state)
     again_opt.load_state_dict(state)
     for got, want_shard in zip(again.parameters(), sharded.parameters()):
-        np.testing.assert_array_equal(got.data, want_shard.data)
+        np.testing.assert_array_equal(got.array, want_shard.array)
     for (_, got), (_, want_entry) in zip(sorted(again_opt.optimizer.state.items()),
                                          sorted(opt.optimizer.state.items())):
         for key in want_entry:
@@ -195,7 +195,7 @@ def test_consolidated_state_is_what_one_process_keeps_and_loads_back_into_the_sh
     train_sequential(again, again_opt, 12)
     train_sequential(sharded, opt, 12)
     for got, want_shard in zip(again.parameters(), sharded.parameters()):
-        np.testing.assert_array_equal(got.data, want_shard.data)
+        np.testing.assert_array_equal(got.array, want_shard.array)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -203,7 +203,7 @@ def test_a_state_that_does_not_fit_names_the_parameter_and_the_shapes(stage):
     sharded = parallel.ShardedDataParallel(make_sequential(), parallel.LocalComm(), stage=stage)
     opt = parallel.DistributedOptimizer(make_optimizer("adam", sharded.parameters()), sharded)
     train_sequential(sharded, opt, 12)
-    before = [p.data.copy() for p in sharded.parameters()]
+    before = [p.array.copy() for p in sharded.parameters()]
     # the per-parameter state of a model with a wider first layer
     other = nn.Sequential(nn.Linear(7, 13, bias=False), nn.Tanh(), nn.Linear(13, 5), nn.Tanh(),
                           nn.Linear(5, 3, bias=False)).to(dtype=np.float64)
@@ -219,9 +219,9 @@ def test_a_state_that_does_not_fit_names_the_parameter_and_the_shapes(stage):
                                          "has 4; load a consolidated checkpoint"):
         opt.load_state_dict(opt.state_dict())
     for got, want in zip(sharded.parameters(), before):  # nothing changed
-        np.testing.assert_array_equal(got.data, want)
+        np.testing.assert_array_equal(got.array, want)
     if stage == 3:
-        assert all(p.data.size == 0 for p in sharded.module.parameters())
+        assert all(p.array.size == 0 for p in sharded.module.parameters())
 
 
 def _one_step(model, opt):
@@ -258,8 +258,8 @@ def test_a_world_of_one_at_stage_3_under_autocast_trains_as_the_plain_model(low)
             opt.zero_grad()
         if sharded:
             net.gather_parameters()
-        results.append([p.data.copy() for p in model.parameters()])
-    moved = max(float(np.abs(a - b).max()) for a, b in zip(results[0], [p.data for p in
+        results.append([p.array.copy() for p in model.parameters()])
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(results[0], [p.array for p in
                                                                          make_sequential().parameters()]))
     assert moved > 1e-3  # the plain model trained
     for got, want in zip(results[1], results[0]):
@@ -281,7 +281,7 @@ def test_whole_module_lends_the_whole_weights_and_the_histograms_read_them():
         for (tag, g), (_, w) in zip(got, want):
             np.testing.assert_array_equal(g, w, err_msg=f"stage {stage}: {tag}")
         if stage == 3:  # lent for the reading only: freed again
-            assert all(p.data.size == 0 for p in sharded.module.parameters())
+            assert all(p.array.size == 0 for p in sharded.module.parameters())
         assert histogram_values(trainer, (x, y), compute=False) == []
     # the ranks other than 0 take part without a writer (nor tensorboardX), and count validations alike
     silent = TensorBoardLogger("unused", write=False, histogram_every=2)
@@ -294,20 +294,20 @@ def test_whole_module_lends_the_whole_weights_and_the_histograms_read_them():
 @pytest.mark.parametrize("stage", [2, 3])
 def test_the_shards_norms_are_the_parameters_norms_and_spread_back_over_their_elements(stage):
     model = make_sequential()
-    params = [p.data.copy() for p in model.parameters()]
+    params = [p.array.copy() for p in model.parameters()]
     sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=stage)
     groups = [params] if stage == 2 else [[params[0]], [params[1], params[2]], [params[3]]]
     for shard, arrays in zip(sharded.parameters(), groups):
         layers = shard.layers
         want = np.array([np.sqrt((a ** 2).sum()) for a in arrays])
-        np.testing.assert_allclose(layers.layer_norms(shard.data), want, rtol=1e-14)
-        assert layers.layer_norms(shard.data).shape == (len(arrays),)
+        np.testing.assert_allclose(layers.layer_norms(shard.array), want, rtol=1e-14)
+        assert layers.layer_norms(shard.array).shape == (len(arrays),)
         assert list(layers.ndims) == [a.ndim for a in arrays]
         sizes = [a.size for a in arrays]
         np.testing.assert_array_equal(layers.ndim, np.repeat([a.ndim for a in arrays], sizes))
         spread = layers.per_element(np.arange(1.0, len(arrays) + 1))
         np.testing.assert_array_equal(spread, np.repeat(np.arange(1.0, len(arrays) + 1), sizes))
-        np.testing.assert_allclose(layers.norm(shard.data), np.repeat(want, sizes), rtol=1e-14)  # per element
+        np.testing.assert_allclose(layers.norm(shard.array), np.repeat(want, sizes), rtol=1e-14)  # per element
 
 
 class _SecondOfTwo(parallel.LocalComm):
@@ -322,10 +322,10 @@ def test_the_padding_enters_no_norm_and_takes_no_value():
     unit = FlatShard([weight, bias], _SecondOfTwo(), "a layer", keep_full=True)
     # 15 elements on 2 ranks: chunks of 8, rank 1 holds weight's last 4, the bias, and 1 of padding
     assert (unit.chunk, unit.padded) == (8, 16)
-    x = unit.shard.data.copy()
-    np.testing.assert_array_equal(x[:7], np.concatenate([weight.data.ravel()[8:], bias.data]))
+    x = unit.shard.array.copy()
+    np.testing.assert_array_equal(x[:7], np.concatenate([weight.array.ravel()[8:], bias.array]))
     x[7] = 1e6  # whatever the padding holds, it must not count
-    want = [np.sqrt((weight.data.ravel()[8:] ** 2).sum()), np.sqrt((bias.data ** 2).sum())]
+    want = [np.sqrt((weight.array.ravel()[8:] ** 2).sum()), np.sqrt((bias.array ** 2).sum())]
     np.testing.assert_allclose(unit.shard.layers.layer_norms(x), want, rtol=1e-14)
     np.testing.assert_array_equal(unit.shard.layers.per_element(np.array([2.0, 3.0])), [2, 2, 2, 2, 3, 3, 3, 0])
     np.testing.assert_array_equal(unit.shard.layers.ndim, [2, 2, 2, 2, 1, 1, 1, 0])  # LARS leaves the padding alone
@@ -346,16 +346,16 @@ def test_a_world_of_one_trains_with_a_layerwise_optimizer_as_the_plain_model(sta
     rounding (each norm adds its squares in another order), though the first stage-2 step alone moves
     the weights by more than 1e-3 from where one norm over the whole shard would take them."""
     plain = make_sequential()
-    start = [p.data.copy() for p in plain.parameters()]
+    start = [p.array.copy() for p in plain.parameters()]
     train_sequential(plain, LAYERWISE[kind](plain.parameters()), 12)
     model = make_sequential()
     sharded = parallel.ShardedDataParallel(model, parallel.LocalComm(), stage=stage)
     opt = parallel.DistributedOptimizer(LAYERWISE[kind](sharded.parameters()), sharded)
     train_sequential(sharded, opt, 12)
     sharded.gather_parameters()
-    assert max(np.abs(p.data - s).max() for p, s in zip(plain.parameters(), start)) > 1e-2  # it trained
+    assert max(np.abs(p.array - s).max() for p, s in zip(plain.parameters(), start)) > 1e-2  # it trained
     for got, want in zip(model.parameters(), plain.parameters()):
-        np.testing.assert_allclose(got.data, want.data, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(got.array, want.array, rtol=0, atol=1e-13)
 
 
 def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
@@ -370,14 +370,14 @@ def test_one_norm_over_a_whole_shard_would_not_be_the_plain_step():
     grads = [rng.normal(size=p.shape) * scale for p, scale in zip(model.parameters(), (1.0, 0.01, 3.0, 0.1))]
     want = []
     for p, g in zip(model.parameters(), grads):
-        w = p.data.copy()
+        w = p.array.copy()
         lamb_update(w, g, np.zeros_like(w), np.zeros_like(w), t=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
                     weight_decay=0.01)
         want.append(w.ravel())
     want = np.concatenate(want)
     g = np.concatenate([g.ravel() for g in grads])
     for norm, close in ((shard.layers.norm, True), (layerwise.norm, False)):
-        w = shard.data.copy()
+        w = shard.array.copy()
         lamb_update(w, g, np.zeros_like(w), np.zeros_like(w), t=1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
                     weight_decay=0.01, norm=norm)
         if close:
@@ -398,7 +398,7 @@ def test_a_layerwise_optimizer_inside_a_wrapper_still_takes_the_norms_per_parame
         train_sequential(sharded, opt, 12)
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), plain.parameters()):
-        np.testing.assert_allclose(got.data, want.data, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(got.array, want.array, rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -423,7 +423,7 @@ def test_a_world_of_one_switches_from_adam_to_sgd_as_the_plain_model(stage):
     assert comm.traffic["allreduce"] == SWITCH_AT * 2 * 8
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), plain.parameters()):
-        np.testing.assert_array_equal(got.data, want.data)
+        np.testing.assert_array_equal(got.array, want.array)
 
 
 def test_the_swats_sums_take_each_shards_pieces_without_the_padding():
@@ -469,4 +469,4 @@ def test_stage_3_splits_a_block_larger_than_a_bucket_into_its_layers():
     train_sequential(plain, reference, 12)
     sharded.gather_parameters()
     for got, want in zip(model.parameters(), plain.parameters()):
-        np.testing.assert_array_equal(got.data, want.data)
+        np.testing.assert_array_equal(got.array, want.array)

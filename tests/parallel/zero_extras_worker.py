@@ -58,7 +58,7 @@ def loader(x, y, comm, shuffle=False):
 def whole_weights(model, net):
     if hasattr(net, "gather_parameters"):
         net.gather_parameters()
-    return [mdl.backend.to_numpy(p.data).copy() for p in model.parameters()]
+    return [mdl.backend.to_numpy(p.array).copy() for p in model.parameters()]
 
 
 def amp_run(stage: int, comm=None):
@@ -88,7 +88,7 @@ def overflow_on_one_rank(stage: int, comm):
     opt.synchronize()
     if comm.rank == 1:  # a part of the gradient only this rank unscales (ZeRO-1: a parameter it owns)
         p = opt.param_groups[0]["params"][0]
-        g = mdl.backend.to_numpy(p.grad.data).copy()
+        g = mdl.backend.to_numpy(p.grad.array).copy()
         g.reshape(-1)[0] = np.inf
         p.grad = Tensor(g)
     scaler.step(opt)

@@ -34,11 +34,11 @@ def test_add_and_sum_backward_hand_on_dy_without_copying():
     a, b = mdl.randn(3, 4, requires_grad=True), mdl.randn(3, 4, requires_grad=True)
     dy = mdl.randn(3, 4)
     da, db = mdl.grad(a + b, [a, b], grad_outputs=dy)
-    assert da.data is dy.data and db.data is dy.data
+    assert da.array is dy.array and db.array is dy.array
     x = mdl.randn(3, 4, requires_grad=True)
     g = mdl.randn(3)
     (dx,) = mdl.grad(x.sum(axis=-1), [x], grad_outputs=g)
-    assert np.shares_memory(dx.data, g.data)
+    assert np.shares_memory(dx.array, g.array)
 
 
 @pytest.mark.parametrize("n,k,m", [(2, 3, 4), (5, 1, 7), (16, 32, 8)])
@@ -71,12 +71,12 @@ def test_linear_counts_against_the_arrays():
     y.backward(mdl.ones(batch, fan_out))
     cost = opcosts.linear(batch, fan_in, fan_out)
     assert cost.forward.flops == 2 * batch * fan_in * fan_out + batch * fan_out
-    assert cost.forward.bytes == nbytes(x.data, w.data, b.data, y.data)
+    assert cost.forward.bytes == nbytes(x.array, w.array, b.array, y.array)
     assert cost.backward.flops == 4 * batch * fan_in * fan_out + batch * fan_out
-    assert cost.backward.bytes == nbytes(y.data, x.data, w.data, x.grad.data, w.grad.data, b.grad.data)
+    assert cost.backward.bytes == nbytes(y.array, x.array, w.array, x.grad.array, w.grad.array, b.grad.array)
     first_layer = opcosts.linear(batch, fan_in, fan_out, input_grad=False)
     assert first_layer.backward.flops == 2 * batch * fan_in * fan_out + batch * fan_out
-    assert first_layer.backward.bytes == cost.backward.bytes - x.data.nbytes
+    assert first_layer.backward.bytes == cost.backward.bytes - x.array.nbytes
     no_bias = opcosts.linear(batch, fan_in, fan_out, bias=False)
     assert no_bias.forward == opcosts.matmul(batch, fan_in, fan_out).forward
 
@@ -113,8 +113,8 @@ def test_reduction_bytes_match_the_arrays():
     x = mdl.randn(4, 6, requires_grad=True)
     y = F.softmax(x, axis=-1)
     y.backward(mdl.ones(4, 6))
-    assert opcosts.softmax(4, 6).forward.bytes == nbytes(x.data, y.data)
-    assert opcosts.softmax(4, 6).backward.bytes == nbytes(y.data, y.data, x.grad.data)  # dy, y, dx
+    assert opcosts.softmax(4, 6).forward.bytes == nbytes(x.array, y.array)
+    assert opcosts.softmax(4, 6).backward.bytes == nbytes(y.array, y.array, x.grad.array)  # dy, y, dx
 
 
 @pytest.mark.parametrize("stride,padding", [(1, 0), (1, 1), (2, 1)])
@@ -125,14 +125,14 @@ def test_conv2d_counts(stride, padding):
     bias = mdl.randn(o)
     y = F.conv2d(x, weight, bias, stride=stride, padding=padding)
     _, _, oh, ow = y.shape
-    macs_flops = 2 * y.data.size * c * k * k  # every output is a dot product of length C·KH·KW
+    macs_flops = 2 * y.array.size * c * k * k  # every output is a dot product of length C·KH·KW
     windows = np.ones((n, c, oh, ow, k, k), np.float32)
     assert naive_flops("ncijpq,ocpq->noij", windows, weight.numpy()) == pytest.approx(macs_flops, rel=1e-3)
     cost = opcosts.conv2d(n, c, h, w, o, k, stride=stride, padding=padding)
-    assert cost.forward.flops == macs_flops + y.data.size
-    assert cost.forward.bytes == nbytes(x.data, weight.data, bias.data, y.data)
-    assert cost.backward.flops == 2 * macs_flops + y.data.size
-    assert cost.backward.bytes == nbytes(y.data, x.data, weight.data, x.data, weight.data, bias.data)
+    assert cost.forward.flops == macs_flops + y.array.size
+    assert cost.forward.bytes == nbytes(x.array, weight.array, bias.array, y.array)
+    assert cost.backward.flops == 2 * macs_flops + y.array.size
+    assert cost.backward.bytes == nbytes(y.array, x.array, weight.array, x.array, weight.array, bias.array)
 
 
 def test_normalization_hand_counts():

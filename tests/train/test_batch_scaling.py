@@ -94,7 +94,7 @@ def _mse(out, y):
 def test_noise_scale_at_matches_the_estimator_by_hand():
     x, y = _linear_problem()
     model = _linear()
-    w, b0 = model.weight.data.copy(), model.bias.data.copy()
+    w, b0 = model.weight.array.copy(), model.bias.array.copy()
     got = noise_scale_at(model, _mse, x, y, batch_size=16, batches=10, seed=3)
     rng = np.random.default_rng(3)
     grads = []
@@ -112,7 +112,7 @@ def test_noise_scale_at_matches_the_estimator_by_hand():
 def test_noise_scale_estimates_the_per_example_definition():
     x, y = _linear_problem(n=2048)
     model = _linear()
-    w, b0 = model.weight.data, model.bias.data
+    w, b0 = model.weight.array, model.bias.array
     r = x @ w.T + b0 - y
     per_example = np.concatenate([2 * r * x, 2 * r], axis=1)        # each example's gradient
     G = per_example.mean(axis=0)
@@ -146,7 +146,7 @@ def test_study_steps_are_those_of_plain_sgd_at_the_best_rate(tmp_path):
     study = batch_size_study(_linear, x, y, [1, 4, 16, 64, 256], target, lrs, loss_fn=_mse, max_steps=3000,
                              noise_batch_size=16, noise_batches=16)
     init = _linear()
-    w, b0 = init.weight.data.copy(), init.bias.data.copy()
+    w, b0 = init.weight.array.copy(), init.bias.array.copy()
     for bs, steps, lr in zip(study.batch_sizes, study.steps, study.lrs):
         by_hand = {r: _sgd_steps_by_hand(x, y, w, b0, bs, r, target, 3000, 0) for r in lrs}
         reached = {r: s for r, s in by_hand.items() if s is not None}

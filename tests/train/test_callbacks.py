@@ -23,7 +23,7 @@ def _feed(callback, trainer, values, key="val_loss"):
     """Give the callback one record per value; the model's weight is set to the record index first."""
     for i, value in enumerate(values):
         trainer.step = i + 1
-        trainer.model.weight.data[...] = i
+        trainer.model.weight.array[...] = i
         callback.on_evaluate(trainer, {"step": trainer.step, key: value})
         if trainer.stop_training:
             return i
@@ -37,7 +37,7 @@ def test_early_stopping_patience_and_restore_best():
     stopped_at = _feed(stopper, trainer, [1.0, 0.9, 0.95, 0.96, 0.5])
     assert stopped_at == 3 and stopper.best == 0.9 and stopper.best_step == 2
     stopper.on_train_end(trainer)
-    np.testing.assert_array_equal(trainer.model.weight.data, 1.0)  # the weights of record 1
+    np.testing.assert_array_equal(trainer.model.weight.array, 1.0)  # the weights of record 1
 
 
 def test_early_stopping_min_delta_and_max_mode():
@@ -53,10 +53,10 @@ def test_early_stopping_does_not_restore_when_interrupted_by_something_else():
     stopper = EarlyStopping(patience=5)
     _feed(stopper, trainer, [1.0, 2.0])
     stopper.on_train_end(trainer)   # neither stopped by it nor completed: a run that may be resumed
-    np.testing.assert_array_equal(trainer.model.weight.data, 1.0)
+    np.testing.assert_array_equal(trainer.model.weight.array, 1.0)
     trainer.completed = True
     stopper.on_train_end(trainer)
-    np.testing.assert_array_equal(trainer.model.weight.data, 0.0)
+    np.testing.assert_array_equal(trainer.model.weight.array, 0.0)
 
 
 def test_early_stopping_state_round_trip_and_errors():

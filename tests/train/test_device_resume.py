@@ -30,17 +30,17 @@ def _trainer(seed, steps_seed=0):
 
 def _weights(trainer):
     state = trainer.model.state_dict()
-    return {k: backend.to_numpy(v.data if isinstance(v, mdl.Tensor) else v) for k, v in state.items()}
+    return {k: backend.to_numpy(v.array if isinstance(v, mdl.Tensor) else v) for k, v in state.items()}
 
 
 def test_save_and_load_a_state_dict_of_device_arrays(standin_or_gpu, tmp_path):
     model = nn.Linear(3, 2).to("cuda")
-    state = {**model.state_dict(), "extra": {"moment": mdl.randn(4, device="cuda").data, "step": 3}}
+    state = {**model.state_dict(), "extra": {"moment": mdl.randn(4, device="cuda").array, "step": 3}}
     mdl.save(state, tmp_path / "w.safetensors")
     loaded = mdl.load(tmp_path / "w.safetensors")
     for name in ("weight", "bias"):
         value = state[name]
-        np.testing.assert_array_equal(loaded[name], backend.to_numpy(value.data if isinstance(value, mdl.Tensor)
+        np.testing.assert_array_equal(loaded[name], backend.to_numpy(value.array if isinstance(value, mdl.Tensor)
                                                                     else value))
     np.testing.assert_array_equal(loaded["extra"]["moment"], backend.to_numpy(state["extra"]["moment"]))
     assert loaded["extra"]["step"] == 3
@@ -115,7 +115,7 @@ def _record_devices(monkeypatch):
     seen, fit = [], TrainerClass.fit
 
     def spy(self, *args, **kwargs):
-        seen.append(backend.device_of(next(iter(self.model.parameters())).data))
+        seen.append(backend.device_of(next(iter(self.model.parameters())).array))
         return fit(self, *args, **kwargs)
 
     monkeypatch.setattr(TrainerClass, "fit", spy)

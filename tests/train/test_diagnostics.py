@@ -38,7 +38,7 @@ def test_initial_loss_close_to_ln_k_and_overconfident_model_fails():
     good = D.check_initial_loss(_healthy(), x, y)
     assert good.passed and abs(good.value - math.log(4)) < 0.25 * math.log(4)
     broken = _healthy()
-    broken[2].weight.data[...] *= 100.0   # a last layer initialized far too large
+    broken[2].weight.array[...] *= 100.0   # a last layer initialized far too large
     bad = D.check_initial_loss(broken, x, y)
     assert bad.passed is False and bad.value > 2 * math.log(4) and "last layer" in bad.message
     with mdl.no_grad():  # the value is the mean cross-entropy itself
@@ -92,10 +92,10 @@ def test_real_data_beats_random_inputs_with_the_datas_scale():
 def test_layer_statistics_match_numpy():
     x, y = _blobs(n=64)
     model = _healthy()
-    model[0].bias.data[:8] = -100.0   # units 0..7 never fire: 8 of 32 dead
+    model[0].bias.array[:8] = -100.0   # units 0..7 never fire: 8 of 32 dead
     rows = D.layer_statistics(model, x, y)
     assert [r["layer"] for r in rows] == ["0", "1", "2"]
-    w0, b0 = model[0].weight.data.astype(np.float64), model[0].bias.data.astype(np.float64)
+    w0, b0 = model[0].weight.array.astype(np.float64), model[0].bias.array.astype(np.float64)
     hidden = np.maximum(x @ w0.T + b0, 0)
     relu = rows[1]
     assert relu["type"] == "ReLU" and relu["shape"] == (64, 32)
@@ -105,8 +105,8 @@ def test_layer_statistics_match_numpy():
     # ||g|| / ||w|| against an independent backward pass
     model.zero_grad()
     cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
-    g = model[2].weight.grad.data
-    assert rows[2]["grad_ratio"] == pytest.approx(np.linalg.norm(g) / np.linalg.norm(model[2].weight.data), rel=1e-4)
+    g = model[2].weight.grad.array
+    assert rows[2]["grad_ratio"] == pytest.approx(np.linalg.norm(g) / np.linalg.norm(model[2].weight.array), rel=1e-4)
     text = D.format_statistics(rows)
     assert "dead ReLU" in text and "||g||/||w||" in text and len(text.splitlines()) == 5
     assert any("dead" in w for w in D.statistics_warnings([{**relu, "dead": 0.9}]))

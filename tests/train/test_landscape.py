@@ -72,11 +72,11 @@ def test_interpolate_between_two_models_by_numpy():
 def test_interpolate_mixes_batchnorm_running_statistics_too():
     mdl.manual_seed(2)
     a, b = nn.Sequential(nn.BatchNorm1d(3)).double(), nn.Sequential(nn.BatchNorm1d(3)).double()
-    b[0].running_mean.data[...] = 2.0
+    b[0].running_mean.array[...] = 2.0
     # in eval mode a BatchNorm with γ=1, β=0 maps x to (x − μ)/√(σ² + eps); the loss against 0 is its mean square
     losses = interpolate(a, b, [0.5], lambda out, y: (out * out).mean(), (X, np.zeros(20)))
     assert losses[0] == pytest.approx(float((((X - 1.0) / np.sqrt(1 + 1e-5)) ** 2).mean()), rel=1e-12)
-    assert (a[0].running_mean.data == 0).all()
+    assert (a[0].running_mean.array == 0).all()
 
 
 def test_sharpness_of_a_quadratic_matches_its_hessian():

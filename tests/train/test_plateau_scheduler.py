@@ -108,4 +108,4 @@ def test_a_resumed_run_continues_the_plateau_schedule_exactly(tmp_path):
     assert resumed.steps["lr"] == whole.steps["lr"]
     assert sched.num_bad_epochs == whole.scheduler.num_bad_epochs and sched.best == whole.scheduler.best
     for (name, a), (_, b) in zip(resumed.model.named_parameters(), whole.model.named_parameters()):
-        np.testing.assert_array_equal(a.data, b.data, err_msg=name)
+        np.testing.assert_array_equal(a.array, b.array, err_msg=name)

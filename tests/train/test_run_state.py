@@ -100,10 +100,10 @@ def test_truncated_checkpoint_is_refused_and_changes_nothing(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     fresh, fresh_opt = _model_and_opt()
     for p in fresh.parameters():
-        p.data[...] = 7.0
+        p.array[...] = 7.0
     with pytest.raises(CheckpointError, match="truncated"):
         load_checkpoint(path, fresh, fresh_opt)
-    assert all(np.all(p.data == 7.0) for p in fresh.parameters())
+    assert all(np.all(p.array == 7.0) for p in fresh.parameters())
 
 
 def test_foreign_safetensors_file_is_refused(tmp_path):

@@ -139,7 +139,7 @@ def test_the_inference_budget_by_hand():
     model = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
     report = inference_report(model, np.zeros((1, 64), np.float32), repeats=5)
     parameters = 64 * 32 + 32 + 2 * 32 + 32 * 10 + 10
-    buffers = sum(b.numel() * b.data.dtype.itemsize for _, b in model.named_buffers())
+    buffers = sum(b.numel() * b.array.dtype.itemsize for _, b in model.named_buffers())
     assert report["parameters"] == parameters and report["weight_bytes"] == 4 * parameters + buffers
     assert report["activation_bytes"] == 4 * (32 + 32 + 32 + 10) and report["largest_activation_bytes"] == 128
     assert report["peak_pair_bytes"] == 4 * (64 + 32) and report["layers"] == 4

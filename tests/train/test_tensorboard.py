@@ -79,7 +79,7 @@ def test_scalars_equal_the_history_and_histogram_counts_equal_the_sizes(tmp_path
     last = max(record_steps)
     for name, p in model.named_parameters():
         h = histograms[f"weights/{name}"][last]
-        np.testing.assert_allclose([h.min, h.max, h.sum], [p.data.min(), p.data.max(), p.data.sum()], rtol=1e-6)
+        np.testing.assert_allclose([h.min, h.max, h.sum], [p.array.min(), p.array.max(), p.array.sum()], rtol=1e-6)
     # Gradients and activations of the probe (the first validation batch, 32 samples), in eval mode.
     xp, yp = mdl.tensor(x[:32]), mdl.tensor(y[:32])
     model.eval()
@@ -87,10 +87,10 @@ def test_scalars_equal_the_history_and_histogram_counts_equal_the_sizes(tmp_path
     cross_entropy(model(xp), yp).backward()
     for name, p in model.named_parameters():
         h = histograms[f"gradients/{name}"][last]
-        np.testing.assert_allclose(h.sum, p.grad.data.sum(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(h.sum, p.grad.array.sum(), rtol=1e-5, atol=1e-7)
     for layer, width in (("0", 8), ("1", 8), ("2", 8), ("3", 3)):
         assert all(v.num == 32 * width for v in histograms[f"activations/{layer}"].values())
-    np.testing.assert_allclose(histograms["activations/0"][last].sum, hidden.data.sum(), rtol=1e-5)
+    np.testing.assert_allclose(histograms["activations/0"][last].sum, hidden.array.sum(), rtol=1e-5)
     assert histograms["activations/1"][last].min == 0.0  # after the ReLU
 
 
@@ -100,7 +100,7 @@ def test_the_logger_changes_nothing_in_the_run(tmp_path):
     assert [{k: v for k, v in r.items() if k != "time"} for r in logged.history] == \
         [{k: v for k, v in r.items() if k != "time"} for r in plain.history]
     for (name, a), (_, b) in zip(logged.model.named_parameters(), plain.model.named_parameters()):
-        np.testing.assert_array_equal(a.data, b.data, err_msg=name)
+        np.testing.assert_array_equal(a.array, b.array, err_msg=name)
 
 
 def test_choices_and_errors(tmp_path):
@@ -149,6 +149,6 @@ def test_on_a_device_the_histograms_are_of_the_device_arrays(standin_or_gpu, tmp
     for name, p in model.named_parameters():
         assert p.device.startswith("cuda")
         h = histograms[f"weights/{name}"][4]
-        assert h.num == p.numel() and h.sum == pytest.approx(float(backend.to_numpy(p.data).sum()), rel=1e-6)
+        assert h.num == p.numel() and h.sum == pytest.approx(float(backend.to_numpy(p.array).sum()), rel=1e-6)
         assert histograms[f"gradients/{name}"][4].num == p.numel()
     assert histograms["activations/2"][4].num == 64 * 3

@@ -30,8 +30,8 @@ def _manual_step(model, x, y, lr, transform_grads=lambda gs: gs, **loss_kw):
     model.zero_grad()
     cross_entropy(model(mdl.tensor(x)), mdl.tensor(y), **loss_kw).backward()
     params = list(model.parameters())
-    grads = transform_grads([p.grad.data.copy() for p in params])
-    return {name: p.data - lr * g for (name, p), g in zip(model.named_parameters(), grads)}
+    grads = transform_grads([p.grad.array.copy() for p in params])
+    return {name: p.array - lr * g for (name, p), g in zip(model.named_parameters(), grads)}
 
 
 def test_gradient_accumulation_equals_the_large_batch():

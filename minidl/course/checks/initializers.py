@@ -62,11 +62,11 @@ def fans(case):
 def _sample(case, fill):
     """Fill a large weight with the student's initializer; check it stayed in place and in its dtype."""
     t = _weight(tuple(case["shape"]), case.get("dtype", "float32"))
-    buffer = t.data
+    buffer = t.array
     returned = fill(t)
     if returned is not t:
         raise Mismatch(f"the initializer returned {type(returned).__name__}, not the tensor it was given")
-    if t.data is not buffer:
+    if t.array is not buffer:
         raise Mismatch("the initializer replaced the tensor's array instead of writing into it (an optimizer "
                        "holding the old array would never see the new weights)")
     if t.dtype != np.dtype(case.get("dtype", "float32")):

@@ -67,11 +67,11 @@ return constant_(bias, math.log(n_neg / n_pos))
 return constant_(bias, n_pos / (n_pos + n_neg))
 """}, ("no logarithm",)),
     Mistake("5.4", "log counts, not log priors", {PRIORS: """
-counts = np.asarray(backend.to_numpy(counts.data if isinstance(counts, Tensor) else counts), np.float64)
+counts = np.asarray(backend.to_numpy(counts.array if isinstance(counts, Tensor) else counts), np.float64)
 return _fill(bias, bias.xp.asarray(np.log(counts)))
 """}, ("missing normalization",)),
     Mistake("5.4", "one mean over every output", {REGRESSION: """
-values = targets.data if isinstance(targets, Tensor) else targets
+values = targets.array if isinstance(targets, Tensor) else targets
 values = np.asarray(backend.to_numpy(values), dtype=np.float64)
 return _fill(bias, bias.xp.full(bias.shape, values.mean()))
 """}, ("wrong axis",), public_passes=True),

@@ -42,21 +42,21 @@ MISTAKES = [
     Mistake("7.2", "the gradients summed but not divided", {AVERAGE: """
 for p in parameters:
     if p.grad is not None:
-        g = np.array(p.grad.data)
+        g = np.array(p.grad.array)
         ring_allreduce_(comm, g)
         p.grad = g
 """}, ("not averaged",)),
     Mistake("7.2", "divided by N before the sum and again after", {AVERAGE: """
 for p in parameters:
     if p.grad is not None:
-        g = np.array(p.grad.data) / comm.size
+        g = np.array(p.grad.array) / comm.size
         ring_allreduce_(comm, g)
         p.grad = g / comm.size
 """}, ("missing scale",)),
     Mistake("7.2", "the average computed and never written back", {AVERAGE: """
 for p in parameters:
     if p.grad is not None:
-        g = np.array(p.grad.data)
+        g = np.array(p.grad.array)
         ring_allreduce_(comm, g)
         g /= comm.size
 """}, ()),
