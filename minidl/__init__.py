@@ -146,6 +146,7 @@ from minidl.ops.sampling import multinomial, randperm
 from minidl.ops.scan import cumprod, cumsum
 from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
 from minidl.serialization import load, save
+from minidl.tracing import compile  # noqa: A004 - torch.compile's name (not in __all__)
 from minidl.tensor import (
     Tensor,
     arange,

@@ -18,6 +18,7 @@ import operator
 import numpy as np
 
 from minidl import backend
+from minidl.autograd import function_hooks
 
 _FLOAT_KINDS = "fc"  # dtypes that can carry gradients: floating and complex, and bfloat16 (below)
 _DEFAULT_FLOAT = np.float32
@@ -419,6 +420,8 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array (copied from the GPU when needed)."""
+        if function_hooks.active:
+            function_hooks.announce("host_read", self, "numpy()")
         return backend.to_numpy(self.data)
 
     def item(self):
@@ -426,6 +429,8 @@ class Tensor:
         if self.data.size != 1:
             raise ValueError(f"item(): tensor has {self.data.size} elements (shape {self.shape}); "
                              "only one-element tensors convert to a Python number")
+        if function_hooks.active:
+            function_hooks.announce("host_read", self, "item()")
         if backend._deferred:  # a host read: GPU range checks made since the last one report now
             backend.raise_deferred()
         return self.data.item()
@@ -533,6 +538,8 @@ class Tensor:
         if self.data.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use .any() or .all() on .data")
+        if function_hooks.active:
+            function_hooks.announce("host_read", self, "bool()")
         if backend._deferred:
             backend.raise_deferred()
         return bool(self.data)
