@@ -178,7 +178,7 @@ def _gradient_op_cases(rng, t, targets):
 
     def cross_entropy_grad(x, gy):
         shifted = np.exp(x.data - x.data.max(axis=1, keepdims=True))
-        return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True), coefficients)(x, gy)
+        return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True))(x, gy, Tensor(coefficients))
 
     def normalize_grad(x, gy, axes=(1,)):
         normalize = Normalize(axes, 1e-5)
@@ -193,7 +193,7 @@ def _gradient_op_cases(rng, t, targets):
         return op(pool)(g)
 
     return [
-        ("relu_grad", lambda gy: ReLUGrad(mask)(gy), [t(3, 4)]),
+        ("relu_grad", lambda gy: ReLUGrad()(gy, Tensor(np.where(mask, 1.0, -1.0))), [t(3, 4)]),
         ("tanh_grad", lambda y, gy: TanhGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
         ("sigmoid_grad", lambda y, gy: SigmoidGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
         ("softmax_grad", lambda y, gy: SoftmaxGrad(-1)(y, gy), [t(3, 4), t(3, 4)]),

@@ -56,6 +56,7 @@ import numpy as np
 
 from minidl import backend, hooks
 from minidl.autograd import function_hooks
+from minidl.autograd.function import Function
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
 
@@ -79,6 +80,7 @@ class _Record(FunctionHook):
         self.constants = []  # value number -> ("const", array) | ("live", tensor) | None (made by the step)
         self.paused = 0  # > 0 inside an optimizer's step: its own arithmetic is replayed by calling it
         self.clock = _clock[0]  # the in-place clock: it moves only inside optimizer steps
+        self.replicas = {}  # id(a recorded Function) -> (it, the copy the plan calls)
         self.args = []
         for a in args:
             self.args.append(self.new_value(a.array) if isinstance(a, Tensor) else None)
@@ -109,6 +111,10 @@ class _Record(FunctionHook):
             return
         self.check_clock()
         self.pending = copy.copy(function)  # the op with its constructor's parameters, before forward
+        for name, value in vars(self.pending).items():
+            if isinstance(value, Function) and id(value) in self.replicas:
+                # a gradient op reading its forward op's state (MaxPoolScatter's pool): the replay's copy
+                vars(self.pending)[name] = self.replicas[id(value)][1]
 
     def forward_postprocess(self, function, inputs, outputs):
         if self.paused or outputs is None:
@@ -125,6 +131,7 @@ class _Record(FunctionHook):
                                      "the mask's values, which a replay cannot follow; use where() instead")
                 if id(value) in self.slot_of:
                     bound[name] = self.slot_of[id(value)]
+        self.replicas[id(function)] = (function, replica)  # the original kept: its id stays unique
         ins = tuple(self.ref(x, op) for x in inputs)
         outs = outputs if type(outputs) is tuple else (outputs,)
         out_slots = tuple(self.new_value(y.array) for y in outs)
@@ -244,6 +251,8 @@ def _check_agree(first: _Record, second: _Record):
 
 
 def _plain_equal(a, b) -> bool:
+    if isinstance(a, Function) or isinstance(b, Function):  # an earlier op of the plan (its copy)
+        return type(a) is type(b)
     if isinstance(a, Tensor) or isinstance(b, Tensor):  # a tensor kept for its version check (an index)
         return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype
     try:
