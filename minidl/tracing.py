@@ -81,6 +81,8 @@ class _Record(FunctionHook):
         self.paused = 0  # > 0 inside an optimizer's step: its own arithmetic is replayed by calling it
         self.clock = _clock[0]  # the in-place clock: it moves only inside optimizer steps
         self.replicas = {}  # id(a recorded Function) -> (it, the copy the plan calls)
+        self.backward_of = None  # the node whose backward runs now (to name it in an error)
+        self.made_in = {}  # value number of a constant -> the node whose backward made it
         self.args = []
         for a in args:
             self.args.append(self.new_value(a.array) if isinstance(a, Tensor) else None)
@@ -97,6 +99,14 @@ class _Record(FunctionHook):
         slot = self.slot_of.get(id(t.array))
         if slot is not None:
             return slot
+        if self.backward_of is not None:
+            array = t.array
+            if array.size > 1 and not bool((array == array.reshape(-1)[0]).all()):
+                # not a filled constant (zeros, ones): computed from the node's values with raw array code
+                raise TraceError(f"compile: the backward of {self.backward_of} builds an array of shape "
+                                 f"{array.shape} from values with raw array code rather than ops, which a "
+                                 "replay would freeze; this op can't be traced yet: run this step eagerly")
+            self.made_in[len(self.constants)] = self.backward_of
         return self.new_value(t.array, ("live", t) if t.creator is None else ("const", t.array))
 
     # ------------------------------------------------------------ the hook's methods
@@ -138,6 +148,12 @@ class _Record(FunctionHook):
         saved_slots = {name: self.new_value(a) for name, a in function.saved_array_values().items()
                        if id(a) not in self.slot_of and name not in bound}
         self.lines.append(("op", replica, ins, bound, out_slots, saved_slots, type(outputs) is tuple))
+
+    def backward_preprocess(self, function, grad_outputs):
+        self.backward_of = type(function).__name__
+
+    def backward_postprocess(self, function, grad_outputs, grad_inputs):
+        self.backward_of = None
 
     def accumulate_preprocess(self, tensor, grad):
         if self.paused:
@@ -244,7 +260,9 @@ def _check_agree(first: _Record, second: _Record):
         if not _same_value(va, vb):
             user = next((type(line[1]).__name__ for line in first.lines if line[0] == "op" and i in line[2]),
                         "a gradient accumulation")
-            raise TraceError(f"compile: {user} reads a tensor made outside any op (v{i}, shape {va.shape}) whose "
+            maker = f"the backward of {first.made_in[i]}" if i in first.made_in else "the step"
+            raise TraceError(f"compile: {user} reads a tensor that {maker} made outside any op (v{i}, shape "
+                             f"{va.shape}) and whose "
                              "values differ between two calls: it is computed from the batch or the parameters "
                              "with raw array code, which a replay would freeze; compute it with ops, or run "
                              "this step eagerly")
@@ -318,11 +336,16 @@ class Plan:
         namespace = {"Tensor": Tensor}
         exec(builtins.compile(self.code, "<minidl traced step>", "exec"), namespace)  # noqa: S102 (our own lines)
         self.function = namespace["traced_step"]
+        first_constant = len([s for s in self.args if s is not None])
+        self.constant_values = [self.values[i] for i in self.parameters[first_constant:len(self.parameters) - len(self.lives)]]
 
     def _source(self) -> str:
-        given = sorted({s for s in self.args if s is not None} | {i for i, v in enumerate(self.values) if v is not None}
-                       | {i for i, *_ in self.lives})
-        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(f"v{s}" for s in given) + "):"]
+        # the function's parameters: the step's arguments, then the constants, then the live tensors'
+        # arrays, in the order of self.parameters (one positional list per call: nothing else to build)
+        self.parameters = [s for s in self.args if s is not None]
+        self.parameters += [i for i, v in enumerate(self.values) if v is not None and i not in self.parameters]
+        self.parameters += [i for i, *_ in self.lives]
+        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(f"v{s}" for s in self.parameters) + "):"]
         ret = self.returned
         if ret is None:
             tail = "    return None"
@@ -337,16 +360,12 @@ class Plan:
         return all(t.array.shape == shape and t.array.dtype == dtype for _, t, shape, dtype in self.lives)
 
     def run(self, args):
-        given = {}
-        for s, a in zip(self.args, args):
-            if s is not None:
-                given[f"v{s}"] = a.array
-        for i, v in enumerate(self.values):
-            if v is not None:
-                given[f"v{i}"] = v
-        for i, t, _, _ in self.lives:
-            given[f"v{i}"] = t.array
-        result = self.function(self.ops, self.leaves, self.optimizers, **given)
+        """The plan on the arrays of ``args`` (Tensors where the recording had Tensors)."""
+        values = [self.ops, self.leaves, self.optimizers]
+        values += [a.array for a, s in zip(args, self.args) if s is not None]
+        values += self.constant_values
+        values += [t.array for _, t, _, _ in self.lives]
+        result = self.function(*values)
         if result is None:
             return None
         if isinstance(result, tuple):
@@ -359,7 +378,9 @@ def _guard(args, kwargs):
     or its value (anything else)."""
     def key(a):
         if isinstance(a, Tensor):
-            return ("tensor", a.shape, str(a.dtype), a.device)
+            array = a.array
+            # the device: the array's type (NumPy or CuPy) and, on a GPU, its device
+            return (array.shape, array.dtype, type(array), getattr(array, "device", None))
         if _is_array(a):
             raise TypeError("compile: pass the step's arrays as Tensors (mdl.tensor(array)); a raw array "
                             f"of shape {a.shape} would be a constant of the plan")

@@ -370,11 +370,11 @@ class Clip(Function):
         return xp.clip(x, self.lo, self.hi)
 
     def backward(self, gy):
-        return gy * Tensor(self.inside.astype(gy.dtype))
+        return gy * Tensor(self.inside)  # the boolean mask itself (a traced step maps it to this call's)
 
     def jvp(self, dx):
         """dy = dx where lo ≤ x ≤ hi, else 0."""
-        return dx * Tensor(self.inside.astype(dx.dtype))
+        return dx * Tensor(self.inside)
 
 
 class ClampTensor(Function):

@@ -189,10 +189,9 @@ class ClassTargets(Function):
             return coefficients
         return coefficients, _class_denominator(w, flat, keep, self.dtype).array
 
-    def backward(self, *gys):
-        return None
-
     def jvp(self, dt):
+        """No tangent: the distribution is piecewise constant in the class indices (it has no backward
+        either: no gradient reaches integer targets)."""
         return None
 
 
