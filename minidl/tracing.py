@@ -198,6 +198,10 @@ class _Record(FunctionHook):
         self.result = result
         return result
 
+    def grad_flags(self) -> tuple:
+        """For each accumulation, whether .grad was empty before it (a fresh gradient, or a sum)."""
+        return tuple(line[3] for line in self.lines if line[0] == "grad")
+
     def leaves(self) -> list:
         """The tensors whose .grad the step filled, in the order of their first gradient."""
         return list({id(line[1]): line[1] for line in self.lines if line[0] == "grad"}.values())
@@ -414,7 +418,9 @@ class CompiledStep:
         record = _Record(args)
         self.recordings += 1
         result = record.run(self.step, args, kwargs)
-        if first is not None and entry is not None:
+        if first is not None and first.grad_flags() != record.grad_flags():
+            self.first[key] = record  # .grad was empty in one call and full in the other: start again from this one
+        elif first is not None and entry is not None:
             del self.first[key]
             _check_agree(first, record)
             plan = Plan(record)
