@@ -123,7 +123,8 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
                 if "traced_ms" in entry:
                     print(f"{'':9} {name + ', batch in':<22} eager {entry['eager_batch_in_ms']:8.3f} ms   traced "
                           f"{entry['traced_ms']:8.3f} ms   torch {entry['torch_batch_in_ms']:8.3f} ms   "
-                          f"eager/torch {entry['eager_batch_in_ratio']:5.2f}   traced/torch {entry['traced_ratio']:5.2f}",
+                          f"eager/torch {entry['eager_batch_in_ratio']:5.2f}   "
+                          f"traced/torch {entry['traced_ratio']:5.2f}",
                           flush=True)
     return results
 

@@ -146,7 +146,6 @@ from minidl.ops.sampling import multinomial, randperm
 from minidl.ops.scan import cumprod, cumsum
 from minidl.ops.shape import cat, chunk, concatenate, flatten, permute, reshape, split, squeeze, stack, unsqueeze
 from minidl.serialization import load, save
-from minidl.tracing import compile  # noqa: A004 - torch.compile's name (not in __all__)
 from minidl.tensor import (
     Tensor,
     arange,
@@ -170,6 +169,7 @@ from minidl.tensor import (
     zeros,
     zeros_like,
 )
+from minidl.tracing import compile as compile  # noqa: A004 - torch.compile's name (not in __all__)
 
 __version__ = "0.1.0"
 

@@ -55,7 +55,6 @@ import functools
 import numpy as np
 
 from minidl import backend, hooks
-from minidl.autograd import function_hooks
 from minidl.autograd.function import Function
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
@@ -74,7 +73,9 @@ class _Record(FunctionHook):
     """One eager call's ops, accumulations and optimizer steps, in order (graph acquisition)."""
 
     def __init__(self, args):
-        self.lines = []  # ("op", replica, input refs, bound arrays, output slots, saved slots) | ("grad", ...) | ("step", opt)
+        # ("op", copy, input numbers, bound arrays, output numbers, saved arrays' numbers, several outputs),
+        # ("grad", leaf, gradient's number, .grad was empty) or ("step", optimizer), in call order
+        self.lines = []
         self.slot_of = {}  # id(array) -> value number
         self.kept = []  # every array seen, kept alive so that an id is never reused while recording
         self.constants = []  # value number -> ("const", array) | ("live", tensor) | None (made by the step)
@@ -306,7 +307,8 @@ class Plan:
                 k = len(self.ops)
                 self.ops.append(replica)
                 if bound:
-                    lines.append(f"ops[{k}].set_saved_arrays({{{', '.join(f'{n!r}: v{s}' for n, s in bound.items())}}})")
+                    given = ", ".join(f"{n!r}: v{s}" for n, s in bound.items())
+                    lines.append(f"ops[{k}].set_saved_arrays({{{given}}})")
                 args = ", ".join(f"v{s}" for s in ins)
                 targets = ", ".join(f"v{s}" for s in outs) + ("," if several and len(outs) == 1 else "")
                 doc = (type(replica).__doc__ or "").strip().splitlines()
@@ -341,7 +343,8 @@ class Plan:
         exec(builtins.compile(self.code, "<minidl traced step>", "exec"), namespace)  # noqa: S102 (our own lines)
         self.function = namespace["traced_step"]
         first_constant = len([s for s in self.args if s is not None])
-        self.constant_values = [self.values[i] for i in self.parameters[first_constant:len(self.parameters) - len(self.lives)]]
+        constants = self.parameters[first_constant:len(self.parameters) - len(self.lives)]
+        self.constant_values = [self.values[i] for i in constants]
 
     def _source(self) -> str:
         # the function's parameters: the step's arguments, then the constants, then the live tensors'
