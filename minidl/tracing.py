@@ -2,9 +2,12 @@
 
 A define-by-run engine pays, on every op call, for what makes it flexible: a
 Tensor per result, a node per op, the backward walk's sort and bookkeeping.
-For a small model that overhead is most of the step. The seed's remedy is
-"graph acquisition, lowering and compilation": capture the graph once, lower
-it to plain array code, and run that code from then on. Here:
+For a small model that overhead is most of the step. The remedy is the one
+the seed text "DL Training: An in-depth discussion" gives for ``torch.compile``
+(section "Using PyTorch Lightning for simplified training", "Static Graphs
+with Torch.Compile"): "Under the hood, this is a 3-step process including graph
+acquisition, graph lowering, and graph compilation" — capture the graph once,
+lower it to plain array code, and run that code from then on. Here:
 
 - **Graph acquisition.** The first call runs the step eagerly under a
   :class:`~minidl.autograd.FunctionHook` that writes down every op call (the
