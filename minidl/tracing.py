@@ -146,6 +146,9 @@ class _Record(FunctionHook):
                 if id(value) in self.slot_of:
                     bound[name] = self.slot_of[id(value)]
         self.replicas[id(function)] = (function, replica)  # the original kept: its id stays unique
+        if op.startswith("GetItem") and any(x.dtype == np.bool_ for x in inputs[1:]):
+            raise TraceError(f"compile: {op} indexes by a boolean mask: its output's shape depends on the "
+                             "mask's values, which a replay cannot follow; use where() instead")
         ins = tuple(self.ref(x, op) for x in inputs)
         outs = outputs if type(outputs) is tuple else (outputs,)
         out_slots = tuple(self.new_value(y.array) for y in outs)

@@ -242,3 +242,27 @@ def test_an_in_place_change_in_the_step_is_refused():
 def test_compile_takes_a_function():
     with pytest.raises(TypeError, match="compile: expected a function"):
         mdl.compile(3)
+
+
+def test_masks_and_index_tensors_of_each_call_are_read():
+    """where(x > 0, ...) and x[rows, cols] with index tensors that change per call: the comparison is an
+    op and the index arrays are inputs, so the replay follows each call's values."""
+    w = mdl.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 7 - 0.5, requires_grad=True)
+
+    def step(x, rows, cols):
+        w.grad = None
+        h = w * x
+        loss = (mdl.where(h > 0, h, h * 0.1)[rows, cols] ** 2).sum()
+        loss.backward()
+        return loss
+    traced = mdl.compile(step)
+    rng = np.random.default_rng(6)
+    for _ in range(5):
+        x = mdl.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+        rows, cols = mdl.tensor(rng.integers(0, 3, 5)), mdl.tensor(rng.integers(0, 4, 5))
+        got = traced(x, rows, cols).numpy()
+        got_grad = w.grad.numpy().copy()
+        expected = step(x, rows, cols).numpy()
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(got_grad, w.grad.numpy())
+    assert traced.recordings == 2

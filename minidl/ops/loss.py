@@ -359,7 +359,8 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     flat = target.reshape(-1)
     if keep is not None:
         flat = xp.where(keep.reshape(-1), flat, 0)
-    losses = -GetItem((xp.arange(rows.shape[0]), flat), None, (given,))(rows)  # the target's version is checked
+    # the target's version is checked
+    losses = -GetItem((xp.arange(rows.shape[0]), flat), index_tensors=(given,))(rows)
     w = _class_weights(op, weight, x, rows.shape[1])
     if w is not None or keep is not None:
         scale = w[flat] if w is not None else xp.ones(flat.shape, x.dtype)
