@@ -63,6 +63,9 @@ from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
 
 
+__all__ = ["compile", "CompiledStep", "Plan", "TraceError"]
+
+
 class TraceError(RuntimeError):
     """A step that a traced replay cannot reproduce (a host read, a data-dependent shape, a value
     computed from the batch outside any op)."""
@@ -87,6 +90,9 @@ class _Record(FunctionHook):
         self.replicas = {}  # id(a recorded Function) -> (it, the copy the plan calls)
         self.backward_of = None  # the node whose backward runs now (to name it in an error)
         self.made_in = {}  # value number of a constant -> the node whose backward made it
+        # id(leaf) -> [leaf, a copy of .grad before the first accumulation (or None), copies of each gradient
+        # added]: what .grad must hold at the next optimizer step, unless something outside ops changed it
+        self.delivered = {}
         self.args = []
         for a in args:
             self.args.append(self.new_value(a.array) if isinstance(a, Tensor) else None)
@@ -139,12 +145,8 @@ class _Record(FunctionHook):
             if isinstance(value, tuple) and any(_is_array(v) and id(v) in self.slot_of for v in value):
                 raise TraceError(f"compile: {op} keeps a tuple {name!r} holding arrays of the step (an index "
                                  "by several tensors); index by one tensor, or run this step eagerly")
-            if _is_array(value):
-                if value.dtype == np.bool_ and op.startswith("GetItem"):
-                    raise TraceError(f"compile: {op} indexes by a boolean mask: its output's shape depends on "
-                                     "the mask's values, which a replay cannot follow; use where() instead")
-                if id(value) in self.slot_of:
-                    bound[name] = self.slot_of[id(value)]
+            if _is_array(value) and id(value) in self.slot_of:
+                bound[name] = self.slot_of[id(value)]
         self.replicas[id(function)] = (function, replica)  # the original kept: its id stays unique
         if op.startswith("GetItem") and any(x.dtype == np.bool_ for x in inputs[1:]):
             raise TraceError(f"compile: {op} indexes by a boolean mask: its output's shape depends on the "
@@ -169,6 +171,26 @@ class _Record(FunctionHook):
             raise TraceError("compile: a tensor in the step calls retain_grad(); a replay fills the leaves' "
                              ".grad only: drop retain_grad() or run this step eagerly")
         self.lines.append(("grad", tensor, self.ref(grad, "backward"), tensor.grad is None))
+        entry = self.delivered.get(id(tensor))
+        if entry is None:
+            entry = self.delivered[id(tensor)] = [tensor, None if tensor.grad is None else tensor.grad.array.copy(), []]
+        entry[2].append(grad.array.copy())
+
+    def check_grads(self, where: str):
+        """Raise if a .grad the walk filled was changed since, outside ops (clip_grad_norm_ scaling it in
+        place, an assignment to .grad): the replay would not repeat that change."""
+        for leaf, old, added in self.delivered.values():
+            expected = old
+            for g in added:  # summed in the walk's order, as _accumulate_leaf sums
+                expected = g if expected is None else expected + g
+            if leaf.grad is None and where == "at the end of the step":
+                continue  # zero_grad() after the update: the replay ends with it too
+            if leaf.grad is None or not _same_value(leaf.grad.array, expected):
+                raise TraceError(f"compile: the .grad of a tensor of shape {tuple(leaf.shape)} changed {where} "
+                                 "after backward, outside ops (clip_grad_norm_, a scaling or an assignment of "
+                                 ".grad), which a replay would not repeat; run this step eagerly, or move "
+                                 "that change out of the step")
+        self.delivered = {}
 
     def host_read(self, tensor, how):
         if self.paused:
@@ -179,6 +201,7 @@ class _Record(FunctionHook):
 
     def optimizer_pre(self, optimizer, args, kwargs):
         if not self.paused:
+            self.check_grads(f"before {type(optimizer).__name__}.step()")
             if args[1:] or kwargs:
                 raise TraceError(f"compile: {type(optimizer).__name__}.step() got arguments (a closure?); "
                                  "call step() with none inside a traced step")
@@ -200,6 +223,7 @@ class _Record(FunctionHook):
             pre.remove()
             post.remove()
         self.check_clock()
+        self.check_grads("at the end of the step")
         leaves = {id(line[1]): line[1] for line in self.lines if line[0] == "grad"}
         self.grad_none_at_end = {i: leaf.grad is None for i, leaf in leaves.items()}
         self.result = result
