@@ -241,21 +241,20 @@ class CrossEntropyGrad(Function):
     d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
     (the softmax Jacobian applied to dz: a SoftmaxGrad); A gets no gradient.
     """
-    saved_arrays = ("probs", "totals")
+    saved_arrays = ("probs",)
 
     def __init__(self, probs):
         self.probs = probs
 
     def forward(self, x, gy, coefficients):
-        self.totals = coefficients.sum(axis=1, keepdims=True)
-        z = self.probs * self.totals
+        z = self.probs * coefficients.sum(axis=1, keepdims=True)
         z -= coefficients
         z *= gy.reshape(-1, 1)
         return z
 
     def backward(self, gz):
         x, gy, coefficients = self.inputs
-        totals = Tensor(self.totals)
+        totals = reduce_sum(coefficients, axis=1, keepdims=True)
         probs = softmax(x, axis=1)  # an op of x, so this backward can be differentiated again
         gx = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, gz) if x.requires_grad else None
         ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
@@ -265,7 +264,7 @@ class CrossEntropyGrad(Function):
         """ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)
         (ṗ: the softmax Jacobian on ẋ)."""
         x, gy, coefficients = self.inputs
-        totals = Tensor(self.totals)
+        totals = reduce_sum(coefficients, axis=1, keepdims=True)
         probs = softmax(x, axis=1)
         dz = None if dgy is None else reshape(dgy, -1, 1) * (probs * totals - coefficients)
         if dx is not None:
