@@ -62,7 +62,6 @@ from minidl.autograd.function import Function
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
 
-
 __all__ = ["compile", "CompiledStep", "Plan", "TraceError"]
 
 
