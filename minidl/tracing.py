@@ -251,6 +251,24 @@ class _Record(FunctionHook):
         return number(r)
 
 
+def _described(op) -> str:
+    """``Name(parameter=value, ...): the first line of its docstring`` for the plan's comments."""
+    def plain(v):
+        return v is None or isinstance(v, (bool, int, float, str)) or (
+            isinstance(v, tuple) and len(v) <= 6 and all(plain(x) for x in v))
+    parts = [f"{name}={value!r}" for name, value in vars(op).items()
+             if not name.startswith("_") and name not in ("saved_inputs", "saved_indices") and plain(value)]
+    shown = ""
+    for part in parts:
+        if len(shown) + len(part) > 60:
+            shown += ", …"
+            break
+        shown = f"{shown}, {part}" if shown else part
+    doc = (type(op).__doc__ or "").strip().splitlines()
+    head = f"{type(op).__name__}({shown})" if shown else type(op).__name__
+    return head + (f": {doc[0][:60]}" if doc else "")
+
+
 def _same_value(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(backend.xp_of(a).array_equal(a, b, equal_nan=True))
 
@@ -340,9 +358,7 @@ class Plan:
                     lines.append(f"ops[{k}].set_saved_arrays({{{given}}})")
                 args = ", ".join(f"v{s}" for s in ins)
                 targets = ", ".join(f"v{s}" for s in outs) + ("," if several and len(outs) == 1 else "")
-                doc = (type(replica).__doc__ or "").strip().splitlines()
-                lines.append(f"{targets} = ops[{k}].forward({args})  # {type(replica).__name__}"
-                             + (f": {doc[0][:70]}" if doc else ""))
+                lines.append(f"{targets} = ops[{k}].forward({args})  # {_described(replica)}")
                 for name, s in saved.items():
                     lines.append(f"v{s} = ops[{k}].{name}")
             elif line[0] == "grad":
