@@ -280,8 +280,7 @@ def _check_agree(first: _Record, second: _Record):
                          f"{len(second.lines)} ops, accumulations and optimizer steps: the step's Python code "
                          "takes another path from call to call, which a replay cannot follow")
     for a, b in zip(first.lines, second.lines):
-        what = a[1] if a[0] != "grad" else None
-        name = type(what).__name__
+        name = type(a[1]).__name__ if a[0] != "grad" else "a leaf's gradient"
         if a[0] != b[0] or type(a[1]) is not type(b[1]) or a[2:] != b[2:] and a[0] != "op":
             raise TraceError(f"compile: the step's ops changed between two calls with the same input shapes "
                              f"(at {name}); a replay cannot follow a step whose Python code changes path")
@@ -367,7 +366,7 @@ class Plan:
                     leaf_number[id(leaf)] = len(self.leaves)
                     self.leaves.append(leaf)
                 j = leaf_number[id(leaf)]
-                if was_none:  # the first gradient: it becomes .grad (a copy: the plan's arrays stay its own)
+                if was_none:  # the first gradient becomes .grad, as in the walk (each call's op makes a new array)
                     lines.append(f"g{j} = v{g}")
                     fresh.add(j)
                 elif j in fresh:
@@ -436,6 +435,11 @@ def _guard(args, kwargs):
         if _is_array(a):
             raise TypeError("compile: pass the step's arrays as Tensors (mdl.tensor(array)); a raw array "
                             f"of shape {a.shape} would be a constant of the plan")
+        try:
+            hash(a)
+        except TypeError:
+            raise TypeError(f"compile: an argument of type {type(a).__name__} can't be part of the guard (it is not "
+                            "hashable); pass Tensors and plain values (numbers, strings, tuples)") from None
         return ("value", a)
     for name, v in kwargs.items():
         if isinstance(v, Tensor):
