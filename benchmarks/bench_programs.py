@@ -8,6 +8,9 @@ a quarter of a second, at 1 thread and at 2 threads (BLAS and PyTorch's intra-op
 0.15 s pause before each round there, as in bench_conv.py); a time is the median of the rounds and
 the ratio the median of the per-round ratios.
 
+A program that also defines ``make_traced_step(seed, compile)`` (regression) is timed in that form
+too: its update as a function of the batch, eagerly, traced by ``minidl.compile`` and on PyTorch.
+
 At 1 thread both libraries compute in the calling thread, so the default clock there is that
 thread's CPU time (``time.thread_time``): other work on a shared machine slows neither side's
 count. At 2 threads the work is spread over threads, so the clock is elapsed time, and on a
@@ -94,14 +97,35 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
         with threadpool_limits(limits=count, user_api="blas"):
             for name in names:
                 steps = {"minidl": load(name, "minidl").make_step(0), "torch": load(name, "torch").make_step(0)}
+                program = load(name, "minidl")
+                if hasattr(program, "make_traced_step"):  # the step as a function of the batch, eager and traced
+                    import minidl
+                    steps["minidl eager (batch in)"] = program.make_traced_step(0)
+                    steps["minidl traced"] = load(name, "minidl").make_traced_step(0, minidl.compile)
+                    steps["torch (batch in)"] = load(name, "torch").make_traced_step(0)
                 times = alternate(steps, rounds, clock, pause=0.15 if count > 1 else 0.0)
                 entry = {"minidl_ms": statistics.median(times["minidl"]) * 1e3,
                          "torch_ms": statistics.median(times["torch"]) * 1e3,
                          "ratio": statistics.median(a / b for a, b in zip(times["minidl"], times["torch"])),
                          "rounds": rounds, "clock": "thread cpu" if clock is time.thread_time else "wall"}
+                if "minidl traced" in times:
+                    torch_in = times["torch (batch in)"]
+                    entry.update({
+                        "eager_batch_in_ms": statistics.median(times["minidl eager (batch in)"]) * 1e3,
+                        "traced_ms": statistics.median(times["minidl traced"]) * 1e3,
+                        "torch_batch_in_ms": statistics.median(torch_in) * 1e3,
+                        "eager_batch_in_ratio": statistics.median(
+                            a / b for a, b in zip(times["minidl eager (batch in)"], torch_in)),
+                        "traced_ratio": statistics.median(a / b for a, b in zip(times["minidl traced"], torch_in))})
                 results.setdefault(f"{count}_thread{'s' if count > 1 else ''}", {})[name] = entry
                 print(f"{count} thread{'s' if count > 1 else ' '} {name:<22} minidl {entry['minidl_ms']:8.2f} ms   "
                       f"torch {entry['torch_ms']:8.2f} ms   minidl/torch {entry['ratio']:5.2f}", flush=True)
+                if "traced_ms" in entry:
+                    print(f"{'':9} {name + ', batch in':<22} eager {entry['eager_batch_in_ms']:8.3f} ms   traced "
+                          f"{entry['traced_ms']:8.3f} ms   torch {entry['torch_batch_in_ms']:8.3f} ms   "
+                          f"eager/torch {entry['eager_batch_in_ratio']:5.2f}   "
+                          f"traced/torch {entry['traced_ratio']:5.2f}",
+                          flush=True)
     return results
 
 

@@ -173,6 +173,7 @@ from minidl.tensor import (
     zeros,
     zeros_like,
 )
+from minidl.tracing import compile as compile  # noqa: A004 - torch.compile's name (not in __all__)
 
 __version__ = "0.1.0"
 

@@ -176,9 +176,9 @@ def _gradient_op_cases(rng, t, targets):
     mask = rng.random((3, 4)) > 0.5
     coefficients = np.eye(4)[targets] * 0.9 + 0.1 / 4  # label smoothing 0.1, as the cross_entropy case
 
-    def cross_entropy_grad(x, gy):
+    def cross_entropy_grad(x, gy, a):
         shifted = np.exp(x.array - x.array.max(axis=1, keepdims=True))
-        return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True), coefficients)(x, gy)
+        return CrossEntropyGrad(shifted / shifted.sum(axis=1, keepdims=True))(x, gy, a)
 
     def normalize_grad(x, gy, axes=(1,)):
         normalize = Normalize(axes, 1e-5)
@@ -193,7 +193,7 @@ def _gradient_op_cases(rng, t, targets):
         return op(pool)(g)
 
     return [
-        ("relu_grad", lambda gy: ReLUGrad(mask)(gy), [t(3, 4)]),
+        ("relu_grad", lambda gy: ReLUGrad()(gy, Tensor(np.where(mask, 1.0, -1.0))), [t(3, 4)]),
         ("tanh_grad", lambda y, gy: TanhGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
         ("sigmoid_grad", lambda y, gy: SigmoidGrad()(y, gy), [t(3, 4, spread=0.5), t(3, 4)]),
         ("softmax_grad", lambda y, gy: SoftmaxGrad(-1)(y, gy), [t(3, 4), t(3, 4)]),
@@ -203,7 +203,7 @@ def _gradient_op_cases(rng, t, targets):
         ("linear_grad_data", lambda gy, w: LinearGradData()(gy, w), [t(2, 5, 3), t(3, 4)]),
         ("linear_grad_weight", lambda gy, x: LinearGradWeight()(gy, x), [t(2, 5, 3), t(2, 5, 4)]),
         ("linear_grad_weight_one_row", lambda gy, x: LinearGradWeight()(gy, x), [t(1, 3), t(1, 4)]),
-        ("cross_entropy_grad", cross_entropy_grad, [t(5, 4), t(5)]),
+        ("cross_entropy_grad", cross_entropy_grad, [t(5, 4), t(5), Tensor(coefficients)]),
         ("smooth_l1_loss_grad", lambda x, y, gy: SmoothL1LossGrad(0.8, 1.0, "mean")(x, y, gy),
          [Tensor(np.linspace(-2, 2, 12).reshape(3, 4) + 0.05, requires_grad=True), t(3, 4, spread=0.01),
           Tensor(np.array(0.7), requires_grad=True)]),

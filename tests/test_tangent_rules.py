@@ -193,11 +193,20 @@ def test_every_function_of_these_modules_has_a_tangent_rule():
 
 
 def test_every_op_function_of_these_modules_is_checked_by_a_case():
-    """Each such Function of minidl.ops is a recorded node of some op case, so the test above checks its jvp."""
+    """Each such Function of minidl.ops is a recorded node of some op case, so the test above checks its jvp.
+    An op with no backward (ClassTargets: class indices in, no gradient out) is never recorded, as
+    in tests/test_op_cases.py's census; the test just below checks that it is only that one."""
     ops = {cls for cls in _function_classes(Function) if cls.__module__ in MODULES
-           and cls.__module__.startswith("minidl.ops.")}
+           and cls.__module__.startswith("minidl.ops.") and "backward" in vars(cls)}
     not_run = sorted(cls.__qualname__ for cls in ops - CLASSES_RUN)
     assert not not_run, f"ops whose tangent rule no op case checks: {not_run}"
+
+
+def test_the_ops_without_a_backward_are_the_non_differentiable_ones():
+    """Left out of the census above: exactly the ops whose inputs never carry a gradient."""
+    ops = {cls.__qualname__ for cls in _function_classes(Function) if cls.__module__ in MODULES
+           and cls.__module__.startswith("minidl.ops.") and "backward" not in vars(cls)}
+    assert ops == {"ClassTargets"}
 
 
 # ---------------------------------------------------------------- the Functions outside minidl.ops

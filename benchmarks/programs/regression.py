@@ -42,3 +42,33 @@ def make_step(seed=0):
                 param.add_(-0.1 * param.grad)
         return loss
     return step
+
+
+def make_traced_step(seed=0, compile=lambda f: f):  # noqa: A002 - the tracer to apply, e.g. minidl.compile
+    """The same training as ``make_step`` in the form a tracer takes: the update of a function of the
+    batch (drawn outside it: the batch maker calls ``.item()``), with ``optim.SGD`` doing the
+    update (p − 0.1·g, the same numbers as ``param.add_(-0.1 * param.grad)``), and the loss
+    returned as a tensor. ``compile`` wraps that function (the identity: the eager step)."""
+    torch.manual_seed(seed)
+    W_target = torch.randn(POLY_DEGREE, 1) * 5
+    b_target = torch.randn(1) * 5
+    bias = b_target.item()
+
+    def get_batch(batch_size=32):
+        x = make_features(torch.randn(batch_size))
+        return x, x.mm(W_target) + bias
+
+    fc = torch.nn.Linear(W_target.size(0), 1)
+    opt = torch.optim.SGD(fc.parameters(), lr=0.1)
+
+    @compile
+    def train(batch_x, batch_y):
+        fc.zero_grad()
+        output = F.smooth_l1_loss(fc(batch_x), batch_y)
+        output.backward()
+        opt.step()
+        return output
+
+    def step():
+        return train(*get_batch())
+    return step

@@ -30,6 +30,7 @@ PUBLIC_MODULES = [
     "minidl.optim.offload",
     "minidl.graphdraw",
     "minidl.hooks",
+    "minidl.tracing",
     "minidl.models.zoo",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"

@@ -207,7 +207,9 @@ class Function:
         inputs = self.inputs
         for i in self.saved_positions():
             if version_of(inputs[i]) > stamp:
-                raise self.changed_in_place_error(f"input {i}", inputs[i])
+                x = inputs[i]  # an integer or boolean input that gets no gradient is an index, mask or condition
+                role = "index, mask or condition" if x.dtype.kind in "biu" and not x.requires_grad else f"input {i}"
+                raise self.changed_in_place_error(role, x)
         for t in self.saved_indices:
             if version_of(t) > stamp:
                 raise self.changed_in_place_error("index, mask or condition", t)

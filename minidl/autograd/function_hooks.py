@@ -34,6 +34,12 @@ class FunctionHook:
       :func:`~minidl.autograd.grad`) starts from ``outputs`` (a list of Tensors);
       the node backwards it runs come next.
     - ``walk_postprocess(outputs)``: that walk has ended.
+    - ``accumulate_preprocess(tensor, grad)``: the walk is about to add ``grad``
+      (a Tensor) into ``tensor.grad`` (a leaf's, or a tensor that retains its
+      gradient; ``tensor.grad`` is still the old value, None before the first).
+    - ``host_read(tensor, how)``: a tensor's values are read into Python
+      (``how``: "item()", "bool()", "numpy()", "tolist()"), so the code that
+      follows may depend on them (what a traced step must refuse).
 
     Each preprocess call is followed by its postprocess even when the op or
     its backward raised (``outputs`` or ``grad_inputs`` is then None), so a hook
@@ -63,6 +69,12 @@ class FunctionHook:
     def walk_postprocess(self, outputs):
         pass
 
+    def accumulate_preprocess(self, tensor, grad):
+        pass
+
+    def host_read(self, tensor, how):
+        pass
+
     def __enter__(self):
         global active
         if any(hook is self for hook in active):
@@ -90,6 +102,12 @@ def call_with_hooks(fn, inputs):
         active = hooks
         _each_hook(hooks[:entered], "forward_postprocess", fn, inputs, outputs)
     return outputs
+
+
+def announce(method: str, *args):
+    """Call ``method`` (``accumulate_preprocess``, ``host_read``) of every active hook, outermost first."""
+    for hook in active:
+        getattr(hook, method)(*args)
 
 
 def backward_with_hooks(fn, gys):

@@ -161,6 +161,8 @@ class _Destinations:
                 old = captured[id(x)]
                 captured[id(x)] = g if old is None else old + g
         elif x.creator is None or x.retains_grad:
+            if function_hooks.active:  # a traced step records each accumulation (minidl.tracing)
+                function_hooks.announce("accumulate_preprocess", x, g)
             _accumulate_leaf(x, g, self.create_graph)
 
     def to_leaf(self, x: Tensor, g: Tensor):

@@ -25,7 +25,7 @@ from minidl.ops import (
     shape,
     volume,
 )
-from minidl.ops.elementwise import abs, add, div, floor_divide, mul, neg, pow, sub, where
+from minidl.ops.elementwise import abs, add, compare, div, floor_divide, mul, neg, pow, sub, where
 from minidl.ops.linalg import matmul
 from minidl.ops.math import remainder
 from minidl.ops.shape import getitem, reshape, transpose
@@ -59,6 +59,13 @@ def _attach_tensor_methods():
     T.__or__ = T.__ror__ = _bitwise("bitwise_or")
     T.__xor__ = T.__rxor__ = _bitwise("bitwise_xor")
     T.__getitem__ = getitem
+    # comparisons are ops (Compare), so that a traced step recomputes the masks they make
+    T.__eq__ = T.eq = compare("eq")
+    T.__ne__ = T.ne = compare("ne")
+    T.__lt__ = T.lt = compare("lt")
+    T.__le__ = T.le = compare("le")
+    T.__gt__ = T.gt = compare("gt")
+    T.__ge__ = T.ge = compare("ge")
     for family in FAMILIES:
         for name in family.TENSOR_METHODS:  # each family names the ops that are also Tensor methods
             setattr(T, name, getattr(family, name))

@@ -40,11 +40,11 @@ class ReLU(Function):
         return xp_of(x).maximum(x, 0)
 
     def backward(self, gy):
-        return ReLUGrad(self.inputs[0].array > 0)(gy)
+        return ReLUGrad()(gy, self.inputs[0])
 
     def jvp(self, dx):
         """dy = dx · [x > 0]."""
-        return ReLUGrad(self.inputs[0].array > 0)(dx)
+        return ReLUGrad()(dx, self.inputs[0])
 
 
 def relu(x, inplace=False):
@@ -52,26 +52,22 @@ def relu(x, inplace=False):
 
 
 class ReLUGrad(Function):
-    """ReLU's gradient as an op of dy, the mask m = [x > 0] fixed:  z = dy · m;  d(dy) = dz · m.
+    """ReLU's gradient as an op of (dy, x), the mask m = [x > 0] read from x:  z = dy · m;  d(dy) = dz · m.
 
     The mask is piecewise constant, so z has no derivative with respect to x
-    (almost everywhere): the only input is dy.
+    (almost everywhere): x is an input (so that a traced step reads each call's x)
+    that gets no gradient.
     """
-    saved_inputs = ()
-    saved_arrays = ("positive",)
 
-    def __init__(self, positive):
-        self.positive = positive
-
-    def forward(self, gy):
-        return gy * self.positive
+    def forward(self, gy, x):
+        return gy * (x > 0)
 
     def backward(self, gz):
-        return ReLUGrad(self.positive)(gz)
+        return ReLUGrad()(gz, self.inputs[1]), None
 
-    def jvp(self, dgy):
+    def jvp(self, dgy, dx=None):
         """(linear in dy): dz = d(dy) · m."""
-        return ReLUGrad(self.positive)(dgy)
+        return None if dgy is None else ReLUGrad()(dgy, self.inputs[1])
 
 
 class LeakyReLU(Function):

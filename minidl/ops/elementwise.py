@@ -6,9 +6,11 @@ was broadcast, sums the gradient back to that input's shape with
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
-from minidl.autograd import Function, tangent_sum
+from minidl.autograd import Function, no_grad, tangent_sum
 from minidl.backend import xp_of as _xp
 from minidl.ops.shape import broadcast_to, sum_to
 from minidl.tensor import Tensor, as_tensor
@@ -366,15 +368,17 @@ class Clip(Function):
             inside &= x >= self.lo
         if self.hi is not None:
             inside &= x <= self.hi
-        self.inside = inside
+        # kept in x's dtype, as backward multiplies by it: the mask itself then reaches that op (a traced
+        # step maps it to each call's), where a conversion made in backward would be an array of its own
+        self.inside = inside.astype(x.dtype)
         return xp.clip(x, self.lo, self.hi)
 
     def backward(self, gy):
-        return gy * Tensor(self.inside.astype(gy.dtype))
+        return gy * Tensor(self.inside)
 
     def jvp(self, dx):
         """dy = dx where lo ≤ x ≤ hi, else 0."""
-        return dx * Tensor(self.inside.astype(dx.dtype))
+        return dx * Tensor(self.inside)
 
 
 class ClampTensor(Function):
@@ -471,36 +475,33 @@ def floor_divide(a, b):
 
 
 class Where(Function):
-    """y = a where cond else b (cond is constant);  da = dy where cond,  db = dy elsewhere.
+    """y = a where cond else b;  da = dy where cond,  db = dy elsewhere (cond, an input, gets no gradient).
 
-    ``condition_tensor`` is the Tensor ``cond`` came from, if any: its version is checked.
+    The condition is an input of the op, not a constructor argument, so that a traced step
+    (:mod:`minidl.tracing`) reads each call's; its version is checked as any saved input's.
     """
-    saved_inputs = ()
-    saved_arrays = ("cond",)
+    saved_inputs = (0,)  # backward reads the condition only
 
-    def __init__(self, cond, condition_tensor=()):
-        self.cond, self.saved_indices = cond, condition_tensor
-
-    def forward(self, a, b):
+    def forward(self, cond, a, b):
         try:
-            return _xp(a).where(self.cond, a, b)
+            return _xp(a).where(cond, a, b)
         except ValueError:
             raise _broadcast_error("where", a, b) from None
 
     def backward(self, gy):
-        a, b = self.inputs
+        cond, a, b = self.inputs
         zero = Tensor(gy.xp.zeros((), gy.dtype))
-        ga = sum_to(where(self.cond, gy, zero), a.shape) if a.requires_grad else None
-        gb = sum_to(where(self.cond, zero, gy), b.shape) if b.requires_grad else None
-        return ga, gb
+        ga = sum_to(where(cond, gy, zero), a.shape) if a.requires_grad else None
+        gb = sum_to(where(cond, zero, gy), b.shape) if b.requires_grad else None
+        return None, ga, gb
 
-    def jvp(self, da, db):
+    def jvp(self, dcond, da, db):
         """dy = da where cond, db elsewhere."""
-        a, b = self.inputs
+        cond, a, b = self.inputs
         shape = self.output().shape
         da = Tensor(a.xp.zeros((), a.dtype)) if da is None else da
         db = Tensor(b.xp.zeros((), b.dtype)) if db is None else db
-        return _spread(where(self.cond, da, db), shape)
+        return _spread(where(cond, da, db), shape)
 
 
 def where(cond, a, b):
@@ -509,14 +510,43 @@ def where(cond, a, b):
     ``cond`` must be boolean, as in PyTorch: a float condition is an error, not "nonzero"
     (NumPy's reading, under which NaN counts as true).
     """
-    if isinstance(cond, Tensor):
-        cond, saved = cond.array, (cond,)
-    else:
-        cond, saved = (cond if hasattr(cond, "dtype") else np.asarray(cond)), ()
+    if not isinstance(cond, Tensor):
+        cond = Tensor(cond if hasattr(cond, "dtype") else np.asarray(cond))
     if cond.dtype != np.bool_:
         raise TypeError(f"where: the condition must be a boolean tensor, got dtype {cond.dtype}; "
                         "compare first (x > 0) or convert it (cond.bool())")
-    return Where(cond, saved)(*_pair(a, b))
+    return Where()(cond, *_pair(a, b))
+
+
+class Compare(Function):
+    """y = a ⊙ b for a comparison ⊙ (``name``, of Python's ``operator`` module: eq, ne, lt, le, gt,
+    ge, on the arrays as NumPy compares them): a boolean tensor, which gets no gradient.
+
+    An op rather than arithmetic on the arrays, so that a mask made in a traced step (where(x > 0,
+    ...)) is recomputed from each call's values. ``other`` is the right-hand side when it is not a
+    Tensor (a number, an array); the call runs without recording, so the mask never requires grad.
+    """
+
+    def __init__(self, name, other=None):
+        self.name, self.other = name, other
+
+    def forward(self, a, *b):
+        return getattr(operator, self.name)(a, b[0] if b else self.other)
+
+    def jvp(self, *dxs):
+        """No tangent: a comparison is piecewise constant (it has no backward either)."""
+        return None
+
+
+def compare(name):
+    """The Tensor operator for the comparison ``name`` (``x > 0``: "gt"): a :class:`Compare` op."""
+    def comparison(self, other):
+        with no_grad():
+            if isinstance(other, Tensor):
+                return Compare(name)(self, other)
+            return Compare(name, other)(self)
+    comparison.__name__ = f"__{name}__"
+    return comparison
 
 
 class Maximum(Binary):

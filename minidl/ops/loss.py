@@ -149,20 +149,66 @@ def _is_probabilities(target, x):
 
 
 # ---------------------------------------------------------------- classification
+class ClassTargets(Function):
+    """A_nc = w_{y_n}·((1 − ε)·[c = y_n]) + ε·w_c/C, a zero row where y_n is ``ignore_index``, from
+    class indices y (any shape, flattened to M rows): cross_entropy's target distribution, and,
+    when the mean is weighted or skips samples, its denominator Σ_n w_{y_n} over the kept samples.
+
+    An op of the targets (not a constructor argument of CrossEntropy) so that a traced step
+    (:mod:`minidl.tracing`) computes it from each new batch. No gradient flows to class indices.
+    ``masks``: whether some sample was found ignored when the call was made (on the host); a
+    replay that meets an ignored sample where its recording met none raises, since the mean's
+    denominator would change.
+    """
+    saved_inputs = ()
+    saved_arrays = ("weight",)
+
+    def __init__(self, classes, dtype, smoothing, ignore_index, weight, masks):
+        self.classes, self.dtype, self.smoothing = classes, dtype, smoothing
+        self.ignore_index, self.weight, self.masks = ignore_index, weight, masks
+
+    def forward(self, target):
+        xp, w, eps, classes = xp_of(target), self.weight, self.smoothing, self.classes
+        flat = target.reshape(-1)
+        keep = None
+        if self.masks:
+            keep = flat != self.ignore_index
+            flat = xp.where(keep, flat, 0)  # an ignored sample picks class 0, then its row is zeroed
+        elif self.ignore_index is not None and xp is np and bool((flat == self.ignore_index).any()):
+            raise RuntimeError(f"cross_entropy: this batch has targets equal to ignore_index={self.ignore_index} "
+                               "but the traced step was recorded on a batch without any, so its mean divides "
+                               "by the wrong count; record it on such a batch, or run it eagerly")
+        count = flat.shape[0]
+        coefficients = xp.zeros((count, classes), self.dtype)
+        coefficients[xp.arange(count), flat] = (1 - eps) if w is None else (1 - eps) * w[flat]
+        if eps:
+            coefficients += (eps / classes) if w is None else (eps / classes) * w
+        if keep is not None:
+            coefficients *= keep.reshape(-1, 1)
+        if w is None and keep is None:
+            return coefficients
+        return coefficients, _class_denominator(w, flat, keep, self.dtype).array
+
+    def jvp(self, dt):
+        """No tangent: the distribution is piecewise constant in the class indices (it has no backward
+        either: no gradient reaches integer targets)."""
+        return None
+
+
 class CrossEntropy(Function):
-    """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a constant target distribution A (M, C);
-    dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)   (= softmax − onehot for plain class targets).
+    """ℓ_n = −Σ_c A_nc log softmax(x_n)_c for logits x (M, C) and a target distribution A (M, C),
+    an input that gets no gradient;  dx_n = dℓ_n · (softmax(x_n) · Σ_c A_nc − A_n)
+    (= softmax − onehot for plain class targets).
 
     ``target`` is the Tensor A was made from (class indices or probabilities): backward
     does not read it, but PyTorch's does, so a change to it in place is refused alike.
     """
-    saved_arrays = ("coefficients", "probs")
+    saved_arrays = ("probs",)
 
-    def __init__(self, coefficients, target=None):
-        self.coefficients = coefficients
+    def __init__(self, target=None):
         self.saved_indices = () if target is None else (target,)
 
-    def forward(self, x):
+    def forward(self, x, coefficients):
         xp = xp_of(x)
         # Shift by the row maximum before the log-sum-exp: e^(·) ≤ 1, so logits of ±1000
         # stay finite, and subtracting the shift first keeps float32 exact there. One exp:
@@ -173,50 +219,52 @@ class CrossEntropy(Function):
         self.probs /= total
         log_probs -= xp.log(total)
         # where A is 0 the term is 0, even for a logit masked to −inf (0 · −inf would be NaN)
-        used = xp.where(self.coefficients == 0, 0, log_probs)
-        return -array_kernels.dot_trailing(self.coefficients, used, 1)[:, 0]
+        used = xp.where(coefficients == 0, 0, log_probs)
+        return -array_kernels.dot_trailing(coefficients, used, 1)[:, 0]
 
     def backward(self, gy):
-        return CrossEntropyGrad(self.probs, self.coefficients)(self.inputs[0], gy)
+        x, coefficients = self.inputs
+        return CrossEntropyGrad(self.probs)(x, gy, coefficients), None
 
-    def jvp(self, dx):
+    def jvp(self, dx, dcoefficients=None):
         """ℓ̇_n = Σ_c ẋ_nc (softmax(x_n)_c · Σ_c' A_nc' − A_nc)   (the same row, dotted with the tangent)."""
-        coefficients = Tensor(self.coefficients)
-        probs = softmax(self.inputs[0], axis=1)  # an op of x, so this rule can be differentiated again
+        if dx is None:
+            return None
+        x, coefficients = self.inputs
+        probs = softmax(x, axis=1)  # an op of x, so this rule can be differentiated again
         return reduce_sum(dx * (probs * reduce_sum(coefficients, axis=1, keepdims=True) - coefficients), axis=1)
 
 
 class CrossEntropyGrad(Function):
-    """CrossEntropy's gradient as an op of (x, dℓ), with p = softmax(x) (saved by the forward)
+    """CrossEntropy's gradient as an op of (x, dℓ, A), with p = softmax(x) (saved by the forward)
     and T_n = Σ_c A_nc:  z_n = dℓ_n · (p_n T_n − A_n);
     d(dℓ)_n = Σ_c dz_nc (p_nc T_n − A_nc),  dx_n = dℓ_n T_n · p_n ⊙ (dz_n − Σ_c dz_nc p_nc)
-    (the softmax Jacobian applied to dz: a SoftmaxGrad).
+    (the softmax Jacobian applied to dz: a SoftmaxGrad); A gets no gradient.
     """
-    saved_arrays = ("probs", "coefficients", "totals")
+    saved_arrays = ("probs",)
 
-    def __init__(self, probs, coefficients):
-        self.probs, self.coefficients = probs, coefficients
-        self.totals = coefficients.sum(axis=1, keepdims=True)
+    def __init__(self, probs):
+        self.probs = probs
 
-    def forward(self, x, gy):
-        z = self.probs * self.totals
-        z -= self.coefficients
+    def forward(self, x, gy, coefficients):
+        z = self.probs * coefficients.sum(axis=1, keepdims=True)
+        z -= coefficients
         z *= gy.reshape(-1, 1)
         return z
 
     def backward(self, gz):
-        x, gy = self.inputs
-        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        x, gy, coefficients = self.inputs
+        totals = reduce_sum(coefficients, axis=1, keepdims=True)
         probs = softmax(x, axis=1)  # an op of x, so this backward can be differentiated again
         gx = reshape(gy, -1, 1) * totals * SoftmaxGrad(1)(probs, gz) if x.requires_grad else None
         ggy = reduce_sum(gz * (probs * totals - coefficients), axis=1) if gy.requires_grad else None
-        return gx, ggy
+        return gx, ggy, None
 
-    def jvp(self, dx, dgy):
+    def jvp(self, dx, dgy, dcoefficients=None):
         """ż_n = ḋℓ_n · (p_n T_n − A_n) + dℓ_n T_n · p_n ⊙ (ẋ_n − Σ_c ẋ_nc p_nc)
         (ṗ: the softmax Jacobian on ẋ)."""
-        x, gy = self.inputs
-        totals, coefficients = Tensor(self.totals), Tensor(self.coefficients)
+        x, gy, coefficients = self.inputs
+        totals = reduce_sum(coefficients, axis=1, keepdims=True)
         probs = softmax(x, axis=1)
         dz = None if dgy is None else reshape(dgy, -1, 1) * (probs * totals - coefficients)
         if dx is not None:
@@ -256,20 +304,14 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction="m
                              "give ignored samples a zero row of probabilities instead, as PyTorch asks")
         return _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction, given)
     target, keep = _class_targets(op, x, target, ignore_index)
-    xp = x.xp
-    flat = target.reshape(-1)
-    if keep is not None:
-        flat = xp.where(keep.reshape(-1), flat, 0)  # an ignored sample picks class 0, then its row is zeroed
-    coefficients = xp.zeros((count, classes), x.dtype)
-    coefficients[xp.arange(count), flat] = (1 - label_smoothing) if w is None else (1 - label_smoothing) * w[flat]
-    if label_smoothing:
-        coefficients += (label_smoothing / classes) if w is None else (label_smoothing / classes) * w
-    if keep is not None:
-        coefficients *= keep.reshape(-1, 1)
-    losses = CrossEntropy(coefficients, given)(rows)
+    # the target distribution is an op of the targets (a traced step recomputes it per batch)
+    made = ClassTargets(classes, x.dtype, label_smoothing, ignore_index, w, keep is not None)(
+        given if given.array is target else Tensor(target))
+    coefficients, denominator = made if isinstance(made, tuple) else (made, None)
+    losses = CrossEntropy(given)(rows, coefficients)
     if reduction == "none":
         return reshape(losses, target.shape)
-    return _reduce(losses, reduction, _class_denominator(w, flat, keep, x.dtype))
+    return _reduce(losses, reduction, denominator)
 
 
 def _target_tensor(target) -> Tensor:
@@ -293,7 +335,7 @@ def _soft_cross_entropy(x, rows, target, w, label_smoothing, reduction, given):
             a = a * (1 - label_smoothing) + label_smoothing / classes
         if w is not None:
             a = a * w
-        losses = CrossEntropy(a, given)(rows)
+        losses = CrossEntropy(given)(rows, Tensor(a))
     if reduction == "none":
         return reshape(losses, () if x.ndim == 1 else (x.shape[0],) + x.shape[2:])
     return _reduce(losses, reduction)
@@ -316,7 +358,8 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     flat = target.reshape(-1)
     if keep is not None:
         flat = xp.where(keep.reshape(-1), flat, 0)
-    losses = -GetItem((xp.arange(rows.shape[0]), flat), None, (given,))(rows)  # the target's version is checked
+    # the target's version is checked
+    losses = -GetItem((xp.arange(rows.shape[0]), flat), index_tensors=(given,))(rows)
     w = _class_weights(op, weight, x, rows.shape[1])
     if w is not None or keep is not None:
         scale = w[flat] if w is not None else xp.ones(flat.shape, x.dtype)

@@ -369,66 +369,116 @@ def _has_integer_array(key) -> bool:
     return any(hasattr(k, "dtype") and k.dtype.kind in "iu" for k in keys)
 
 
+def index_places(key, index_tensors):
+    """``(template, places, inputs, version_only)``: ``key`` with each index Tensor's array taken out.
+
+    An index array that came from a Tensor of the call (an embedding's token ids) is an input of
+    the op, not part of its constructor's key, so that a traced step (:mod:`minidl.tracing`) reads
+    each call's: ``template`` has None at those ``places`` (-1: the whole key), ``inputs`` are those
+    Tensors in order. ``version_only`` are the index Tensors whose arrays are not in the key (as
+    given: a key derived from them), kept only for the in-place check.
+    """
+    by_array = {id(t.array): t for t in index_tensors}
+    if not isinstance(key, tuple):
+        t = by_array.get(id(key))
+        if t is None:
+            return key, (), (), tuple(index_tensors)
+        return None, (-1,), (t,), ()
+    template, places, inputs = list(key), [], []
+    for i, k in enumerate(key):
+        t = by_array.get(id(k))
+        if t is not None:
+            template[i] = None
+            places.append(i)
+            inputs.append(t)
+    used = {id(t) for t in inputs}
+    return tuple(template), tuple(places), tuple(inputs), tuple(t for t in index_tensors if id(t) not in used)
+
+
+def _filled(template, places, arrays):
+    """The key with each call's index arrays put back at their places (see :func:`index_places`)."""
+    if not places:
+        return template
+    if places == (-1,):
+        return arrays[0]
+    key = list(template)
+    for i, array in zip(places, arrays):
+        key[i] = array
+    return tuple(key)
+
+
 class GetItem(Function):
     """y = x[key] (slices, integers, integer arrays, boolean masks);  dx = dy scattered into zeros.
 
     ``select`` (None, or a basic key applied first) gives PyTorch's order of indexing
-    (see :func:`minidl.tensor.index_key`); ``index_tensors`` are the key's integer and
-    boolean Tensors, whose versions backward checks.
+    (see :func:`minidl.tensor.index_key`). The key's index Tensors are inputs after x, put
+    back into ``key`` at ``places`` (see :func:`index_places`); they get no gradient.
+    ``index_tensors``: Tensors the key was derived from, whose versions backward checks.
     """
-    saved_inputs = ()
-    saved_arrays = ("key",)
+    saved_inputs = ()  # set per call: backward reads the index inputs, never x
+    saved_arrays = ("key",)  # a constant index array of the key (one given as an array, not a Tensor)
 
-    def __init__(self, key, select=None, index_tensors=()):
-        self.key, self.select, self.saved_indices = key, select, index_tensors
+    def __init__(self, key, select=None, places=(), index_tensors=()):
+        self.key, self.select, self.places, self.saved_indices = key, select, places, index_tensors
+        if places:
+            self.saved_inputs = tuple(range(1, len(places) + 1))
 
-    def forward(self, x):
+    def forward(self, x, *indices):
         self.in_shape = x.shape
         if self.select is not None:
             x = x[self.select]
-        key = self.key
+        key = _filled(self.key, self.places, indices)
         if type(key) is np.ndarray and key.dtype.kind in "iu" and x.ndim:
             return np.take(x, key, axis=0)  # rows by one index array (an embedding): 3× NumPy's x[key]
         return x[key]
 
     def backward(self, gy):
-        return GetItemGrad(self.key, self.in_shape, self.select, self.saved_indices)(gy)
+        grad = GetItemGrad(self.key, self.in_shape, self.select, self.places, self.saved_indices)
+        return (grad(gy, *self.inputs[1:]),) + (None,) * len(self.places)
 
-    def jvp(self, dx):
+    def jvp(self, dx, *dindices):
         """ẏ = ẋ[key]."""
-        return GetItem(self.key, self.select, self.saved_indices)(dx)
+        return GetItem(self.key, self.select, self.places, self.saved_indices)(dx, *self.inputs[1:])
 
 
 class GetItemGrad(Function):
-    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key]."""
+    """y = zeros(shape) with dy added at x[key] (repeated indices add up);  dx = dy[key].
+    The key's index Tensors, if any, are inputs after dy (see :class:`GetItem`)."""
     saved_inputs = ()
     saved_arrays = ("key",)
 
-    def __init__(self, key, shape, select=None, index_tensors=()):
-        self.key, self.shape, self.select, self.saved_indices = key, shape, select, index_tensors
+    def __init__(self, key, shape, select=None, places=(), index_tensors=()):
+        self.key, self.shape, self.select, self.places = key, shape, select, places
+        self.saved_indices = index_tensors
+        if places:
+            self.saved_inputs = tuple(range(1, len(places) + 1))
 
-    def forward(self, gy):
+    def forward(self, gy, *indices):
         xp = xp_of(gy)
         gx = xp.zeros(self.shape, gy.dtype)
         target = gx if self.select is None else gx[self.select]  # a view of gx
-        if _has_integer_array(self.key):
-            scatter_add(target, self.key, gy)  # an index may repeat: add, do not overwrite
+        key = _filled(self.key, self.places, indices)
+        if _has_integer_array(key):
+            scatter_add(target, key, gy)  # an index may repeat: add, do not overwrite
         else:
-            target[self.key] = gy
+            target[key] = gy
         return gx
 
     def backward(self, ggx):
-        return GetItem(self.key, self.select, self.saved_indices)(ggx)
+        gather = GetItem(self.key, self.select, self.places, self.saved_indices)
+        return (gather(ggx, *self.inputs[1:]),) + (None,) * len(self.places)
 
-    def jvp(self, dgy):
+    def jvp(self, dgy, *dindices):
         """ẏ = zeros(shape) with ḋy (the tangent of dy) added at x[key]."""
-        return GetItemGrad(self.key, self.shape, self.select, self.saved_indices)(dgy)
+        scatter = GetItemGrad(self.key, self.shape, self.select, self.places, self.saved_indices)
+        return scatter(dgy, *self.inputs[1:])
 
 
 def getitem(x: Tensor, key) -> Tensor:
     """``x[key]`` with PyTorch's rules (integers index before index arrays: see ``index_key``)."""
     key, select, index_tensors = index_key(key)
-    return GetItem(key, select, index_tensors)(x)
+    template, places, inputs, version_only = index_places(key, index_tensors)
+    return GetItem(template, select, places, version_only)(x, *inputs)
 
 
 class Contiguous(Function):

@@ -100,17 +100,17 @@ gy *= y
 return gy
 """}, ("in-place write into a saved input",)),
     Mistake("2.3", "cross-entropy: onehot − softmax", {CROSS_ENTROPY: """
-return gy.reshape(-1, 1) * (self.coefficients - self.probs * self.totals)
+return gy.reshape(-1, 1) * (coefficients - self.probs * coefficients.sum(axis=1, keepdims=True))
 """}, ("sign",)),
     Mistake("2.3", "cross-entropy: the upstream gradient dropped", {CROSS_ENTROPY: """
-return self.probs * self.totals - self.coefficients
+return self.probs * coefficients.sum(axis=1, keepdims=True) - coefficients
 """}, ("missing scale",)),
     Mistake("2.3", "cross-entropy: softmax − A, as if every row of A summed to 1", {CROSS_ENTROPY: """
-return gy.reshape(-1, 1) * (self.probs - self.coefficients)
+return gy.reshape(-1, 1) * (self.probs - coefficients)
 """}, ("missing term",), public_passes=True),
     Mistake("2.3", "cross-entropy: the saved probabilities changed in place", {CROSS_ENTROPY: """
-self.probs *= self.totals
-self.probs -= self.coefficients
+self.probs *= coefficients.sum(axis=1, keepdims=True)
+self.probs -= coefficients
 return gy.reshape(-1, 1) * self.probs
 """}, ("in-place write into a saved input",)),
     # 2.4 conv2d
