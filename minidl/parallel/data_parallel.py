@@ -23,7 +23,7 @@ network's bandwidth.
 
 With ``overlap=True`` the buckets travel during the backward pass instead
 (Li et al. 2020, "PyTorch Distributed", section 3.2.3). The forward pass
-counts, with a FunctionHook, how many recorded ops use each parameter; the
+counts (:mod:`minidl.parallel.buckets`) how many recorded ops use each parameter; the
 backward walk then counts them down (the same hook, after each node's
 backward) and a parameter whose count reaches zero has its final gradient.
 As soon as every parameter of a bucket is final, the bucket is packed and a
@@ -50,10 +50,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
+from minidl.autograd import enable_grad, is_grad_enabled
 from minidl.backend import xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
+from minidl.parallel.buckets import BackwardStarts, BucketsInBackward, UseCounter
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.tensor import Tensor, mark_changed
 
@@ -120,7 +121,7 @@ class DataParallel(WrapsModule, ParallelModule):
         if not (self.overlap and self.training and is_grad_enabled()):
             return self.module(*args, **kwargs)
         params = self._trainable()
-        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        counter = UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._overlap_step = self._overlap_step, None
         merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
         if merge:
@@ -138,7 +139,7 @@ class DataParallel(WrapsModule, ParallelModule):
         if merge:
             previous.merged_into = self._overlap_step
         if isinstance(out, Tensor) and out.requires_grad:
-            out = _BackwardStarts(self._overlap_step)(out)
+            out = BackwardStarts(self._overlap_step)(out)
         return out
 
     def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None) -> float:
@@ -304,121 +305,6 @@ def _pack(params, bucket, weight: float):
         else:
             p.xp.multiply(p.grad.data.reshape(-1), weight, out=piece)
     return flat
-
-
-class _UseCounter(FunctionHook):
-    """During a forward: how many recorded ops take each parameter as an input."""
-
-    def __init__(self, positions: dict):
-        self.positions, self.uses = positions, [0] * len(positions)
-
-    def forward_postprocess(self, function, inputs, outputs):
-        if function.inputs:  # recorded: its backward will run
-            for x in inputs:
-                index = self.positions.get(id(x))
-                if index is not None:
-                    self.uses[index] += 1
-
-
-class _GradientReady(FunctionHook):
-    """During a backward: counts each parameter's uses down; at zero its gradient is final."""
-
-    def __init__(self, step: "_OverlapStep"):
-        self.step = step
-
-    def backward_preprocess(self, function, grad_outputs):
-        self.step.start_ready_buckets()  # the previous node's gradients are accumulated by now
-
-    def backward_postprocess(self, function, grad_outputs, grad_inputs):
-        if grad_inputs is None or not function.inputs:
-            return
-        for x, g in zip(function.inputs, grad_inputs):
-            index = self.step.positions.get(id(x))
-            if index is not None and g is not None:
-                self.step.used(index)
-
-
-class _BackwardStarts(Function):
-    """y = x;  dx = dy, and from here on the gradient hook watches the backward walk (overlap);  ẏ = ẋ."""
-
-    def __init__(self, step: "_OverlapStep"):
-        self.step = step
-
-    def forward(self, x):
-        return x.view()
-
-    def backward(self, gy):
-        self.step.open()
-        return (gy,)
-
-    def jvp(self, dx):
-        return dx
-
-
-class BucketsInBackward:
-    """Which buckets of parameters have their final gradients, while a backward runs.
-
-    The forward counted, with :class:`_UseCounter`, how many recorded ops take each parameter;
-    the backward walk counts them down (:class:`_GradientReady`, after each node's backward), and
-    a parameter whose count reaches zero has its final gradient. When every parameter of bucket
-    ``b`` of ``plan`` (lists of (parameter index, offset)) is final, :meth:`start` ``(b)`` runs:
-    data parallelism's all-reduce (:class:`_OverlapStep`), ZeRO-2's reduce-scatter
-    (``minidl.parallel.sharded``). :meth:`start_the_rest` starts the buckets left at the sync.
-    """
-
-    def __init__(self, params, uses, plan):
-        self.params, self.uses, self.plan = params, list(uses), plan
-        self.positions = {id(p): i for i, p in enumerate(params)}
-        self.bucket_of = {index: b for b, bucket in enumerate(plan) for index, _ in bucket}
-        self.waiting = [len(bucket) for bucket in plan]   # parameters not yet final, per bucket
-        self.ready, self.started, self.hook, self.opened = [], set(), None, False
-        self.merged_into = None  # a later forward's step that counts this one's uses too (see open)
-        self.started_in_backward = 0
-        for index, count in enumerate(self.uses):
-            if count == 0:  # not used (or frozen path): final from the start
-                self.ready.append(index)
-
-    def start(self, b: int) -> None:
-        raise NotImplementedError
-
-    def open(self):
-        """The backward reached this forward's output: watch the walk from here on (this step's, or the step
-        of a later forward that took over its uses: two forwards, then one backward)."""
-        if self.merged_into is not None:
-            return self.merged_into.open()
-        if self.hook is None:
-            self.opened = True
-            self.hook = _GradientReady(self)
-            self.hook.__enter__()
-
-    def close(self):
-        if self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook.__exit__(None, None, None)
-
-    def used(self, index: int):
-        self.uses[index] -= 1
-        if self.uses[index] == 0:
-            self.ready.append(index)
-
-    def start_ready_buckets(self, in_backward: bool = True):
-        ready, self.ready = self.ready, []
-        for index in ready:
-            b = self.bucket_of[index]
-            self.waiting[b] -= 1
-            if self.waiting[b] == 0 and b not in self.started:
-                self.started.add(b)
-                self.start(b)
-                self.started_in_backward += in_backward
-
-    def start_the_rest(self) -> None:
-        """Start the buckets left (a parameter counted uses that never ran backward)."""
-        self.close()
-        self.start_ready_buckets(in_backward=False)
-        for b in range(len(self.plan)):
-            if b not in self.started:
-                self.started.add(b)
-                self.start(b)
 
 
 class _OverlapStep(BucketsInBackward):

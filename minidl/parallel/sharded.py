@@ -28,7 +28,7 @@ the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
 Units: stage 2's are buckets of consecutive parameters of about ``bucket_bytes``
 (:func:`gradient_buckets`; a model smaller than a bucket is one unit), each
 reduce-scattered as soon as the backward has finished its gradients (the uses
-counted as :class:`~minidl.parallel.data_parallel.BucketsInBackward` counts them),
+counted as :class:`~minidl.parallel.buckets.BucketsInBackward` counts them),
 so the backward never holds the whole model's gradients. Stage 3 shards an
 ``nn.Sequential`` layer by layer (:func:`gather_units`: each layer with parameters
 is a unit, and a nested ``Sequential`` larger than ``bucket_bytes`` is split into
@@ -89,15 +89,8 @@ from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
 from minidl.parallel import flat as flat_layout
-from minidl.parallel.data_parallel import (
-    BUCKET_BYTES,
-    BucketsInBackward,
-    DataParallel,
-    _BackwardStarts,
-    _UseCounter,
-    clip_spread_grad_norm_,
-    probing_optimizer,
-)
+from minidl.parallel.buckets import BackwardStarts, BucketsInBackward, UseCounter
+from minidl.parallel.data_parallel import BUCKET_BYTES, DataParallel, clip_spread_grad_norm_, probing_optimizer
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
@@ -519,7 +512,7 @@ class ShardedDataParallel(DataParallel):
         """Stage 2's forward, counting each parameter's uses, so that its backward reduce-scatters each unit (a
         bucket of about ``bucket_bytes``) as soon as its gradients are final and frees them (:class:`_ShardStep`)."""
         params = [p for unit in self._shard_units() for p in unit.params]
-        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        counter = UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._shard_step = self._shard_step, None
         merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
         if merge:
@@ -532,7 +525,7 @@ class ShardedDataParallel(DataParallel):
         if merge:
             previous.merged_into = self._shard_step
         if isinstance(out, Tensor) and out.requires_grad:
-            out = _BackwardStarts(self._shard_step)(out)
+            out = BackwardStarts(self._shard_step)(out)
         return out
 
     def _count_samples(self, x):
