@@ -449,8 +449,12 @@ class DistributedOptimizer(ParallelOptimizer):
                 params = getattr(self.optimizer, "all_params", None)
                 if params is None:
                     params = [p for g in probing.param_groups for p in g["params"]]
-                self.model.probe_gradients(probing.probe, [p for p in params if p.requires_grad])
+                probe_for = getattr(self.optimizer, "probe_for", None)  # ZeRO-1: D laid out into its chunks
+                probe = probe_for(probing.probe) if probe_for is not None else probing.probe
+                self.model.probe_gradients(probe, [p for p in params if p.requires_grad])
             self.model.sync_gradients()
+            if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO-1: its chunks' gradients from the sums
+                self.optimizer.synchronize()
             self._synchronized = True
 
     def _probing_optimizer(self):
@@ -477,22 +481,22 @@ class DistributedOptimizer(ParallelOptimizer):
 
         Synchronizes first. Plain data parallelism holds the whole global gradient on every rank
         after the all-reduce. ZeRO stage 1 holds it too, but its optimizer steps (and a loss scaler
-        unscales) only the parameters this rank owns: those are clipped, by the norm whose squares
-        every rank adds for its own parameters (a collective); stages 2 and 3 hold a shard of it,
+        unscales) only this rank's chunks of the flat parameters: those are clipped, by the norm whose
+        squares every rank adds for its own chunks (a collective); stages 2 and 3 hold a shard of it,
         and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks likewise.
         """
         from minidl.nn.utils import clip_grad_norm_
         self.synchronize()
         if self.model.shards_gradients:  # stages 2 and 3: this rank's shards
             return self.model.clip_grad_norm_(max_norm)
-        if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: the parameters this rank owns
+        if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: this rank's chunks
             return self.optimizer.clip_grad_norm_(max_norm)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).data
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² of ``params``' synchronized gradients: every rank holds the whole global gradient, so
-        no sum over the ranks (ZeRO stage 1 adds its owners' parts; stages 2 and 3 hold shards of no
+        no sum over the ranks (ZeRO stage 1 adds its chunks' parts; stages 2 and 3 hold shards of no
         parameter and are not cut further: a pipeline of ZeRO shards is not a layout)."""
         if self.model.shards_gradients:
             raise ValueError("DistributedOptimizer.grad_squares: the gradients are ZeRO-2/3 shards, not "
@@ -503,7 +507,7 @@ class DistributedOptimizer(ParallelOptimizer):
         """Whether any rank found an inf or NaN in the gradients it unscaled (a collective).
 
         :class:`minidl.amp.GradScaler` calls it from ``unscale_``: under ZeRO a rank unscales only
-        its part of the gradient (stage 1: the parameters it owns; stages 2 and 3: its shard), and
+        its part of the gradient (stage 1: its chunks; stages 2 and 3: its shard), and
         an overflow in one rank's part must make every rank skip the step and back off its scale,
         as one process checking the whole gradient would. A SUM of the 0/1 flags over the ranks.
         """
@@ -518,8 +522,8 @@ class DistributedOptimizer(ParallelOptimizer):
     def consolidated_state_dict(self) -> dict:
         """The whole optimizer state in the per-parameter form one process saves (a collective under ZeRO).
 
-        ZeRO stage 1 gathers each rank's whole parameters' states; stages 2 and 3 gather each
-        shard's state and cut it into the parameters' shapes. The result loads into a plain
+        ZeRO stages 1, 2 and 3 gather each chunk's or shard's state and cut it into the parameters'
+        shapes. The result loads into a plain
         optimizer in one process, or through :meth:`load_state_dict` into any number of ranks.
         """
         consolidate = getattr(self.model, "consolidate_optimizer_state", None)

@@ -664,12 +664,13 @@ class ShardedDataParallel(DataParallel):
     def consolidate_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """An optimizer's state over the shards -> the state one process keeps per parameter (a collective):
         :func:`minidl.parallel.whole_state.consolidate_shard_state` of this model's units."""
-        return consolidate_shard_state(self._shard_units(), self.module, state_dict, layer_state)
+        return consolidate_shard_state(self._shard_units(), list(self.module.named_parameters()), state_dict,
+                                       layer_state)
 
     def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """The per-parameter state one process keeps -> this rank's state over the shards (no communication):
         :func:`minidl.parallel.whole_state.shard_optimizer_state` of this model's units."""
-        return shard_optimizer_state(self._shard_units(), self.module, state_dict, layer_state)
+        return shard_optimizer_state(self._shard_units(), list(self.module.named_parameters()), state_dict, layer_state)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).
