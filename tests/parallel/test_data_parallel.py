@@ -128,6 +128,21 @@ def test_zero_shards_the_optimizer_state(job):
             np.testing.assert_allclose(np.array(consolidated[f"{pos}/{key}"]), state[key], rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["zero_lamb_f64", "zero_novograd_f64", "zero_adahessian_f64"])
+def test_zero_stage_1_consolidates_the_state_one_process_keeps(job, name):
+    """The chunks' state all-gathered and cut into the parameters' shapes (NovoGrad's v: one number per parameter,
+    the same on every rank) equals the unsharded optimizer's, entry by entry, on every rank."""
+    _, outputs = job
+    _, reference_opt = _reference(name)
+    for _, facts in outputs:
+        consolidated = facts[name]["consolidated"]
+        want = {f"{pos}/{key}": np.asarray(value) for pos, state in reference_opt.state.items()
+                for key, value in state.items() if hasattr(value, "shape")}
+        assert sorted(consolidated) == sorted(want)
+        for key, value in want.items():
+            np.testing.assert_allclose(np.array(consolidated[key]), value, rtol=1e-9, atol=1e-12, err_msg=key)
+
+
 @pytest.mark.parametrize("name", ["zero_adam_f64", "zero_sgd_f32"])
 def test_zero_stage_1_hands_the_communicator_what_the_cost_model_says(job, name):
     """Per step: the all-reduce of gΨ (DataParallel's), then the all-gather of this rank's chunk, pΨ'/N with
