@@ -184,7 +184,8 @@ def test_zero_with_parameter_groups_saves_and_loads_what_one_process_does():
     train(a, plain, 2, 1)
     train(b, zero, 2, 1)
     full, want = zero.consolidated_state_dict(), plain.state_dict()
-    assert [g["params"] for g in full["param_groups"]] == [g["params"] for g in want["param_groups"]] == [[0, 1], [2, 3]]
+    positions = [[0, 1], [2, 3]]
+    assert [g["params"] for g in full["param_groups"]] == [g["params"] for g in want["param_groups"]] == positions
     assert [g["lr"] for g in full["param_groups"]] == [0.01, 0.03]
     assert sorted(full["state"]) == sorted(want["state"]) == [0, 1, 2, 3]
     for pos, entry in want["state"].items():
