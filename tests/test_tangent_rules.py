@@ -33,8 +33,8 @@ from minidl.tensor import Tensor
 MODULES = ("minidl.ops.shape", "minidl.ops.rearrange", "minidl.ops.indexing", "minidl.ops.scatter_reduce",
            "minidl.ops.conv", "minidl.ops.pool", "minidl.ops.norm", "minidl.ops.loss", "minidl.ops.attention",
            "minidl.ops.distance", "minidl.ops.quantize", "minidl.ops.regularization", "minidl.ops.distributed",
-           "minidl.nn.recurrent", "minidl.checkpoint.segments", "minidl.parallel.data_parallel", "minidl.parallel.buckets",
-           "minidl.parallel.sharded")
+           "minidl.nn.recurrent", "minidl.checkpoint.segments", "minidl.parallel.data_parallel",
+           "minidl.parallel.buckets", "minidl.parallel.sharded")
 STEP = 1e-6
 FD_TOLERANCE = 1e-6  # of max(1, the largest difference quotient): see the module docstring
 ADJOINT_ULPS = 64
