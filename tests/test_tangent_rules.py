@@ -34,7 +34,7 @@ MODULES = ("minidl.ops.shape", "minidl.ops.rearrange", "minidl.ops.indexing", "m
            "minidl.ops.conv", "minidl.ops.pool", "minidl.ops.norm", "minidl.ops.loss", "minidl.ops.attention",
            "minidl.ops.distance", "minidl.ops.quantize", "minidl.ops.regularization", "minidl.ops.distributed",
            "minidl.nn.recurrent", "minidl.checkpoint.segments", "minidl.parallel.data_parallel",
-           "minidl.parallel.sharded")
+           "minidl.parallel.buckets", "minidl.parallel.sharded")
 STEP = 1e-6
 FD_TOLERANCE = 1e-6  # of max(1, the largest difference quotient): see the module docstring
 ADJOINT_ULPS = 64
@@ -261,7 +261,7 @@ def test_checkpoint_tangent_of_an_input_the_outputs_do_not_use_is_zero():
 
 
 class _Step:
-    """What _BackwardStarts tells when the backward reaches it (the overlap's start)."""
+    """What BackwardStarts tells when the backward reaches it (the overlap's start)."""
     opened = 0
 
     def open(self):
@@ -286,14 +286,14 @@ class _Owner:
 
 
 def test_data_parallel_boundaries_pass_the_tangent_through():
-    from minidl.parallel.data_parallel import _BackwardStarts
+    from minidl.parallel.buckets import BackwardStarts
     from minidl.parallel.sharded import _UnitBoundary
     rng = np.random.default_rng(3)
     step = _Step()
-    seen = _check_case("backward_starts", lambda x: _BackwardStarts(step)(x) * 1.0, [_leaf(rng, 3, 2)])
+    seen = _check_case("backward_starts", lambda x: BackwardStarts(step)(x) * 1.0, [_leaf(rng, 3, 2)])
     seen |= _check_case("unit_boundary", lambda x, shard: _UnitBoundary(_Unit(5), _Owner())(x, shard),
                         [_leaf(rng, 3, 2), _leaf(rng, 5)])
-    assert seen == {_BackwardStarts, _UnitBoundary} and step.opened == 1  # the adjoint check ran its backward
+    assert seen == {BackwardStarts, _UnitBoundary} and step.opened == 1  # the adjoint check ran its backward
 
 
 # ---------------------------------------------------------------- the rules differentiate again

@@ -233,29 +233,33 @@ def zero_bytes_per_rank(elements: float, ranks: int, stage: int, param_bytes: fl
 
 
 def zero_step_payloads(elements: float, ranks: int, stage: int, param_bytes: float = 2,
-                       grad_bytes: float = 2) -> dict:
+                       grad_bytes: float = 2, padded: float | None = None) -> dict:
     """What one training step hands each collective on each rank, in bytes (``Communicator.traffic``).
 
-    Stage 0: one all-reduce of the gradients (g Ψ). Stages 2 and 3 (``ShardedDataParallel``, Ψ the padded
-    element count): a reduce-scatter of the gradients (g Ψ) and an all-gather of the shards (p Ψ/N), which
-    stage 3 does twice (before each unit's forward and again before its backward).
-    Stage 1 (``ZeroRedundancyOptimizer``) shards whole parameters: its all-gather depends on the partition.
+    Stage 0: one all-reduce of the gradients (g Ψ). Stage 1 (``ZeroRedundancyOptimizer``): that
+    all-reduce, then an all-gather of the updated chunks (p Ψ'/N). Stages 2 and 3
+    (``ShardedDataParallel``): a reduce-scatter of the gradients (g Ψ') and an all-gather of the
+    shards (p Ψ'/N), which stage 3 does twice (before each unit's forward and again before its
+    backward). Ψ = ``elements``; Ψ' = ``padded``, the flat units' padded count N·Σ_u ⌈Ψ_u/N⌉
+    (default Ψ), what the shards' collectives move.
     """
     _check_zero("zero_step_payloads", stage, ranks)
-    if stage == 1:
-        raise ValueError("zero_step_payloads: stage 1 shards whole parameters, so its all-gather depends on the "
-                         "partition; count it with ZeroRedundancyOptimizer's communicator")
+    padded = elements if padded is None else padded
     if stage == 0:
         return {"allreduce": grad_bytes * elements}
+    if stage == 1:
+        return {"allreduce": grad_bytes * elements, "allgather": param_bytes * padded / ranks}
     gathers = 2 if stage == 3 else 1
-    return {"reduce_scatter": grad_bytes * elements, "allgather": gathers * param_bytes * elements / ranks}
+    return {"reduce_scatter": grad_bytes * padded, "allgather": gathers * param_bytes * padded / ranks}
 
 
-def zero_step_bytes(elements: float, ranks: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2) -> float:
-    """Bytes each rank sends per step on a ring: 2(N−1)/N·gΨ for stage 0; (N−1)/N·(g + p)Ψ for stage 2;
-    (N−1)/N·(g + 2p)Ψ for stage 3 (the paper's 3Ψ with p = g)."""
+def zero_step_bytes(elements: float, ranks: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2,
+                    padded: float | None = None) -> float:
+    """Bytes each rank sends per step on a ring: 2(N−1)/N·gΨ for stage 0; (N−1)/N·(2gΨ + pΨ') for stage 1
+    (the all-reduce, then the all-gather: 1.5× stage 0's with p = g); (N−1)/N·(g + p)Ψ' for stage 2;
+    (N−1)/N·(g + 2p)Ψ' for stage 3 (the paper's 3Ψ with p = g)."""
     return float(sum(ring_bytes(op, n, ranks)
-                     for op, n in zero_step_payloads(elements, ranks, stage, param_bytes, grad_bytes).items()))
+                     for op, n in zero_step_payloads(elements, ranks, stage, param_bytes, grad_bytes, padded).items()))
 
 
 

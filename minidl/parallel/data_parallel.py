@@ -23,7 +23,7 @@ network's bandwidth.
 
 With ``overlap=True`` the buckets travel during the backward pass instead
 (Li et al. 2020, "PyTorch Distributed", section 3.2.3). The forward pass
-counts, with a FunctionHook, how many recorded ops use each parameter; the
+counts (:mod:`minidl.parallel.buckets`) how many recorded ops use each parameter; the
 backward walk then counts them down (the same hook, after each node's
 backward) and a parameter whose count reaches zero has its final gradient.
 As soon as every parameter of a bucket is final, the bucket is packed and a
@@ -50,10 +50,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled
+from minidl.autograd import enable_grad, is_grad_enabled
 from minidl.backend import using, using_array, xp_of
 from minidl.nn.module import Module, WrapsModule
 from minidl.optim.wrapper import WrapsOptimizer
+from minidl.parallel.buckets import BackwardStarts, BucketsInBackward, UseCounter
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer, grad_squares, sum_numbers_
 from minidl.tensor import Tensor, mark_changed
 
@@ -120,7 +121,7 @@ class DataParallel(WrapsModule, ParallelModule):
         if not (self.overlap and self.training and is_grad_enabled()):
             return self.module(*args, **kwargs)
         params = self._trainable()
-        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        counter = UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._overlap_step = self._overlap_step, None
         merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
         if merge:
@@ -138,7 +139,7 @@ class DataParallel(WrapsModule, ParallelModule):
         if merge:
             previous.merged_into = self._overlap_step
         if isinstance(out, Tensor) and out.requires_grad:
-            out = _BackwardStarts(self._overlap_step)(out)
+            out = BackwardStarts(self._overlap_step)(out)
         return out
 
     def train_step(self, x, y, loss_fn, *, loss_scale: float = 1.0, autocast=None):
@@ -307,121 +308,6 @@ def _pack(params, bucket, weight: float):
     return flat
 
 
-class _UseCounter(FunctionHook):
-    """During a forward: how many recorded ops take each parameter as an input."""
-
-    def __init__(self, positions: dict):
-        self.positions, self.uses = positions, [0] * len(positions)
-
-    def forward_postprocess(self, function, inputs, outputs):
-        if function.inputs:  # recorded: its backward will run
-            for x in inputs:
-                index = self.positions.get(id(x))
-                if index is not None:
-                    self.uses[index] += 1
-
-
-class _GradientReady(FunctionHook):
-    """During a backward: counts each parameter's uses down; at zero its gradient is final."""
-
-    def __init__(self, step: "_OverlapStep"):
-        self.step = step
-
-    def backward_preprocess(self, function, grad_outputs):
-        self.step.start_ready_buckets()  # the previous node's gradients are accumulated by now
-
-    def backward_postprocess(self, function, grad_outputs, grad_inputs):
-        if grad_inputs is None or not function.inputs:
-            return
-        for x, g in zip(function.inputs, grad_inputs):
-            index = self.step.positions.get(id(x))
-            if index is not None and g is not None:
-                self.step.used(index)
-
-
-class _BackwardStarts(Function):
-    """y = x;  dx = dy, and from here on the gradient hook watches the backward walk (overlap);  ẏ = ẋ."""
-
-    def __init__(self, step: "_OverlapStep"):
-        self.step = step
-
-    def forward(self, x):
-        return x.view()
-
-    def backward(self, gy):
-        self.step.open()
-        return (gy,)
-
-    def jvp(self, dx):
-        return dx
-
-
-class BucketsInBackward:
-    """Which buckets of parameters have their final gradients, while a backward runs.
-
-    The forward counted, with :class:`_UseCounter`, how many recorded ops take each parameter;
-    the backward walk counts them down (:class:`_GradientReady`, after each node's backward), and
-    a parameter whose count reaches zero has its final gradient. When every parameter of bucket
-    ``b`` of ``plan`` (lists of (parameter index, offset)) is final, :meth:`start` ``(b)`` runs:
-    data parallelism's all-reduce (:class:`_OverlapStep`), ZeRO-2's reduce-scatter
-    (``minidl.parallel.sharded``). :meth:`start_the_rest` starts the buckets left at the sync.
-    """
-
-    def __init__(self, params, uses, plan):
-        self.params, self.uses, self.plan = params, list(uses), plan
-        self.positions = {id(p): i for i, p in enumerate(params)}
-        self.bucket_of = {index: b for b, bucket in enumerate(plan) for index, _ in bucket}
-        self.waiting = [len(bucket) for bucket in plan]   # parameters not yet final, per bucket
-        self.ready, self.started, self.hook, self.opened = [], set(), None, False
-        self.merged_into = None  # a later forward's step that counts this one's uses too (see open)
-        self.started_in_backward = 0
-        for index, count in enumerate(self.uses):
-            if count == 0:  # not used (or frozen path): final from the start
-                self.ready.append(index)
-
-    def start(self, b: int) -> None:
-        raise NotImplementedError
-
-    def open(self):
-        """The backward reached this forward's output: watch the walk from here on (this step's, or the step
-        of a later forward that took over its uses: two forwards, then one backward)."""
-        if self.merged_into is not None:
-            return self.merged_into.open()
-        if self.hook is None:
-            self.opened = True
-            self.hook = _GradientReady(self)
-            self.hook.__enter__()
-
-    def close(self):
-        if self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook.__exit__(None, None, None)
-
-    def used(self, index: int):
-        self.uses[index] -= 1
-        if self.uses[index] == 0:
-            self.ready.append(index)
-
-    def start_ready_buckets(self, in_backward: bool = True):
-        ready, self.ready = self.ready, []
-        for index in ready:
-            b = self.bucket_of[index]
-            self.waiting[b] -= 1
-            if self.waiting[b] == 0 and b not in self.started:
-                self.started.add(b)
-                self.start(b)
-                self.started_in_backward += in_backward
-
-    def start_the_rest(self) -> None:
-        """Start the buckets left (a parameter counted uses that never ran backward)."""
-        self.close()
-        self.start_ready_buckets(in_backward=False)
-        for b in range(len(self.plan)):
-            if b not in self.started:
-                self.started.add(b)
-                self.start(b)
-
-
 class _OverlapStep(BucketsInBackward):
     """One backward's buckets with overlap: which parameters are final, which buckets are in flight.
 
@@ -564,8 +450,12 @@ class DistributedOptimizer(ParallelOptimizer):
                 params = getattr(self.optimizer, "all_params", None)
                 if params is None:
                     params = [p for g in probing.param_groups for p in g["params"]]
-                self.model.probe_gradients(probing.probe, [p for p in params if p.requires_grad])
+                probe_for = getattr(self.optimizer, "probe_for", None)  # ZeRO-1: D laid out into its chunks
+                probe = probe_for(probing.probe) if probe_for is not None else probing.probe
+                self.model.probe_gradients(probe, [p for p in params if p.requires_grad])
             self.model.sync_gradients()
+            if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO-1: its chunks' gradients from the sums
+                self.optimizer.synchronize()
             self._synchronized = True
 
     def _probing_optimizer(self):
@@ -592,22 +482,22 @@ class DistributedOptimizer(ParallelOptimizer):
 
         Synchronizes first. Plain data parallelism holds the whole global gradient on every rank
         after the all-reduce. ZeRO stage 1 holds it too, but its optimizer steps (and a loss scaler
-        unscales) only the parameters this rank owns: those are clipped, by the norm whose squares
-        every rank adds for its own parameters (a collective); stages 2 and 3 hold a shard of it,
+        unscales) only this rank's chunks of the flat parameters: those are clipped, by the norm whose
+        squares every rank adds for its own chunks (a collective); stages 2 and 3 hold a shard of it,
         and :meth:`ShardedDataParallel.clip_grad_norm_` adds the squares over the ranks likewise.
         """
         from minidl.nn.utils import clip_grad_norm_
         self.synchronize()
         if self.model.shards_gradients:  # stages 2 and 3: this rank's shards
             return self.model.clip_grad_norm_(max_norm)
-        if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: the parameters this rank owns
+        if isinstance(self.optimizer, ParallelOptimizer):  # ZeRO stage 1: this rank's chunks
             return self.optimizer.clip_grad_norm_(max_norm)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         return clip_grad_norm_([p for p in params if p.grad is not None], max_norm).array
 
     def grad_squares(self, params) -> float:
         """Σ ‖g‖² of ``params``' synchronized gradients: every rank holds the whole global gradient, so
-        no sum over the ranks (ZeRO stage 1 adds its owners' parts; stages 2 and 3 hold shards of no
+        no sum over the ranks (ZeRO stage 1 adds its chunks' parts; stages 2 and 3 hold shards of no
         parameter and are not cut further: a pipeline of ZeRO shards is not a layout)."""
         if self.model.shards_gradients:
             raise ValueError("DistributedOptimizer.grad_squares: the gradients are ZeRO-2/3 shards, not "
@@ -618,7 +508,7 @@ class DistributedOptimizer(ParallelOptimizer):
         """Whether any rank found an inf or NaN in the gradients it unscaled (a collective).
 
         :class:`minidl.amp.GradScaler` calls it from ``unscale_``: under ZeRO a rank unscales only
-        its part of the gradient (stage 1: the parameters it owns; stages 2 and 3: its shard), and
+        its part of the gradient (stage 1: its chunks; stages 2 and 3: its shard), and
         an overflow in one rank's part must make every rank skip the step and back off its scale,
         as one process checking the whole gradient would. A SUM of the 0/1 flags over the ranks.
         """
@@ -633,8 +523,8 @@ class DistributedOptimizer(ParallelOptimizer):
     def consolidated_state_dict(self) -> dict:
         """The whole optimizer state in the per-parameter form one process saves (a collective under ZeRO).
 
-        ZeRO stage 1 gathers each rank's whole parameters' states; stages 2 and 3 gather each
-        shard's state and cut it into the parameters' shapes. The result loads into a plain
+        ZeRO stages 1, 2 and 3 gather each chunk's or shard's state and cut it into the parameters'
+        shapes. The result loads into a plain
         optimizer in one process, or through :meth:`load_state_dict` into any number of ranks.
         """
         consolidate = getattr(self.model, "consolidate_optimizer_state", None)

@@ -17,14 +17,14 @@ wrappers, each answering the protocol of :mod:`minidl.parallel.protocol` for its
                → DataParallel(·, data group) | ShardedDataParallel   the replicas (ZeRO-2/3: sharded)
                → TensorParallel(·)                                  without a pipeline: whole checkpoints
     optimizer  optimizer_class over params(model)                   (a stage's: Pipeline.stage_groups;
-               | ZeroRedundancyOptimizer(…)                          ZeRO-1: the owned parameters)
+               | ZeroRedundancyOptimizer(…)                          ZeRO-1: this rank's chunks of them)
                → DistributedOptimizer(·)                            the replicas' all-reduce
                → TensorParallelOptimizer(·)                         the split layers' norm and state
                → PipelineOptimizer(·)                               the stages' norm, tied sums, state
     loader     shard_loader(loader, data group)                     each replica its slice of a batch
 
-ZeRO shards over the data axis alone (its stage 1 owns whole parameters, its stages 2 and 3 flat
-vectors of a whole model): with a pipeline or tensor axis it is refused.
+ZeRO shards over the data axis alone (its stage 1 the optimizer state of flat chunks of each parameter
+group, its stages 2 and 3 flat vectors of a whole model): with a pipeline or tensor axis it is refused.
 """
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def prepare(model, optimizer_class, loader=None, groups: Layout | None = None, *
                          "split cuts the model already (its stages or slices are each one rank's): use zero=0")
     if zero >= 2 and params is not None:
         raise ValueError(f"prepare: ZeRO stage {zero} optimizes flat shards of the whole model, so it takes no "
-                         "parameter groups (params); use zero=1, whose shards are whole parameters")
+                         "parameter groups (params); use zero=1, which keeps them (a flat vector per group)")
     whole_params = params(model) if params is not None else list(model.parameters())
     if groups.pipeline is not None:
         pipe = Pipeline(layers(model) if layers is not None else model, groups.pipeline,
@@ -162,7 +162,7 @@ def prepare(model, optimizer_class, loader=None, groups: Layout | None = None, *
             whole_params = net.parameters()
         elif groups.data is not None:
             net = DataParallel(model, groups.data)
-        if zero == 1:  # each rank keeps the state of the whole parameters it owns
+        if zero == 1:  # each rank keeps the state of its chunk of each group's flat vector
             opt = ZeroRedundancyOptimizer(whole_params, optimizer_class, groups.data, **options)
         else:
             opt = optimizer_class(whole_params, **options)

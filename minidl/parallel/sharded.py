@@ -28,7 +28,7 @@ the contiguous chunk r·Ψ'/N .. (r+1)·Ψ'/N: its *shard*.
 Units: stage 2's are buckets of consecutive parameters of about ``bucket_bytes``
 (:func:`gradient_buckets`; a model smaller than a bucket is one unit), each
 reduce-scattered as soon as the backward has finished its gradients (the uses
-counted as :class:`~minidl.parallel.data_parallel.BucketsInBackward` counts them),
+counted as :class:`~minidl.parallel.buckets.BucketsInBackward` counts them),
 so the backward never holds the whole model's gradients. Stage 3 shards an
 ``nn.Sequential`` layer by layer (:func:`gather_units`: each layer with parameters
 is a unit, and a nested ``Sequential`` larger than ``bucket_bytes`` is split into
@@ -90,15 +90,8 @@ from minidl.nn.containers import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.layerwise import Layers
 from minidl.parallel import flat as flat_layout
-from minidl.parallel.data_parallel import (
-    BUCKET_BYTES,
-    BucketsInBackward,
-    DataParallel,
-    _BackwardStarts,
-    _UseCounter,
-    clip_spread_grad_norm_,
-    probing_optimizer,
-)
+from minidl.parallel.buckets import BackwardStarts, BucketsInBackward, UseCounter
+from minidl.parallel.data_parallel import BUCKET_BYTES, DataParallel, clip_spread_grad_norm_, probing_optimizer
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
 from minidl.tensor import Tensor, mark_changed
 
@@ -546,7 +539,7 @@ class ShardedDataParallel(DataParallel):
         """Stage 2's forward, counting each parameter's uses, so that its backward reduce-scatters each unit (a
         bucket of about ``bucket_bytes``) as soon as its gradients are final and frees them (:class:`_ShardStep`)."""
         params = [p for unit in self._shard_units() for p in unit.params]
-        counter = _UseCounter({id(p): i for i, p in enumerate(params)})
+        counter = UseCounter({id(p): i for i, p in enumerate(params)})
         previous, self._shard_step = self._shard_step, None
         merge = previous is not None and not previous.opened  # two forwards, then one backward: count both
         if merge:
@@ -559,7 +552,7 @@ class ShardedDataParallel(DataParallel):
         if merge:
             previous.merged_into = self._shard_step
         if isinstance(out, Tensor) and out.requires_grad:
-            out = _BackwardStarts(self._shard_step)(out)
+            out = BackwardStarts(self._shard_step)(out)
         return out
 
     def _count_samples(self, x):
@@ -698,12 +691,13 @@ class ShardedDataParallel(DataParallel):
     def consolidate_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """An optimizer's state over the shards -> the state one process keeps per parameter (a collective):
         :func:`minidl.parallel.whole_state.consolidate_shard_state` of this model's units."""
-        return consolidate_shard_state(self._shard_units(), self.module, state_dict, layer_state)
+        return consolidate_shard_state(self._shard_units(), list(self.module.named_parameters()), state_dict,
+                                       layer_state)
 
     def shard_optimizer_state(self, state_dict: dict, layer_state=()) -> dict:
         """The per-parameter state one process keeps -> this rank's state over the shards (no communication):
         :func:`minidl.parallel.whole_state.shard_optimizer_state` of this model's units."""
-        return shard_optimizer_state(self._shard_units(), self.module, state_dict, layer_state)
+        return shard_optimizer_state(self._shard_units(), list(self.module.named_parameters()), state_dict, layer_state)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Clip by the global norm of the gradient, whose pieces are spread over the ranks (a collective).

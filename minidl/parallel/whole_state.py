@@ -10,11 +10,11 @@ and for the optimizer's state:
     the split                      what a rank holds                           whole ← parts        whole → part
     tensor rows or columns         a slice of each split layer's weights       gathered by layer    sliced by layer
       (tensor_parallel)            (and of their Adam moments)                 (all-gather)
-    flat shards (ZeRO-2/3)         a chunk of each unit's parameters laid      all-gather, cut      laid out, chunk
-      (sharded)                    out flat, and of its optimizer state        into shapes          taken
+    flat shards (ZeRO-1/2/3)       a chunk of each unit's parameters laid      all-gather, cut      laid out, chunk
+      (zero, sharded)              out flat, and of its optimizer state        into shapes          taken
     whole parameters by owner      the optimizer state of the parameters       all-gather of the    the owned
-      (ZeRO-1: zero; pipeline      it owns (ZeRO-1: a balanced partition;      owners' entries,     positions taken
-      stages: pipeline)            a stage: its layers', shared ones twice)    at whole positions
+      (pipeline stages:            it owns (a stage: its layers', shared       owners' entries,     positions taken
+      pipeline)                    ones twice)                                 at whole positions
 
 The wrappers (:class:`~minidl.parallel.tensor_parallel.TensorParallel` and its optimizer,
 :class:`~minidl.parallel.sharded.ShardedDataParallel`, :class:`~minidl.parallel.zero.ZeroRedundancyOptimizer`,
@@ -165,25 +165,26 @@ def local_optimizer_state(model: Module, state_dict: dict, params) -> dict:
                                     "tensor_parallel.local_optimizer_state")
 
 
-# ---------------------------------------------------------------- flat shards (ZeRO stages 2 and 3)
+# ---------------------------------------------------------------- flat shards (ZeRO stages 1, 2 and 3)
 # The optimizer of a sharded run steps one flat shard per unit (its parameters laid out in a row, cut
 # into equal chunks); its state is cut the same way, and these two cut it back into parameters.
-def consolidate_shard_state(units, module, state_dict: dict, layer_state=()) -> dict:
-    """An optimizer's state over the flat shards of ``units`` (ZeRO-2/3's
-    :class:`~minidl.parallel.sharded.FlatShard` s of ``module``) -> the state one process keeps per
-    parameter (a collective).
+def consolidate_shard_state(units, named, state_dict: dict, layer_state=()) -> dict:
+    """An optimizer's state over the flat shards of ``units`` (ZeRO's
+    :class:`~minidl.parallel.sharded.FlatShard` s) -> the state one process keeps per parameter (a collective).
 
     Each array of a shard's state (Adam's m and v: one entry per element of the shard) is
     all-gathered and cut into the parameters' shapes; a number (a step count) goes to each
     of the unit's parameters; an entry named in ``layer_state`` (NovoGrad's v: one number per
     parameter of the unit, the same on every rank) gives each parameter its own, a 0-d array.
-    Positions are those of the wrapped model's ``parameters()``. Entries beside "state" and
-    "param_groups" (SwitchOptimizer's "switch": one per group, the same on every rank) are kept as they are.
+    Positions are those of ``named``, the (name, parameter) pairs one process's optimizer steps, in
+    its order (ZeRO-2/3: the wrapped model's ``named_parameters()``; ZeRO-1: its parameter groups').
+    Entries beside "state" and "param_groups" (SwitchOptimizer's "switch": one per group, the same on
+    every rank) are kept as they are.
     """
-    position = {id(p): i for i, p in enumerate(module.parameters())}
+    position = {id(p): i for i, (_, p) in enumerate(named)}
     groups, state = [], {}
     for group in state_dict["param_groups"]:
-        params = [position[id(p)] for u in group["params"] for p in units[u].params]
+        params = sorted(position[id(p)] for u in group["params"] for p in units[u].params)
         groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
     for u, unit in enumerate(units):
         saved = state_dict["state"].get(u, {})
@@ -195,8 +196,13 @@ def consolidate_shard_state(units, module, state_dict: dict, layer_state=()) -> 
     return {**_group_wide(state_dict), "state": {pos: state[pos] for pos in sorted(state)},
             "param_groups": groups}
 
-def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> dict:
+def shard_optimizer_state(units, named, state_dict: dict, layer_state=(), group_units=None,
+                          owner: str = "ShardedDataParallel") -> dict:
     """The per-parameter state of :func:`consolidate_shard_state` -> this rank's state over the shards.
+
+    ``named``: the (name, parameter) pairs one process's optimizer steps, in its order;
+    ``group_units``: the units of each of the shards' optimizer's groups (default: one group of every
+    unit, ZeRO-2/3's), one group per group of the saved state; ``owner`` names the caller in errors.
 
     An entry named in ``layer_state`` (one 0-d array per parameter: NovoGrad's v) becomes one
     vector of the unit's parameters' values, as the shard's optimizer keeps it. Entries beside
@@ -207,14 +213,15 @@ def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> di
     """
     if not isinstance(state_dict, dict) or not isinstance(state_dict.get("state"), dict) \
             or not isinstance(state_dict.get("param_groups"), list):
-        raise ValueError("ShardedDataParallel: expected an optimizer state {'state': ..., 'param_groups': [...]} "
+        raise ValueError(f"{owner}: expected an optimizer state {{'state': ..., 'param_groups': [...]}} "
                          f"as one process saves it, got {type(state_dict).__name__}")
-    names = {id(p): name for name, p in module.named_parameters()}
-    position = {id(p): i for i, p in enumerate(module.parameters())}
+    named = list(named)
+    names = {id(p): name for name, p in named}
+    position = {id(p): i for i, (_, p) in enumerate(named)}
     count = len(position)
     saved_count = sum(len(g.get("params", ())) for g in state_dict["param_groups"] if isinstance(g, dict))
     if saved_count != count:
-        raise ValueError(f"ShardedDataParallel: the optimizer state is for {saved_count} parameters, the model "
+        raise ValueError(f"{owner}: the optimizer state is for {saved_count} parameters, the model "
                          f"has {count}; load a consolidated checkpoint of this model (one process saves one "
                          "entry per parameter)")
     saved = {int(k): v for k, v in state_dict["state"].items()}
@@ -224,7 +231,7 @@ def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> di
         keys = set(entries[0])
         for p, entry in zip(unit.params, entries):
             if set(entry) != keys:
-                raise ValueError(f"ShardedDataParallel: parameter {names[id(p)]} has optimizer state "
+                raise ValueError(f"{owner}: parameter {names[id(p)]} has optimizer state "
                                  f"{sorted(entry)}, others of {unit.name} have {sorted(keys)}")
         if not keys:
             continue
@@ -234,7 +241,7 @@ def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> di
             if key in layer_state:  # one number per parameter: the unit's vector of them
                 for p, value in zip(unit.params, values):
                     if tuple(getattr(value, "shape", (None,))) != ():
-                        raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
+                        raise ValueError(f"{owner}: the optimizer state {key!r} of parameter "
                                          f"{names[id(p)]} must be one number per parameter (a 0-d array), got "
                                          f"{_describe(value)}; load a consolidated checkpoint of this model")
                 state[u][key] = unit.xp.asarray(np.stack([to_numpy(np.asarray(v)) for v in values]))
@@ -244,7 +251,7 @@ def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> di
                 continue
             for p, shape, value in zip(unit.params, unit.shapes, values):
                 if tuple(getattr(value, "shape", ())) != shape:
-                    raise ValueError(f"ShardedDataParallel: the optimizer state {key!r} of parameter "
+                    raise ValueError(f"{owner}: the optimizer state {key!r} of parameter "
                                      f"{names[id(p)]} has shape {tuple(getattr(value, 'shape', ()))}, the model's "
                                      f"parameter has shape {shape}; load a consolidated checkpoint of this model")
             state[u][key] = unit.my_chunk(values)
@@ -252,10 +259,12 @@ def shard_optimizer_state(units, module, state_dict: dict, layer_state=()) -> di
     for group in state_dict["param_groups"]:
         entry = {k: v for k, v in group.items() if k != "params"}
         groups.append(entry)
-    if len(groups) != 1:
-        raise ValueError(f"ShardedDataParallel: the optimizer over the shards has one parameter group, the "
-                         f"state has {len(groups)}")
-    groups[0]["params"] = list(range(len(units)))
+    group_units = [list(range(len(units)))] if group_units is None else group_units
+    if len(groups) != len(group_units):
+        raise ValueError(f"{owner}: the optimizer over the shards has {len(group_units)} parameter "
+                         f"group(s), the state has {len(groups)}")
+    for group, members in zip(groups, group_units):
+        group["params"] = list(members)
     return {**_group_wide(state_dict), "state": state, "param_groups": groups}
 
 
@@ -270,8 +279,8 @@ def _describe(value) -> str:
     return f"an array of shape {tuple(shape)}" if shape is not None else f"{type(value).__name__} {value!r}"
 
 
-# ---------------------------------------------------------------- whole parameters by owner (ZeRO-1, pipeline stages)
-# A rank that holds whole parameters (those it owns under ZeRO-1, those of its stage in a pipeline) keeps
+# ---------------------------------------------------------------- whole parameters by owner (pipeline stages)
+# A rank that holds whole parameters (those of its stage in a pipeline) keeps
 # an optimizer over them alone, its positions 0, 1, … standing for some of the whole optimizer's. Its
 # entries are the whole optimizer's entries at those positions; a parameter held by several ranks (the
 # pipeline's tied embedding, on its first and last stage) has equal entries on each, saved from one.

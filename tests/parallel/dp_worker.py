@@ -41,6 +41,7 @@ def run(name, comm, device):
         Trainer(dp, opt, loader, progress=False, max_grad_norm=clip).fit(epochs=4, max_steps=scenarios.STEPS)
     else:
         xs, ys = scenarios.make_batches(batch, dtype)
+        comm.reset_traffic()  # what the steps hand the communicator (ZeRO-1: against the cost model)
         for step in range(scenarios.STEPS):
             x = backend.to_device(parallel.shard(xs[step], comm.rank, comm.size), device)
             y = parallel.shard(ys[step], comm.rank, comm.size)
@@ -48,6 +49,7 @@ def run(name, comm, device):
             scenarios.loss_of(dp, x, y).backward(create_graph=kind == "adahessian")
             opt.step()
     facts["sync"] = {k: float(v) for k, v in dp.last_sync.items()}
+    facts["traffic"] = dict(comm.traffic)
     if loop == "zero":
         facts["memory"] = inner.memory_report()
         full = inner.consolidated_state_dict()

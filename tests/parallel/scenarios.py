@@ -37,6 +37,9 @@ SCENARIOS = {
     "adahessian_f64": ("adahessian", "float64", 12, "manual"),
     "uneven_adahessian_f64": ("adahessian", "float64", 11, "manual"),
     "zero_adahessian_f64": ("adahessian", "float64", 12, "zero"),   # z for every rank's parameters
+    # ZeRO-1's chunks cut parameters: the layer-wise norms add each parameter's pieces over the ranks
+    "zero_lamb_f64": ("lamb", "float64", 12, "zero"),
+    "zero_novograd_f64": ("novograd", "float64", 12, "zero"),
     "overlap_trainer_adahessian_f64": ("adahessian", "float64", 12, "trainer"),
 }
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
@@ -61,7 +64,8 @@ def make_model(seed: int, dtype: str, hidden: int = 16) -> Net:
 
 
 OPTIMIZERS = {"sgd": (optim.SGD, {"lr": 0.1, "momentum": 0.9}), "adam": (optim.Adam, {"lr": 0.01}),
-              "adahessian": (optim.AdaHessian, {"lr": 0.05})}
+              "adahessian": (optim.AdaHessian, {"lr": 0.05}), "lamb": (optim.LAMB, {"lr": 0.01}),
+              "novograd": (optim.NovoGrad, {"lr": 0.01})}
 
 
 def make_optimizer(kind: str, params):

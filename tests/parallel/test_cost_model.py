@@ -106,7 +106,8 @@ def test_ring_bytes_and_the_zero_step_by_hand():
     # stage 2 sends what an all-reduce of the gradients sends; stage 3 1.5× that, as in the paper
     assert zero_step_bytes(1000, 4, 2, 2, 2) == pytest.approx(zero_step_bytes(1000, 4, 0, 2, 2)) == 3000
     assert zero_step_bytes(1000, 4, 3, 2, 2) == pytest.approx(1.5 * 3000)
-    with pytest.raises(ValueError, match="depends on the partition"):
-        zero_step_payloads(1000, 4, 1)
+    # stage 1 (chunks of elements): the all-reduce, then the all-gather of pΨ'/N (Ψ' = 1004 padded: 251 a rank)
+    assert zero_step_payloads(1000, 4, 1, 2, 2, padded=1004) == {"allreduce": 2000, "allgather": 502}
+    assert zero_step_bytes(1000, 4, 1, 2, 2) == pytest.approx(1.5 * 3000)  # 2·3/4·2000 + 3·500
     with pytest.raises(ValueError, match="unknown operation 'gather'"):
         ring_bytes("gather", 1, 2)

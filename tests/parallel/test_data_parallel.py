@@ -111,16 +111,53 @@ def test_zero_shards_the_optimizer_state(job):
     _, reference_opt = _reference("zero_adam_f64")
     full = scenarios.state_bytes(reference_opt)
     reports = [facts["zero_adam_f64"]["memory"] for _, facts in outputs]
-    assert sum(r["state_bytes"] for r in reports) == full       # the shards add up to one full state
-    assert all(r["replicated_bytes"] == full for r in reports)
-    assert all(0 < r["state_bytes"] < full for r in reports)    # every rank holds part, none all of it
-    assert all(r["saved_bytes"] == full - r["state_bytes"] for r in reports)
-    assert sum(r["parameters_owned"] for r in reports) == reports[0]["parameters_total"] == 4
+    elements = sum(p.numel() for p in scenarios.make_model(0, "float64").parameters())
+    padded = ranks * -(-elements // ranks)                      # the flat vector, padded to N·⌈Ψ/N⌉
+    per_element = full // elements                              # Adam's m and v: 16 bytes in float64
+    assert full == per_element * elements
+    # partitioned by elements: every rank holds the state of an even chunk, whatever the parameters' sizes
+    assert all(r["state_bytes"] == per_element * padded // ranks for r in reports)
+    assert all(r["replicated_bytes"] == per_element * padded for r in reports)
+    assert all(r["saved_bytes"] == r["replicated_bytes"] - r["state_bytes"] for r in reports)
+    assert sum(r["elements_owned"] for r in reports) == reports[0]["padded_elements"] == padded
+    assert reports[0]["parameters_total"] == 4 and all(1 <= r["parameters_owned"] <= 4 for r in reports)
     # The consolidated state equals the unsharded optimizer's, moment by moment.
     consolidated = outputs[0][1]["zero_adam_f64"]["consolidated"]
     for pos, state in reference_opt.state.items():
         for key in ("m", "v"):
             np.testing.assert_allclose(np.array(consolidated[f"{pos}/{key}"]), state[key], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["zero_lamb_f64", "zero_novograd_f64", "zero_adahessian_f64"])
+def test_zero_stage_1_consolidates_the_state_one_process_keeps(job, name):
+    """The chunks' state all-gathered and cut into the parameters' shapes (NovoGrad's v: one number per parameter,
+    the same on every rank) equals the unsharded optimizer's, entry by entry, on every rank."""
+    _, outputs = job
+    _, reference_opt = _reference(name)
+    for _, facts in outputs:
+        consolidated = facts[name]["consolidated"]
+        want = {f"{pos}/{key}": np.asarray(value) for pos, state in reference_opt.state.items()
+                for key, value in state.items() if hasattr(value, "shape")}
+        assert sorted(consolidated) == sorted(want)
+        for key, value in want.items():
+            np.testing.assert_allclose(np.array(consolidated[key]), value, rtol=1e-9, atol=1e-12, err_msg=key)
+
+
+@pytest.mark.parametrize("name", ["zero_adam_f64", "zero_sgd_f32"])
+def test_zero_stage_1_hands_the_communicator_what_the_cost_model_says(job, name):
+    """Per step: the all-reduce of gΨ (DataParallel's), then the all-gather of this rank's chunk, pΨ'/N with
+    Ψ' = N·⌈Ψ/N⌉ (cost_model.zero_step_payloads, stage 1); on a ring 1.5× plain data parallelism's bytes."""
+    from minidl.parallel import cost_model
+    ranks, outputs = job
+    itemsize = np.dtype(scenarios.SCENARIOS[name][1]).itemsize
+    elements = sum(p.numel() for p in scenarios.make_model(0, "float64").parameters())
+    padded = ranks * -(-elements // ranks)
+    payloads = cost_model.zero_step_payloads(elements, ranks, 1, itemsize, itemsize, padded=padded)
+    assert payloads == {"allreduce": itemsize * elements, "allgather": itemsize * padded / ranks}  # by hand
+    for _, facts in outputs:
+        assert facts[name]["traffic"] == {op: scenarios.STEPS * n for op, n in payloads.items()}
+    sent = cost_model.zero_step_bytes(elements, ranks, 1, itemsize, itemsize, padded=padded)
+    assert sent == pytest.approx((ranks - 1) / ranks * itemsize * (2 * elements + padded))
 
 
 def test_an_exception_on_one_rank_ends_the_job_naming_the_rank(tmp_path):

@@ -11,7 +11,6 @@ from minidl import nn, optim, parallel
 from minidl.data import DataLoader, TensorDataset
 from minidl.ops.loss import cross_entropy
 from minidl.parallel import launch
-from minidl.parallel.zero import partition_parameters
 
 
 class FakeComm(parallel.LocalComm):
@@ -163,13 +162,80 @@ def test_zero_in_a_world_of_one_owns_everything():
     assert sorted(full["state"]) == [0, 1, 2, 3] and full["param_groups"][0]["params"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("sizes, ranks, expected", [
-    ([10, 1, 5, 5], 2, [0, 0, 1, 1]),            # 10 to rank 0, 5 and 5 to rank 1, then 1 ties: rank 0
-    ([3, 3, 3], 4, [0, 1, 2]),                     # a rank may own nothing
-    ([4, 8, 2, 6], 2, [1, 0, 0, 1]),               # 8 | 6, then 4 to the lighter (6), then 2 (8 < 10)
-])
-def test_zero_partition_balances_sizes(sizes, ranks, expected):
-    assert partition_parameters(sizes, ranks) == expected
+def test_zero_with_parameter_groups_saves_and_loads_what_one_process_does():
+    """Two groups (their own lr): the consolidated state is the plain optimizer's, position by position; loaded
+    into a fresh ZeRO-1 (each rank cutting its chunks from it), the next steps are the plain run's, bit for bit;
+    its own state_dict() loads back only into the same rank of the same layout."""
+    def groups(model):
+        first, second = list(model.parameters())[:2], list(model.parameters())[2:]
+        return [{"params": first, "lr": 0.01}, {"params": second, "lr": 0.03}]
+
+    def train(model, opt, steps, seed):
+        x, y = np.random.default_rng(seed).normal(size=(6, 4)), np.arange(6) % 3
+        for _ in range(steps):
+            opt.zero_grad()
+            cross_entropy(model(mdl.tensor(x)), mdl.tensor(y)).backward()
+            opt.step()
+
+    a, b = _model(), _model()
+    plain = optim.Adam(groups(a))
+    zero = parallel.ZeroRedundancyOptimizer(groups(b), optim.Adam, parallel.LocalComm())
+    assert len(zero.units) == 2 and [len(g["params"]) for g in zero.param_groups] == [1, 1]
+    train(a, plain, 2, 1)
+    train(b, zero, 2, 1)
+    full, want = zero.consolidated_state_dict(), plain.state_dict()
+    positions = [[0, 1], [2, 3]]
+    assert [g["params"] for g in full["param_groups"]] == [g["params"] for g in want["param_groups"]] == positions
+    assert [g["lr"] for g in full["param_groups"]] == [0.01, 0.03]
+    assert sorted(full["state"]) == sorted(want["state"]) == [0, 1, 2, 3]
+    for pos, entry in want["state"].items():
+        for key in ("m", "v"):
+            np.testing.assert_array_equal(full["state"][pos][key], entry[key])
+    c = _model()
+    for p, q in zip(c.parameters(), b.parameters()):
+        p.array[...] = q.array
+    resumed = parallel.ZeroRedundancyOptimizer(groups(c), optim.Adam, parallel.LocalComm())
+    resumed.load_state_dict(full)
+    train(a, plain, 2, 2)
+    train(c, resumed, 2, 2)
+    for p, q in zip(a.parameters(), c.parameters()):
+        np.testing.assert_array_equal(p.array, q.array)
+    own = zero.state_dict()
+    assert (own["zero_rank"], own["zero_size"]) == (0, 1)
+    resumed.load_state_dict(own)  # the same rank of the same layout
+    with pytest.raises(ValueError, match=r"ZeroRedundancyOptimizer.load_state_dict: the state holds the chunks of "
+                                         r"rank 1 of 2, this is rank 0 of 1; save consolidated_state_dict\(\)"):
+        resumed.load_state_dict({**own, "zero_rank": 1, "zero_size": 2})
+    with pytest.raises(ValueError, match="ZeroRedundancyOptimizer.load_state_dict: the optimizer state is for 2 "
+                                         "parameters"):
+        resumed.load_state_dict(optim.Adam(list(a.parameters())[:2]).state_dict())
+
+
+@pytest.mark.parametrize("sizes, ranks", [([10, 1, 5, 5], 2), ([3, 3, 3], 4), ([4, 8, 2, 6], 3), ([20, 1], 4)])
+def test_zero_partitions_by_elements_each_rank_an_even_contiguous_chunk(sizes, ranks):
+    """ZeRO-1 lays the parameters out as one flat vector and gives rank r elements r·⌈Ψ/N⌉ .. (r+1)·⌈Ψ/N⌉
+    (zeros pad the end): checked against np.concatenate; each rank's Adam state is its chunk's size, so no
+    rank's share depends on how the parameters' sizes fall (one of 20 elements among 21 on 4 ranks)."""
+    params = [mdl.tensor(np.arange(n, dtype=np.float64) + 100 * k, requires_grad=True) for k, n in enumerate(sizes)]
+    flat = np.concatenate([p.array for p in params])
+    chunk = -(-flat.size // ranks)
+    padded = np.concatenate([flat, np.zeros(chunk * ranks - flat.size)])
+    for rank in range(ranks):
+        zero = parallel.ZeroRedundancyOptimizer(params, optim.Adam, FakeComm(rank, ranks), lr=0.01)
+        (unit,) = zero.units
+        np.testing.assert_array_equal(unit.shard.array, padded[rank * chunk:(rank + 1) * chunk])
+        owners = [k for k, n in enumerate(sizes) for _ in range(n)] + [None] * (chunk * ranks - flat.size)
+        pieces = {k for k, _, _ in unit.shard.layers.pieces}
+        assert pieces == {k for k in owners[rank * chunk:(rank + 1) * chunk] if k is not None}
+        for p in params:  # the parameters are views of the flat buffer the chunk is a view of
+            p.grad = mdl.tensor(np.ones(p.shape))
+        zero.synchronize()
+        grad = unit.shard.grad.array
+        np.testing.assert_array_equal(grad, (np.arange(chunk) + rank * chunk < flat.size).astype(float))
+        zero.optimizer.step()
+        assert zero.state_bytes() == 2 * chunk * 8  # m and v of the chunk, float64
+        np.testing.assert_array_equal(np.concatenate([p.array for p in params])[rank * chunk:(rank + 1) * chunk],
+                                      unit.shard.array[:max(0, min(chunk, flat.size - rank * chunk))])
 
 
 # ---------------------------------------------------------------- launching

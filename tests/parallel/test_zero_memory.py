@@ -20,7 +20,9 @@ The bounds, in bytes per parameter (p = g = 4, K = 8; f the largest gathered uni
     N = 4:      ZeRO-1 10 → 16.48,  ZeRO-2  7 → 12.73,  ZeRO-3 4 →  8.98
 
 Before this layout (whole flat copies of the gradients, a gather buffer of every rank's whole share) the
-peaks were 20.1 / 22.0 / 16.1 / 12.0 on 4 ranks: every bound but stage 1's on 2 ranks failed.
+peaks were 20.1 / 22.0 / 16.1 / 12.0 on 4 ranks: every bound but stage 1's on 2 ranks failed. Stage 1 then
+owned whole parameters: the rank owning the 512×512 weight held 12.02 bytes per parameter between steps on
+4 ranks, against the formula's 10; partitioned by elements it holds the formula.
 A second job runs the same steps in float64: the weights after them equal a one-process run on the whole
 batch (computed here).
 """
@@ -67,17 +69,14 @@ def test_the_model_is_the_issues_mlp():
 
 @pytest.mark.parametrize("mode", ["dp", "zero1", "zero2", "zero3"])
 def test_between_steps_each_rank_holds_the_formula(job, mode):
-    """Stages 0, 2 and 3 hold their formula (plus Python's own small objects, under 0.2 bytes per parameter);
-    stage 1 owns whole parameters, so the rank that owns the 512×512 weight holds its state: (p + g) + K·f."""
+    """Every stage holds its formula on every rank (plus Python's own small objects, under 0.2 bytes per
+    parameter). Stage 1 partitions by elements, so the 512×512 weight (half the model) puts a quarter of its
+    Adam state on each of 4 ranks: K/N, not the K·f = 3.98 of the rank that owned it whole (12.02 held)."""
     ranks, rows, _ = job
     want = {"dp": P + G + K, "zero1": P + G + K / ranks, "zero2": P + (G + K) / ranks,
             "zero3": (P + G + K) / ranks}[mode]
     held = [rows[mode, r]["held_per_parameter"] for r in range(ranks)]
-    if mode == "zero1":
-        assert max(held) == pytest.approx(P + G + K * max(LARGEST, 1 / ranks), abs=0.2)
-        assert min(held) >= P + G
-    else:
-        assert all(want <= h < want + 0.2 for h in held), held
+    assert all(want <= h < want + 0.2 for h in held), held
 
 
 @pytest.mark.parametrize("mode", ["dp", "zero1", "zero2", "zero3"])
