@@ -386,12 +386,7 @@ def load_run(folder: str):
         model = GPT(config)
     except ValueError as exc:
         raise ValueError(f"{path} is damaged: its config does not make a GPT ({exc})") from None
-    try:
-        model.load_state_dict(saved["model"])
-    except (ValueError, TypeError) as exc:
-        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise ValueError(f"{path} is damaged: its model weights do not fit its config ({text})") from None
-    model.eval()
+    _load_weights(model, saved["model"], path, "its config")
     return model, tok
 
 
@@ -407,13 +402,19 @@ def _run_from_checkpoint(path: str):
     config = {"vocab_size": tok.vocab_size, "block_size": settings["block_size"], "n_layer": settings["n_layer"],
               "n_head": settings["n_head"], "n_embd": settings["n_embd"], "dropout": settings["dropout"]}
     model = GPT(_checked_config(path, config))
+    _load_weights(model, checkpoint["model"], path, "its run settings")
+    return model, tok
+
+
+def _load_weights(model, state, path: str, source: str) -> None:
+    """Load ``state`` into ``model`` (built from ``source`` in the file at ``path``) and put it in eval mode; a
+    mismatch is the file's damage, said in one line."""
     try:
-        model.load_state_dict(checkpoint["model"])
+        model.load_state_dict(state)
     except (ValueError, TypeError) as exc:
         text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise ValueError(f"{path} is damaged: its model weights do not fit its run settings ({text})") from None
+        raise ValueError(f"{path} is damaged: its model weights do not fit {source} ({text})") from None
     model.eval()
-    return model, tok
 
 
 def _checked_config(path: str, config) -> GPTConfig:

@@ -6,31 +6,18 @@ head; 8 sequences of 128 tokens). Each schedule's step is measured by ``memory.t
 gives both figures at once: the bytes saved for backward (the model's figure, loss nodes
 included) and the allocator's peak above the step's start.
 """
+import os
+import sys
+
 import numpy as np
 import pytest
 
 import minidl as mdl
-import minidl.functional as F
-from minidl import memory, nn
+from minidl import memory
 from minidl.checkpoint import SegmentPlan, optimal_schedule, profile_layers, segment_schedule, smallest_peak
-from minidl.models.gpt import GPT, GPTConfig, pipeline_layers
 
-
-def relu_chain():
-    mdl.manual_seed(0)
-    layers = []
-    for _ in range(6):
-        layers += [nn.Linear(256, 256), nn.ReLU()]
-    return nn.Sequential(*layers), mdl.randn(2048, 256), lambda out: (out * out).mean()
-
-
-def gpt_chain():
-    mdl.manual_seed(0)
-    B, T = 8, 128  # noqa: N806
-    model = GPT(GPTConfig(vocab_size=65, block_size=T, n_layer=4, n_head=4, n_embd=128))
-    idx = mdl.tensor(np.random.default_rng(0).integers(0, 65, (B, T)))
-    targets = mdl.tensor(np.random.default_rng(1).integers(0, 65, (B * T,)))
-    return pipeline_layers(model), idx, lambda out: F.cross_entropy(out.reshape(B * T, 65), targets)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from bench_schedule import gpt_chain, relu_chain  # noqa: E402  (the chains the benchmark's tables measure)
 
 
 def sizes_only(model, x):
