@@ -18,7 +18,6 @@ import operator
 import numpy as np
 
 from minidl import backend
-from minidl.autograd import function_hooks
 
 _FLOAT_KINDS = "fc"  # dtypes that can carry gradients: floating and complex, and bfloat16 (below)
 _DEFAULT_FLOAT = np.float32
@@ -442,8 +441,8 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array (copied from the GPU when needed)."""
-        if function_hooks.active:
-            function_hooks.announce("host_read", self, "numpy()")
+        from minidl.autograd import announce_host_read  # same layer; imported late to avoid a cycle
+        announce_host_read(self, "numpy()")
         return backend.to_numpy(self.array)
 
     def item(self):
@@ -451,8 +450,8 @@ class Tensor:
         if self.array.size != 1:
             raise ValueError(f"item(): tensor has {self.array.size} elements (shape {self.shape}); "
                              "only one-element tensors convert to a Python number")
-        if function_hooks.active:
-            function_hooks.announce("host_read", self, "item()")
+        from minidl.autograd import announce_host_read  # same layer; imported late to avoid a cycle
+        announce_host_read(self, "item()")
         if backend._deferred:  # a host read: GPU range checks made since the last one report now
             backend.raise_deferred()
         return self.array.item()
@@ -560,8 +559,8 @@ class Tensor:
         if self.array.size != 1:
             raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
                              "use t.any() or t.all()")
-        if function_hooks.active:
-            function_hooks.announce("host_read", self, "bool()")
+        from minidl.autograd import announce_host_read  # same layer; imported late to avoid a cycle
+        announce_host_read(self, "bool()")
         if backend._deferred:
             backend.raise_deferred()
         return bool(self.array)

@@ -133,7 +133,7 @@ class _Record(FunctionHook):
         for name, value in vars(self.pending).items():
             if isinstance(value, Function) and id(value) in self.replicas:
                 # a gradient op reading its forward op's state (MaxPoolScatter's pool): the replay's copy
-                vars(self.pending)[name] = self.replicas[id(value)][1]
+                setattr(self.pending, name, self.replicas[id(value)][1])
 
     def forward_postprocess(self, function, inputs, outputs):
         if self.paused or outputs is None:

@@ -38,7 +38,7 @@ LAYERS = [
     # PyTorch's path to amp; minidl.accelerator asks minidl.cuda
     ["minidl.checkpoint", "minidl.utils.checkpoint"],
     ["minidl.data", "minidl.utils.data", "minidl.utils"],
-    ["minidl.parallel"],
+    ["minidl.parallel", "minidl.distributed"],  # PyTorch's torch.distributed names over parallel's communicators
     ["minidl.train"],
     ["minidl.roofline", "minidl.models", "minidl.tune", "minidl.selftest", "minidl.course"],
     ["minidl.cli", "minidl.__main__"],  # the command: imports everything, nothing imports it

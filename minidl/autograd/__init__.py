@@ -29,14 +29,14 @@ from minidl.autograd.forward_mode import (
     tangent_sum,
 )
 from minidl.autograd.function import AccumulateGrad, Function, FunctionCtx
-from minidl.autograd.function_hooks import FunctionHook
+from minidl.autograd.function_hooks import FunctionHook, announce_host_read
 from minidl.autograd.modes import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from minidl.autograd.saved import SavedEdge, saved_tensors_hooks
 from minidl.autograd.walk import backward, grad, topological_order
 
 __all__ = [
     "AccumulateGrad", "AnomalyError", "Cast", "ForwardMode", "Function", "FunctionCtx", "FunctionHook",
-    "MissingTangentRule", "SavedEdge", "ToDevice", "backward", "detect_anomaly", "enable_grad",
+    "MissingTangentRule", "SavedEdge", "ToDevice", "announce_host_read", "backward", "detect_anomaly", "enable_grad",
     "forward_levels", "grad", "inference_mode", "is_grad_enabled", "no_grad", "saved_tensors_hooks",
     "set_grad_enabled", "share_tangents", "tangent_sum", "topological_order",
 ]

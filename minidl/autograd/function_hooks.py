@@ -110,6 +110,13 @@ def announce(method: str, *args):
         getattr(hook, method)(*args)
 
 
+def announce_host_read(tensor, how: str) -> None:
+    """Tell the active hooks that ``tensor``'s values are read on the host (``how``: ``"item()"``...);
+    one check when no hook is active. Tensor's host reads call it."""
+    if active:
+        announce("host_read", tensor, how)
+
+
 def backward_with_hooks(fn, gys):
     """``fn.backward(*gys)`` between the active hooks' backward methods; returns a tuple."""
     hooks, entered, gxs, gys = active, 0, None, tuple(gys)

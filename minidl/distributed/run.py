@@ -49,13 +49,13 @@ def main(argv=None) -> None:
     if argv[0] == "-m":
         if len(argv) < 2:
             raise SystemExit(f"minidl.distributed.run: -m needs a module name\n{USAGE}")
-        sys.argv = [argv[1]] + argv[2:]
+        sys.argv[:] = [argv[1]] + argv[2:]  # the module's arguments, as `python -m MODULE ARGS` gives them
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return
     script = argv[0]
     if not os.path.isfile(script):
         raise SystemExit(f"minidl.distributed.run: no such script {script!r}\n{USAGE}")
-    sys.argv = argv
+    sys.argv[:] = argv  # the script's arguments, as `python SCRIPT ARGS` gives them (runpy sets only argv[0])
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
 

@@ -1,5 +1,6 @@
 """minidl.parallel in one process: sharding, the world of one, bucketing, ZeRO's partition, launch flags."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -88,6 +89,8 @@ def _model(dtype=np.float64):
 def test_init_without_mpiexec_is_a_world_of_one(monkeypatch):
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
         monkeypatch.delenv(name, raising=False)
+    # nor MPI initialized in this process (another test of this worker may have started it: a world of one)
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
     monkeypatch.setattr(parallel.world, "_world", None)
     comm = parallel.init()
     assert isinstance(comm, parallel.LocalComm) and (comm.rank, comm.size) == (0, 1)
