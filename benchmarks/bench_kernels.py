@@ -183,10 +183,9 @@ def case_clip_grad_norm():
     return _pair(make)
 
 
-def case_smooth_l1():
-    """smooth_l1_loss of (4096, 1) predictions, mean, backward."""
-    pred = _rng().standard_normal((4096, 1)).astype(np.float32)
-    target = _rng().standard_normal((4096, 1)).astype(np.float32)
+def _smooth_l1(rows):
+    pred = _rng().standard_normal((rows, 1)).astype(np.float32)
+    target = _rng().standard_normal((rows, 1)).astype(np.float32)
 
     def make(lib, tensor):
         x, t = tensor(pred, True), tensor(target)
@@ -196,21 +195,16 @@ def case_smooth_l1():
             lib.nn.functional.smooth_l1_loss(x, t).backward()
         return step
     return _pair(make)
+
+
+def case_smooth_l1():
+    """smooth_l1_loss of (4096, 1) predictions, mean, backward."""
+    return _smooth_l1(4096)
 
 
 def case_smooth_l1_small():
     """smooth_l1_loss of (32, 1) predictions (pytorch/examples' regression): overhead only."""
-    pred = _rng().standard_normal((32, 1)).astype(np.float32)
-    target = _rng().standard_normal((32, 1)).astype(np.float32)
-
-    def make(lib, tensor):
-        x, t = tensor(pred, True), tensor(target)
-
-        def step():
-            x.grad = None
-            lib.nn.functional.smooth_l1_loss(x, t).backward()
-        return step
-    return _pair(make)
+    return _smooth_l1(32)
 
 
 def _conv(shape, out_channels, needs_input_grad):
