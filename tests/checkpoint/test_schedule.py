@@ -129,6 +129,16 @@ def test_segments_are_schedules_with_the_planners_equations():
         assert best.peak_bytes() <= plan.peak_bytes() and best.slowdown() <= plan.slowdown() + 1e-12
 
 
+def test_describe_names_each_tape_by_its_first_and_last_layer():
+    # segments of layers 0-1, 2-4 and 5 of six: each split right part first, indented one level per nesting
+    schedule = segment_schedule(chain([8] * 6, [8] * 6), starts=[0, 2, 5])
+    assert schedule.describe() == ("split 0|2|6\n"
+                                   "  split 2|5|6\n"
+                                   "    tape 5..5\n"
+                                   "    tape 2..4\n"
+                                   "  tape 0..1")
+
+
 # ---------------------------------------------------------------- run on a model, measured
 def _measure(model, schedule, x, seed=1):
     grad = mdl.tensor(np.random.default_rng(seed).standard_normal(model(x).shape).astype(x.dtype))
