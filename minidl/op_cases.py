@@ -11,6 +11,7 @@ import numpy as np
 
 import minidl.functional as F
 from minidl.ops.fft_conv import fft_conv2d
+from minidl.ops.sparse import CSRStructure, csr_linear
 from minidl.tensor import Tensor
 
 
@@ -53,6 +54,10 @@ class _GroupOfOne:
 
     def allreduce_(self, array):
         return array
+
+
+# A pruned 4 × 5 weight's places: an empty row, a full one, and columns used twice or not at all.
+_PRUNED = CSRStructure.from_dense(np.array([[1, 0, 2, 0, 0], [0, 0, 0, 0, 0], [3, 4, 5, 6, 7], [0, 0, 8, 0, 0.]]))[0]
 
 
 def cases(seed: int = 0):
@@ -142,6 +147,7 @@ def _layer_cases(rng, t, targets):
         ("conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), [t(2, 3, 7), t(4, 3, 3), t(4)]),
         ("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1), [t(2, 2, 5, 5), t(3, 2, 3, 3), t(3)]),
         ("fft_conv2d", lambda x, w, b: fft_conv2d(x, w, b, padding=(1, 0)), [t(2, 2, 5, 6), t(3, 2, 3, 2), t(3)]),
+        ("csr_linear", lambda x, v, b: csr_linear(x, v, _PRUNED, b), [t(2, 3, 5), t(_PRUNED.nnz), t(4)]),
         ("im2col", lambda x: F.im2col(x, 2, stride=1, padding=1), [t(1, 2, 3, 3)]),
         ("max_pool2d", lambda x: F.max_pool2d(x, 2), [_distinct(rng, 2, 2, 4, 4)]),
         ("avg_pool2d", lambda x: F.avg_pool2d(x, 2, stride=1), [t(2, 2, 4, 4)]),

@@ -1,0 +1,91 @@
+"""A pruned Linear layer run dense against the same layer run from its CSR nonzeros: the density where CSR wins.
+
+One layer of 1024 → 1024 (float32, batch 64), pruned by magnitude to each sparsity, forward +
+backward: the dense product of the masked weight (``F.linear``: BLAS's GEMM) against
+``minidl.ops.sparse.csr_linear`` (a gather, a scale and one ``reduceat`` per product, in NumPy),
+timed in alternating rounds, the best round each. Where SciPy is installed, SciPy's compiled CSR
+product (forward only, ``scipy.sparse.csr_matrix @ x.T``) is timed too: what a compiled sparse
+kernel gives on the same machine.
+
+    python benchmarks/bench_sparse.py [--sparsities 0.5,0.8,0.9,0.95,0.98,0.99,0.995,0.999] [--save]
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from common import best_time, save_results
+
+import minidl as mdl
+import minidl.functional as F
+from minidl.ops.sparse import CSRStructure, csr_linear
+
+WIDTH, BATCH = 1024, 64
+
+
+def pruned_weight(sparsity: float, seed: int = 0) -> np.ndarray:
+    w = np.random.default_rng(seed).standard_normal((WIDTH, WIDTH)).astype(np.float32)
+    w[np.abs(w) < np.quantile(np.abs(w), sparsity)] = 0
+    return w
+
+
+def steps(sparsity: float):
+    """(dense step, CSR step, SciPy forward or None) for one sparsity: forward + backward each."""
+    w = pruned_weight(sparsity)
+    x = mdl.tensor(np.random.default_rng(1).standard_normal((BATCH, WIDTH), dtype=np.float32), requires_grad=True)
+    dense = mdl.tensor(w, requires_grad=True)
+    structure, values = CSRStructure.from_dense(w)
+    v = mdl.tensor(values, requires_grad=True)
+
+    def dense_step():
+        x.grad = dense.grad = None
+        F.linear(x, dense).sum().backward()
+
+    def csr_step():
+        x.grad = v.grad = None
+        csr_linear(x, v, structure).sum().backward()
+
+    scipy_forward = None
+    try:
+        from scipy import sparse
+        matrix, xt = sparse.csr_matrix(w), np.ascontiguousarray(x.array.T)
+        scipy_forward = lambda: matrix @ xt  # noqa: E731
+    except ImportError:
+        pass
+    return dense_step, csr_step, scipy_forward, structure.density
+
+
+def measure(sparsities, repeat: int = 3) -> list[dict]:
+    rows = []
+    for sparsity in sparsities:
+        dense_step, csr_step, scipy_forward, density = steps(sparsity)
+        best = {"dense": float("inf"), "csr": float("inf")}
+        for _ in range(repeat):
+            best["dense"] = min(best["dense"], best_time(dense_step, repeat=1, warmup=1))
+            best["csr"] = min(best["csr"], best_time(csr_step, repeat=1, warmup=1))
+        row = {"sparsity": sparsity, "density": density, "dense_ms": 1e3 * best["dense"], "csr_ms": 1e3 * best["csr"],
+               "ratio": best["csr"] / best["dense"]}
+        if scipy_forward is not None:
+            row["scipy_forward_ms"] = 1e3 * best_time(scipy_forward, repeat=repeat)
+        rows.append(row)
+        print(f"sparsity {sparsity:6.3f}: dense {row['dense_ms']:7.2f} ms  csr {row['csr_ms']:7.2f} ms  "
+              f"csr / dense {row['ratio']:.2f}" + (f"  (SciPy forward {row['scipy_forward_ms']:.2f} ms)"
+                                                   if "scipy_forward_ms" in row else ""), flush=True)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sparsities", default="0.5,0.8,0.9,0.95,0.98,0.99,0.995,0.999")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args(argv)
+    rows = measure([float(v) for v in args.sparsities.split(",")], args.repeat)
+    wins = [r["sparsity"] for r in rows if r["ratio"] < 1]
+    print(f"CSR faster from sparsity {min(wins)}" if wins else "dense faster at every sparsity measured")
+    if args.save:
+        print(save_results("sparse", {"rows": rows, "width": WIDTH, "batch": BATCH}))
+
+
+if __name__ == "__main__":
+    main()
