@@ -2,20 +2,21 @@
 
 For each image size and kernel size, one convolution layer (batch 8, 8 → 8 channels, float32,
 'same' padding, bias) is timed forward + backward through ``minidl.ops.fft_conv.fft_conv2d`` and
-through ``minidl.functional.conv2d`` (im2col and a GEMM), in alternating rounds; a time is the
+through ``minidl.functional.conv2d`` (im2col and a GEMM), in alternating rounds at one BLAS thread
+on this thread's CPU clock (NumPy's FFT runs on one thread anyway); a time is the
 best round, the ratio fft / im2col of the best rounds. A ratio below 1 is a win for the FFT.
 
 The FFT's cost does not grow with the kernel (every transform is the size of the padded image),
-im2col's grows with KH·KW: the crossover moves to smaller kernels as images grow. NumPy's FFT
-(pocketfft) runs on one thread; the GEMM uses every thread BLAS has, so the crossover depends
-on the core count too: the table records both the thread count and the machine.
+im2col's grows with KH·KW: the crossover moves to smaller kernels as images grow. With more BLAS
+threads the GEMM gains and NumPy's FFT (pocketfft, one thread) does not, so on many cores the
+crossover moves to larger kernels.
 
     python benchmarks/bench_fft_conv.py [--images 16,32,64] [--kernels 3,5,7,11,15] [--save]
 """
 from __future__ import annotations
 
 import argparse
-import os
+import time
 
 import numpy as np
 from common import best_time, save_results
@@ -49,8 +50,8 @@ def measure(images, kernels, repeat: int = 3) -> list[dict]:
             im2col = layer_step(F.conv2d, size, kernel)
             times = {"fft": float("inf"), "im2col": float("inf")}
             for _ in range(repeat):  # alternate, so a busy moment hits both
-                times["fft"] = min(times["fft"], best_time(fft, repeat=1, warmup=1))
-                times["im2col"] = min(times["im2col"], best_time(im2col, repeat=1, warmup=1))
+                times["fft"] = min(times["fft"], best_time(fft, repeat=1, warmup=1, clock=time.thread_time))
+                times["im2col"] = min(times["im2col"], best_time(im2col, repeat=1, warmup=1, clock=time.thread_time))
             rows.append({"image": size, "kernel": kernel, "fft_ms": 1e3 * times["fft"],
                          "im2col_ms": 1e3 * times["im2col"], "ratio": times["fft"] / times["im2col"]})
             print(f"image {size:>3}  kernel {kernel:>2}:  fft {rows[-1]['fft_ms']:8.2f} ms   "
@@ -75,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args(argv)
+    mdl.set_num_threads(1)  # every library computes in this thread: its CPU time is the clock
     rows = measure([int(v) for v in args.images.split(",")], [int(v) for v in args.kernels.split(",")],
                    args.repeat)
     cross = crossover(rows)
@@ -82,7 +84,7 @@ def main(argv=None):
         print(f"image {size}: FFT faster from kernel {kernel}" if kernel else f"image {size}: im2col faster throughout")
     if args.save:
         print(save_results("fft_conv", {"rows": rows, "crossover": {str(k): v for k, v in cross.items()},
-                                        "threads": os.environ.get("OMP_NUM_THREADS", "default")}))
+                                        "threads": 1}))
 
 
 if __name__ == "__main__":

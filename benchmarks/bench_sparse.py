@@ -3,15 +3,16 @@
 One layer of 1024 → 1024 (float32, batch 64), pruned by magnitude to each sparsity, forward +
 backward: the dense product of the masked weight (``F.linear``: BLAS's GEMM) against
 ``minidl.ops.sparse.csr_linear`` (a gather, a scale and one ``reduceat`` per product, in NumPy),
-timed in alternating rounds, the best round each. Where SciPy is installed, SciPy's compiled CSR
-product (forward only, ``scipy.sparse.csr_matrix @ x.T``) is timed too: what a compiled sparse
-kernel gives on the same machine.
+timed in alternating rounds at one BLAS thread on this thread's CPU clock, the best round each.
+Where SciPy is installed, SciPy's compiled CSR product (forward only, ``scipy.sparse.csr_matrix @
+x.T``) is timed too: what a compiled sparse kernel gives on the same machine.
 
     python benchmarks/bench_sparse.py [--sparsities 0.5,0.8,0.9,0.95,0.98,0.99,0.995,0.999] [--save]
 """
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 from common import best_time, save_results
@@ -61,12 +62,12 @@ def measure(sparsities, repeat: int = 3) -> list[dict]:
         dense_step, csr_step, scipy_forward, density = steps(sparsity)
         best = {"dense": float("inf"), "csr": float("inf")}
         for _ in range(repeat):
-            best["dense"] = min(best["dense"], best_time(dense_step, repeat=1, warmup=1))
-            best["csr"] = min(best["csr"], best_time(csr_step, repeat=1, warmup=1))
+            best["dense"] = min(best["dense"], best_time(dense_step, repeat=1, warmup=1, clock=time.thread_time))
+            best["csr"] = min(best["csr"], best_time(csr_step, repeat=1, warmup=1, clock=time.thread_time))
         row = {"sparsity": sparsity, "density": density, "dense_ms": 1e3 * best["dense"], "csr_ms": 1e3 * best["csr"],
                "ratio": best["csr"] / best["dense"]}
         if scipy_forward is not None:
-            row["scipy_forward_ms"] = 1e3 * best_time(scipy_forward, repeat=repeat)
+            row["scipy_forward_ms"] = 1e3 * best_time(scipy_forward, repeat=repeat, clock=time.thread_time)
         rows.append(row)
         print(f"sparsity {sparsity:6.3f}: dense {row['dense_ms']:7.2f} ms  csr {row['csr_ms']:7.2f} ms  "
               f"csr / dense {row['ratio']:.2f}" + (f"  (SciPy forward {row['scipy_forward_ms']:.2f} ms)"
@@ -80,6 +81,7 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args(argv)
+    mdl.set_num_threads(1)  # every library computes in this thread: its CPU time is the clock
     rows = measure([float(v) for v in args.sparsities.split(",")], args.repeat)
     wins = [r["sparsity"] for r in rows if r["ratio"] < 1]
     print(f"CSR faster from sparsity {min(wins)}" if wins else "dense faster at every sparsity measured")
