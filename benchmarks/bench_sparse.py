@@ -2,10 +2,10 @@
 
 One layer of 1024 → 1024 (float32, batch 64), pruned by magnitude to each sparsity, forward +
 backward: the dense product of the masked weight (``F.linear``: BLAS's GEMM) against
-``minidl.ops.sparse.csr_linear`` (a gather, a scale and one ``reduceat`` per product, in NumPy),
-timed in alternating rounds at one BLAS thread on this thread's CPU clock, the best round each.
-Where SciPy is installed, SciPy's compiled CSR product (forward only, ``scipy.sparse.csr_matrix @
-x.T``) is timed too: what a compiled sparse kernel gives on the same machine.
+``minidl.ops.sparse.csr_linear``, with SciPy's compiled CSR product where SciPy is installed and
+without it (a gather, a scale and one ``reduceat`` per product, in NumPy), timed in alternating
+rounds at one BLAS thread on this thread's CPU clock, the best round each; and SciPy's forward
+product alone (``scipy.sparse.csr_matrix @ x.T``).
 
     python benchmarks/bench_sparse.py [--sparsities 0.5,0.8,0.9,0.95,0.98,0.99,0.995,0.999] [--save]
 """
@@ -19,6 +19,7 @@ from common import best_time, save_results
 
 import minidl as mdl
 import minidl.functional as F
+from minidl import backend
 from minidl.ops.sparse import CSRStructure, csr_linear
 
 WIDTH, BATCH = 1024, 64
@@ -56,22 +57,38 @@ def steps(sparsity: float):
     return dense_step, csr_step, scipy_forward, structure.density
 
 
+def numpy_only(step):
+    """``step`` with SciPy hidden from minidl: the CSR product by NumPy's gather and reduceat."""
+    def run():
+        saved = backend._optional.get("scipy.sparse")
+        backend._optional["scipy.sparse"] = False
+        try:
+            step()
+        finally:
+            backend._optional.pop("scipy.sparse")
+            if saved is not None:
+                backend._optional["scipy.sparse"] = saved
+    return run
+
+
 def measure(sparsities, repeat: int = 3) -> list[dict]:
     rows = []
     for sparsity in sparsities:
         dense_step, csr_step, scipy_forward, density = steps(sparsity)
-        best = {"dense": float("inf"), "csr": float("inf")}
+        steps_by_name = {"dense": dense_step, "csr": csr_step, "csr_numpy": numpy_only(csr_step)}
+        best = dict.fromkeys(steps_by_name, float("inf"))
         for _ in range(repeat):
-            best["dense"] = min(best["dense"], best_time(dense_step, repeat=1, warmup=1, clock=time.thread_time))
-            best["csr"] = min(best["csr"], best_time(csr_step, repeat=1, warmup=1, clock=time.thread_time))
+            for name, step in steps_by_name.items():
+                best[name] = min(best[name], best_time(step, repeat=1, warmup=1, clock=time.thread_time))
         row = {"sparsity": sparsity, "density": density, "dense_ms": 1e3 * best["dense"], "csr_ms": 1e3 * best["csr"],
-               "ratio": best["csr"] / best["dense"]}
+               "csr_numpy_ms": 1e3 * best["csr_numpy"], "ratio": best["csr"] / best["dense"],
+               "ratio_numpy": best["csr_numpy"] / best["dense"]}
         if scipy_forward is not None:
             row["scipy_forward_ms"] = 1e3 * best_time(scipy_forward, repeat=repeat, clock=time.thread_time)
         rows.append(row)
-        print(f"sparsity {sparsity:6.3f}: dense {row['dense_ms']:7.2f} ms  csr {row['csr_ms']:7.2f} ms  "
-              f"csr / dense {row['ratio']:.2f}" + (f"  (SciPy forward {row['scipy_forward_ms']:.2f} ms)"
-                                                   if "scipy_forward_ms" in row else ""), flush=True)
+        print(f"sparsity {sparsity:6.3f}: dense {row['dense_ms']:7.2f} ms  csr {row['csr_ms']:7.2f} ms "
+              f"(/ dense {row['ratio']:.2f})  csr without SciPy {row['csr_numpy_ms']:7.2f} ms "
+              f"(/ dense {row['ratio_numpy']:.2f})", flush=True)
     return rows
 
 
@@ -83,8 +100,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     mdl.set_num_threads(1)  # every library computes in this thread: its CPU time is the clock
     rows = measure([float(v) for v in args.sparsities.split(",")], args.repeat)
-    wins = [r["sparsity"] for r in rows if r["ratio"] < 1]
-    print(f"CSR faster from sparsity {min(wins)}" if wins else "dense faster at every sparsity measured")
+    for key, name in (("ratio", "CSR"), ("ratio_numpy", "CSR without SciPy")):
+        wins = [r["sparsity"] for r in rows if r[key] < 1]
+        print(f"{name} faster from sparsity {min(wins)}" if wins else f"{name}: dense faster at every sparsity")
     if args.save:
         print(save_results("sparse", {"rows": rows, "width": WIDTH, "batch": BATCH}))
 

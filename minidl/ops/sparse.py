@@ -18,14 +18,16 @@ computed here without a Python loop over rows or entries: gather the columns of 
 nonzeros need (nnz × B), scale each by its value, and add each row's run with one
 ``np.add.reduceat``. That is 2·nnz·B FLOPs against the dense product's 2·O·I·B, but as memory-
 bound gathers instead of a tuned GEMM; ``benchmarks/bench_sparse.py`` measures the density below
-which it wins on this machine (docs/performance.md).
+which it wins on this machine (docs/performance.md). Where SciPy is installed, its compiled CSR
+product does the same sums without the nnz × B temporary (an optional accelerator, as for erf).
 
 The gradients are the same two kinds of product:
 
     dx = dy W            the same gather-and-sum over Wᵀ, whose CSR form (the columns' runs, the
                          values permuted) is computed once with the structure;
     dvalues[k] = Σ_b dy[b, r_k] · x[b, indices[k]]   only at the stored places ("sampled" dense
-                         product): a pruned weight gets no gradient and stays pruned.
+                         product): a pruned weight gets no gradient and stays pruned. Above a
+                         density of 5 % it is the dense dyᵀ x read at those places (one GEMM).
 
 Both are written with this op and differentiable indexing, so every derivative order follows.
 """
@@ -35,14 +37,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidl import backend
 from minidl.autograd import Function
 from minidl.backend import xp_of
+from minidl.ops.linalg import matmul
 from minidl.ops.reduction import sum as reduce_sum
 from minidl.ops.shape import getitem, reshape, transpose
 from minidl.tensor import Tensor, as_tensor
 
 # The ops of this family that minidl.ops also attaches to Tensor as methods.
 TENSOR_METHODS = ()
+# Above this density the values' gradient is the dense dW = dyᵀ x (one GEMM) read at the stored places:
+# the per-place gathers move B·nnz values each, more than a GEMM costs once nnz is a few percent of O·I.
+SAMPLED_DENSE_ABOVE = 0.05
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,12 +114,18 @@ class CSRStructure:
 
 
 def csr_product_array(x, values, structure: CSRStructure):
-    """y = x Wᵀ on arrays, x (B, I) → (B, O): the gather, scale and per-row ``reduceat`` of the module docstring."""
+    """y = x Wᵀ on arrays, x (B, I) → (B, O): the gather, scale and per-row ``reduceat`` of the module docstring,
+    or SciPy's compiled CSR product where SciPy is installed (NumPy arrays; the same sums, row by row)."""
     xp = xp_of(x)
+    sparse = backend.scipy_sparse() if xp is np else None
+    if sparse is not None:
+        matrix = sparse.csr_matrix((values, structure.indices, structure.indptr), shape=structure.shape)
+        return np.ascontiguousarray((matrix @ x.T).T, dtype=np.result_type(x, values))
     out = xp.zeros((structure.shape[0], x.shape[0]), dtype=x.dtype)  # yᵀ: each row a contiguous run of B
     nonempty = structure.indptr[1:] > structure.indptr[:-1]
     if structure.nnz:
-        terms = x.T[structure.indices] * values[:, None]  # (nnz, B): row k is values[k] · x[:, indices[k]]
+        terms = xp.ascontiguousarray(x.T)[structure.indices]  # (nnz, B): contiguous rows gathered (2× faster)
+        terms *= values[:, None]  # row k is values[k] · x[:, indices[k]]
         out[nonempty] = xp.add.reduceat(terms, structure.indptr[:-1][nonempty], axis=0)
     return out.T
 
@@ -135,7 +148,10 @@ class CSRMatMul(Function):
             gx = CSRMatMul(transposed)(gy, getitem(values, Tensor(order)))
         if values.requires_grad:
             rows, cols = Tensor(self.structure.rows), Tensor(self.structure.indices)
-            gv = reduce_sum(getitem(transpose(gy), rows) * getitem(transpose(x), cols), axis=1)
+            if self.structure.density > SAMPLED_DENSE_ABOVE:  # the dense dW, read at the stored places
+                gv = getitem(matmul(transpose(gy), x), (rows, cols))
+            else:  # B products per stored place: cheaper than the dense dW below the threshold
+                gv = reduce_sum(getitem(transpose(gy), rows) * getitem(transpose(x), cols), axis=1)
         return gx, gv
 
     def jvp(self, dx, dvalues):

@@ -4,8 +4,18 @@ import pytest
 
 import minidl as mdl
 import minidl.functional as F
-from minidl import nn
-from minidl.ops.sparse import CSRStructure, csr_linear
+from minidl import backend, nn
+from minidl.ops.sparse import SAMPLED_DENSE_ABOVE, CSRStructure, csr_linear
+
+
+@pytest.fixture(params=["numpy", "scipy"])
+def product(request, monkeypatch):
+    """Both ways of computing the product: NumPy's gather and reduceat, and SciPy's compiled CSR (when installed)."""
+    if request.param == "scipy":
+        pytest.importorskip("scipy.sparse")
+    else:
+        monkeypatch.setitem(backend._optional, "scipy.sparse", False)  # as if SciPy were absent
+    return request.param
 
 
 def _pruned(shape=(7, 9), density=0.3, seed=0):
@@ -33,14 +43,16 @@ def test_a_mask_keeps_stored_zeros():
     assert s.nnz == 3 and values.tolist() == [0, 2, 3]
 
 
-@pytest.mark.parametrize("lead", [(4,), (2, 3)])
-def test_product_and_gradients_equal_the_dense_masked_weight(lead):
-    w = _pruned()
+@pytest.mark.parametrize("lead,shape,density", [((4,), (7, 9), 0.3), ((2, 3), (7, 9), 0.3),
+                                                 ((5,), (40, 60), 0.02)])
+def test_product_and_gradients_equal_the_dense_masked_weight(product, lead, shape, density):
+    w = _pruned(shape, density)
+    assert (np.count_nonzero(w) / w.size > SAMPLED_DENSE_ABOVE) == (density > SAMPLED_DENSE_ABOVE)  # both routes
     s, values = CSRStructure.from_dense(w)
     rng = np.random.default_rng(1)
-    x = mdl.tensor(rng.standard_normal((*lead, 9)), requires_grad=True)
+    x = mdl.tensor(rng.standard_normal((*lead, shape[1])), requires_grad=True)
     v = mdl.tensor(values, requires_grad=True)
-    b = mdl.tensor(rng.standard_normal(7), requires_grad=True)
+    b = mdl.tensor(rng.standard_normal(shape[0]), requires_grad=True)
     y = csr_linear(x, v, s, b)
     np.testing.assert_allclose(y.numpy(), x.numpy() @ w.T + b.numpy(), rtol=1e-13, atol=1e-13)
     dense = mdl.tensor(w, requires_grad=True)
@@ -53,9 +65,10 @@ def test_product_and_gradients_equal_the_dense_masked_weight(lead):
     np.testing.assert_allclose(gv.numpy(), hw.numpy()[rows, cols], rtol=1e-13, atol=1e-13)  # only stored places
 
 
-def test_gradcheck_in_float64():
-    s, values = CSRStructure.from_dense(_pruned((5, 6)))
-    x = mdl.tensor(np.random.default_rng(2).standard_normal((3, 6)), requires_grad=True)
+@pytest.mark.parametrize("shape,density", [((5, 6), 0.3), ((30, 40), 0.02)])
+def test_gradcheck_in_float64(product, shape, density):
+    s, values = CSRStructure.from_dense(_pruned(shape, density))
+    x = mdl.tensor(np.random.default_rng(2).standard_normal((3, shape[1])), requires_grad=True)
     v = mdl.tensor(values, requires_grad=True)
     assert mdl.gradcheck(lambda x, v: csr_linear(x, v, s), [x, v])
     assert mdl.gradgradcheck(lambda x, v: csr_linear(x, v, s), [x, v])
