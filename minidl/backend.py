@@ -20,6 +20,7 @@ picks the right spelling, so no other module needs ``import cupyx``:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import operator
 import warnings
 
@@ -481,7 +482,17 @@ def scatter_add(target, index, values) -> None:
         _cupyx_module().scatter_add(target, index, values)
 
 
-_scipy_special = None  # scipy.special once imported; False once its import failed (tried once only)
+_optional = {}  # {module name: the module once imported, or False once its import failed (tried once only)}
+
+
+def _optional_module(name: str):
+    """The module ``name``, or None when it cannot be imported; the import is tried once per process."""
+    if name not in _optional:
+        try:
+            _optional[name] = importlib.import_module(name)
+        except ImportError:
+            _optional[name] = False
+    return _optional[name] or None
 
 
 def scipy_special():
@@ -490,14 +501,13 @@ def scipy_special():
     SciPy is an optional accelerator: the error function is faster through it in float64,
     and complex arguments need it. Nothing in minidl requires it.
     """
-    global _scipy_special
-    if _scipy_special is None:
-        try:
-            import scipy.special as special
-        except ImportError:
-            special = False
-        _scipy_special = special
-    return _scipy_special or None
+    return _optional_module("scipy.special")
+
+
+def scipy_sparse():
+    """SciPy's ``scipy.sparse`` module, or None without SciPy (tried once): the compiled CSR product
+    :mod:`minidl.ops.sparse` uses when it is there."""
+    return _optional_module("scipy.sparse")
 
 
 def erf(x):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 import minidl.functional as F
+from minidl.ops.fft_conv import fft_conv2d
+from minidl.ops.sparse import CSRStructure, csr_linear
 from minidl.tensor import Tensor
 
 
@@ -52,6 +54,10 @@ class _GroupOfOne:
 
     def allreduce_(self, array):
         return array
+
+
+# A pruned 4 × 5 weight's places: an empty row, a full one, and columns used twice or not at all.
+_PRUNED = CSRStructure.from_dense(np.array([[1, 0, 2, 0, 0], [0, 0, 0, 0, 0], [3, 4, 5, 6, 7], [0, 0, 8, 0, 0.]]))[0]
 
 
 def cases(seed: int = 0):
@@ -140,6 +146,8 @@ def _layer_cases(rng, t, targets):
     out = [
         ("conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), [t(2, 3, 7), t(4, 3, 3), t(4)]),
         ("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1), [t(2, 2, 5, 5), t(3, 2, 3, 3), t(3)]),
+        ("fft_conv2d", lambda x, w, b: fft_conv2d(x, w, b, padding=(1, 0)), [t(2, 2, 5, 6), t(3, 2, 3, 2), t(3)]),
+        ("csr_linear", lambda x, v, b: csr_linear(x, v, _PRUNED, b), [t(2, 3, 5), t(_PRUNED.nnz), t(4)]),
         ("im2col", lambda x: F.im2col(x, 2, stride=1, padding=1), [t(1, 2, 3, 3)]),
         ("max_pool2d", lambda x: F.max_pool2d(x, 2), [_distinct(rng, 2, 2, 4, 4)]),
         ("avg_pool2d", lambda x: F.avg_pool2d(x, 2, stride=1), [t(2, 2, 4, 4)]),
@@ -649,6 +657,7 @@ _NO_COMPLEX_LOOP = "NumPy has no complex {} (a comparison or rounding that has n
 _ABS = "uses |x|, which is not analytic (|x + ih| = |x| to first order: the complex step sees 0)"
 _STABLE_SOFTPLUS = "the overflow-safe softplus is max(x, 0) + log1p(e^−|x|): it uses |x|"
 NOT_ANALYTIC = {
+    "fft_conv2d": "the real FFT (rfft2) takes real arrays only, so a complex step has nowhere to go",
     "abs": _ABS,
     "l1_loss": _ABS,
     "softsign": "x / (1 + |x|): " + _ABS,

@@ -52,10 +52,20 @@ walk start and end (``walk_preprocess``, ``walk_postprocess``), and the
 optimizers' steps are timed by a step hook for every optimizer
 (:func:`minidl.hooks.register_optimizer_step_pre_hook`), removed on exit.
 Not thread-safe: profile one thread at a time.
+
+Besides the table, a profile keeps the **timeline**: every interval a row adds to (a top-level
+op call with its inputs' shapes, a node's backward, the backward walk, an optimizer step, a
+region) with its start and duration, in ``prof.events``. ``prof.export_chrome_trace(path)``
+(PyTorch's name) writes it in Chrome's trace-event format: open the file in ``chrome://tracing``
+or https://ui.perfetto.dev to see the step as bars on a time axis, the node backwards nested
+inside the walk that ran them.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import threading
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -101,12 +111,25 @@ class OpStats:
                 "mean_us": self.mean_us, "overhead_us": self.overhead_us}
 
 
+@dataclass(frozen=True)
+class Event:
+    """One interval of the timeline: a row's name and phase, start (seconds after the block was
+    entered), duration (host seconds), and for an op call its inputs' shapes."""
+
+    name: str
+    phase: str
+    start: float
+    duration: float
+    shapes: tuple = ()
+
+
 class _Frame:
     """The start of one timed interval: clock, the saved accumulators, CUDA start event."""
 
-    __slots__ = ("start", "saved", "event")
+    __slots__ = ("start", "saved", "event", "shapes")
 
-    def __init__(self, prof):
+    def __init__(self, prof, shapes: tuple = ()):
+        self.shapes = shapes
         self.saved = (prof._overhead, prof._work)
         prof._overhead = prof._work = 0.0
         self.event = prof._start_event()
@@ -126,6 +149,7 @@ class profile(autograd.FunctionHook):
         self.synchronize = synchronize
         self.show = show
         self.stats: dict[tuple[str, str], OpStats] = {}
+        self.events: list[Event] = []  # the timeline (see the module docstring)
         self.wall = 0.0  # seconds from entering to leaving the block
         self._overhead = 0.0  # machinery time inside the interval being timed
         self._work = 0.0  # time inside forward() of the op calls in that interval
@@ -179,7 +203,7 @@ class profile(autograd.FunctionHook):
         frame = None
         if not self._depth:
             self._depth = 1
-            frame = _Frame(self)
+            frame = _Frame(self, tuple(tuple(t.shape) for t in inputs if t is not None))
         self._forward = 0.0
         self._time_forward(fn)
         self._call = (perf_counter(), frame)
@@ -239,6 +263,7 @@ class profile(autograd.FunctionHook):
         nodes_total, nodes_work = self._walk_nodes
         self._walk_nodes = saved_nodes
         engine = max(elapsed - nodes_total, 0.0)
+        self.events.append(Event(ENGINE, "backward", frame.start - self._started, elapsed))
         # the engine's own time is machinery, except the gradient sums it runs between nodes
         self._add(ENGINE, "backward", engine, max(engine - (work - nodes_work), 0.0))
 
@@ -276,6 +301,7 @@ class profile(autograd.FunctionHook):
         overhead, work = self._overhead, self._work
         self._overhead, self._work = frame.saved[0] + overhead, frame.saved[1] + work  # enclosing intervals
         self._add(name, phase, elapsed, overhead, calls)
+        self.events.append(Event(name, phase, frame.start - self._started, elapsed, frame.shapes))
         if frame.event is not None:
             end = self._cp.cuda.Event()
             end.record()
@@ -373,6 +399,24 @@ class profile(autograd.FunctionHook):
         lines.append(f"framework overhead: {self.overhead_us_per_op:.1f} µs per op call "
                      f"({self.op_calls} op calls; forward, backward and engine bookkeeping)")
         return "\n".join(lines)
+
+    def export_chrome_trace(self, path) -> None:
+        """Write the timeline as Chrome's trace-event JSON: one complete event ("ph": "X") per interval,
+        times in microseconds from the start of the block, the op's phase as its category and its
+        inputs' shapes as its arguments. Written to a temporary file, then renamed into place."""
+        pid, tid = os.getpid(), threading.get_ident()
+        events = [{"name": e.name, "cat": e.phase, "ph": "X", "ts": e.start * 1e6, "dur": e.duration * 1e6,
+                   "pid": pid, "tid": tid, "args": {"shapes": [list(s) for s in e.shapes]} if e.shapes else {}}
+                  for e in sorted(self.events, key=lambda e: (e.start, -e.duration))]
+        path = os.fspath(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
     def print_table(self, sort_by: str = "time", top: int | None = None) -> None:
         print(self.table(sort_by, top))

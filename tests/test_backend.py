@@ -157,7 +157,7 @@ def test_erf_without_scipy_is_numpys_own_kernel_and_tries_the_import_once(monkey
     within 2 ulps of math.erf in float64 and 6 float32 ulps in float32; the failed import of
     scipy.special is tried once, not at every call."""
     hider = _NoScipySpecial()
-    monkeypatch.setattr(backend, "_scipy_special", None)  # forget a SciPy found earlier in this process
+    monkeypatch.setattr(backend, "_optional", {})  # forget a SciPy found earlier in this process
     for name in [n for n in sys.modules if n == "scipy.special" or n.startswith("scipy.special.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "meta_path", [hider] + sys.meta_path)

@@ -202,3 +202,42 @@ def test_an_op_stopped_before_its_forward_is_left_as_it_was():
     assert "forward" not in vars(op)
     row = prof.stats[("Sleepy", "forward")]
     assert row.calls == 1 and row.total < 0.02  # its 20 ms forward never ran
+
+
+# ---------------------------------------------------------------- the timeline and its Chrome trace
+def test_chrome_trace_has_every_interval_nested_in_time(tmp_path):
+    import json
+    with profiler.profile() as prof:
+        mlp_step("cpu", with_region=prof)
+    path = tmp_path / "step.json"
+    prof.export_chrome_trace(path)
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    assert not list(tmp_path.glob("*.tmp*"))  # written, then renamed
+    # one event per call of each row: the table's calls and the trace's events agree
+    counted = {}
+    for e in events:
+        assert e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0
+        counted[(e["name"], e["cat"])] = counted.get((e["name"], e["cat"]), 0) + 1
+    assert counted == {(s.name, s.phase): s.calls for s in prof.rows()}
+    # the two Linear forwards carry their inputs' shapes: x, W, b
+    linears = [e["args"]["shapes"] for e in events if e["name"] == "Linear" and e["cat"] == "forward"]
+    assert linears == [[[5, 8], [16, 8], [16]], [[5, 16], [4, 16], [4]]]
+    # every node's backward lies inside the one walk; forwards end before the walk starts
+    (walk,) = [e for e in events if e["name"] == profiler.ENGINE]
+    nodes = [e for e in events if e["cat"] == "backward" and e["name"] != profiler.ENGINE]
+    assert nodes and all(walk["ts"] <= e["ts"] and e["ts"] + e["dur"] <= walk["ts"] + walk["dur"] + 1e-3
+                         for e in nodes)
+    assert all(e["ts"] + e["dur"] <= walk["ts"] + 1e-3 for e in events if e["cat"] == "forward")
+    (update,) = [e for e in events if e["name"] == "update"]
+    assert update["ts"] >= walk["ts"] + walk["dur"] - 1e-3
+    assert update["dur"] == pytest.approx(prof.stats[("update", "region")].total * 1e6)  # microseconds
+    assert all(e["ts"] + e["dur"] <= prof.wall * 1e6 + 1e-3 for e in events)
+
+
+def test_chrome_trace_to_a_missing_folder_fails_and_leaves_nothing(tmp_path):
+    with profiler.profile() as prof:
+        mlp_step("cpu")
+    with pytest.raises(OSError):
+        prof.export_chrome_trace(tmp_path / "absent" / "step.json")
+    assert not list(tmp_path.rglob("*"))

@@ -31,7 +31,8 @@ from minidl.ops.quantize import FakeQuantize
 from minidl.tensor import Tensor
 
 MODULES = ("minidl.ops.shape", "minidl.ops.rearrange", "minidl.ops.indexing", "minidl.ops.scatter_reduce",
-           "minidl.ops.conv", "minidl.ops.pool", "minidl.ops.norm", "minidl.ops.loss", "minidl.ops.attention",
+           "minidl.ops.conv", "minidl.ops.fft_conv", "minidl.ops.sparse", "minidl.ops.pool", "minidl.ops.norm",
+           "minidl.ops.loss", "minidl.ops.attention",
            "minidl.ops.distance", "minidl.ops.quantize", "minidl.ops.regularization", "minidl.ops.distributed",
            "minidl.nn.recurrent", "minidl.checkpoint.segments", "minidl.parallel.data_parallel",
            "minidl.parallel.buckets", "minidl.parallel.sharded")

@@ -8,7 +8,7 @@ and default initialization (each documented in its docstring), so models
 and state dicts carry over. Initializers and the textbook's bias rules are in
 :mod:`minidl.nn.init`.
 """
-from minidl.nn import functional, init, lora, prune, structured_prune, utils
+from minidl.nn import functional, init, lora, prune, sparse, structured_prune, utils
 from minidl.nn.activation import (
     CELU,
     GLU,
@@ -106,7 +106,7 @@ __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxUnpool1d", "MaxUnpool2d", "PixelShuffle",
     "PixelUnshuffle", "Upsample", "Dropout1d", "Dropout2d", "GRUCell", "InstanceNorm1d", "InstanceNorm2d",
     "LSTMCell", "ModuleDict", "ParameterDict", "ParameterList", "RMSNorm", "RNNCell", "functional", "utils",
-    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune",
+    "MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer", "prune", "sparse",
     "LoRALinear", "lora", "structured_prune",
     "BatchRenorm1d", "BatchRenorm2d",
     "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
