@@ -26,7 +26,7 @@ from minidl import data, nn
 
 SEED = 0
 GLOBAL_BATCH = 64
-LR = 0.05
+LR = 0.5  # plain SGD: the loss falls from 2.30 to about 1.1 in 30 steps (0.05 barely moves it)
 
 
 def model(dtype=np.float32) -> nn.Sequential:
