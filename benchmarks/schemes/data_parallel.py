@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 
 import minidl as mdl  # noqa: E402
 from minidl import optim, parallel  # noqa: E402
-from minidl.parallel import cost_model  # noqa: E402
 from minidl.ops.loss import cross_entropy  # noqa: E402
+from minidl.parallel import cost_model  # noqa: E402
 
 
 def bytes_per_step(comm, steps: int) -> tuple[float, float]:

@@ -35,7 +35,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
   ``prepare`` (the wrappers nested for it)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
-- :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (server and worker ranks; synchronous, or bounded staleness)
+- :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (servers and workers; synchronous, or bounded staleness)
 - :mod:`minidl.parallel.local_sgd`: ``LocalSGD`` (each rank steps alone; the weights averaged every H steps)
 """
 from __future__ import annotations

@@ -16,7 +16,9 @@ With H = 1 and plain SGD the average of the ranks' steps *is* data parallelism's
 the ranks drift apart between averages and the result differs (measured in the tests and the
 notebook); what it buys is communication: one all-reduce of the weights every H steps,
 
-    bytes per step = all-reduce payload of the weights / H     (:func:`~minidl.parallel.cost_model.local_sgd_step_payloads`).
+    bytes per step = all-reduce payload of the weights / H
+
+(:func:`~minidl.parallel.cost_model.local_sgd_step_payloads`).
 
 The optimizer's state (momentum, Adam's moments) stays local by default, as in Lin et al. 2020's local
 momentum, so the bytes are the weights' alone; ``average_state=True`` averages every floating-point state
