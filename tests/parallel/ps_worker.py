@@ -56,6 +56,15 @@ def main(out, servers):
                        "param_bytes": sum(p.array.nbytes for p in ps._params)}
         if comm.rank == 0:
             np.savez(os.path.join(out, f"{name}.npz"), *[state[k] for k in state])
+        if name == "sync_momentum":  # the optimizer's state: each server its shard's, whole when consolidated
+            facts[name]["own_state"] = sorted(int(k) for k in opt.optimizer.state)
+            facts[name]["own_params"] = sorted(ps.shards[comm.rank]) if ps.is_server else []
+            whole = opt.consolidated_state_dict()["state"]
+            with ps.whole_module() as module:  # every rank sees the servers' weights inside
+                facts[name]["whole_module_matches"] = all(
+                    np.array_equal(p.array, state[k]) for k, p in module.named_parameters())
+            if comm.rank == 0:
+                np.savez(os.path.join(out, "momentum_state.npz"), *[whole[k]["b"] for k in sorted(whole)])
 
     # The Trainer drives the synchronous server through the protocol: the global batch on every rank.
     ps, opt = build(comm, servers, "mlp", "momentum", None)

@@ -28,6 +28,7 @@ import sys
 import numpy as np
 import pytest
 
+import minidl as mdl
 from minidl.parallel import cost_model, launch, shard_bounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,6 +69,24 @@ def test_synchronous_equals_one_process(job, name, kind):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-12, err_msg=f"{name} parameter {k}")
     logged = facts[0]["trainer" if name == "trainer" else name]["losses"]
     np.testing.assert_allclose(logged, losses, rtol=1e-12, atol=0)  # every rank logs the global batch's loss
+
+
+def test_servers_hold_the_optimizer_state_in_shards(job):
+    ranks, servers, out, facts = job
+    for rank in range(ranks):  # a server: the momentum of its own parameters only; a worker: none
+        fact = facts[rank]["sync_momentum"]
+        assert fact["own_state"] == fact["own_params"]
+        assert fact["whole_module_matches"]
+    assert sorted(p for r in range(servers) for p in facts[r]["sync_momentum"]["own_state"]) == list(range(4))
+    model = cases.make_model("mlp")
+    opt = cases.make_optimizer(model.parameters(), "momentum")
+    for x, y in cases.batches("mlp"):
+        opt.zero_grad()
+        cases.loss_fn("mlp")(model(mdl.tensor(x)), mdl.tensor(y)).backward()
+        opt.step()
+    got = np.load(out / "momentum_state.npz")
+    for k in range(4):  # consolidated: one process's momentum buffers
+        np.testing.assert_allclose(got[f"arr_{k}"], opt.state[k]["b"], rtol=0, atol=1e-12)
 
 
 def test_staleness_zero_is_the_synchronous_run(job):
