@@ -195,9 +195,16 @@ class ParameterServer(WrapsModule, ParallelModule):
 
     # ------------------------------------------------------------ push, update, pull
     def _flat(self, indices, arrays):
+        """The arrays of the parameters ``indices`` (one server's shard), one after the other in a new flat array."""
         first = self._params[0]
         with using(first.device):
             return first.xp.concatenate([arrays[i].reshape(-1) for i in indices])
+
+    def _buffer(self, indices):
+        """An empty flat array the size of the parameters ``indices``, to receive a shard into."""
+        first = self._params[0]
+        with using(first.device):
+            return first.xp.empty(sum(self._params[i].numel() for i in indices), first.dtype)
 
     def push(self) -> None:
         """A worker: send each server its part of this rank's gradients (zeros for a missing one), then drop them."""
@@ -217,9 +224,7 @@ class ParameterServer(WrapsModule, ParallelModule):
         indices = self.shards[self.comm.rank]
         total = None
         for worker in self.schedule.arrival_order(self.steps):
-            first = self._params[0]
-            with using(first.device):
-                flat = first.xp.empty(sum(self._params[i].numel() for i in indices), first.dtype)
+            flat = self._buffer(indices)
             self.comm.recv_(flat, self.servers + worker)
             total = flat if total is None else total + flat
         offset = 0
@@ -243,9 +248,7 @@ class ParameterServer(WrapsModule, ParallelModule):
 
     def _receive_weights(self) -> None:
         for server, indices in enumerate(self.shards):
-            first = self._params[0]
-            with using(first.device):
-                flat = first.xp.empty(sum(self._params[i].numel() for i in indices), first.dtype)
+            flat = self._buffer(indices)
             self.comm.recv_(flat, server)
             self._write(indices, flat)
 
@@ -262,10 +265,8 @@ class ParameterServer(WrapsModule, ParallelModule):
         """Every parameter's newest value (its server's), on every rank: one broadcast per server (a collective)."""
         arrays = [None] * len(self._params)
         for server, indices in enumerate(self.shards):
-            first = self._params[0]
-            with using(first.device):
-                flat = self._flat(indices, [p.array for p in self._params]) if self.comm.rank == server else \
-                    first.xp.empty(sum(self._params[i].numel() for i in indices), first.dtype)
+            flat = self._flat(indices, [p.array for p in self._params]) if self.comm.rank == server \
+                else self._buffer(indices)
             self.comm.broadcast_(flat, server)
             offset = 0
             for i in indices:
