@@ -5,7 +5,8 @@ rank its traffic.
 
 Runs: synchronous with SGD, momentum and Adam on the MLP (each server keeps its shard's state);
 asynchronous with staleness 0, 1 and 3 (seed 5) on the linear regression with plain SGD; and the
-synchronous MLP with momentum driven by the Trainer. Every rank starts from its own initialization
+synchronous MLP with momentum driven by the Trainer; and a resume of the momentum run from its whole
+(consolidated) state. Every rank starts from its own initialization
 (the construction broadcasts rank 0's).
 """
 import json
@@ -29,6 +30,7 @@ RUNS = {  # name: (problem, optimizer, staleness)
     "async_3": ("linreg", "sgd", 3),
 }
 SEED = 5
+RESUMED = 5  # steps after a resume from the synchronous momentum run's whole state
 
 
 def build(comm, servers, problem, kind, staleness):
@@ -65,6 +67,17 @@ def main(out, servers):
                     np.array_equal(p.array, state[k]) for k, p in module.named_parameters())
             if comm.rank == 0:
                 np.savez(os.path.join(out, "momentum_state.npz"), *[whole[k]["b"] for k in sorted(whole)])
+            # a resume: a fresh server and workers load the whole state and train RESUMED more steps
+            resumed, resumed_opt = build(comm, servers, problem, kind, None)
+            resumed.load_state_dict(state)
+            resumed_opt.load_state_dict(opt.consolidated_state_dict())
+            for x, y in cases.batches(problem, cases.STEPS + RESUMED)[cases.STEPS:]:
+                resumed_opt.zero_grad()
+                resumed.train_step(x, y, cases.loss_fn(problem))
+                resumed_opt.step()
+            after = resumed.consolidated_state_dict()
+            if comm.rank == 0:
+                np.savez(os.path.join(out, "resumed.npz"), *[after[k] for k in after])
 
     # The Trainer drives the synchronous server through the protocol: the global batch on every rank.
     ps, opt = build(comm, servers, "mlp", "momentum", None)

@@ -89,6 +89,13 @@ def test_servers_hold_the_optimizer_state_in_shards(job):
         np.testing.assert_allclose(got[f"arr_{k}"], opt.state[k]["b"], rtol=0, atol=1e-12)
 
 
+def test_a_resume_from_the_whole_state_continues_the_one_process_run(job):
+    _, _, out, _ = job
+    want, _ = cases.one_process("mlp", "momentum", cases.STEPS + ps_worker.RESUMED)
+    for g, w in zip(_weights(out, "resumed"), want):  # weights and momentum both restored on their servers
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+
+
 def test_staleness_zero_is_the_synchronous_run(job):
     _, _, out, _ = job
     want, _ = cases.one_process("linreg", "sgd")
