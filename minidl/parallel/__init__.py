@@ -35,6 +35,8 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
   ``prepare`` (the wrappers nested for it)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
+- :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (servers and workers; synchronous, or bounded staleness)
+- :mod:`minidl.parallel.local_sgd`: ``LocalSGD`` (each rank steps alone; the weights averaged every H steps)
 """
 from __future__ import annotations
 
@@ -42,7 +44,9 @@ from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, ncc
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.distributed_data_parallel import DistributedDataParallel
 from minidl.parallel.layout import Layout, layout, prepare
+from minidl.parallel.local_sgd import LocalSGD, LocalSGDOptimizer
 from minidl.parallel.mesh import Mesh
+from minidl.parallel.parameter_server import ParameterServer, ParameterServerOptimizer
 from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.parallel.ring import ring_allreduce_
@@ -61,6 +65,7 @@ from minidl.parallel.world import get_world, init, is_root
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
+    "LocalSGD", "LocalSGDOptimizer", "ParameterServer", "ParameterServerOptimizer",
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer",
     "Layout", "LocalComm", "MPIComm", "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP",
     "ParallelModule", "ParallelOptimizer",

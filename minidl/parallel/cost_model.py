@@ -293,3 +293,47 @@ def pipeline_bubble(stages: int, micro_batches: int) -> float:
     if stages < 1 or micro_batches < 1:
         raise ValueError(f"pipeline_bubble: stages and micro_batches must be >= 1, got {stages}, {micro_batches}")
     return (stages - 1) / (micro_batches + stages - 1)
+
+
+# ---------------------------------------------------------------- parameter server: bytes per step
+def expected_pull_fraction(staleness: int | None) -> float:
+    """The share of steps on which a worker of :class:`~minidl.parallel.parameter_server.ParameterServer` pulls.
+
+    Synchronous (None) or τ = 0: every step. Otherwise a worker keeps its weights with probability 1/2 each
+    step, at most τ steps in a row, so the steps from one pull to the next number Σ_{k=0}^{τ} 2^{−k} = 2 − 2^{−τ}
+    on average and the share is 1 / (2 − 2^{−τ}): 2/3 for τ = 1, tending to 1/2.
+    """
+    if staleness is None:
+        return 1.0
+    if staleness < 0:
+        raise ValueError(f"expected_pull_fraction: staleness must be None or >= 0, got {staleness}")
+    return 1.0 / (2.0 - 2.0 ** -staleness)
+
+
+def parameter_server_step_payloads(param_bytes: float, workers: int, role: str = "worker",
+                                   pulls: float = 1.0) -> dict:
+    """Payload bytes one parameter-server step hands to ``send`` and ``recv`` on one rank (as ``comm.traffic``).
+
+    A worker (``param_bytes`` = P, the whole model's trainable bytes) pushes its gradient, P bytes cut over
+    the servers, and receives the weights, P bytes, on the steps it pulls (``pulls``: 1 synchronous, or the
+    share of :func:`expected_pull_fraction`). A server (``param_bytes`` = its shard's bytes P_s) receives
+    every worker's push, W · P_s, and sends the shard to the workers that pull (``pulls``: how many per step,
+    W synchronous). All of it crosses the servers' links: with S servers of equal shards, a step moves
+    W · P / S bytes in and out of each server, so T_comm ≈ α + W · P / (S · β): more workers load the
+    servers, more servers spread the load (Li et al. 2014).
+    """
+    if role == "worker":
+        return {"send": float(param_bytes), "recv": float(param_bytes) * float(pulls)}
+    if role == "server":
+        return {"send": float(param_bytes) * float(pulls), "recv": float(param_bytes) * workers}
+    raise ValueError(f"parameter_server_step_payloads: role must be 'worker' or 'server', got {role!r}")
+
+
+# ---------------------------------------------------------------- local SGD: bytes per step
+def local_sgd_step_payloads(param_bytes: float, period: int, state_bytes: float = 0.0) -> dict:
+    """Payload bytes per step of local SGD averaging every ``period`` (H) steps: one all-reduce of the weights
+    (``param_bytes``, plus ``state_bytes`` when the optimizer's state is averaged too) every H steps, so
+    (P + state) / H per step; :func:`ring_bytes` turns it into link bytes, 2(N−1)/N · P / H."""
+    if period < 1:
+        raise ValueError(f"local_sgd_step_payloads: period (H) must be >= 1, got {period}")
+    return {"allreduce": (float(param_bytes) + float(state_bytes)) / period}

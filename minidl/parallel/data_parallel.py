@@ -159,17 +159,7 @@ class DataParallel(WrapsModule, ParallelModule):
     # ------------------------------------------------------------ start: one model everywhere
     def broadcast_state(self, root: int = 0) -> None:
         """Overwrite every parameter and buffer with rank ``root``'s values (in place)."""
-        tensors = [t for _, t in self.module.named_parameters()] + [t for _, t in self.module.named_buffers()]
-        for group in _group_by_kind(tensors):
-            with using(group[0].device):  # the group's GPU current: CuPy makes arrays on the current GPU
-                flat = group[0].xp.concatenate([t.array.reshape(-1) for t in group])
-                self.comm.broadcast_(flat, root)
-                offset = 0
-                for t in group:
-                    t.array[...] = flat[offset:offset + t.numel()].reshape(t.shape)
-                    mark_changed(t)
-                    offset += t.numel()
-        self.comm.synchronize()
+        broadcast_module_state(self.module, self.comm, root)
 
     # ------------------------------------------------------------ after backward: one gradient everywhere
     def sync_gradients(self, num_samples: int | None = None) -> None:
@@ -383,6 +373,22 @@ def _group_by_kind(tensors):
     for t in tensors:
         groups.setdefault((t.dtype.str, t.device), []).append(t)
     return [g for g in groups.values() if g]
+
+
+def broadcast_module_state(module: Module, comm, root: int = 0) -> None:
+    """Overwrite every parameter and buffer of ``module`` with rank ``root``'s values, in place (a collective:
+    one broadcast per dtype and device); every scheme that starts from one model on every rank calls it."""
+    tensors = [t for _, t in module.named_parameters()] + [t for _, t in module.named_buffers()]
+    for group in _group_by_kind(tensors):
+        with using(group[0].device):  # the group's GPU current: CuPy makes arrays on the current GPU
+            flat = group[0].xp.concatenate([t.array.reshape(-1) for t in group])
+            comm.broadcast_(flat, root)
+            offset = 0
+            for t in group:
+                t.array[...] = flat[offset:offset + t.numel()].reshape(t.shape)
+                mark_changed(t)
+                offset += t.numel()
+    comm.synchronize()
 
 
 def check_same_model(module: Module, comm) -> None:
