@@ -151,8 +151,9 @@ def halo_rows(conv) -> int:
         if kw % 2 == 0:
             raise ValueError(f"{owner}: padding='same' with an even kernel width {kw} pads unevenly; use an odd "
                              "kernel or integer padding")
-    elif conv.padding[0] != p:
-        raise ValueError(f"{owner}: padding {conv.padding[0]} along the height; a spatial split needs 'same' "
+    elif conv.padding == "valid" or conv.padding[0] != p:
+        got = 0 if conv.padding == "valid" else conv.padding[0]
+        raise ValueError(f"{owner}: padding {got} along the height; a spatial split needs 'same' "
                          f"padding there ({p} = dilation·(kernel−1)/2) so that every strip keeps its rows; "
                          f"use padding={p} or padding='same'")
     return p
