@@ -138,7 +138,7 @@ def halo_rows(conv) -> int:
     """The halo p an ``nn.Conv2d`` needs from each neighbour (its 'same' padding along the height), after
     checking that it can run on strips: stride 1 along the height, an odd kernel height, 'same' padding
     there. Raises ValueError naming what to change."""
-    (kh, kw), (sh, _), (dh, dw) = conv.kernel_size, conv.stride, conv.dilation
+    (kh, kw), (sh, _), (dh, _) = conv.kernel_size, conv.stride, conv.dilation
     owner = f"SpatialConv2d.from_layer({conv!r})"
     if sh != 1:
         raise ValueError(f"{owner}: stride {sh} along the height; a spatial split needs stride 1 there (strided "
