@@ -33,6 +33,8 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.whole_state`: split ↔ whole state for every kind of split (checkpoints, resumes)
 - :mod:`minidl.parallel.layout`: ``layout`` (the world as data × pipeline × tensor groups) and
   ``prepare`` (the wrappers nested for it)
+- :mod:`minidl.parallel.filter_parallel`: a Conv2d's filters (or input channels) split over the ranks
+- :mod:`minidl.parallel.spatial`: images cut into strips of rows over the ranks, with a halo exchange
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
