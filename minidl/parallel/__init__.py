@@ -71,3 +71,15 @@ __all__ = [
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",
     "shard_loader",
 ]
+
+# ---------------------------------------------------------------- filter-wise and spatial parallelism
+from minidl.parallel.filter_parallel import (  # noqa: E402
+    FilterParallel,
+    FilterParallelConv2d,
+    FilterParallelOptimizer,
+    InputChannelParallelConv2d,
+)
+from minidl.parallel.spatial import SpatialConv2d, SpatialParallel  # noqa: E402
+
+__all__ = __all__ + ["FilterParallel", "FilterParallelConv2d", "FilterParallelOptimizer",
+                     "InputChannelParallelConv2d", "SpatialConv2d", "SpatialParallel"]

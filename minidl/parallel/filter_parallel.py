@@ -41,6 +41,7 @@ from minidl import backend, nn
 from minidl.nn.module import Module, Parameter, WrapsModule
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.ops.group_gather import gather_from_group
+from minidl.optim.wrapper import WrapsOptimizer
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.parallel.tensor_parallel import unsplit_grad_squares
 from minidl.parallel.whole_state import (
@@ -356,7 +357,15 @@ class FilterParallelOptimizer(ParallelOptimizer):
         """The state one process keeps, every array in its parameter's whole shape (a collective)."""
         return consolidate_optimizer_state(self.model, self.optimizer.state_dict(), self._params())
 
+    def check_state_dict(self, state_dict) -> None:
+        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
+        local = local_optimizer_state(self.model, state_dict, self._params())
+        inner = self.optimizer
+        if not isinstance(inner, WrapsOptimizer) or "check_state_dict" in vars(type(inner)):
+            inner.check_state_dict(local)  # a wrapper with a format of its own (Lookahead) checks as it loads
+
     def load_state_dict(self, state_dict) -> None:
+        """Load a state as :meth:`consolidated_state_dict` gives it (whole shapes; any split saved it)."""
         self.optimizer.load_state_dict(local_optimizer_state(self.model, state_dict, self._params()))
 
     def __repr__(self):

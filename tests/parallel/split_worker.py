@@ -56,6 +56,23 @@ def trained(world, arrays):
         for name, value in model.consolidated_state_dict().items():
             arrays[f"train/{scheme}/{name}"] = np.asarray(value)
         arrays[f"train/{scheme}/loss"] = np.asarray(trainer.steps["loss"], dtype=np.float64)
+        if scheme.startswith("filter"):
+            resumed(world, scheme, model.consolidated_state_dict(), opt.consolidated_state_dict(), arrays)
+
+
+def resumed(world, scheme, state, opt_state, arrays):
+    """A fresh split model and optimizer loaded from the whole state, gathered whole again (the round trip
+    of a checkpoint), and the momentum buffers (SGD's "b") of the whole optimizer state, by position."""
+    model = SCHEMES[scheme](S.cnn(), world)
+    opt = FilterParallelOptimizer(optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model.module)
+    model.check_state_dict(state)
+    opt.check_state_dict(opt_state)
+    model.load_state_dict(state)
+    opt.load_state_dict(opt_state)
+    for name, value in model.consolidated_state_dict().items():
+        arrays[f"resumed/{scheme}/{name}"] = np.asarray(value)
+    for position, entry in opt.consolidated_state_dict()["state"].items():
+        arrays[f"resumed/{scheme}/momentum/{position}"] = np.asarray(entry["b"])
 
 
 def main(out):

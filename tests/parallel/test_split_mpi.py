@@ -103,11 +103,13 @@ def test_halo_bytes_follow_the_halo_equation():
     assert "send" not in alone and "recv" not in alone
 
 
-def _plain_training(clip):
+def _plain_training(clip, with_optimizer=False):
     model = S.cnn()
-    trainer = Trainer(model, optim.SGD(model.parameters(), lr=0.1, momentum=0.9), S.train_batches(), metrics=None,
-                      progress=False, max_grad_norm=clip)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    trainer = Trainer(model, opt, S.train_batches(), metrics=None, progress=False, max_grad_norm=clip)
     trainer.fit(1)
+    if with_optimizer:
+        return model.state_dict(), opt.state_dict()
     return model.state_dict(), np.asarray(trainer.steps["loss"])
 
 
@@ -120,3 +122,18 @@ def test_training_with_the_trainer_equals_one_process(job):
             for name, want in want_state.items():
                 np.testing.assert_allclose(arrays[f"train/{scheme}/{name}"], np.asarray(want), rtol=1e-9,
                                            atol=1e-12, err_msg=f"{scheme} {name}")
+
+
+def test_a_checkpoint_of_the_filter_split_is_one_process_state_and_loads_back(job):
+    """The consolidated weights and momentum buffers equal the plain run's, parameter by parameter at the
+    plain optimizer's positions; loaded into a fresh split model and gathered again, they come back whole."""
+    _, outputs = job
+    want_state, want_opt = _plain_training(S.CLIP, with_optimizer=True)
+    for arrays, _ in outputs:
+        for name, want in want_state.items():
+            np.testing.assert_allclose(arrays[f"resumed/filter_paired/{name}"], np.asarray(want), rtol=1e-9,
+                                       atol=1e-12, err_msg=name)
+        assert len(want_opt["state"]) == len(want_state) == 8
+        for position, entry in want_opt["state"].items():
+            np.testing.assert_allclose(arrays[f"resumed/filter_paired/momentum/{position}"],
+                                       np.asarray(entry["b"]), rtol=1e-9, atol=1e-12)
