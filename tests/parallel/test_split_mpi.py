@@ -6,6 +6,7 @@ bytes with the cost model.
 """
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -137,3 +138,20 @@ def test_a_checkpoint_of_the_filter_split_is_one_process_state_and_loads_back(jo
         for position, entry in want_opt["state"].items():
             np.testing.assert_allclose(arrays[f"resumed/filter_paired/momentum/{position}"],
                                        np.asarray(entry["b"]), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("scheme", ["filter_parallel", "spatial"])
+def test_the_benchmark_script_reports_one_process_losses_and_the_predicted_bytes(scheme, tmp_path):
+    """benchmarks/schemes/<scheme>.py on 2 ranks: the losses of the same script run alone (a world of one), and
+    the payloads counted per step equal to those the cost model predicts."""
+    script = os.path.join(HERE, "..", "..", "benchmarks", "schemes", f"{scheme}.py")
+    result = launch.run(2, [script, "--steps", "3", "--out", str(tmp_path / "two.json")], timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    alone = subprocess.run([sys.executable, script, "--steps", "3", "--out", str(tmp_path / "one.json")],
+                           capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-4000:]
+    two, one = (json.loads((tmp_path / name).read_text()) for name in ("two.json", "one.json"))
+    assert len(two["loss"]) == 3 and two["ranks"] == 2
+    np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-5)
+    assert two["payloads_per_step"] == two["predicted_payloads_per_step"]
+    assert two["bytes_per_step"] == sum(two["payloads_per_step"].values()) > 0
