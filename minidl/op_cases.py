@@ -126,6 +126,7 @@ def cases(seed: int = 0):
     out += _normalization_and_recurrent_cases(rng, t)
     out += _quantization_cases(rng)
     out += _communication_cases(t)
+    out += _group_gather_cases(t)
     return out
 
 
@@ -720,3 +721,22 @@ def complex_step_status(name: str) -> str:
     if name in NOT_ANALYTIC:
         return NOT_ANALYTIC[name]
     return "piecewise analytic" if name in PIECEWISE_ANALYTIC else "analytic"
+
+
+# ---------------------------------------------------------------- filter-wise and spatial parallelism
+class _GatheringGroupOfOne(_GroupOfOne):
+    """A group of one rank that also all-gathers (its ``allgather``: the array with a new axis of one)."""
+
+    def allgather(self, array):
+        return array[None].copy()
+
+
+def _group_gather_cases(t):
+    """The all-gather/split pair of filter-wise and spatial parallelism, each times its input (second order)."""
+    from minidl.ops.group_gather import gather_from_group, split_to_group
+
+    group = _GatheringGroupOfOne()
+    return [
+        ("gather_from_group", lambda x: gather_from_group(x, group, axis=1) * x, [t(2, 3, 2)]),
+        ("split_to_group", lambda x: split_to_group(x, group, axis=-1) * x, [t(3, 4)]),
+    ]

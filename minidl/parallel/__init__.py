@@ -33,6 +33,8 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.whole_state`: split ↔ whole state for every kind of split (checkpoints, resumes)
 - :mod:`minidl.parallel.layout`: ``layout`` (the world as data × pipeline × tensor groups) and
   ``prepare`` (the wrappers nested for it)
+- :mod:`minidl.parallel.filter_parallel`: a Conv2d's filters (or input channels) split over the ranks
+- :mod:`minidl.parallel.spatial`: images cut into strips of rows over the ranks, with a halo exchange
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 - :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (servers and workers; synchronous, or bounded staleness)
@@ -74,3 +76,15 @@ __all__ = [
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",
     "shard_loader",
 ]
+
+# ---------------------------------------------------------------- filter-wise and spatial parallelism
+from minidl.parallel.filter_parallel import (  # noqa: E402
+    FilterParallel,
+    FilterParallelConv2d,
+    FilterParallelOptimizer,
+    InputChannelParallelConv2d,
+)
+from minidl.parallel.spatial import SpatialConv2d, SpatialParallel  # noqa: E402
+
+__all__ = __all__ + ["FilterParallel", "FilterParallelConv2d", "FilterParallelOptimizer",
+                     "InputChannelParallelConv2d", "SpatialConv2d", "SpatialParallel"]

@@ -337,3 +337,70 @@ def local_sgd_step_payloads(param_bytes: float, period: int, state_bytes: float 
     if period < 1:
         raise ValueError(f"local_sgd_step_payloads: period (H) must be >= 1, got {period}")
     return {"allreduce": (float(param_bytes) + float(state_bytes)) / period}
+
+
+# ---------------------------------------------------------------- filter-wise parallelism: bytes per step
+FILTER_KINDS = ("gathered", "split", "input_channel")
+
+
+def filter_parallel_step_payloads(ranks: int, batch: int, layers, itemsize: int = 4) -> dict:
+    """What one step of a filter-wise split CNN hands each collective, on each rank of the group.
+
+    ``layers``: one ``(kind, input_map, output_map, input_grad)`` per split convolution, the maps
+    ``(C, H, W)`` of the whole (unsplit) activations and ``kind`` one of
+
+        "gathered"       filter-wise, output all-gathered:  all-gather B·(C_out/N)·H'·W'  forward
+        "split"          filter-wise, output left split:    nothing forward
+        "input_channel"  input channels split:             all-reduce B·C_out·H'·W'     forward
+
+    Both filter-wise kinds all-reduce the input's gradient backward, B·C_in·H·W, where the input
+    needs one (``input_grad``: not the image); the input-channel kind sends nothing backward (its
+    input's gradient is this rank's channels). Payloads in bytes (:func:`ring_bytes` for the wire).
+    """
+    if ranks < 1:
+        raise ValueError(f"filter_parallel_step_payloads: ranks must be >= 1, got {ranks}")
+    out = {"allgather": 0, "allreduce": 0}
+    for kind, (c_in, h, w), (c_out, h_out, w_out), input_grad in layers:
+        if kind not in FILTER_KINDS:
+            raise ValueError(f"filter_parallel_step_payloads: kind must be one of {', '.join(FILTER_KINDS)}, "
+                             f"got {kind!r}")
+        if kind == "gathered":
+            out["allgather"] += batch * (c_out // ranks) * h_out * w_out * itemsize
+        if kind == "input_channel":
+            out["allreduce"] += batch * c_out * h_out * w_out * itemsize
+        elif input_grad:
+            out["allreduce"] += batch * c_in * h * w * itemsize
+    return {op: n for op, n in out.items() if n}
+
+
+# ---------------------------------------------------------------- spatial parallelism: halo bytes per step
+def halo_bytes(batch: int, channels: int, width: int, halo: int, itemsize: int = 4) -> int:
+    """One halo message: ``halo`` rows of a (batch, channels, ·, width) activation, p·B·C·W·itemsize bytes."""
+    return halo * batch * channels * width * itemsize
+
+
+def spatial_step_payloads(rank: int, ranks: int, batch: int, convs, gathered_map, image_map=None,
+                          itemsize: int = 4) -> dict:
+    """What one step of a CNN split into strips of rows hands each operation, on rank ``rank`` of ``ranks``.
+
+    ``convs``: one ``(in_channels, width, halo, parameters, input_grad)`` per convolution on strips.
+    Before each, a rank with k neighbours (1 at the image's edges, 2 inside; 0 alone) sends and
+    receives one :func:`halo_bytes` message per neighbour, and as many back in backward where the
+    input needs a gradient; the weights' gradients (``parameters`` values) are all-reduced. The strips
+    of ``gathered_map`` ((C, H, W) of the whole map, before the head) are all-gathered, each rank
+    handing in its B·C·(H/N)·W; ``image_map``, when the image needs a gradient, adds the all-gather of
+    its strips' gradients. Payloads in bytes, as ``comm.traffic`` counts them.
+    """
+    if ranks < 1 or not 0 <= rank < ranks:
+        raise ValueError(f"spatial_step_payloads: rank must be in [0, ranks), got rank {rank} of {ranks}")
+    neighbours = (rank > 0) + (rank < ranks - 1)
+    out = {"send": 0, "allreduce": 0, "allgather": 0}
+    for channels, width, halo, parameters, input_grad in convs:
+        out["send"] += neighbours * halo_bytes(batch, channels, width, halo, itemsize) * (2 if input_grad else 1)
+        out["allreduce"] += parameters * itemsize
+    for shape in (gathered_map, image_map):
+        if shape is not None:
+            c, h, w = shape
+            out["allgather"] += batch * c * (h // ranks) * w * itemsize
+    out["recv"] = out["send"]
+    return {op: n for op, n in out.items() if n}
