@@ -41,3 +41,8 @@ __all__ = [
     "hessian_vector_product", "l1_penalty", "lr_range_test", "lr_scheduler", "schedules", "top_hessian_eigenvalue",
     "update_bn", "weight_decay_groups",
 ]
+
+# Low-precision training: pure 16-bit updates (stochastic rounding, Kahan) and quantized gradients (QSGD)
+from minidl.optim.low_precision import LowPrecisionOptimizer  # noqa: E402
+
+__all__ += ["LowPrecisionOptimizer"]
