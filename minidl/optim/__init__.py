@@ -44,5 +44,6 @@ __all__ = [
 
 # Low-precision training: pure 16-bit updates (stochastic rounding, Kahan) and quantized gradients (QSGD)
 from minidl.optim.low_precision import LowPrecisionOptimizer  # noqa: E402
+from minidl.optim.quantized_grad import QuantizedGradients  # noqa: E402
 
-__all__ += ["LowPrecisionOptimizer"]
+__all__ += ["LowPrecisionOptimizer", "QuantizedGradients"]
