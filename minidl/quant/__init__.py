@@ -46,9 +46,10 @@ from minidl.quant.int4 import (  # noqa: E402
     nf4_levels,
     pack_4bit,
     quantize_4bit,
+    quantize_model_4bit,
     unpack_4bit,
 )
 from minidl.quant.qlora import apply_qlora  # noqa: E402
 
 __all__ += ["Linear4bit", "Quantized4bit", "apply_qlora", "dequantize_4bit", "int4_levels", "nf4_levels",
-            "pack_4bit", "quantize_4bit", "unpack_4bit"]
+            "pack_4bit", "quantize_4bit", "quantize_model_4bit", "unpack_4bit"]

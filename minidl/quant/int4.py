@@ -38,6 +38,7 @@ stored whole.
 """
 from __future__ import annotations
 
+import copy
 import math
 from statistics import NormalDist
 from typing import NamedTuple
@@ -49,7 +50,7 @@ from minidl import backend, nn
 from minidl.tensor import Tensor
 
 __all__ = ["Linear4bit", "Quantized4bit", "dequantize_4bit", "int4_levels", "nf4_levels", "pack_4bit",
-           "quantize_4bit", "unpack_4bit"]
+           "quantize_4bit", "quantize_model_4bit", "unpack_4bit"]
 
 _KINDS = ("nf4", "int4")
 SCALE_BLOCK = 256                                   # scales per block of the double quantization
@@ -234,3 +235,18 @@ class Linear4bit(nn.Module):
         bits = self.quantized().bits_per_weight()
         return (f"{self.in_features}, {self.out_features}, {self.kind} blocks of {self.block_size}"
                 f"{', double-quantized scales' if self.double_quant else ''} ({bits:.3f} bits a weight)")
+
+
+def quantize_model_4bit(model, kind: str = "nf4", block_size: int = 64, double_quant: bool = False):
+    """A copy of ``model`` with every ``nn.Linear`` a :class:`Linear4bit` (``model`` itself is unchanged)."""
+    _check(kind, block_size)
+    model = copy.deepcopy(model)
+    layers = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
+    if not layers:
+        raise ValueError("quantize_model_4bit: the model has no nn.Linear layer to store in 4 bits")
+    for name, layer in layers:
+        new = Linear4bit.from_linear(layer, kind, block_size, double_quant)
+        if name == "":
+            return new
+        nn.utils.replace_module(model, name, new)
+    return model
