@@ -169,3 +169,17 @@ def test_bad_input_is_refused_clearly():
         optim.LowPrecisionOptimizer(optim.SGD(nn.Linear(2, 2).to(F16).parameters(), lr=0.1), "up")
     with pytest.raises(TypeError, match="stochastic_round: expected a 16-bit float dtype"):
         stochastic_round(np.ones(2, np.float32), np.float32)
+
+
+def test_float16_updates_on_the_device(standin_or_gpu):
+    x = np.full(256, 1.0 + 1e-4, np.float32)
+    rounded = stochastic_round(mdl.tensor(x, device=standin_or_gpu).array, F16)
+    values = mdl.backend.to_numpy(rounded).astype(np.float64)
+    assert set(np.unique(values)) <= {1.0, 1.0 + 2.0**-10}
+    model = nn.Linear(4, 2).to(F16).to(standin_or_gpu)
+    opt = optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.1, momentum=0.9), "kahan")
+    before = model.weight.numpy().copy()
+    model(mdl.tensor(np.ones((3, 4), np.float16), device=standin_or_gpu)).sum().backward()
+    opt.step()
+    assert model.weight.device.startswith("cuda") and opt.compensation[0].dtype == F16
+    np.testing.assert_allclose(model.weight.numpy(), before - 0.1 * 3, atol=2.0**-9)   # dW = 3 for every entry

@@ -77,3 +77,12 @@ def test_training_with_4_bit_gradients_converges():
     assert quantized < 0.3 * np.log(3) and quantized < full + 0.05       # from ln 3 at the start to float32's level
     assert opt.bits_dense / opt.bits_sent > 7                             # 32 bits a value against 4 + norms
     assert opt.bits_dense == 150 * 32 * (20 * 32 + 32 + 32 * 3 + 3)
+
+
+def test_qsgd_on_the_device_gives_levels_of_the_norm(standin_or_gpu):
+    g = mdl.randn(3, 100, device=standin_or_gpu)
+    q = mdl.backend.to_numpy(qsgd(g.array, bits=4, bucket_size=300))
+    norm = np.linalg.norm(g.numpy().astype(np.float64))
+    levels = np.abs(q) * 7 / norm
+    np.testing.assert_allclose(levels, np.round(levels), atol=1e-4)
+    assert np.all(np.abs(levels - 7 * np.abs(g.numpy()) / norm) < 1 + 1e-4)

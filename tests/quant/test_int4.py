@@ -154,3 +154,14 @@ def test_qlora_trains_only_adapters_and_improves_the_loss(tmp_path):
     merged = nn.lora.merge_lora(again)                                # a float model: Ŵ + (α/r) B A
     with mdl.no_grad():
         np.testing.assert_allclose(merged(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_linear4bit_on_the_device_matches_the_cpu(standin_or_gpu):
+    mdl.manual_seed(0)
+    layer = quant.Linear4bit.from_linear(nn.Linear(70, 30), "nf4", double_quant=True)
+    x = np.random.default_rng(0).standard_normal((4, 70)).astype(np.float32)
+    expected = layer(mdl.tensor(x)).numpy()
+    layer.to(standin_or_gpu)
+    y = layer(mdl.tensor(x, device=standin_or_gpu))
+    assert y.device.startswith("cuda")
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
