@@ -12,11 +12,11 @@ cures keep the weights in 16 bits instead (Zamirai et al. 2020, "Revisiting
 BFloat16 Training"; Gupta et al. 2015 for stochastic rounding):
 
 **Stochastic rounding.** x lies between two neighbouring 16-bit values
-lo ≤ x < hi; round up with probability proportional to proximity:
+lo ≤ x < hi; round up with probability proportional to proximity, to x̃:
 
-    SR(x) = hi  with probability p = (x − lo) / (hi − lo),   lo  otherwise
-    E[SR(x)] = lo + p·(hi − lo) = x                       (unbiased)
-    Var[SR(x)] = p(1 − p)(hi − lo)² ≤ (hi − lo)² / 4
+    x̃ = hi  with probability p = (x − lo) / (hi − lo),   lo  otherwise
+    E[x̃] = lo + p·(hi − lo) = x                       (unbiased)
+    Var[x̃] = p(1 − p)(hi − lo)² ≤ (hi − lo)² / 4
 
 An update of a tenth of the gap moves the weight by a whole gap one time in
 ten: on average the weight moves as in float32, with noise of at most half
@@ -24,11 +24,11 @@ a gap per step.
 
 **Kahan-compensated update.** Keep a 16-bit buffer c of what rounding
 threw away and feed it back into the next update (Kahan 1965's summation,
-with w the running sum and Δ = the optimizer's step):
+with w the running sum, Δ = the optimizer's step, and round to the nearest 16-bit value):
 
     y = Δ − c          the step plus what the last rounding lost (c holds minus the loss)
-    t = rnd(w + y)     the new 16-bit weight
-    c = rnd((t − w) − y)   what this rounding lost: (t − w) is the step taken, y the step wanted
+    t = round(w + y)     the new 16-bit weight
+    c = round((t − w) − y)   what this rounding lost: (t − w) is the step taken, y the step wanted
     w = t
 
 The arithmetic of each line is float32 (what a GPU's registers hold); what
@@ -109,7 +109,7 @@ def stochastic_round(x, dtype, rng=None):
 def kahan_update(w, delta, c) -> None:
     """w ← w + Δ with Kahan compensation, in place on the 16-bit arrays w and c (Δ in float32).
 
-        y = Δ − c;   t = rnd(w + y);   c = rnd((t − w) − y);   w = t
+        y = Δ − c;   t = round(w + y);   c = round((t − w) − y);   w = t
     """
     y = _wide(delta) - _wide(c)
     w_wide = _wide(w)
@@ -129,7 +129,7 @@ class LowPrecisionOptimizer(WrapsOptimizer, Optimizer):
 
     - ``"stochastic"``: w ← SR(w + Δ)  (see :func:`stochastic_round`);
     - ``"kahan"``: w, c ← :func:`kahan_update` (a 16-bit buffer c per parameter, in the state dict);
-    - ``"nearest"``: w ← rnd(w + Δ), what plain 16-bit training does (small steps are lost).
+    - ``"nearest"``: w ← round(w + Δ), what plain 16-bit training does (small steps are lost).
     """
 
     def __init__(self, optimizer: Optimizer, rounding: str = "stochastic"):  # noqa: D107 - no super().__init__

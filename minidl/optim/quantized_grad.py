@@ -11,7 +11,7 @@ random so that the result is unbiased:
 
     l = ⌊s·|v_i| / ‖v‖⌋,    p = s·|v_i| / ‖v‖ − l
     ξ_i = (l + 1)/s  with probability p,   l/s  otherwise
-    Q(v_i) = ‖v‖ · sgn(v_i) · ξ_i
+    Q(v_i) = ‖v‖ · sign(v_i) · ξ_i
 
     E[Q(v)] = v,      E‖Q(v) − v‖² = (‖v‖/s)² Σ_i p_i(1 − p_i) ≤ min(d/s², √d/s) · ‖v‖²   (QSGD, Lemma 3.1)
 
@@ -77,7 +77,7 @@ def qsgd_quantize(g, bits: int = 4, bucket_size: int = 512, rng=None) -> QSGDCod
 
 
 def qsgd_dequantize(codes: QSGDCodes, dtype=np.float32):
-    """Q(v) = ‖v‖ · sgn(v) · ℓ / s, in ``codes.shape``."""
+    """Q(v) = ‖v‖ · sign(v) · ℓ / s, in ``codes.shape``."""
     s = 2 ** (codes.bits - 1) - 1
     xp = backend.xp_of(codes.levels)
     values = codes.norms[:, None] * codes.levels.astype(np.float32) / np.float32(s)
