@@ -144,22 +144,38 @@ def test_float16_stochastic_rounding_tracks_float32_where_nearest_drifts():
     assert np.abs(w_nearest - w32).max() > tolerance
 
 
-def test_state_is_16_bit_and_state_dict_round_trips():
-    model = nn.Linear(4, 2).to(BF16)
-    opt = optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.1, momentum=0.9), "kahan")
-    x = mdl.tensor(np.ones((3, 4), BF16))
-    for _ in range(2):
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-    assert model.weight.dtype == BF16 and opt.state[0]["b"].dtype == BF16 and opt.compensation[0].dtype == BF16
-    saved = opt.state_dict()
-    other = optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.1, momentum=0.9), "kahan")
-    other.load_state_dict(saved)
-    np.testing.assert_array_equal(other.compensation[0], opt.compensation[0])
-    np.testing.assert_array_equal(other.state[0]["b"], opt.state[0]["b"])
-    with pytest.raises(ValueError, match="saved with rounding='kahan'"):
-        optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.1), "stochastic").load_state_dict(saved)
+@pytest.mark.parametrize("rounding", ["kahan", "stochastic"])
+def test_state_is_16_bit_and_a_saved_state_resumes_the_same_trajectory(rounding, tmp_path):
+    x = mdl.tensor(np.random.default_rng(0).standard_normal((3, 4)).astype(BF16))
+
+    def make():
+        mdl.manual_seed(0)
+        model = nn.Linear(4, 2).to(BF16)
+        return model, optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.01, momentum=0.9), rounding)
+
+    def steps(model, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            (model(x) ** 2).sum().backward()
+            opt.step()
+
+    model, opt = make()
+    steps(model, opt, 3)
+    assert model.weight.dtype == BF16 and opt.state[0]["b"].dtype == BF16
+    assert rounding != "kahan" or opt.compensation[0].dtype == BF16
+    mdl.save(model.state_dict(), str(tmp_path / "model.safetensors"))
+    mdl.save(opt.state_dict(), str(tmp_path / "opt.safetensors"))
+    twin, twin_opt = make()
+    twin.load_state_dict(mdl.load(str(tmp_path / "model.safetensors")))
+    twin_opt.load_state_dict(mdl.load(str(tmp_path / "opt.safetensors")))
+    mdl.manual_seed(1)
+    steps(model, opt, 3)
+    mdl.manual_seed(1)
+    steps(twin, twin_opt, 3)
+    np.testing.assert_array_equal(twin.weight.numpy(), model.weight.numpy())
+    with pytest.raises(ValueError, match=f"saved with rounding='{rounding}'"):
+        other = "nearest"
+        optim.LowPrecisionOptimizer(optim.SGD(model.parameters(), lr=0.1), other).load_state_dict(opt.state_dict())
 
 
 def test_bad_input_is_refused_clearly():
