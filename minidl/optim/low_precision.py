@@ -5,7 +5,7 @@
     ...loss.backward(); opt.step()...                                 # or rounding="kahan"
 
 Why plain 16-bit weights stop learning (notebook 10): near w = 1 the
-neighbouring bfloat16 values are 2⁻⁷ apart, so an update |lr·g| below half
+neighbouring bfloat16 values are 2⁻⁷ apart, so an update lr·g smaller in size than half
 that gap rounds back to w, every step, and the weight never moves. Mixed
 precision answers with a float32 master copy (4 more bytes a weight). Two
 cures keep the weights in 16 bits instead (Zamirai et al. 2020, "Revisiting
@@ -67,7 +67,7 @@ def _wide(x):
 
 
 def rounding_neighbours(x, dtype) -> tuple:
-    """(lo, hi): the neighbouring ``dtype`` values around x with |lo| ≤ |x| < |hi| (magnitudes; signs as x's).
+    """(lo, hi): the neighbouring ``dtype`` values around x with abs(lo) ≤ abs(x) < abs(hi) (signs as x's).
 
     Found on the bit pattern: a non-negative 16-bit float's bits, read as an
     unsigned integer, grow with its value, so the next value up is bits + 1.

@@ -9,7 +9,7 @@ values; each bucket is sent as its norm ‖v‖₂ (32 bits), and per value one
 sign bit and a level ℓ in {0, …, s} (b − 1 bits, s = 2^(b−1) − 1), chosen at
 random so that the result is unbiased:
 
-    l = ⌊s·|v_i| / ‖v‖⌋,    p = s·|v_i| / ‖v‖ − l
+    l = ⌊s·abs(v_i) / ‖v‖⌋,    p = s·abs(v_i) / ‖v‖ − l
     ξ_i = (l + 1)/s  with probability p,   l/s  otherwise
     Q(v_i) = ‖v‖ · sign(v_i) · ξ_i
 
