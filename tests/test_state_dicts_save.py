@@ -47,6 +47,9 @@ def _optimizers():
             out.append((name, lambda p: optim.Lookahead(optim.Adam(p, lr=1e-2), k=2)))
         else:
             out.append((name, lambda p, cls=cls: cls(p, lr=1e-2)))
+    # SGD-Q, a wrapper outside __all__ (LowPrecisionOptimizer needs 16-bit parameters: its file round trip
+    # and resumed trajectory are in tests/optim/test_low_precision.py)
+    out.append(("QuantizedGradients", lambda p: optim.QuantizedGradients(optim.SGD(p, lr=1e-2, momentum=0.9), bits=4)))
     return out
 
 

@@ -28,6 +28,7 @@ PUBLIC_MODULES = [
     "minidl.tune", "minidl.nn.prune", "minidl.quant", "minidl.nn.lora",
     "minidl.nn.structured_prune",
     "minidl.optim.offload",
+    "minidl.optim.low_precision", "minidl.optim.quantized_grad",
     "minidl.graphdraw",
     "minidl.hooks",
     "minidl.tracing",

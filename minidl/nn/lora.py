@@ -69,7 +69,8 @@ class LoRALinear(Module):
         """A plain Linear with W' = W + (α/r) B A and the same bias (a new layer; this one is unchanged)."""
         layer = Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
         with no_grad():
-            layer.weight.array[...] = self.base.weight.array + self.scaling * (self.lora_B.array @ self.lora_A.array)
+            weight = getattr(self.base, "dequantized_weight", lambda: self.base.weight.array)()  # a 4-bit base too
+            layer.weight.array[...] = weight + self.scaling * (self.lora_B.array @ self.lora_A.array)
             if self.base.bias is not None:
                 layer.bias.array[...] = self.base.bias.array
         return layer

@@ -408,7 +408,7 @@ class Module:
             except TypeError:
                 raise ValueError(f"Module.to: {dtype!r} is neither a device ('cpu', 'cuda', 'cuda:N') "
                                  "nor a dtype") from None
-            if dtype.kind != "f":
+            if dtype.kind != "f" and not backend.is_bfloat16(dtype):  # bfloat16 (ml_dtypes) included
                 raise TypeError(f"Module.to: dtype must be floating point, got {dtype}")
         if device is not None:
             backend.parse_device(device)  # a clear error for a bad device string, before any change
@@ -416,7 +416,8 @@ class Module:
         def convert(array):
             if device is not None:
                 array = backend.to_device(array, device)
-            if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+            floating = array.dtype.kind == "f" or backend.is_bfloat16(array.dtype)  # bfloat16's kind is 'V'
+            if dtype is not None and floating and array.dtype != dtype:
                 array = array.astype(dtype)
             return array
 

@@ -41,3 +41,9 @@ __all__ = [
     "hessian_vector_product", "l1_penalty", "lr_range_test", "lr_scheduler", "schedules", "top_hessian_eigenvalue",
     "update_bn", "weight_decay_groups",
 ]
+
+# Low-precision training: pure 16-bit updates (stochastic rounding, Kahan) and quantized gradients (QSGD).
+# Wrappers around an optimizer, as Lookahead, documented on their modules' pages rather than in __all__ (the
+# lists of update equations that every optimizer test walks).
+from minidl.optim.low_precision import LowPrecisionOptimizer  # noqa: E402, F401
+from minidl.optim.quantized_grad import QuantizedGradients  # noqa: E402, F401

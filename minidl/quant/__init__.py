@@ -36,3 +36,20 @@ __all__ = [
     "QuantizedConv2d", "QuantizedLinear", "convert", "dequantize", "int_matmul", "model_size_bytes",
     "prepare_qat", "qparams", "qrange", "quantize", "quantize_model", "weight_qparams",
 ]
+
+# 4-bit weights (NF4, int4) and QLoRA
+from minidl.quant.int4 import (  # noqa: E402
+    Linear4bit,
+    Quantized4bit,
+    dequantize_4bit,
+    int4_levels,
+    nf4_levels,
+    pack_4bit,
+    quantize_4bit,
+    quantize_model_4bit,
+    unpack_4bit,
+)
+from minidl.quant.qlora import apply_qlora  # noqa: E402
+
+__all__ += ["Linear4bit", "Quantized4bit", "apply_qlora", "dequantize_4bit", "int4_levels", "nf4_levels",
+            "pack_4bit", "quantize_4bit", "quantize_model_4bit", "unpack_4bit"]
