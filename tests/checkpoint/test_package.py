@@ -11,7 +11,8 @@ import pytest
 import minidl.checkpoint as package
 
 PACKAGE = pathlib.Path(package.__file__).parent
-ORDER = ["replay", "nonreentrant", "policy", "segments", "offload", "plan", "schedule"]  # each imports only those before it
+# each imports only those before it
+ORDER = ["replay", "nonreentrant", "policy", "segments", "offload", "plan", "schedule"]
 
 
 def minidl_imports(module):
