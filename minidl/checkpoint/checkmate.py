@@ -58,6 +58,7 @@ the Python objects around the arrays (a few hundred bytes a node).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -253,15 +254,21 @@ class _Step:
                 continue
             entry = self.param_grads.get(id(p))
             self.param_grads[id(p)] = (p, g.array if entry is None else entry[1] + g.array)
+        # A gradient handed on by reference (an add's) would share its buffer with the consumer's result it
+        # came from, and keep it alive after the program frees that node: such a gradient is copied, so that
+        # each node owns the bytes it is charged for. The caller's gradient is held to the end anyway.
+        borrowed = set() if gy is None or gy is self.seed else {id(_root(gy))}
         result = {}
         for j, feed, _ in forward.feeds:
-            if feed.grad is None:
+            g, feed.grad = feed.grad, None
+            if g is None:
                 continue
+            if id(_root(g)) in borrowed:
+                g = g.copy()
             if j < 0:
-                self.input_grad = feed.grad if self.input_grad is None else self.input_grad + feed.grad
+                self.input_grad = g if self.input_grad is None else self.input_grad + g
             else:
-                result[j] = feed.grad if j not in result else result[j] + feed.grad
-            feed.grad = None
+                result[j] = g if j not in result else result[j] + g
         self.held[node] = result
 
 
@@ -358,18 +365,21 @@ def profile_graph(graph: LayerGraph, sample_input, cost=None, backward_cost=None
                 input_grad_before = 0 if step.input_grad is None else step.input_grad.nbytes
                 known = _buffers(step) | param_buffers
                 tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
                 start = time.perf_counter()
                 _compute(step, node)
                 seconds[node] = time.perf_counter() - start
                 after, peak = tracemalloc.get_traced_memory()
                 workspace[node] = max(0, peak - after)
-                sizes[node] = _new_bytes(_result_arrays(step, node), known)
                 if node < n:
                     reads.append(set(step.held[node].reads))
-                if node >= n:
+                else:
                     grads_now = sum(g.nbytes for _, g in step.param_grads.values())
                     input_grad_now = 0 if step.input_grad is None else step.input_grad.nbytes
                     permanent[node] = grads_now - grads_before + input_grad_now - input_grad_before
+                # What the result holds: its new arrays, and the Python objects around them (the layer's
+                # graph nodes, the tensors), which tracemalloc sees as well (a few hundred bytes each).
+                sizes[node] = max(_new_bytes(_result_arrays(step, node), known), after - before - permanent[node])
                 if cost is not None and node < n:
                     layer, sources = graph.layers[node], graph.inputs[node]
                     inputs = [Tensor(step.value(j)) for j in sources]
@@ -401,6 +411,17 @@ class CheckmateSchedule:
     S: np.ndarray
     profile: GraphProfile
     solver: str = ""
+
+    @classmethod
+    def from_recomputations(cls, R, profile: GraphProfile) -> "CheckmateSchedule":
+        """The schedule computing what R says, holding the least (each result kept exactly until a later
+        stage that reads it without computing it again)."""
+        R = np.asarray(R, dtype=bool)
+        N = profile.num_nodes
+        if R.shape != (N, N) or not R[np.arange(N), np.arange(N)].all() or np.triu(R, 1).any():
+            raise ValueError(f"CheckmateSchedule.from_recomputations: R must be a lower-triangular {N}×{N} array "
+                             "of 0/1 with ones on the diagonal (stage t computes node t)")
+        return cls(R, _least_keep(profile, R), profile, solver="given")
 
     def events(self):
         """The stages as the executor runs them: per stage, a list of (node computed, nodes freed after it)
@@ -636,7 +657,9 @@ def checkmate_schedule(profile: GraphProfile, budget: float, time_limit: float =
                 terms += [(index[("U", t, k - 1)], -1)]
                 terms += [(index[("F", t, i, k - 1)], M[i] / scale) for i in [*deps[k - 1], k - 1]]
                 constraint(terms, 0, 0)
-            constraint([(u, 1), (index[("R", t, k)], profile.workspace[k] / scale)], -np.inf, budget / scale)
+            # whole bytes: the solver's feasibility tolerance (1e-7 of a unit) stays below one byte
+            constraint([(u, 1), (index[("R", t, k)], profile.workspace[k] / scale)], -np.inf,
+                       math.floor(budget) / scale)
     costs = np.zeros(nvar)
     C = np.asarray(profile.costs, dtype=np.float64)
     c_scale = float(max(C.max(), 1e-300))
@@ -645,7 +668,8 @@ def checkmate_schedule(profile: GraphProfile, budget: float, time_limit: float =
             costs[column] = C[key[1]] / c_scale
     A = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), nvar))
     result = optimize.milp(costs, constraints=optimize.LinearConstraint(A, lo, hi), integrality=integrality,
-                           bounds=optimize.Bounds(lower, upper), options={"time_limit": time_limit})
+                           bounds=optimize.Bounds(lower, upper),
+                           options={"time_limit": time_limit, "mip_rel_gap": 1e-9})
     if result.x is None:
         raise ValueError(f"checkmate_schedule: no schedule fits a budget of {int(budget)} bytes ({result.message}); "
                          f"the plain step needs {_plain(profile).peak_bytes()} bytes: raise the budget")

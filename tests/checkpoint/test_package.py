@@ -1,6 +1,5 @@
-"""minidl.checkpoint imports one way: replay, nonreentrant, policy, segments, offload, plan, schedule, then
-checkmate; no cycle,
-no private names across."""
+"""minidl.checkpoint imports one way: replay, nonreentrant, policy, segments, offload, plan, schedule, graph,
+then checkmate; no cycle, no private names across."""
 import ast
 import pathlib
 import subprocess
@@ -12,7 +11,7 @@ import minidl.checkpoint as package
 
 PACKAGE = pathlib.Path(package.__file__).parent
 # each imports only those before it
-ORDER = ["replay", "nonreentrant", "policy", "segments", "offload", "plan", "schedule"]
+ORDER = ["replay", "nonreentrant", "policy", "segments", "offload", "plan", "schedule", "graph", "checkmate"]
 
 
 def minidl_imports(module):
