@@ -23,6 +23,8 @@ The package, each module importing only those before it:
   restore (the random generators' state, the stateful layers' buffers);
 - :mod:`minidl.checkpoint.policy`: selective checkpointing, the ops whose
   outputs a checkpoint keeps (``checkpoint(fn, x, policy="matmul,attention")``);
+- :mod:`minidl.checkpoint.nonreentrant`: ``checkpoint(fn, x, use_reentrant=False)``,
+  fn's graph recorded with its saved tensors as placeholders, recomputed on unpack;
 - :mod:`minidl.checkpoint.segments`: ``checkpoint``, ``checkpoint_sequential``
   and the node that recomputes a segment during backward;
 - :mod:`minidl.checkpoint.offload`: saved activations in host memory
@@ -32,8 +34,22 @@ The package, each module importing only those before it:
   (``storage_report``);
 - :mod:`minidl.checkpoint.schedule`: checkpointing recursively, the schedule
   of least recomputation under a memory budget (``optimal_schedule``,
-  Revolve's ``binomial_schedule``).
+  Revolve's ``binomial_schedule``);
+- :mod:`minidl.checkpoint.graph`: ``LayerGraph``, a network as layers with named inputs
+  (skip connections as edges);
+- :mod:`minidl.checkpoint.checkmate`: Checkmate's integer program over such a graph
+  (``profile_graph``, ``checkmate_schedule``), solved by SciPy's ``milp``, and its executor.
 """
+from minidl.checkpoint.checkmate import (
+    CheckmateSchedule,
+    GraphProfile,
+    checkmate_schedule,
+    exhaustive_schedule,
+    plain_schedule,
+    profile_graph,
+)
+from minidl.checkpoint.graph import LayerGraph
+from minidl.checkpoint.nonreentrant import checkpoint_nonreentrant
 from minidl.checkpoint.offload import save_as, save_on_cpu
 from minidl.checkpoint.plan import (
     SegmentPlan,
@@ -66,4 +82,6 @@ __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential", "uniform
            "resolve_storage_dtype", "SegmentPlan", "balanced_segments", "choose_segments", "flatten_layers",
            "profile_layers", "sqrt_segments", "storage_report", "Schedule", "optimal_schedule", "smallest_peak",
            "segment_schedule", "binomial_schedule", "revolve_forward_steps", "count_forward_calls",
-           "save_on_cpu", "save_as", "resolve_policy"]
+           "save_on_cpu", "save_as", "resolve_policy", "checkpoint_nonreentrant",
+           "LayerGraph", "GraphProfile", "CheckmateSchedule", "profile_graph", "checkmate_schedule",
+           "exhaustive_schedule", "plain_schedule"]

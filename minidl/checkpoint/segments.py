@@ -34,6 +34,7 @@ import numpy as np
 
 from minidl import autograd, backend
 from minidl.autograd import Function, FunctionHook, enable_grad, is_grad_enabled, no_grad
+from minidl.checkpoint.nonreentrant import checkpoint_nonreentrant
 from minidl.checkpoint.policy import KeptOutputs, ReplayKept, resolve_policy
 from minidl.checkpoint.replay import BufferGuard, RngState, first_draws_recorded
 from minidl.nn.containers import Sequential
@@ -299,7 +300,7 @@ def _nested_checkpoints(outs, on_border, waiting) -> list:
     return found
 
 
-def checkpoint(fn, *inputs, preserve_rng_state: bool = True, policy=None):
+def checkpoint(fn, *inputs, preserve_rng_state: bool = True, policy=None, use_reentrant: bool = True):
     """``fn(*inputs)`` without keeping its activations: they are recomputed during backward.
 
     Tensors among ``inputs`` are kept; other arguments are passed through as
@@ -313,7 +314,15 @@ def checkpoint(fn, *inputs, preserve_rng_state: bool = True, policy=None):
     whose outputs are kept instead of recomputed, as op families
     (``"matmul,conv,attention"``), Function class names, or a callable
     ``op -> bool``; the rest of ``fn`` is recomputed during backward.
+
+    ``use_reentrant=False``: fn's graph is recorded with its saved tensors as placeholders,
+    recomputed on their first unpack (:mod:`minidl.checkpoint.nonreentrant`).
     """
+    if not use_reentrant:
+        if policy is not None:
+            raise ValueError("checkpoint: policy= selects ops of the reentrant checkpoint; pass use_reentrant=True "
+                             "with it, or drop the policy")
+        return checkpoint_nonreentrant(fn, *inputs, preserve_rng_state=preserve_rng_state)
     return _checkpoint(fn, inputs, preserve_rng_state, None, policy)
 
 

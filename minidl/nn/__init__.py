@@ -28,6 +28,7 @@ from minidl.nn.activation import (
 )
 from minidl.nn.containers import Identity, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from minidl.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from minidl.nn.deq import DEQ  # a deep equilibrium layer: z* = f(z*, x), implicit gradients
 from minidl.nn.dropout import Dropout1d, Dropout2d
 from minidl.nn.layers import (
     ELU,
@@ -111,4 +112,5 @@ __all__ = [
     "BatchRenorm1d", "BatchRenorm2d",
     "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
     "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+    "DEQ",
 ]

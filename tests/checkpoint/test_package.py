@@ -1,5 +1,5 @@
-"""minidl.checkpoint imports one way: replay, policy, segments, offload, plan, then schedule; no cycle,
-no private names across."""
+"""minidl.checkpoint imports one way: replay, nonreentrant, policy, segments, offload, plan, schedule, graph,
+then checkmate; no cycle, no private names across."""
 import ast
 import pathlib
 import subprocess
@@ -10,7 +10,8 @@ import pytest
 import minidl.checkpoint as package
 
 PACKAGE = pathlib.Path(package.__file__).parent
-ORDER = ["replay", "policy", "segments", "offload", "plan", "schedule"]  # each imports only those before it
+# each imports only those before it
+ORDER = ["replay", "nonreentrant", "policy", "segments", "offload", "plan", "schedule", "graph", "checkmate"]
 
 
 def minidl_imports(module):
@@ -54,7 +55,8 @@ def test_each_module_imports_only_earlier_modules_and_no_private_names(index):
 
 def test_plan_builds_on_segments_and_replay():
     assert package_modules_used(minidl_imports("plan")[0]) == {"segments", "replay"}
-    assert package_modules_used(minidl_imports("segments")[0]) == {"replay", "policy"}
+    assert package_modules_used(minidl_imports("segments")[0]) == {"replay", "policy", "nonreentrant"}
+    assert package_modules_used(minidl_imports("nonreentrant")[0]) == {"replay"}
 
 
 @pytest.mark.parametrize("module", ORDER)
