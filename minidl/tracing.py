@@ -61,6 +61,7 @@ from minidl import backend, hooks
 from minidl.autograd.function import Function
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
+from minidl.tracing_lower import FUSED_OPTIONS, chain_kernel, plan_memory
 
 __all__ = ["compile", "CompiledStep", "Plan", "TraceError"]
 
@@ -345,13 +346,21 @@ class Plan:
             elif origin is not None:
                 self.lives.append((i, origin[1], origin[1].shape, origin[1].dtype))
         self.returned = record.returned()
+        returned = () if self.returned is None else (
+            self.returned if isinstance(self.returned, tuple) else (self.returned,))
+        on_device = any(backend.is_device_array(a) for a in record.kept)
+        self.memory = plan_memory(record.lines, record.kept, returned, fuse=on_device)
+        self.kernels = [self._kernel(record, c, chain) for c, chain in enumerate(self.memory.chains)]
         lines = []
         leaf_number, fresh = {}, set()
-        for line in record.lines:
+        for position, line in enumerate(record.lines):
             if line[0] == "op":
                 _, replica, ins, bound, outs, saved, several = line
                 k = len(self.ops)
                 self.ops.append(replica)
+                if position in self.memory.lowerings:
+                    lines += self._lowered(position, line, record)
+                    continue
                 if bound:
                     given = ", ".join(f"{n!r}: v{s}" for n, s in bound.items())
                     lines.append(f"ops[{k}].set_saved_arrays({{{given}}})")
@@ -383,12 +392,45 @@ class Plan:
                 lines.append(f"leaves[{j}].grad = None  # the step ended with zero_grad()")
         self.body = lines
         self.code = self._source()
-        namespace = {"Tensor": Tensor}
+        namespace = {"Tensor": Tensor, "np": np}
+        if on_device:
+            namespace["cp"] = backend.cupy_module()
+        namespace.update({f"k{c}": kernel for c, kernel in enumerate(self.kernels)})
+        self.buffers = [backend.xp_of(like).empty(shape, dtype) for shape, dtype, like in self.memory.buffers]
         exec(builtins.compile(self.code, "<minidl traced step>", "exec"), namespace)  # noqa: S102 (our own lines)
         self.function = namespace["traced_step"]
         first_constant = len([s for s in self.args if s is not None])
         constants = self.parameters[first_constant:len(self.parameters) - len(self.lives)]
         self.constant_values = [self.values[i] for i in constants]
+
+    def _lowered(self, position, line, record) -> list:
+        """The NumPy lines of a lowered op (see :mod:`minidl.tracing_lower`), or its chain's kernel call."""
+        _, replica, ins, _, outs, _, _ = line
+        memory, comment = self.memory, f"  # {_described(replica)}"
+        out = memory.out_buffer.get(position)
+        out = None if out is None else f"b{out}"
+        y = record.kept[outs[0]]
+        if position in memory.chain_of:
+            c = memory.chain_of[position]
+            chain = memory.chains[c]
+            if position != chain.members[-1]:
+                return [f"# v{outs[0]}: {type(replica).__name__} of {', '.join(f'v{s}' for s in ins)}, fused into k{c}"
+                        + comment]
+            target = out or f"cp.empty({tuple(y.shape)}, {str(y.dtype)!r})"
+            args = ", ".join(f"v{s}" for s in chain.inputs)
+            return [f"v{outs[0]} = k{c}({args}, {target})  # one GPU kernel: "
+                    + " → ".join(type(self_op).__name__ for self_op in (record.lines[p][1] for p in chain.members))]
+        xp = "cp" if backend.is_device_array(y) else "np"
+        scratch = [f"b{b}" for b in memory.scratch.get(position, ())]
+        emitted = memory.lowerings[position].emit([f"v{s}" for s in ins], f"v{outs[0]}", out, scratch, xp)
+        return [emitted[0] + comment] + emitted[1:]
+
+    def _kernel(self, record, c, chain):
+        """The ``cupy.ElementwiseKernel`` of GPU chain number ``c``."""
+        kinds = {p: type(record.lines[p][1]).__name__ for p in chain.members}
+        op_inputs = {p: record.lines[p][2] for p in chain.members}
+        definition = chain_kernel(chain, kinds, op_inputs, f"minidl_traced_chain{c}")
+        return backend.cupy_module().ElementwiseKernel(*definition, options=FUSED_OPTIONS)
 
     def _source(self) -> str:
         # the function's parameters: the step's arguments, then the constants, then the live tensors'
@@ -396,7 +438,8 @@ class Plan:
         self.parameters = [s for s in self.args if s is not None]
         self.parameters += [i for i, v in enumerate(self.values) if v is not None and i not in self.parameters]
         self.parameters += [i for i, *_ in self.lives]
-        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(f"v{s}" for s in self.parameters) + "):"]
+        names = [f"v{s}" for s in self.parameters] + [f"b{b}" for b in range(len(self.memory.buffers))]
+        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(names) + "):"]
         ret = self.returned
         if ret is None:
             tail = "    return None"
@@ -416,6 +459,7 @@ class Plan:
         values += [a.array for a, s in zip(args, self.args) if s is not None]
         values += self.constant_values
         values += [t.array for _, t, _, _ in self.lives]
+        values += self.buffers
         result = self.function(*values)
         if result is None:
             return None
