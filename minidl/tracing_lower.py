@@ -240,9 +240,11 @@ def lower(op, inputs, output) -> Lowering | None:
     if rule is None or not type(op).__module__.startswith("minidl.ops."):
         return None
     arrays = list(inputs) + [output]
-    if not all(_plain_array(a) for a in arrays) or any(a.dtype not in FLOATS for a in arrays):
+    if not all(_plain_array(a) for a in inputs) or not (_plain_array(output) or isinstance(output, np.generic)):
+        return None  # (a NumPy scalar result, a full sum's, is lowered as the same call without out=)
+    if any(a.dtype not in FLOATS for a in arrays):
         return None
-    if not output.flags.c_contiguous or len({type(a) for a in arrays}) != 1:
+    if not output.flags.c_contiguous or len({backend.is_device_array(a) for a in arrays}) != 1:
         return None
     return rule(op, list(inputs), output)
 
