@@ -22,13 +22,20 @@ lower it to plain array code, and run that code from then on. Here:
   (parameters), and constants. An op whose constructor holds an array made
   by an earlier op (a gradient op given the forward's statistics) is given
   the new value through :meth:`Function.set_saved_arrays` before its forward.
+  Ops of a known kind (elementwise arithmetic, ReLU, products, ``Linear``,
+  sums) are then written as the NumPy calls their ``forward`` makes, with
+  ``out=`` into buffers allocated once and reused once their last reader has
+  run (:mod:`minidl.tracing_lower`: the liveness analysis, what is never put
+  into a buffer, and the GPU's fused chains).
 - **Compilation.** The list of lines is Python code over those values
   (``compiled.code``); later calls with the same guard (the arguments'
-  shapes, dtypes and devices) run it: each line is one op's ``forward`` on
-  raw arrays, with no Tensor, no node and no walk in between.
+  shapes, dtypes, devices and memory order) run it: each line is one
+  op's ``forward`` on raw arrays, or its NumPy calls inline, with no
+  Tensor, no node and no walk in between.
 
-Because the replay calls the very ``forward`` the eager step called, on the
-same arrays in the same order, its results equal the eager step's bit for bit.
+Because the replay makes the very NumPy calls the eager step made (an op's
+``forward``, or the same calls written out with ``out=``), on the same arrays
+in the same order, its results equal the eager step's bit for bit.
 Random ops (dropout) draw from the generator when their forward runs, so the
 replay draws the same numbers as the eager step would with the same seed.
 
@@ -335,7 +342,7 @@ def _plain_equal(a, b) -> bool:
 class Plan:
     """A recorded step lowered to lines of Python over raw arrays (see the module docstring)."""
 
-    def __init__(self, record: _Record):
+    def __init__(self, record: _Record, lower: bool = True):
         self.n_values = len(record.constants)
         self.args = record.args
         self.ops, self.leaves, self.optimizers, self.lives = [], [], [], []
@@ -349,7 +356,7 @@ class Plan:
         returned = () if self.returned is None else (
             self.returned if isinstance(self.returned, tuple) else (self.returned,))
         on_device = any(backend.is_device_array(a) for a in record.kept)
-        self.memory = plan_memory(record.lines, record.kept, returned, fuse=on_device)
+        self.memory = plan_memory(record.lines, record.kept, returned, fuse=on_device, lower=lower)
         self.kernels = [self._kernel(record, c, chain) for c, chain in enumerate(self.memory.chains)]
         lines = []
         leaf_number, fresh = {}, set()
@@ -474,8 +481,10 @@ def _guard(args, kwargs):
     def key(a):
         if isinstance(a, Tensor):
             array = a.array
-            # the device: the array's type (NumPy or CuPy) and, on a GPU, its device
-            return (array.shape, array.dtype, type(array), getattr(array, "device", None))
+            # the device: the array's type (NumPy or CuPy) and, on a GPU, its device; the layout (C order
+            # or not): a lowered op writes a C-ordered buffer where NumPy follows its inputs' order
+            return (array.shape, array.dtype, type(array), getattr(array, "device", None),
+                    bool(array.flags.c_contiguous))
         if _is_array(a):
             raise TypeError("compile: pass the step's arrays as Tensors (mdl.tensor(array)); a raw array "
                             f"of shape {a.shape} would be a constant of the plan")
@@ -495,8 +504,8 @@ def _guard(args, kwargs):
 class CompiledStep:
     """``step`` recorded and replayed (see :func:`compile`)."""
 
-    def __init__(self, step):
-        self.step = step
+    def __init__(self, step, lower: bool = True):
+        self.step, self.lower = step, lower
         self.plans = {}  # guard -> Plan
         self.first = {}  # guard -> the first record, waiting for a second to agree with it
         self.recordings = 0  # how many calls ran eagerly (for tests and curious readers)
@@ -519,7 +528,7 @@ class CompiledStep:
         elif first is not None and entry is not None:
             del self.first[key]
             _check_agree(first, record)
-            plan = Plan(record)
+            plan = Plan(record, self.lower)
             plan.entry = entry
             self.plans[key] = plan
         else:
@@ -537,7 +546,7 @@ class CompiledStep:
         return list(self.plans.values())[-1].code
 
 
-def compile(step):  # noqa: A001 (PyTorch's name: torch.compile)
+def compile(step, *, lower: bool = True):  # noqa: A001 (PyTorch's name: torch.compile)
     """``step`` traced: recorded on its first calls, then replayed on raw arrays (``torch.compile``'s habit).
 
     ``step`` is a function of Tensors that runs a forward pass, ``loss.backward()`` and
@@ -560,7 +569,13 @@ def compile(step):  # noqa: A001 (PyTorch's name: torch.compile)
     another guard records anew. This is the seed's "graph acquisition, lowering and
     compilation": acquisition by recording, lowering to a list of array calls,
     compilation to one Python function.
+
+    ``lower=False`` keeps every op's own ``forward`` in the plan (each allocating its result)
+    instead of the inline NumPy calls with ``out=`` into reused buffers of
+    :mod:`minidl.tracing_lower`: the same values, for comparing the two.
     """
     if not callable(step):
         raise TypeError(f"compile: expected a function (the training step), got {type(step).__name__}")
-    return CompiledStep(step)
+    if not isinstance(lower, bool):
+        raise TypeError(f"compile: lower must be True or False, got {lower!r}")
+    return CompiledStep(step, lower)

@@ -52,7 +52,7 @@ import numpy as np
 
 from minidl import backend
 
-__all__ = ["Lowering", "lower", "Chain", "find_chains", "chain_kernel", "FUSED_OPTIONS"]
+__all__ = ["Lowering", "lower_op", "plan_memory", "Memory", "Chain", "find_chains", "chain_kernel", "FUSED_OPTIONS"]
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -231,7 +231,7 @@ def _plain_array(a) -> bool:
     return isinstance(a, np.ndarray) or backend.is_device_array(a)
 
 
-def lower(op, inputs, output) -> Lowering | None:
+def lower_op(op, inputs, output) -> Lowering | None:
     """The NumPy lowering of ``op`` called on the recorded arrays ``inputs`` giving ``output``, or None
     (the op keeps calling its ``forward``): an op of a kind not in the table (minidl's own classes
     only: a subclass may compute something else), another dtype than float32/float64, or a result
@@ -352,12 +352,13 @@ def _replica_ends(lines) -> dict:
     return ends
 
 
-def plan_memory(lines, arrays, returned, fuse: bool) -> Memory:
-    """Lower the ops of ``lines`` (a record's lines, see :mod:`minidl.tracing`) that :func:`lower` knows,
+def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memory:
+    """Lower the ops of ``lines`` (a record's lines, see :mod:`minidl.tracing`) that :func:`lower_op` knows,
     and give each lowered result a buffer from a pool, reused once its last reader has run.
 
     ``arrays``: value number -> the recorded array; ``returned``: the value numbers the step returns;
-    ``fuse``: find GPU chains. See the module docstring for what is never put into a buffer.
+    ``fuse``: find GPU chains; ``lower``: False leaves every op to its ``forward``. See the module
+    docstring for what is never put into a buffer.
     """
     ends = _replica_ends(lines)
     lowerings, reads, roots, pinned = {}, {}, {}, set(returned)
@@ -374,8 +375,8 @@ def plan_memory(lines, arrays, returned, fuse: bool) -> Memory:
         pinned.update(bound.values())  # arrays handed to a later op through set_saved_arrays
         pinned.update(saved.values())
         rule = None
-        if not several and not bound and not saved and id(op) not in ends:
-            rule = lower(op, [arrays[s] for s in ins], arrays[outs[0]])
+        if lower and not several and not bound and not saved and id(op) not in ends:
+            rule = lower_op(op, [arrays[s] for s in ins], arrays[outs[0]])
         if rule is not None:
             lowerings[p] = rule
             roots[outs[0]] = {outs[0]}

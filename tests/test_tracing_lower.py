@@ -210,3 +210,35 @@ def test_lowering_leaves_other_dtypes_and_kinds_to_forward():
     for _ in range(2):
         step(mdl.tensor(np.full((4, 4), 0.5, np.float16)))
     assert "out=" not in step.code and "np." not in step.code
+
+
+def test_an_argument_in_another_memory_order_records_again():
+    """x + y of two transposed arrays is F-ordered in NumPy; a buffer is C-ordered. The guard holds the
+    arguments' layout, so a Fortran-ordered batch gets its own plan and the results stay the eager ones."""
+    w = mdl.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+
+    def step(x):
+        w.grad = None
+        loss = ((x + x) * w).sum()
+        loss.backward()
+        return loss
+    traced = mdl.compile(step)
+    rng = np.random.default_rng(3)
+    for order in "CCCFFF":
+        x = mdl.tensor(np.asarray(rng.standard_normal((3, 4)), np.float32, order=order))
+        got, got_grad = traced(x).numpy(), w.grad.numpy().copy()
+        np.testing.assert_array_equal(got, step(x).numpy())
+        np.testing.assert_array_equal(got_grad, w.grad.numpy())
+    assert traced.recordings == 4 and len(traced.plans) == 2
+
+
+def test_lower_false_keeps_each_ops_forward_with_the_same_values():
+    _, step = _deep_step()
+    lowered, plain = mdl.compile(step), mdl.compile(step, lower=False)
+    for x in _batches(3):
+        a, b = lowered(x).numpy(), plain(x).numpy()
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, step(x).numpy())
+    assert "out=" in lowered.code and "out=" not in plain.code and "np." not in plain.code
+    with pytest.raises(TypeError, match="compile: lower must be True or False"):
+        mdl.compile(step, lower="yes")
