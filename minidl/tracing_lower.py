@@ -328,6 +328,7 @@ class Memory(NamedTuple):
     buffers: list  # buffer number -> (shape, dtype, a recorded array of its device)
     chains: list  # GPU chains (empty on the CPU)
     chain_of: dict  # position -> the number of the chain it belongs to
+    new_arrays: int  # results a replay allocates: the ops' own forwards' (other than views) and unbuffered ones
 
 
 def _may_share(a, b) -> bool:
@@ -362,6 +363,7 @@ def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memo
     """
     ends = _replica_ends(lines)
     lowerings, reads, roots, pinned = {}, {}, {}, set(returned)
+    new_arrays = 0
     for p, line in enumerate(lines):
         if line[0] == "grad":
             reads.setdefault(line[2], []).append(p)
@@ -386,6 +388,7 @@ def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memo
             read = list(ins) + list(bound.values())
             for s in list(outs) + list(saved.values()):
                 roots[s] = set().union(*(roots.get(r, set()) for r in read if _may_share(arrays[s], arrays[r])))
+            new_arrays += sum(not any(_may_share(arrays[s], arrays[r]) for r in read) for s in outs)
     pinned_roots = set().union(*(roots.get(s, set()) for s in pinned))
 
     chains, chain_of = [], {}
@@ -438,4 +441,6 @@ def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memo
         for r in [r for r, end in last.items() if end <= p and r in holder]:
             give(holder.pop(r))
             del last[r]
-    return Memory(lowerings, out_buffer, scratch, buffers, chains, chain_of)
+    new_arrays += sum(p not in out_buffer and p not in chain_of for p in lowerings)
+    new_arrays += sum(p in chain_of and p == chains[chain_of[p]].members[-1] and p not in out_buffer for p in lowerings)
+    return Memory(lowerings, out_buffer, scratch, buffers, chains, chain_of, new_arrays)
