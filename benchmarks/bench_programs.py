@@ -168,7 +168,8 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
                     print(f"{'':9} {'':<22} traced with each op's forward {entry['traced_forwards_ms']:8.3f} ms "
                           f"(/torch {entry['traced_forwards_ratio']:5.2f}); arrays allocated per step "
                           f"{entry['new_arrays_forwards']} -> {entry['new_arrays']} ({entry['buffers']} buffers); "
-                          f"peak new memory {entry['peak_kib_forwards']:.0f} -> {entry['peak_kib']:.0f} KiB", flush=True)
+                          f"peak new memory {entry['peak_kib_forwards']:.0f} -> {entry['peak_kib']:.0f} KiB",
+                          flush=True)
     return results
 
 

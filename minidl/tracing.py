@@ -415,18 +415,18 @@ class Plan:
         _, replica, ins, _, outs, _, _ = line
         memory, comment = self.memory, f"  # {_described(replica)}"
         out = memory.out_buffer.get(position)
-        out = None if out is None else f"b{out}"
+        out = None if out is None else f"b{out}"  # None: a new array (a result that leaves the step)
         y = record.kept[outs[0]]
         if position in memory.chain_of:
             c = memory.chain_of[position]
             chain = memory.chains[c]
-            if position != chain.members[-1]:
-                return [f"# v{outs[0]}: {type(replica).__name__} of {', '.join(f'v{s}' for s in ins)}, fused into k{c}"
-                        + comment]
+            if position != chain.members[-1]:  # computed inside the chain's kernel, never stored
+                operands = ", ".join(f"v{s}" for s in ins)
+                return [f"# v{outs[0]} = {type(replica).__name__} of {operands}, in k{c}{comment}"]
             target = out or f"cp.empty({tuple(y.shape)}, {str(y.dtype)!r})"
             args = ", ".join(f"v{s}" for s in chain.inputs)
-            return [f"v{outs[0]} = k{c}({args}, {target})  # one GPU kernel: "
-                    + " → ".join(type(self_op).__name__ for self_op in (record.lines[p][1] for p in chain.members))]
+            kinds = " → ".join(type(record.lines[p][1]).__name__ for p in chain.members)
+            return [f"v{outs[0]} = k{c}({args}, {target})  # one GPU kernel: {kinds}"]
         xp = "cp" if backend.is_device_array(y) else "np"
         scratch = [f"b{b}" for b in memory.scratch.get(position, ())]
         emitted = memory.lowerings[position].emit([f"v{s}" for s in ins], f"v{outs[0]}", out, scratch, xp)

@@ -1,5 +1,8 @@
 """Lowering a recorded step to NumPy with ``out=``: the ops it knows, buffer reuse, and GPU chains.
 
+The middle step of the seed text's account of ``torch.compile`` ("DL Training: An
+in-depth discussion", "Static Graphs with Torch.Compile": "a 3-step process including
+graph acquisition, graph lowering, and graph compilation"), shown on NumPy.
 :mod:`minidl.tracing` records a step as a list of op calls on numbered values
 ``v<i>``. This module turns the calls of a few known kinds (elementwise
 arithmetic, ReLU, products, ``Linear`` and its two gradient ops, sums and

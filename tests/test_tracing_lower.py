@@ -110,8 +110,8 @@ def test_the_plan_prints_inline_numpy_with_out_and_compiles():
 def test_a_lowered_linear_network_equals_eager_on_odd_shapes():
     """Linear with 3-D inputs (rows reshaped), with and without bias, few rows and many: the lowering's
     branches give the eager step's values bit for bit over several replays."""
-    from minidl import nn, optim
     import minidl.functional as F
+    from minidl import nn, optim
 
     def build():
         mdl.manual_seed(0)
