@@ -416,6 +416,9 @@ def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memo
         end = max(reads.get(s, ()), default=-1)
         for r in shared:
             last[r] = max(last.get(r, -1), end)
+    release_at = {}  # position -> the roots whose last reader is that line
+    for r, end in last.items():
+        release_at.setdefault(end, []).append(r)
     free, buffers, out_buffer, scratch, holder = {}, [], {}, {}, {}
 
     def take(shape, dtype, like):
@@ -441,9 +444,11 @@ def plan_memory(lines, arrays, returned, fuse: bool, lower: bool = True) -> Memo
                     scratch[p] = [take(shape, dtype, arrays[s]) for shape, dtype in rule.scratch_specs]
                     for b in scratch[p]:
                         give(b)  # free again once this op has run
-        for r in [r for r, end in last.items() if end <= p and r in holder]:
-            give(holder.pop(r))
-            del last[r]
+            if last.get(s, -1) <= p:  # nothing reads it after this line: free at once
+                release_at.setdefault(p, []).append(s)
+        for r in release_at.pop(p, ()):
+            if r in holder:
+                give(holder.pop(r))
     new_arrays += sum(p not in out_buffer and p not in chain_of for p in lowerings)
     new_arrays += sum(p in chain_of and p == chains[chain_of[p]].members[-1] and p not in out_buffer for p in lowerings)
     return Memory(lowerings, out_buffer, scratch, buffers, chains, chain_of, new_arrays)
