@@ -31,6 +31,7 @@ PUBLIC_MODULES = [
     "minidl.graphdraw",
     "minidl.hooks",
     "minidl.tracing",
+    "minidl.tracing_lower",
     "minidl.models.zoo",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"
