@@ -8,8 +8,10 @@ a quarter of a second, at 1 thread and at 2 threads (BLAS and PyTorch's intra-op
 0.15 s pause before each round there, as in bench_conv.py); a time is the median of the rounds and
 the ratio the median of the per-round ratios.
 
-A program that also defines ``make_traced_step(seed, compile)`` (regression) is timed in that form
-too: its update as a function of the batch, eagerly, traced by ``minidl.compile`` and on PyTorch.
+A program that also defines ``make_traced_step(seed, compile)`` (regression, nanogpt, mnist) is timed
+in that form too: its update as a function of the batch, eagerly, traced by ``minidl.compile`` (and
+traced with ``lower=False``: each op's own forward, no buffers) and on PyTorch; with the arrays a
+replay allocates and its peak of new memory, with and without the lowering's buffers.
 
 At 1 thread both libraries compute in the calling thread, so the default clock there is that
 thread's CPU time (``time.thread_time``): other work on a shared machine slows neither side's
@@ -87,6 +89,37 @@ def alternate(steps: dict, rounds: int, clock, round_seconds: float = 0.25, paus
     return times
 
 
+def _keeping(compiled: dict, label: str, lower: bool):
+    """``minidl.compile`` with ``lower``, the compiled step kept in ``compiled[label]`` (to read its plan)."""
+    import minidl
+
+    def compile_and_keep(step):
+        compiled[label] = minidl.compile(step, lower=lower)
+        return compiled[label]
+    return compile_and_keep
+
+
+def _memory_figures(compiled: dict, steps: dict) -> dict:
+    """For the traced step with and without lowering: the results a replay allocates (counted in its
+    plan: the ops' own forwards' results other than views, and lowered results written without out=),
+    the plan's buffers, and the peak of new traced memory during one replay (tracemalloc, KiB)."""
+    import tracemalloc
+    figures = {}
+    for label, suffix in (("minidl traced", ""), ("minidl traced, forwards", "_forwards")):
+        plan = list(compiled[label].plans.values())[-1]
+        figures["new_arrays" + suffix] = plan.memory.new_arrays
+        figures["buffers" + suffix] = len(plan.buffers)
+        tracemalloc.start()
+        try:
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            steps[label]()
+            figures["peak_kib" + suffix] = (tracemalloc.get_traced_memory()[1] - start) / 1024
+        finally:
+            tracemalloc.stop()
+    return figures
+
+
 def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
     import torch
     from threadpoolctl import threadpool_limits
@@ -98,10 +131,11 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
             for name in names:
                 steps = {"minidl": load(name, "minidl").make_step(0), "torch": load(name, "torch").make_step(0)}
                 program = load(name, "minidl")
+                compiled = {}
                 if hasattr(program, "make_traced_step"):  # the step as a function of the batch, eager and traced
-                    import minidl
                     steps["minidl eager (batch in)"] = program.make_traced_step(0)
-                    steps["minidl traced"] = load(name, "minidl").make_traced_step(0, minidl.compile)
+                    for label, lower in (("minidl traced", True), ("minidl traced, forwards", False)):
+                        steps[label] = load(name, "minidl").make_traced_step(0, _keeping(compiled, label, lower))
                     steps["torch (batch in)"] = load(name, "torch").make_traced_step(0)
                 times = alternate(steps, rounds, clock, pause=0.15 if count > 1 else 0.0)
                 entry = {"minidl_ms": statistics.median(times["minidl"]) * 1e3,
@@ -116,7 +150,12 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
                         "torch_batch_in_ms": statistics.median(torch_in) * 1e3,
                         "eager_batch_in_ratio": statistics.median(
                             a / b for a, b in zip(times["minidl eager (batch in)"], torch_in)),
-                        "traced_ratio": statistics.median(a / b for a, b in zip(times["minidl traced"], torch_in))})
+                        "traced_ratio": statistics.median(a / b for a, b in zip(times["minidl traced"], torch_in)),
+                        # the plan without lowering: each op's own forward, a new array per result
+                        "traced_forwards_ms": statistics.median(times["minidl traced, forwards"]) * 1e3,
+                        "traced_forwards_ratio": statistics.median(
+                            a / b for a, b in zip(times["minidl traced, forwards"], torch_in)),
+                        **_memory_figures(compiled, steps)})
                 results.setdefault(f"{count}_thread{'s' if count > 1 else ''}", {})[name] = entry
                 print(f"{count} thread{'s' if count > 1 else ' '} {name:<22} minidl {entry['minidl_ms']:8.2f} ms   "
                       f"torch {entry['torch_ms']:8.2f} ms   minidl/torch {entry['ratio']:5.2f}", flush=True)
@@ -125,6 +164,11 @@ def run(names, rounds: int, threads, clock_at_one: str = "cpu") -> dict:
                           f"{entry['traced_ms']:8.3f} ms   torch {entry['torch_batch_in_ms']:8.3f} ms   "
                           f"eager/torch {entry['eager_batch_in_ratio']:5.2f}   "
                           f"traced/torch {entry['traced_ratio']:5.2f}",
+                          flush=True)
+                    print(f"{'':9} {'':<22} traced with each op's forward {entry['traced_forwards_ms']:8.3f} ms "
+                          f"(/torch {entry['traced_forwards_ratio']:5.2f}); arrays allocated per step "
+                          f"{entry['new_arrays_forwards']} -> {entry['new_arrays']} ({entry['buffers']} buffers); "
+                          f"peak new memory {entry['peak_kib_forwards']:.0f} -> {entry['peak_kib']:.0f} KiB",
                           flush=True)
     return results
 

@@ -22,13 +22,20 @@ lower it to plain array code, and run that code from then on. Here:
   (parameters), and constants. An op whose constructor holds an array made
   by an earlier op (a gradient op given the forward's statistics) is given
   the new value through :meth:`Function.set_saved_arrays` before its forward.
+  Ops of a known kind (elementwise arithmetic, ReLU, products, ``Linear``,
+  sums) are then written as the NumPy calls their ``forward`` makes, with
+  ``out=`` into buffers allocated once and reused once their last reader has
+  run (:mod:`minidl.tracing_lower`: the liveness analysis, what is never put
+  into a buffer, and the GPU's fused chains).
 - **Compilation.** The list of lines is Python code over those values
   (``compiled.code``); later calls with the same guard (the arguments'
-  shapes, dtypes and devices) run it: each line is one op's ``forward`` on
-  raw arrays, with no Tensor, no node and no walk in between.
+  shapes, dtypes, devices and memory order) run it: each line is one
+  op's ``forward`` on raw arrays, or its NumPy calls inline, with no
+  Tensor, no node and no walk in between.
 
-Because the replay calls the very ``forward`` the eager step called, on the
-same arrays in the same order, its results equal the eager step's bit for bit.
+Because the replay makes the very NumPy calls the eager step made (an op's
+``forward``, or the same calls written out with ``out=``), on the same arrays
+in the same order, its results equal the eager step's bit for bit.
 Random ops (dropout) draw from the generator when their forward runs, so the
 replay draws the same numbers as the eager step would with the same seed.
 
@@ -61,6 +68,7 @@ from minidl import backend, hooks
 from minidl.autograd.function import Function
 from minidl.autograd.function_hooks import FunctionHook
 from minidl.tensor import Tensor, _clock
+from minidl.tracing_lower import FUSED_OPTIONS, chain_kernel, plan_memory
 
 __all__ = ["compile", "CompiledStep", "Plan", "TraceError"]
 
@@ -334,7 +342,7 @@ def _plain_equal(a, b) -> bool:
 class Plan:
     """A recorded step lowered to lines of Python over raw arrays (see the module docstring)."""
 
-    def __init__(self, record: _Record):
+    def __init__(self, record: _Record, lower: bool = True):
         self.n_values = len(record.constants)
         self.args = record.args
         self.ops, self.leaves, self.optimizers, self.lives = [], [], [], []
@@ -345,13 +353,21 @@ class Plan:
             elif origin is not None:
                 self.lives.append((i, origin[1], origin[1].shape, origin[1].dtype))
         self.returned = record.returned()
+        returned = () if self.returned is None else (
+            self.returned if isinstance(self.returned, tuple) else (self.returned,))
+        on_device = any(backend.is_device_array(a) for a in record.kept)
+        self.memory = plan_memory(record.lines, record.kept, returned, fuse=on_device, lower=lower)
+        self.kernels = [self._kernel(record, c, chain) for c, chain in enumerate(self.memory.chains)]
         lines = []
         leaf_number, fresh = {}, set()
-        for line in record.lines:
+        for position, line in enumerate(record.lines):
             if line[0] == "op":
                 _, replica, ins, bound, outs, saved, several = line
                 k = len(self.ops)
                 self.ops.append(replica)
+                if position in self.memory.lowerings:
+                    lines += self._lowered(position, line, record)
+                    continue
                 if bound:
                     given = ", ".join(f"{n!r}: v{s}" for n, s in bound.items())
                     lines.append(f"ops[{k}].set_saved_arrays({{{given}}})")
@@ -383,12 +399,45 @@ class Plan:
                 lines.append(f"leaves[{j}].grad = None  # the step ended with zero_grad()")
         self.body = lines
         self.code = self._source()
-        namespace = {"Tensor": Tensor}
+        namespace = {"Tensor": Tensor, "np": np}
+        if on_device:
+            namespace["cp"] = backend.cupy_module()
+        namespace.update({f"k{c}": kernel for c, kernel in enumerate(self.kernels)})
+        self.buffers = [backend.xp_of(like).empty(shape, dtype) for shape, dtype, like in self.memory.buffers]
         exec(builtins.compile(self.code, "<minidl traced step>", "exec"), namespace)  # noqa: S102 (our own lines)
         self.function = namespace["traced_step"]
         first_constant = len([s for s in self.args if s is not None])
         constants = self.parameters[first_constant:len(self.parameters) - len(self.lives)]
         self.constant_values = [self.values[i] for i in constants]
+
+    def _lowered(self, position, line, record) -> list:
+        """The NumPy lines of a lowered op (see :mod:`minidl.tracing_lower`), or its chain's kernel call."""
+        _, replica, ins, _, outs, _, _ = line
+        memory, comment = self.memory, f"  # {_described(replica)}"
+        out = memory.out_buffer.get(position)
+        out = None if out is None else f"b{out}"  # None: a new array (a result that leaves the step)
+        y = record.kept[outs[0]]
+        if position in memory.chain_of:
+            c = memory.chain_of[position]
+            chain = memory.chains[c]
+            if position != chain.members[-1]:  # computed inside the chain's kernel, never stored
+                operands = ", ".join(f"v{s}" for s in ins)
+                return [f"# v{outs[0]} = {type(replica).__name__} of {operands}, in k{c}{comment}"]
+            target = out or f"cp.empty({tuple(y.shape)}, {str(y.dtype)!r})"
+            args = ", ".join(f"v{s}" for s in chain.inputs)
+            kinds = " → ".join(type(record.lines[p][1]).__name__ for p in chain.members)
+            return [f"v{outs[0]} = k{c}({args}, {target})  # one GPU kernel: {kinds}"]
+        xp = "cp" if backend.is_device_array(y) else "np"
+        scratch = [f"b{b}" for b in memory.scratch.get(position, ())]
+        emitted = memory.lowerings[position].emit([f"v{s}" for s in ins], f"v{outs[0]}", out, scratch, xp)
+        return [emitted[0] + comment] + emitted[1:]
+
+    def _kernel(self, record, c, chain):
+        """The ``cupy.ElementwiseKernel`` of GPU chain number ``c``."""
+        kinds = {p: type(record.lines[p][1]).__name__ for p in chain.members}
+        op_inputs = {p: record.lines[p][2] for p in chain.members}
+        definition = chain_kernel(chain, kinds, op_inputs, f"minidl_traced_chain{c}")
+        return backend.cupy_module().ElementwiseKernel(*definition, options=FUSED_OPTIONS)
 
     def _source(self) -> str:
         # the function's parameters: the step's arguments, then the constants, then the live tensors'
@@ -396,7 +445,8 @@ class Plan:
         self.parameters = [s for s in self.args if s is not None]
         self.parameters += [i for i, v in enumerate(self.values) if v is not None and i not in self.parameters]
         self.parameters += [i for i, *_ in self.lives]
-        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(f"v{s}" for s in self.parameters) + "):"]
+        names = [f"v{s}" for s in self.parameters] + [f"b{b}" for b in range(len(self.memory.buffers))]
+        header = ["def traced_step(ops, leaves, optimizers, " + ", ".join(names) + "):"]
         ret = self.returned
         if ret is None:
             tail = "    return None"
@@ -416,6 +466,7 @@ class Plan:
         values += [a.array for a, s in zip(args, self.args) if s is not None]
         values += self.constant_values
         values += [t.array for _, t, _, _ in self.lives]
+        values += self.buffers
         result = self.function(*values)
         if result is None:
             return None
@@ -430,8 +481,10 @@ def _guard(args, kwargs):
     def key(a):
         if isinstance(a, Tensor):
             array = a.array
-            # the device: the array's type (NumPy or CuPy) and, on a GPU, its device
-            return (array.shape, array.dtype, type(array), getattr(array, "device", None))
+            # the device: the array's type (NumPy or CuPy) and, on a GPU, its device; the layout (C order
+            # or not): a lowered op writes a C-ordered buffer where NumPy follows its inputs' order
+            return (array.shape, array.dtype, type(array), getattr(array, "device", None),
+                    bool(array.flags.c_contiguous))
         if _is_array(a):
             raise TypeError("compile: pass the step's arrays as Tensors (mdl.tensor(array)); a raw array "
                             f"of shape {a.shape} would be a constant of the plan")
@@ -451,8 +504,8 @@ def _guard(args, kwargs):
 class CompiledStep:
     """``step`` recorded and replayed (see :func:`compile`)."""
 
-    def __init__(self, step):
-        self.step = step
+    def __init__(self, step, lower: bool = True):
+        self.step, self.lower = step, lower
         self.plans = {}  # guard -> Plan
         self.first = {}  # guard -> the first record, waiting for a second to agree with it
         self.recordings = 0  # how many calls ran eagerly (for tests and curious readers)
@@ -475,7 +528,7 @@ class CompiledStep:
         elif first is not None and entry is not None:
             del self.first[key]
             _check_agree(first, record)
-            plan = Plan(record)
+            plan = Plan(record, self.lower)
             plan.entry = entry
             self.plans[key] = plan
         else:
@@ -493,7 +546,7 @@ class CompiledStep:
         return list(self.plans.values())[-1].code
 
 
-def compile(step):  # noqa: A001 (PyTorch's name: torch.compile)
+def compile(step, *, lower: bool = True):  # noqa: A001 (PyTorch's name: torch.compile)
     """``step`` traced: recorded on its first calls, then replayed on raw arrays (``torch.compile``'s habit).
 
     ``step`` is a function of Tensors that runs a forward pass, ``loss.backward()`` and
@@ -516,7 +569,13 @@ def compile(step):  # noqa: A001 (PyTorch's name: torch.compile)
     another guard records anew. This is the seed's "graph acquisition, lowering and
     compilation": acquisition by recording, lowering to a list of array calls,
     compilation to one Python function.
+
+    ``lower=False`` keeps every op's own ``forward`` in the plan (each allocating its result)
+    instead of the inline NumPy calls with ``out=`` into reused buffers of
+    :mod:`minidl.tracing_lower`: the same values, for comparing the two.
     """
     if not callable(step):
         raise TypeError(f"compile: expected a function (the training step), got {type(step).__name__}")
-    return CompiledStep(step)
+    if not isinstance(lower, bool):
+        raise TypeError(f"compile: lower must be True or False, got {lower!r}")
+    return CompiledStep(step, lower)

@@ -52,3 +52,31 @@ def make_step(seed=0):
         optimizer.step()
         return loss
     return step
+
+
+def make_traced_step(seed=0, compile=lambda f: f):  # noqa: A002 - the tracer to apply, e.g. minidl.compile
+    """``make_step``'s training in the form a tracer takes: the update as a function of the batch
+    (drawn outside it), returning the loss. The loss is ``cross_entropy`` of the network's
+    log-probabilities: minidl's ``nll_loss`` builds its index from the targets outside an op, which
+    minidl.compile refuses; log_softmax is idempotent, so this is nll_loss's value up to rounding,
+    for one more log_softmax over a (64, 10) array."""
+    torch.manual_seed(seed)
+    model = Net()
+    model.train()
+    optimizer = optim.Adadelta(model.parameters(), lr=1.0)
+    batches = [((torch.rand(BATCH, 1, 28, 28) - 0.1307) / 0.3081, torch.randint(0, 10, (BATCH,))) for _ in range(4)]
+    state = {"i": 0}
+
+    @compile
+    def train(data, target):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(data), target)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    def step():
+        data, target = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        return train(data, target)
+    return step

@@ -124,3 +124,31 @@ def make_step(seed=0):
         optimizer.zero_grad(set_to_none=True)
         return loss
     return step
+
+
+def make_traced_step(seed=0, compile=lambda f: f):  # noqa: A002 - the tracer to apply, e.g. minidl.compile
+    """``make_step``'s training in the form a tracer takes: the update as a function of the batch
+    (drawn outside it), returning the loss. Without the gradient clipping: clip_grad_norm_ scales
+    ``.grad`` in place outside any op, which a traced replay would skip (minidl.compile refuses it)."""
+    torch.manual_seed(seed)
+    model = GPT()
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+    batches = []
+    for _ in range(8):
+        data = torch.randint(0, VOCAB, (BATCH, BLOCK + 1))
+        batches.append((data[:, :-1].contiguous(), data[:, 1:].contiguous()))
+    state = {"i": 0}
+
+    @compile
+    def train(X, Y):
+        logits, loss = model(X, Y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def step():
+        X, Y = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        return train(X, Y)
+    return step

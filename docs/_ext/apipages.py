@@ -32,6 +32,7 @@ PUBLIC_MODULES = [
     "minidl.graphdraw",
     "minidl.hooks",
     "minidl.tracing",
+    "minidl.tracing_lower",
     "minidl.models.zoo",
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "api"

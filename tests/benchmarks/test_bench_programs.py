@@ -37,3 +37,19 @@ def test_regression_traced_by_minidl_compile_equals_its_eager_step():
     got = [traced().numpy() for _ in range(6)]
     assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
     assert expected[0] != expected[-1]  # the model learns: the steps are not one repeated value
+
+
+@pytest.mark.parametrize("name", ["nanogpt", "mnist"])
+def test_gpt_and_cnn_traced_by_minidl_compile_equal_their_eager_steps(name):
+    """nanoGPT (AdamW, tied weights) and mnist (two convolutions, dropout, Adadelta) in traced form:
+    the replays, with their lowered ops and reused buffers, give the eager losses bit for bit (each run
+    from the seed: the same batches and dropout masks)."""
+    import minidl
+    eager = bench_programs.load(name, "minidl").make_traced_step(0)
+    expected = [eager().numpy() for _ in range(4)]
+    compiled = {}
+    traced = bench_programs.load(name, "minidl").make_traced_step(0, bench_programs._keeping(compiled, "t", True))
+    got = [traced().numpy() for _ in range(4)]
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
+    assert compiled["t"].recordings == 2 and len(list(compiled["t"].plans.values())[0].memory.out_buffer) > 5
+    assert isinstance(compiled["t"], minidl.tracing.CompiledStep)
