@@ -27,7 +27,8 @@ steady state does not show: the collective's piece in flight (its send and recei
 buckets), plus the largest thing a scheme makes whole for a moment: ZeRO-1 the rank's updated chunk of
 the weights it hands the all-gather (pΨ/N), ZeRO-2 one unit's whole gradient before its reduce-scatter
 (g·Ψ_u), ZeRO-3 one unit's whole weights and gradient (p + g)·Ψ_u, a pipeline one micro-batch's
-activations sent and one received.
+activations sent and one received, and the largest weight's gradient twice (a micro-batch's, then its
+sum with the earlier ones, a new array).
 
 **Adding a scheme** is one entry in :data:`SCHEMES`: a function ``(model, batch, machine, options) ->
 list[Estimate]`` that returns one :class:`Estimate` per way it fits the machine's devices, its bytes
@@ -99,7 +100,9 @@ class ModelSpec:
     the whole model; ``boundary_bytes``: what one layer hands the next per sample (a pipeline's message);
     ``flops``: forward + backward FLOPs per sample; ``tensor_ranks``: the tensor-parallel sizes the model
     splits into (() for none) with ``tensor_bytes`` the all-reduce payload per sample (Megatron's
-    4·blocks·tokens·width) and ``tensor_messages`` its all-reduces per step; ``itemsize`` the bytes of a
+    4·blocks·tokens·width), ``tensor_messages`` its all-reduces per step and ``tensor_activation_bytes``
+    the part of ``activation_bytes`` the split divides (the rest each rank holds whole), ``tensor_parameters``
+    the parameters it divides (the rest, embeddings, LayerNorms, the row-parallel biases, whole); ``itemsize`` the bytes of a
     weight and of a gradient, ``state_bytes`` the optimizer's per element (Adam: 2·itemsize)."""
 
     name: str
@@ -112,6 +115,8 @@ class ModelSpec:
     tensor_ranks: tuple = ()
     tensor_bytes: float = 0.0
     tensor_messages: int = 0
+    tensor_activation_bytes: float = 0.0
+    tensor_parameters: int = 0
 
     @property
     def parameters(self) -> int:
@@ -144,11 +149,14 @@ class ModelSpec:
 
         Parameters: V·w + T·w, then per block 12w² + 13w, then 2w. FLOPs: 6 per parameter per token, plus
         attention's scores and mixing, 12·L·T·w per token (Kaplan et al. 2020; Narayanan et al. 2021).
-        Activations per token per block, in values: the residual's LayerNorm inputs and outputs, Q, K, V,
-        the projection and MLP inputs, the 4w-wide hidden layer before and after its GELU (~16w), and the
-        attention's probabilities twice (softmax out and its dropout/mixing input: 2·heads·T); then the
-        final LayerNorm and the logits and their softmax (2V). Tensor parallelism splits heads, so it
-        divides by any ``tensor`` that divides ``n_head``."""
+        Activations, in values saved for backward per token, as ``minidl.memory.track`` counts them on this
+        GPT: 27w + heads·T per block (the LayerNorms' and the residual's rows, Q, K, V, the attention's
+        probabilities, the 4w-wide MLP before and after its GELU), then 5w + 3V (the final LayerNorm, the
+        logits and the loss's softmax). A tensor-parallel split divides 9w + heads·T of each block's (the
+        heads' and the MLP's hidden columns; Korthikanti et al. 2022 count the same split for Megatron's
+        layers) and leaves the rest whole on each rank; of the parameters it divides each block's 12w² + 7w
+        (Q, K, V, the projection's and the MLP's weights, the column-parallel biases). It splits over any
+        ``tensor`` dividing ``n_head``."""
         w, t, v = int(n_embd), int(block_size), int(vocab_size)
         if min(n_layer, w, n_head, t, v) < 1 or w % n_head:
             raise ValueError(f"ModelSpec.gpt: need positive sizes and n_embd divisible by n_head, got n_layer={n_layer}, "
@@ -157,11 +165,13 @@ class ModelSpec:
         layers = ((v * w, t * w), *([block] * n_layer), (w, w))
         params = sum(sum(layer) for layer in layers)
         flops = 6.0 * params * t + 12.0 * n_layer * t * t * w
-        per_token = n_layer * (16 * w + 2 * n_head * t) + 2 * w + 2 * v
+        per_token = n_layer * (27 * w + n_head * t) + 5 * w + 3 * v
+        split_per_token = n_layer * (9 * w + n_head * t)
         return cls(f"GPT {n_layer}×{w} ({n_head} heads, {t} tokens)", layers, per_token * t * itemsize,
                    t * w * itemsize, flops, itemsize, 2 * itemsize if state_bytes is None else state_bytes,
                    tuple(n for n in range(2, n_head + 1) if n_head % n == 0),
-                   tensor_parallel_step_payloads(t, w, n_layer, itemsize)["allreduce"], 4 * n_layer)
+                   tensor_parallel_step_payloads(t, w, n_layer, itemsize)["allreduce"], 4 * n_layer,
+                   split_per_token * t * itemsize, n_layer * (12 * w * w + 7 * w))
 
 
 # ---------------------------------------------------------------- one layout's prediction
@@ -261,8 +271,9 @@ def estimate(model: ModelSpec, batch: int, machine: Machine, *, data: int = 1, t
             raise ValueError(f"estimate: {replica_batch} samples per replica do not split into {m} micro-batches")
     stages = _stages(model.layers, pipeline)
     stage = max(stages, key=lambda s: sum(map(sum, s)))                  # the stage that holds the most
-    stage_params = sum(map(sum, stage)) / tensor
-    devices_per_replica = tensor * pipeline
+    stage_params = sum(map(sum, stage))
+    if tensor > 1:  # the split part of the stage's parameters divided, the rest whole on every rank
+        stage_params -= model.tensor_parameters / model.parameters * stage_params * (1 - 1 / tensor)
     compute = model.flops * batch / (machine.devices * machine.flops)
     bubble = compute * (pipeline - 1) / m if pipeline > 1 else 0.0
     # the state: ZeRO's formulas on what this rank's replica holds
@@ -271,7 +282,8 @@ def estimate(model: ModelSpec, batch: int, machine: Machine, *, data: int = 1, t
               "optimizer": state["optimizer_bytes"]}
     # activations: a stage's share of the model's, for the micro-batches it holds at once
     held = m if schedule == "gpipe" else min(m, pipeline)
-    memory["activations"] = model.activation_bytes * replica_batch / m * held / devices_per_replica
+    per_sample = model.activation_bytes - model.tensor_activation_bytes * (1 - 1 / tensor)
+    memory["activations"] = per_sample * replica_batch / m * held / pipeline
     payloads, wire, comm = {}, 0.0, 0.0
     buffers = 0.0
     tensors = [n for layer in model.layers for n in layer]
@@ -292,11 +304,12 @@ def estimate(model: ModelSpec, batch: int, machine: Machine, *, data: int = 1, t
         payloads["tensor"], wire, comm = payload, wire + sent, comm + seconds
         buffers += 2 * model.tensor_bytes / max(model.tensor_messages, 1) * replica_batch / m
     if pipeline > 1:
-        middle = min(1, pipeline - 1) if pipeline < 3 else 1
-        payload = pipeline_step_payloads(middle, pipeline, replica_batch, model.boundary_bytes / tensor, 1)
+        payload = pipeline_step_payloads(1, pipeline, replica_batch, model.boundary_bytes / tensor, 1)
         seconds, sent = _axis_time(payload, pipeline, machine, 2 * m)
         payloads["pipeline"], wire, comm = payload, wire + sent, comm + seconds
         buffers += 2 * model.boundary_bytes * replica_batch / m / tensor
+        if m > 1:  # each micro-batch's gradient of a weight made, then added into the sum (a new array)
+            buffers += 2 * g * max(n for layer in stage for n in layer) / tensor
     memory["buffers"] = buffers
     return Estimate(_name(data, tensor, pipeline, zero, m, schedule), {"data": data, "tensor": tensor,
                     "pipeline": pipeline}, compute, bubble, comm, memory, payloads, wire,
@@ -445,11 +458,16 @@ def _cost(slow: Estimate, fast: Estimate) -> float:
 
 
 def _ms(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
     return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 or seconds == 0 else f"{seconds * 1e6:.3g} µs"
 
 
 def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3g} MB"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.3g} B"
 
 
 def plan(model, batch: int, machine: Machine, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
