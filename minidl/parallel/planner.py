@@ -77,18 +77,20 @@ class Machine:
             raise ValueError(f"Machine: latency must be >= 0 seconds, got {self.latency!r}")
 
     @classmethod
-    def this_cpu(cls, devices: int = 2, quick: bool = True, latency: float = 20e-6) -> "Machine":
-        """This computer as ``devices`` MPI ranks: FLOP/s and bandwidth from :mod:`minidl.roofline`'s measured
-        ceilings (the cores and the memory bus shared by the ranks, so each gets 1/devices of them; ranks
-        talk through shared memory, so a message moves at about the copy bandwidth), memory the RAM shared
-        likewise. A rough machine: the measurement takes about a second with ``quick``."""
-        import os
+    def from_ceilings(cls, ceilings, devices: int = 2, ram: float | None = None, latency: float = 20e-6) -> "Machine":
+        """One computer as ``devices`` MPI ranks, from :mod:`minidl.roofline`'s measured ``ceilings`` (its
+        ``peak_flops`` and ``copy_bandwidth``): the cores and the memory bus are shared by the ranks, so each
+        gets 1/devices of them; ranks talk through shared memory, so a message moves at about the copy
+        bandwidth; ``ram`` (default: this computer's) is shared likewise. A rough machine, for a first look.
 
-        from minidl.roofline.ceilings import measure
-        ceilings = measure("cpu", quick=quick)
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            from minidl.roofline.ceilings import measure
+            machine = Machine.from_ceilings(measure("cpu", quick=True), devices=2)
+        """
+        if ram is None:
+            import os
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return cls(devices=devices, memory=ram / devices, bandwidth=ceilings.copy_bandwidth / devices,
-                   latency=latency, flops=ceilings.peak_flops / devices, name=f"this CPU as {devices} ranks")
+                   latency=latency, flops=ceilings.peak_flops / devices, name=f"this computer as {devices} ranks")
 
 
 @dataclass(frozen=True)

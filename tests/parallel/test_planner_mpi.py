@@ -81,4 +81,7 @@ def test_the_predicted_peaks_order_the_layouts_as_measured(measured):
     ranks, rows = measured
     peak = {mode: max(r["peak"] for r in rows if r["mode"] == mode) for mode in ZERO}
     predicted = {mode: _predicted(mode, ranks)[0].peak_bytes for mode in ZERO}
-    assert sorted(ZERO, key=peak.get) == sorted(ZERO, key=predicted.get) == ["zero3", "zero2", "zero1", "dp"]
+    for figures in (peak, predicted):
+        assert figures["dp"] > figures["zero1"] > max(figures["zero2"], figures["zero3"])
+        if ranks == 4:  # on 2 ranks ZeRO-3's gathered layer (half the model) leaves it level with ZeRO-2
+            assert figures["zero2"] > figures["zero3"]
