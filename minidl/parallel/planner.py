@@ -422,8 +422,12 @@ class Plan:
         why = f"{best.layout} is the fastest layout that fits {_gb(self.machine.memory)} per device"
         if len(self.rows) > 1:
             runner = self.rows[1]
-            why += (f" ({_ms(best.step_time)} a step against {_ms(runner.step_time)} for {runner.layout}, which "
-                    f"spends {_ms(_cost(runner, best))} more on {_differs(runner, best)})")
+            if runner.step_time - best.step_time <= 1e-9 * best.step_time:  # a tie: the smaller peak goes first
+                why += (f" (as fast as {runner.layout}, {_ms(best.step_time)} a step, and "
+                        f"{_gb(runner.peak_bytes - best.peak_bytes)} lighter per rank)")
+            else:
+                why += (f" ({_ms(best.step_time)} a step against {_ms(runner.step_time)} for {runner.layout}, "
+                        f"which spends {_ms(_cost(runner, best))} more on {_differs(runner, best)})")
         faster = [e for e in self.dropped if e.step_time < best.step_time]
         if faster:
             fast = min(faster, key=lambda e: e.step_time)
@@ -434,8 +438,8 @@ class Plan:
 
     def __str__(self) -> str:
         head = (f"{self.model.name}, batch {self.batch}, on {self.machine.devices} devices of {_gb(self.machine.memory)}, "
-                f"{self.machine.flops / 1e12:g} TFLOP/s, links {self.machine.bandwidth / 1e9:g} GB/s + "
-                f"{self.machine.latency * 1e6:g} µs")
+                f"{_rate(self.machine.flops, 'FLOP/s')}, links {_rate(self.machine.bandwidth, 'B/s')} + "
+                f"{self.machine.latency * 1e6:.3g} µs")
         cols = f"{'layout':<38} {'step':>10} {'compute':>10} {'bubble':>10} {'comm':>10} {'peak/rank':>10} {'sent/step':>10}"
         lines = [head, cols]
         for e in self.rows:
@@ -457,6 +461,13 @@ def _differs(slow: Estimate, fast: Estimate) -> str:
 
 def _cost(slow: Estimate, fast: Estimate) -> float:
     return slow.step_time - fast.step_time
+
+
+def _rate(value: float, unit: str) -> str:
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 def _ms(seconds: float) -> str:

@@ -94,7 +94,10 @@ def resume(out, layout, sources, world):
         trainer, root = trainer_for(layout, world)
         trainer.load_checkpoint(os.path.join(out, f"src-{source}", "last.safetensors"))
         assert trainer.step == HALF, (source, trainer.step)
-        trainer.fit(2, max_steps=STEPS)
+        try:
+            trainer.fit(2, max_steps=STEPS)
+        except Exception as exc:  # name the cell: the worker runs many
+            raise RuntimeError(f"cell {source} → {world.size}-{layout}, rank {world.rank}: {exc}") from exc
         weights = consolidated_state(trainer.model)  # a collective on a layout
         if world.rank == 0:
             np.savez(os.path.join(out, f"cell-{source}-{world.size}-{layout}.npz"),
