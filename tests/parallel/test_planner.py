@@ -189,3 +189,12 @@ def test_zero_ranks_between_data_parallel_and_sharding_by_their_bytes():
     assert sent[2] == pytest.approx(sent[0])
     assert sent[1] == pytest.approx(1.5 * sent[0]) and sent[3] == pytest.approx(1.5 * sent[0])
     assert math.isclose(sent[0], 2 * 3 / 4 * 4 * 8192)
+
+
+def test_a_machine_from_measured_ceilings_shares_them_between_its_ranks():
+    from minidl.roofline.ceilings import Ceilings
+    ceilings = Ceilings("cpu", peak_flops=8e10, copy_bandwidth=6e9, triad_bandwidth=7e9, cache_bandwidth=3e10,
+                        gemm_size=1024, stream_bytes=2**26, threads=2)
+    machine = Machine.from_ceilings(ceilings, devices=4, ram=16e9, latency=1e-5)
+    assert (machine.devices, machine.memory, machine.bandwidth, machine.flops, machine.latency) == \
+        (4, 4e9, 1.5e9, 2e10, 1e-5)
