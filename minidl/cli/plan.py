@@ -8,7 +8,8 @@
 Prints, for every layout that fits the devices (data parallelism, ZeRO 1/2/3, tensor, pipeline GPipe and
 1F1B, their 2-D meshes), the predicted step time and its parts, the step peak memory per rank and the bytes
 each rank sends per step; the layouts whose peak does not fit the memory are listed apart; then the
-recommendation and its reason. Writes no files; exits 1 when no layout fits, 2 on bad input. The library side is :mod:`minidl.parallel.planner`.
+recommendation and its reason. Writes no files; exits 1 when no layout fits, 2 on bad input.
+The library side is :mod:`minidl.parallel.planner`.
 """
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ For each layout the planner sums, per rank (docs/parallelism.md, "Choosing a lay
 
 The communication and the state come from :mod:`minidl.parallel.cost_model` (``zero_bytes_per_rank``,
 ``zero_step_payloads``, ``tensor_parallel_step_payloads``, ``pipeline_step_payloads``,
-``pipeline_bubble``, ``ring_bytes``). The buffers are the step's transients, the part of the peak the
-steady state does not show: the collective's piece in flight (its send and receive buffers, two
-buckets), plus the largest thing a scheme makes whole for a moment: ZeRO-1 the rank's updated chunk of
+``ring_bytes``; the bubble term makes the step's idle share ``pipeline_bubble(p, m)``). The buffers
+are the step's transients, the part of the peak the steady state does not show: the collective's
+piece in flight (its send and receive buffers, two buckets), plus the largest thing a scheme makes whole for a moment: ZeRO-1 the rank's updated chunk of
 the weights it hands the all-gather (pΨ/N), ZeRO-2 one unit's whole gradient before its reduce-scatter
 (g·Ψ_u), ZeRO-3 one unit's whole weights and gradient (p + g)·Ψ_u, a pipeline one micro-batch's
 activations sent and one received, and the largest weight's gradient twice (a micro-batch's, then its
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minidl.parallel.cost_model import (
-    pipeline_bubble,
     pipeline_step_payloads,
     ring_bytes,
     tensor_parallel_step_payloads,
@@ -104,8 +103,9 @@ class ModelSpec:
     splits into (() for none) with ``tensor_bytes`` the all-reduce payload per sample (Megatron's
     4·blocks·tokens·width), ``tensor_messages`` its all-reduces per step and ``tensor_activation_bytes``
     the part of ``activation_bytes`` the split divides (the rest each rank holds whole), ``tensor_parameters``
-    the parameters it divides (the rest, embeddings, LayerNorms, the row-parallel biases, whole); ``itemsize`` the bytes of a
-    weight and of a gradient, ``state_bytes`` the optimizer's per element (Adam: 2·itemsize)."""
+    the parameters it divides (the rest, embeddings, LayerNorms, the row-parallel biases, whole);
+    ``itemsize`` the bytes of a weight and of a gradient, ``state_bytes`` the optimizer's per element
+    (Adam: 2·itemsize)."""
 
     name: str
     layers: tuple
@@ -161,8 +161,8 @@ class ModelSpec:
         ``tensor`` dividing ``n_head``."""
         w, t, v = int(n_embd), int(block_size), int(vocab_size)
         if min(n_layer, w, n_head, t, v) < 1 or w % n_head:
-            raise ValueError(f"ModelSpec.gpt: need positive sizes and n_embd divisible by n_head, got n_layer={n_layer}, "
-                             f"n_embd={w}, n_head={n_head}, block_size={t}, vocab_size={v}")
+            raise ValueError(f"ModelSpec.gpt: need positive sizes and n_embd divisible by n_head, got "
+                             f"n_layer={n_layer}, n_embd={w}, n_head={n_head}, block_size={t}, vocab_size={v}")
         block = (w, w, 3 * w * w, 3 * w, w * w, w, w, w, 4 * w * w, 4 * w, 4 * w * w, w)
         layers = ((v * w, t * w), *([block] * n_layer), (w, w))
         params = sum(sum(layer) for layer in layers)
@@ -437,10 +437,12 @@ class Plan:
         return why + f"; its bottleneck is {best.bottleneck} ({_ms(part)} of {_ms(best.step_time)})."
 
     def __str__(self) -> str:
-        head = (f"{self.model.name}, batch {self.batch}, on {self.machine.devices} devices of {_gb(self.machine.memory)}, "
-                f"{_rate(self.machine.flops, 'FLOP/s')}, links {_rate(self.machine.bandwidth, 'B/s')} + "
+        head = (f"{self.model.name}, batch {self.batch}, on {self.machine.devices} devices of "
+                f"{_gb(self.machine.memory)}, {_rate(self.machine.flops, 'FLOP/s')}, "
+                f"links {_rate(self.machine.bandwidth, 'B/s')} + "
                 f"{self.machine.latency * 1e6:.3g} µs")
-        cols = f"{'layout':<38} {'step':>10} {'compute':>10} {'bubble':>10} {'comm':>10} {'peak/rank':>10} {'sent/step':>10}"
+        cols = (f"{'layout':<38} {'step':>10} {'compute':>10} {'bubble':>10} {'comm':>10} {'peak/rank':>10} "
+                f"{'sent/step':>10}")
         lines = [head, cols]
         for e in self.rows:
             lines.append(f"{e.layout:<38} {_ms(e.step_time):>10} {_ms(e.compute):>10} {_ms(e.bubble):>10} "

@@ -15,7 +15,6 @@ Layouts (each a call of minidl.parallel.prepare): ``one`` (no wrapper), ``dp`` (
 ParallelMLP), ``pp`` (the four layers cut into one stage per rank, 1F1B in 2 micro-batches).
 """
 import os
-import shutil
 import sys
 
 import numpy as np
