@@ -21,14 +21,14 @@ For each layout the planner sums, per rank (docs/parallelism.md, "Choosing a lay
     bytes per step = Σ_ops ring_bytes(op, payload)              what each rank puts on its link
 
 The communication and the state come from :mod:`minidl.parallel.cost_model` (``zero_bytes_per_rank``,
-``zero_step_payloads``, ``tensor_parallel_step_payloads``, ``pipeline_step_payloads``,
-``ring_bytes``; the bubble term makes the step's idle share ``pipeline_bubble(p, m)``). The buffers
-are the step's transients, the part of the peak the steady state does not show: the collective's
-piece in flight (its send and receive buffers, two buckets), plus the largest thing a scheme makes whole for a moment: ZeRO-1 the rank's updated chunk of
-the weights it hands the all-gather (pΨ/N), ZeRO-2 one unit's whole gradient before its reduce-scatter
-(g·Ψ_u), ZeRO-3 one unit's whole weights and gradient (p + g)·Ψ_u, a pipeline one micro-batch's
-activations sent and one received, and the largest weight's gradient twice (a micro-batch's, then its
-sum with the earlier ones, a new array).
+``zero_step_payloads``, ``tensor_parallel_step_payloads``, ``pipeline_step_payloads``, ``ring_bytes``; the
+bubble term makes the step's idle share ``pipeline_bubble(p, m)``). The buffers are the step's transients, the
+part of the peak the steady state does not show: the collective's piece in flight (its send and receive
+buffers, two buckets), plus the largest thing a scheme makes whole for a moment: ZeRO-1 the rank's updated
+chunk of the weights it hands the all-gather (pΨ/N), ZeRO-2 one unit's whole gradient before its
+reduce-scatter (g·Ψ_u), ZeRO-3 one unit's whole weights and gradient (p + g)·Ψ_u, a pipeline one micro-batch's
+activations sent and one received, and the largest weight's gradient twice (a micro-batch's, then its sum with
+the earlier ones, a new array).
 
 **Adding a scheme** is one entry in :data:`SCHEMES`: a function ``(model, batch, machine, options) ->
 list[Estimate]`` that returns one :class:`Estimate` per way it fits the machine's devices, its bytes
