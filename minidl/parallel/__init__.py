@@ -34,6 +34,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.layout`: ``layout`` (the world as data × pipeline × tensor groups) and
   ``prepare`` (the wrappers nested for it)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
+- :mod:`minidl.parallel.planner`: ``plan(model, batch, machine)``, every layout predicted and ranked
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ from minidl.parallel.distributed_data_parallel import DistributedDataParallel
 from minidl.parallel.layout import Layout, layout, prepare
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
+from minidl.parallel.planner import Machine, ModelSpec, plan
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.parallel.ring import ring_allreduce_
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
@@ -61,6 +63,7 @@ from minidl.parallel.world import get_world, init, is_root
 from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
+    "Machine", "ModelSpec", "plan",
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer",
     "Layout", "LocalComm", "MPIComm", "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP",
     "ParallelModule", "ParallelOptimizer",
