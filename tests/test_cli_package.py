@@ -40,7 +40,7 @@ def test_every_command_module_of_the_package_is_registered():
     parser = minidl.cli.build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)
     assert commands == {"gradcheck", "train", "diagnose", "optimizers", "lr-find", "bench", "predict", "gpt",
-                        "tune", "selftest", "course"}
+                        "tune", "selftest", "course", "plan"}
 
 
 def test_a_command_that_fails_to_import_is_an_error_not_a_missing_command():

@@ -9,6 +9,7 @@
     minidl predict RUN ...      apply a trained run (model and standardizer) to new inputs
     minidl selftest ...         check minidl on this GPU and measure it against PyTorch
     minidl course ...           assignments cut from minidl's source: make, check, grade
+    minidl plan ...             every parallel layout's predicted step time and memory; the one to use
     minidl --version
 
 One module of this package per command (``minidl.cli.train``, ``.gpt``...),
@@ -24,13 +25,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minidl.cli import bench, course, diagnose, gpt, gradcheck, optimizers, predict, selftest, train, tune
+from minidl.cli import bench, course, diagnose, gpt, gradcheck, optimizers, plan, predict, selftest, train, tune
 from minidl.cli.args import HelpFormatter, default_out
 
 __all__ = ["build_parser", "default_out", "main"]
 
 # the order of ``minidl --help``
-COMMANDS = (gradcheck, train, diagnose, optimizers, bench, predict, gpt, tune, selftest, course)
+COMMANDS = (gradcheck, train, diagnose, optimizers, bench, predict, gpt, tune, selftest, course, plan)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,6 +36,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.filter_parallel`: a Conv2d's filters (or input channels) split over the ranks
 - :mod:`minidl.parallel.spatial`: images cut into strips of rows over the ranks, with a halo exchange
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
+- :mod:`minidl.parallel.planner`: ``plan(model, batch, machine)``, every layout predicted and ranked
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 - :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (servers and workers; synchronous, or bounded staleness)
 - :mod:`minidl.parallel.local_sgd`: ``LocalSGD`` (each rank steps alone; the weights averaged every H steps)
@@ -50,6 +51,7 @@ from minidl.parallel.local_sgd import LocalSGD, LocalSGDOptimizer
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.parameter_server import ParameterServer, ParameterServerOptimizer
 from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
+from minidl.parallel.planner import Machine, ModelSpec, plan
 from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
 from minidl.parallel.ring import ring_allreduce_
 from minidl.parallel.sampler import ShardedDataset, shard, shard_bounds, shard_loader
@@ -68,6 +70,7 @@ from minidl.parallel.zero import ZeroRedundancyOptimizer
 
 __all__ = [
     "LocalSGD", "LocalSGDOptimizer", "ParameterServer", "ParameterServerOptimizer",
+    "Machine", "ModelSpec", "plan",
     "ColumnParallelLinear", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedOptimizer",
     "Layout", "LocalComm", "MPIComm", "Mesh", "NCCLComm", "ParallelCausalSelfAttention", "ParallelMLP",
     "ParallelModule", "ParallelOptimizer",
