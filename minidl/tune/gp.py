@@ -119,8 +119,8 @@ class GaussianProcess:
     """
 
     LENGTH_SCALES = tuple(np.geomspace(0.03, 3.0, 15))
-    AMPLITUDES = (0.25, 0.5, 1.0, 2.0, 4.0)
-    NOISES = (1e-6, 1e-4, 1e-3, 1e-2, 1e-1)
+    AMPLITUDES = (0.5, 1.0, 2.0)  # the scores are standardized: a variance near 1
+    NOISES = (1e-6, 1e-4, 1e-2, 1e-1)
 
     def __init__(self, kernel: str = "matern52", length_scale: float | None = None,
                  amplitude: float | None = None, noise: float | None = None, normalize: bool = True):
@@ -132,14 +132,16 @@ class GaussianProcess:
         self.kernel, self.normalize = kernel, bool(normalize)
         self.length_scale, self.amplitude, self.noise = length_scale, amplitude, noise
 
-    def _factor(self, X, z, length_scale, amplitude, noise):
-        K = KERNELS[self.kernel](X, X, length_scale, amplitude) + noise * np.eye(len(X))
+    @staticmethod
+    def _factor(unit_kernel, z, amplitude, noise):
+        """Cholesky factor, α and log marginal likelihood of ``K = amplitude · unit_kernel + noise · I``."""
+        K = amplitude * unit_kernel + noise * np.eye(len(z))
         try:
             L = np.linalg.cholesky(K)
         except np.linalg.LinAlgError:
             return None
         alpha = np.linalg.solve(L.T, np.linalg.solve(L, z))
-        lml = -0.5 * z @ alpha - np.log(np.diag(L)).sum() - 0.5 * len(X) * _LOG_2PI
+        lml = -0.5 * z @ alpha - np.log(np.diag(L)).sum() - 0.5 * len(z) * _LOG_2PI
         return L, alpha, float(lml)
 
     def fit(self, X, y) -> GaussianProcess:
@@ -151,14 +153,14 @@ class GaussianProcess:
             raise ValueError("GaussianProcess.fit: X and y must be finite (replace a diverged trial's score first)")
         self.mean_, self.scale_ = (float(y.mean()), float(y.std()) or 1.0) if self.normalize else (0.0, 1.0)
         z = (y - self.mean_) / self.scale_
-        grid = [(ls, a, n) for ls in ([self.length_scale] if self.length_scale else self.LENGTH_SCALES)
-                for a in ([self.amplitude] if self.amplitude else self.AMPLITUDES)
-                for n in ([self.noise] if self.noise else self.NOISES)]
         best = None
-        for ls, a, n in grid:
-            out = self._factor(X, z, ls, a, n)
-            if out is not None and (best is None or out[2] > best[0][2]):
-                best = (out, (ls, a, n))
+        for ls in [self.length_scale] if self.length_scale else self.LENGTH_SCALES:
+            unit = KERNELS[self.kernel](X, X, ls, 1.0)  # the amplitude only scales it
+            for a in [self.amplitude] if self.amplitude else self.AMPLITUDES:
+                for n in [self.noise] if self.noise else self.NOISES:
+                    out = self._factor(unit, z, a, n)
+                    if out is not None and (best is None or out[2] > best[0][2]):
+                        best = (out, (ls, a, n))
         if best is None:
             raise ValueError("GaussianProcess.fit: the kernel matrix is not positive definite for any setting; "
                              "are there duplicate rows with a zero noise?")
