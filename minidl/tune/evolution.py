@@ -111,9 +111,8 @@ def evolution_search(objective, space: dict, n_trials: int, epochs: int, populat
                 config, parents = crossover(parent.config, other.config, space, rng), [parent.number, other.number]
             name = searched[int(rng.integers(len(searched)))]
             config[name] = mutate(space[name], config[name], rng, mutation_scale)
-        trial = runner.run(config, epochs, key=("evolution", i))
+        trial = runner.run(config, epochs, key=("evolution", i), info_from_strategy={"parents": parents})
         runner.release(("evolution", i))
-        trial.info["parents"] = parents
         population.append(trial)
         if len(population) > population_size:
             population.pop(0)  # aging: the oldest leaves, however good

@@ -229,7 +229,6 @@ def gp_search(objective, space: dict, n_trials: int, epochs: int, n_initial: int
             scores = expected_improvement(mean, np.sqrt(var), float(y.max()), xi * gp.scale_)
             k = int(np.argmax(scores))
             config, ei = pool[k], float(scores[k])
-        trial = runner.run(config, epochs, key=("gp", i))
+        runner.run(config, epochs, key=("gp", i), info_from_strategy={"ei": ei})
         runner.release(("gp", i))
-        trial.info["ei"] = ei
     return runner.result("gp", metric_name(objective, metric))

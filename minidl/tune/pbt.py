@@ -99,7 +99,7 @@ class _Population:
             with np.errstate(over="ignore", invalid="ignore"):  # a diverging member is expected
                 trainer.fit(epochs)
         except NonFiniteLossError as exc:
-            return {"score": float("nan"), "diverged": True, "epochs_trained": max(trainer.epoch - start, 1),
+            return {"score": float("nan"), "diverged": True, "epochs_trained": trainer.epoch + 1 - start,
                     "reason": str(exc).split(".")[0]}
         record = trainer.history[-1]
         score = float(record[self.metric])
@@ -144,9 +144,8 @@ def pbt_search(objective, space: dict, population_size: int, intervals: int, epo
     for interval in range(intervals):
         trials = []
         for m in range(population_size):
-            trial = runner.run(configs[m], (interval + 1) * epochs_per_interval, key=m, rung=interval)
-            trial.info.update(member=m, copied_from=copied[m])
-            trials.append(trial)
+            trials.append(runner.run(configs[m], (interval + 1) * epochs_per_interval, key=m, rung=interval,
+                                     info_from_strategy={"member": m, "copied_from": copied[m]}))
         if interval + 1 == intervals:
             break
         # rank: a diverged member below every finished one; among equals the lower member number first
