@@ -55,8 +55,9 @@ def hidden_widths(config: dict) -> tuple:
 
 
 def mlp_cost(inputs: int, hidden, classes: int) -> dict:
-    """``{"params": ..., "flops": ...}`` of an MLP ``inputs → hidden... → classes`` (equations in the module
-    docstring; FLOPs of one example's forward pass)."""
+    """The parameters and the FLOPs of one example's forward pass of an MLP from ``inputs`` features through the
+    ``hidden`` widths to ``classes`` scores, as ``{"params": int, "flops": int}`` (equations in the module
+    docstring)."""
     sizes = [int(inputs), *(int(h) for h in hidden), int(classes)]
     pairs = list(zip(sizes[:-1], sizes[1:]))
     return {"params": sum(a * b + b for a, b in pairs), "flops": sum(2 * a * b for a, b in pairs)}
