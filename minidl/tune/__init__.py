@@ -9,7 +9,10 @@
 
 Strategies: :func:`grid_search`, :func:`random_search`, :func:`successive_halving`,
 :func:`hyperband`, and :func:`tpe_search` (Bayesian optimization by Optuna's
-TPE, when Optuna is installed: ``pip install minidl[tune]``). Presets: the
+TPE, when Optuna is installed: ``pip install minidl[tune]``); beyond them, in NumPy:
+:func:`evolution_search` (regularized evolution), :func:`pbt_search` (population-based
+training), :func:`gp_search` (a Gaussian process with expected improvement), and
+:class:`ArchitectureObjective` (MLP depth and widths as hyperparameters, with their cost). Presets: the
 learning-rate sweep 10^-5.0 ... 10^0.0 taking the largest rate that does not
 diverge (:func:`learning_rate_sweep`), weight decay 10^-6 ... 10^-3.
 After a search: :func:`edge_warnings` (the best trial at an edge of the space),
@@ -27,7 +30,11 @@ from minidl.tune.analysis import (
     expected_max_normal,
     plot_top_curves,
 )
+from minidl.tune.evolution import crossover, evolution_search, mutate
+from minidl.tune.gp import GaussianProcess, expected_improvement, gp_search
+from minidl.tune.nas import ArchitectureObjective, hidden_widths, mlp_cost
 from minidl.tune.objective import TUNABLE, TrainerObjective
+from minidl.tune.pbt import exploit, explore, hyperparameter_schedule, pbt_search
 from minidl.tune.presets import (
     LEARNING_RATES,
     PRESETS,
@@ -58,4 +65,6 @@ __all__ = [
     "parse_dimension", "random_search", "sample", "successive_halving", "tpe_search",
     "Optimism", "STUDY_FIELDS", "ScientificStudy", "best_of_n_optimism", "edge_position", "edge_warnings",
     "expected_max_normal", "plot_top_curves", "read_studies", "record_study", "scientific_study",
+    "ArchitectureObjective", "GaussianProcess", "crossover", "evolution_search", "expected_improvement", "exploit",
+    "explore", "gp_search", "hidden_widths", "hyperparameter_schedule", "mlp_cost", "mutate", "pbt_search",
 ]

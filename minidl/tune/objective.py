@@ -178,15 +178,21 @@ class TrainerObjective:
             raise ValueError(f"TrainerObjective: cannot tune {bad}; tunable settings: {', '.join(TUNABLE)}")
         return {**self.settings, **config}
 
+    def model_for(self, settings: dict):
+        """The model of one run, built once every generator is seeded: ``settings["model"]`` for the data.
+        A subclass overrides it to search the model itself (:class:`~minidl.tune.nas.ArchitectureObjective`)."""
+        from minidl.train.classifiers import build_model
+
+        data = self.data
+        return build_model(settings["model"], data.sample_shape, data.num_classes, dropout=settings["dropout"])
+
     def build(self, config: dict, epochs: int):
         """A fresh, seeded Trainer for ``config`` (the schedule spanning ``horizon or epochs`` epochs)."""
         from minidl.data import TensorDataset
-        from minidl.train.classifiers import build_model
 
         s, data = self.settings_for(config), self.data
         run = build_run(s, TensorDataset(data.x_train, data.y_train), TensorDataset(data.x_val, data.y_val),
-                        model=lambda: build_model(s["model"], data.sample_shape, data.num_classes,
-                                                  dropout=s["dropout"]),
+                        model=lambda: self.model_for(s),
                         optimizer_options=optimizer_options(s), epochs=self.horizon or epochs, device=self.device)
         return run.trainer(progress=False, metrics=("accuracy", "f1") if self.metric == "val_f1" else ("accuracy",))
 

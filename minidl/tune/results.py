@@ -84,8 +84,9 @@ class SearchResult:
     def epochs_trained(self) -> int:
         return sum(t.epochs_trained for t in self.trials)
 
-    def rows(self) -> list:
-        """One flat dict per trial: number, each hyperparameter, epochs, score, status, ..."""
+    def rows(self, info: tuple = ()) -> list:
+        """One flat dict per trial: number, each hyperparameter, epochs, score, status, ..., then each key of
+        ``info`` from the trial's info (None where it has none), e.g. ``info=("params", "flops")``."""
         names = []
         for t in self.trials:
             names += [k for k in t.config if k not in names]
@@ -95,6 +96,7 @@ class SearchResult:
                    "epochs": t.epochs, self.metric: plain(t.score, strict=True), "status": t.status,
                    "epochs_trained": t.epochs_trained,
                    "rung": t.rung, "bracket": t.bracket, "seconds": round(t.seconds, 3)}
+            row.update({k: plain(t.info.get(k), strict=True) for k in info})
             out.append(row)
         return out
 
@@ -120,10 +122,11 @@ class SearchResult:
 
         atomic_write(path, write)
 
-    def table(self, limit: int | None = None) -> str:
-        """The trials as aligned text in :meth:`ranked`'s order, best first (diverged last); ``limit`` rows at most."""
+    def table(self, limit: int | None = None, info: tuple = ()) -> str:
+        """The trials as aligned text in :meth:`ranked`'s order, best first (diverged last); ``limit`` rows at most;
+        ``info``: keys of each trial's info shown as more columns (:meth:`rows`)."""
         ordered = self.ranked()
-        rows = self.rows()
+        rows = self.rows(info)
         by_number = {r["number"]: r for r in rows}
         shown = [by_number[t.number] for t in ordered][:limit]
         if not shown:

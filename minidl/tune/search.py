@@ -103,7 +103,10 @@ class TrialRunner:
             raise TypeError(f"the objective must be callable, got {type(objective).__name__}")
         self.objective, self.mode, self.trials, self.on_trial = objective, mode, [], on_trial
 
-    def run(self, config: dict, epochs: int, key=None, rung: int = 0, bracket: int = 0) -> Trial:
+    def run(self, config: dict, epochs: int, key=None, rung: int = 0, bracket: int = 0,
+            info_from_strategy: dict | None = None) -> Trial:
+        """Train ``config`` to ``epochs`` and record the Trial; ``info_from_strategy`` (what the strategy knows
+        of the trial, such as its parents) joins the objective's info, before ``on_trial`` sees the trial."""
         start = time.perf_counter()
         if getattr(self.objective, "resumes", False):
             out = self.objective(dict(config), epochs, key=key)
@@ -114,6 +117,7 @@ class TrialRunner:
         score = float("nan") if score is None else float(score)
         diverged = bool(info.pop("diverged", False)) or not math.isfinite(score)
         trained = int(info.pop("epochs_trained", epochs))
+        info.update(info_from_strategy or {})
         trial = Trial(len(self.trials), dict(config), int(epochs), float("nan") if diverged else score,
                       "diverged" if diverged else "ok", trained, rung, bracket, time.perf_counter() - start, info)
         self.trials.append(trial)
