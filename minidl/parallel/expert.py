@@ -108,6 +108,7 @@ class ExpertParallelMoE(Module):
         self.router = moe.router
         self.experts = ModuleDict({str(e): moe.experts[e] for e in range(self.first, self.first + self.local)})
         self.aux_loss, self.dropped_tokens, self.routing, self.last_exchange = None, 0, None, {}
+        self.rows_seen = np.zeros(self.local, np.int64)  # rows each local expert took since the last sync
 
     @classmethod
     def from_moe(cls, moe: MoE, comm) -> "ExpertParallelMoE":
@@ -146,6 +147,8 @@ class ExpertParallelMoE(Module):
         outputs, positions = [], []
         for local in range(L):  # every local expert runs, on no rows too: the backward's exchange needs its node
             rows = np.concatenate([np.arange(starts[s, local], starts[s, local] + got[s, local]) for s in range(N)])
+            if self.training:
+                self.rows_seen[local] += len(rows)
             rows = xp.asarray(rows.astype(np.int64))
             outputs.append(self.experts[str(self.first + local)](F.index_select(received, 0, rows)))
             positions.append(rows)
@@ -272,9 +275,14 @@ class ExpertParallel(WrapsModule, ParallelModule):
                 for p in group:
                     p.grad = Tensor(flat[offset:offset + p.numel()].reshape(p.shape))
                     offset += p.numel()
-        for p in expert_parameters(self.module):
-            if p.grad is not None:
-                p.grad = Tensor(p.grad.array * (1.0 / N))
+        for _, layer in expert_layers(self.module):
+            for local, rows in enumerate(layer.rows_seen):
+                for p in layer.experts[str(layer.first + local)].parameters():
+                    if rows == 0:  # ran on no row (only for the backward's exchange): no gradient, as in one process
+                        p.grad = None
+                    elif p.grad is not None:
+                        p.grad = Tensor(p.grad.array * (1.0 / N))
+            layer.rows_seen[:] = 0
         self.last_sync = {"allreduce_bytes": sent, "samples": int(meta[0])}
 
     # ------------------------------------------------------------ whole state: every expert, keyed as the plain model
