@@ -34,6 +34,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.layout`: ``layout`` (the world as data × pipeline × tensor groups) and
   ``prepare`` (the wrappers nested for it)
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
+- :mod:`minidl.parallel.expert`: expert parallelism, a mixture of experts' experts over the ranks (all-to-all)
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.distributed_data_parallel import DistributedDataParallel
+from minidl.parallel.expert import ExpertParallel, ExpertParallelMoE, ExpertParallelOptimizer, expert_parallel
 from minidl.parallel.layout import Layout, layout, prepare
 from minidl.parallel.mesh import Mesh
 from minidl.parallel.pipeline import Pipeline, PipelineOptimizer
@@ -68,4 +70,5 @@ __all__ = [
     "TensorParallelOptimizer", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",
     "shard_loader",
+    "ExpertParallel", "ExpertParallelMoE", "ExpertParallelOptimizer", "expert_parallel",
 ]

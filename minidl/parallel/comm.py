@@ -312,7 +312,7 @@ class LocalComm(Communicator):
         return array.copy()
 
     def all_to_all(self, array):
-        _check_rows("LocalComm.all_to_all", array, 1)
+        _check_rows("LocalComm.all_to_all", array, self.size)
         self._count("all_to_all", array)
         return array.copy()
 

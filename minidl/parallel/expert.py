@@ -80,7 +80,7 @@ def all_to_all_v(x, comm, send_counts, recv_counts):
     return AllToAllV(comm, send_counts, recv_counts)(as_tensor(x))
 
 
-class ExpertParallelMoE(Module):
+class ExpertParallelMoE(MoE):
     """One :class:`~minidl.nn.MoE` layer with this rank's E/N experts; the router whole.
 
     ``ExpertParallelMoE.from_moe(moe, comm)`` keeps ``moe``'s router and experts
@@ -91,8 +91,8 @@ class ExpertParallelMoE(Module):
     """
 
     def __init__(self, moe: MoE, comm):
-        super().__init__()
-        if not isinstance(moe, MoE):
+        Module.__init__(self)  # not MoE's: the layer is made from ``moe``, not drawn anew
+        if not isinstance(moe, MoE) or isinstance(moe, ExpertParallelMoE):
             raise TypeError(f"ExpertParallelMoE: expected an nn.MoE layer, got {type(moe).__name__}")
         if moe.num_experts % comm.size:
             divisors = [d for d in range(1, moe.num_experts + 1) if moe.num_experts % d == 0]
@@ -102,7 +102,9 @@ class ExpertParallelMoE(Module):
             raise ValueError(f"ExpertParallelMoE: the plain layer has groups={moe.groups}; expert parallelism makes "
                              "one group per rank, so build the layer with groups=1")
         self.comm = comm
-        self.__dict__["plain"] = moe  # the whole layer, for its settings and routing: not a submodule
+        for name in ("in_features", "hidden_features", "out_features", "num_experts", "k", "capacity_factor"):
+            setattr(self, name, getattr(moe, name))
+        self.groups = 1  # one group per rank: this rank's tokens
         self.local = moe.num_experts // comm.size
         self.first = comm.rank * self.local
         self.router = moe.router
@@ -114,20 +116,15 @@ class ExpertParallelMoE(Module):
     def from_moe(cls, moe: MoE, comm) -> "ExpertParallelMoE":
         return cls(moe, comm)
 
-    @property
-    def num_experts(self) -> int:
-        return self.plain.num_experts
-
     def forward(self, x):
-        moe = self.plain
-        if x.shape[-1] != moe.in_features:
-            raise ValueError(f"ExpertParallelMoE({moe.in_features} → {moe.out_features}): input of shape "
-                             f"{tuple(x.shape)} has {x.shape[-1]} features, expected {moe.in_features}")
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"ExpertParallelMoE({self.in_features} → {self.out_features}): input of shape "
+                             f"{tuple(x.shape)} has {x.shape[-1]} features, expected {self.in_features}")
         lead = tuple(x.shape[:-1])
-        x = x.reshape(-1, moe.in_features)
-        routing, gates, self.aux_loss = moe.gate(x, 1)   # this rank's tokens are one group
+        x = x.reshape(-1, self.in_features)
+        routing, gates, self.aux_loss = self.gate(x, 1)   # this rank's tokens are one group
         self.routing, self.dropped_tokens = routing, routing.dropped
-        xp, N, L, E = x.xp, self.comm.size, self.local, moe.num_experts
+        xp, N, L, E = x.xp, self.comm.size, self.local, self.num_experts
         # 2. dispatch: the kept pairs sorted by expert (so by rank), each expert's in token order
         experts = backend.to_numpy(routing.experts)
         kept = backend.to_numpy(routing.kept)
@@ -142,7 +139,7 @@ class ExpertParallelMoE(Module):
         self.last_exchange = {"sent": int(sum(send_counts)), "received": int(sum(recv_counts))}
         t_dev = xp.asarray(t)
         received = all_to_all_v(F.index_select(x, 0, t_dev), self.comm, send_counts, recv_counts)
-        # 3. each local expert on its rows: block (source s, expert l) starts at offsets[s, l]
+        # 3. each local expert on its rows: the block from source s for local expert l starts at starts[s, l]
         starts = np.cumsum(np.concatenate([[0], got.reshape(-1)]))[:-1].reshape(N, L)
         outputs, positions = [], []
         for local in range(L):  # every local expert runs, on no rows too: the backward's exchange needs its node
@@ -158,13 +155,13 @@ class ExpertParallelMoE(Module):
         done = F.index_select(done, 0, arrived)
         # 4. combine: the outputs home, in the order they left, weighted by their gates
         back = all_to_all_v(done, self.comm, recv_counts, send_counts)
-        weights = F.index_select(gates.reshape(-1), 0, xp.asarray(t * moe.k + j))
+        weights = F.index_select(gates.reshape(-1), 0, xp.asarray(t * self.k + j))
         y = combine(back, t_dev, weights, x.shape[0])
-        return y.reshape(lead + (moe.out_features,))
+        return y.reshape(lead + (self.out_features,))
 
     def extra_repr(self):
         return (f"experts {self.first}..{self.first + self.local - 1} of {self.num_experts} on rank "
-                f"{self.comm.rank} of {self.comm.size}, k={self.plain.k}, capacity_factor={self.plain.capacity_factor}")
+                f"{self.comm.rank} of {self.comm.size}, k={self.k}, capacity_factor={self.capacity_factor}")
 
 
 def expert_layers(model: Module) -> list:
@@ -183,9 +180,9 @@ def expert_parallel(model: Module, comm=None) -> "ExpertParallel":
     if comm is None:
         from minidl.parallel.world import init
         comm = init()
-    if isinstance(model, MoE):
+    if isinstance(model, MoE) and not isinstance(model, ExpertParallelMoE):
         return ExpertParallel(ExpertParallelMoE(model, comm), comm)
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, MoE)]
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, MoE) and not isinstance(m, ExpertParallelMoE)]
     for name, layer in layers:
         replace_module(model, name, ExpertParallelMoE(layer, comm))
     return ExpertParallel(model, comm)

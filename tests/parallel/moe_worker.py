@@ -17,7 +17,7 @@ import minidl as mdl
 import minidl.functional as F
 from minidl import nn, optim
 
-STEPS, BATCH, ALPHA, LR, CLIP = 3, 16, 0.1, 0.01, 0.5
+STEPS, BATCH, ALPHA, LR, CLIP = 3, 16, 0.1, 0.01, 0.2  # CLIP below the first gradient norm (0.35)
 # no token dropped (capacity 4·8·k/4 ≥ every expert's load) and dropped tokens (capacity ⌈0.5·T_r·k/4⌉)
 CASES = {"top1": {"k": 1, "capacity_factor": 4.0}, "top2": {"k": 2, "capacity_factor": 4.0},
          "top1_drops": {"k": 1, "capacity_factor": 0.5}, "top2_drops": {"k": 2, "capacity_factor": 0.5}}
