@@ -141,3 +141,19 @@ def test_bad_arguments_and_inputs_are_refused_with_the_fix():
         layer(mdl.tensor(np.zeros((5, 3), np.float32)))
     with pytest.raises(ValueError, match="5 tokens do not cut into 3 equal groups"):
         layer(mdl.tensor(np.zeros((5, 4), np.float32)))
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_layer_runs_on_either_device_with_the_cpus_numbers(device, k):
+    x = np.random.default_rng(5).normal(size=(12, 6))
+    results = []
+    for where in ("cpu", device):
+        layer = _layer(k, 0.75, groups=2).to(where)
+        inp = mdl.tensor(x, device=where, requires_grad=True)
+        y = layer(inp)
+        (y.sum() + layer.aux_loss).backward()
+        results.append((y.numpy(), inp.grad.numpy(), layer.router.weight.grad.numpy(), layer.dropped_tokens))
+    (y0, gx0, gr0, d0), (y1, gx1, gr1, d1) = results
+    assert d0 == d1 > 0
+    for a, b in ((y0, y1), (gx0, gx1), (gr0, gr1)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
