@@ -182,7 +182,8 @@ def expert_parallel(model: Module, comm=None) -> "ExpertParallel":
         comm = init()
     if isinstance(model, MoE) and not isinstance(model, ExpertParallelMoE):
         return ExpertParallel(ExpertParallelMoE(model, comm), comm)
-    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, MoE) and not isinstance(m, ExpertParallelMoE)]
+    layers = [(name, m) for name, m in model.named_modules()
+              if isinstance(m, MoE) and not isinstance(m, ExpertParallelMoE)]
     for name, layer in layers:
         replace_module(model, name, ExpertParallelMoE(layer, comm))
     return ExpertParallel(model, comm)

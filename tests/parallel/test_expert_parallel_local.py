@@ -104,8 +104,8 @@ def _net(groups=1):
 def test_a_rank_keeps_its_block_of_experts_under_the_plain_names():
     plain = _net()
     layer = ExpertParallelMoE(_net()[1], FakeComm(1, 2))
-    assert list(layer.state_dict()) == ["router.weight"] + [f"experts.{e}.{n}" for e in (2, 3)
-                                                            for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")]
+    names = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+    assert list(layer.state_dict()) == ["router.weight"] + [f"experts.{e}.{n}" for e in (2, 3) for n in names]
     for key, value in layer.state_dict().items():
         np.testing.assert_array_equal(value, plain[1].state_dict()[key])
 
