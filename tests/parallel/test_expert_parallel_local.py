@@ -158,3 +158,17 @@ def test_bad_layouts_are_refused_with_the_fix():
         ExpertParallel(nn.Linear(2, 2), parallel.LocalComm())
     with pytest.raises(TypeError, match="model must be an ExpertParallel"):
         ExpertParallelOptimizer(optim.SGD(_net().parameters(), lr=0.1), _net())
+
+
+def test_the_exchange_op_of_one_rank_is_the_identity_in_both_modes():
+    """AllToAllV in a world of one: y = x, its backward (the exchange reversed) and its tangent rule (the same
+    exchange) the identity too, checked by finite differences and forward mode (2 and 4 ranks: the MPI test)."""
+    from minidl.parallel.expert import all_to_all_v
+    world = parallel.LocalComm()
+    x = mdl.tensor(np.random.default_rng(6).normal(size=(4, 3)), requires_grad=True)
+    f = lambda t: all_to_all_v(t, world, [4], [4]) * 2.0  # noqa: E731
+    assert mdl.gradcheck(f, (x,))
+    v = mdl.tensor(np.random.default_rng(7).normal(size=(4, 3)))
+    y, tangent = mdl.func.jvp(f, (x,), (v,))
+    np.testing.assert_array_equal(y.numpy(), 2.0 * x.numpy())
+    np.testing.assert_array_equal(tangent.numpy(), 2.0 * v.numpy())
