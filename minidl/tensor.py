@@ -63,6 +63,17 @@ def _forget_oldest():
         del _changed[key]
 
 
+def keep_version(t: "Tensor", version: int) -> None:
+    """Give ``t``'s buffer the version ``version`` (from :func:`version_of`): for code that puts a
+    tensor's unchanged values into a new buffer (ZeRO-3 gathers a freed weight again), so that the
+    stamp of a freed buffer whose id the new one happens to reuse does not read as a change."""
+    key = id(_owner(t.array))
+    if version:
+        _changed[key] = version
+    else:
+        _changed.pop(key, None)
+
+
 def version_of(t: "Tensor") -> int:
     """The clock value at the last in-place change of ``t``'s buffer (0: none recorded).
 

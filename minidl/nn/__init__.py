@@ -58,6 +58,7 @@ from minidl.nn.loss import (
     SmoothL1Loss,
 )
 from minidl.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
+from minidl.nn.moe import MoE
 from minidl.nn.norm import (
     BatchNorm1d,
     BatchNorm2d,
@@ -113,4 +114,5 @@ __all__ = [
     "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "BatchNorm3d", "InstanceNorm3d",
     "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "DEQ",
+    "MoE",
 ]

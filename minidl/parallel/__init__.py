@@ -37,6 +37,7 @@ done by existing engines, MPI (mpi4py) and NCCL (CuPy), never by minidl.
 - :mod:`minidl.parallel.spatial`: images cut into strips of rows over the ranks, with a halo exchange
 - :mod:`minidl.parallel.cost_model`: the ring all-reduce cost model and scaling predictions
 - :mod:`minidl.parallel.planner`: ``plan(model, batch, machine)``, every layout predicted and ranked
+- :mod:`minidl.parallel.expert`: expert parallelism, a mixture of experts' experts over the ranks (all-to-all)
 - :mod:`minidl.parallel.launch`: finding ``mpiexec`` and building its command line
 - :mod:`minidl.parallel.parameter_server`: ``ParameterServer`` (servers and workers; synchronous, or bounded staleness)
 - :mod:`minidl.parallel.local_sgd`: ``LocalSGD`` (each rank steps alone; the weights averaged every H steps)
@@ -46,6 +47,7 @@ from __future__ import annotations
 from minidl.parallel.comm import Communicator, LocalComm, MPIComm, NCCLComm, nccl_available
 from minidl.parallel.data_parallel import DataParallel, DistributedOptimizer, prepare_data_parallel
 from minidl.parallel.distributed_data_parallel import DistributedDataParallel
+from minidl.parallel.expert import ExpertParallel, ExpertParallelMoE, ExpertParallelOptimizer, expert_parallel
 from minidl.parallel.layout import Layout, layout, prepare
 from minidl.parallel.local_sgd import LocalSGD, LocalSGDOptimizer
 from minidl.parallel.mesh import Mesh
@@ -78,6 +80,7 @@ __all__ = [
     "TensorParallelOptimizer", "ZeroRedundancyOptimizer", "consolidated_state_dict", "get_world", "init", "is_root",
     "layout", "nccl_available", "prepare", "prepare_data_parallel", "ring_allreduce_", "shard", "shard_bounds",
     "shard_loader",
+    "ExpertParallel", "ExpertParallelMoE", "ExpertParallelOptimizer", "expert_parallel",
 ]
 
 # ---------------------------------------------------------------- filter-wise and spatial parallelism

@@ -11,6 +11,8 @@ methods, each a *collective*: every rank must call it, in the same order.
     broadcast_(x, root)   x ← x of rank ``root``, in place   (initial weights)
     allgather(x)          [x of rank 0, x of rank 1, ...]    (ZeRO's parameter shards)
     reduce_scatter(x)     chunk r of Σ_ranks x, on rank r    (ZeRO-2/3's gradient shards)
+    all_to_all(x)         row r of x to rank r; row r of the result from rank r   (experts' tokens)
+    all_to_all_v(x, counts)  the same with counts[r] rows for rank r (counts exchanged first)
     barrier()             wait until every rank arrives
     split(color, key)     the ranks of the same color as a communicator of their own (groups)
 
@@ -125,6 +127,38 @@ class Communicator:
         a new array of ``array.size // size`` elements."""
         raise NotImplementedError
 
+    def all_to_all(self, array):
+        """A new array of ``array``'s shape ``(size, ...)``: row r of ``array`` goes to rank r, and row r of the
+        result is what rank r sent this rank (its row ``self.rank``). Counted as the payload ``array.nbytes``;
+        each rank keeps one row and sends the other N−1 (:func:`minidl.parallel.cost_model.ring_bytes`)."""
+        raise NotImplementedError
+
+    def all_to_all_v(self, send, send_counts, recv_counts=None):
+        """Rows of different counts per peer: ``(recv, recv_counts)``.
+
+        ``send`` (rows, ...) holds the ``send_counts[0]`` rows for rank 0 first, then the ``send_counts[1]``
+        rows for rank 1, and so on; ``recv`` holds the ``recv_counts[r]`` rows rank r sent this rank, in
+        rank order (shape ``(Σ recv_counts, *send.shape[1:])``). The counts are exchanged first, one
+        :meth:`all_to_all` of N int64s, unless ``recv_counts`` is given (the backward of an exchange knows
+        them: they are its forward's send counts). ``recv_counts`` comes back as a list of ints.
+        """
+        owner = f"{type(self).__name__}.all_to_all_v"
+        send_counts = _check_counts(owner, send, send_counts, self.size)
+        if recv_counts is None:
+            xp = backend.xp_of(send)
+            with backend.using_array(send):
+                counts = xp.asarray(np.array(send_counts, np.int64).reshape(self.size, 1))
+                recv_counts = [int(c) for c in backend.to_numpy(self.all_to_all(counts)).reshape(-1)]
+        elif len(recv_counts) != self.size or any(int(c) < 0 for c in recv_counts):
+            raise ValueError(f"{owner}: recv_counts must be {self.size} counts >= 0 (one per rank), "
+                             f"got {list(recv_counts)!r}")
+        recv_counts = [int(c) for c in recv_counts]
+        self._count("all_to_all_v", send)
+        return self._all_to_all_v(send, send_counts, recv_counts), recv_counts
+
+    def _all_to_all_v(self, send, send_counts: list, recv_counts: list):
+        raise NotImplementedError(f"{type(self).__name__} must define _all_to_all_v (see LocalComm, MPIComm)")
+
     def host_allreduce_(self, array: np.ndarray) -> np.ndarray:
         """Sum a small NumPy array over every rank, in place, on the host (counts, flags)."""
         raise NotImplementedError
@@ -220,6 +254,31 @@ def _check_scatter(owner: str, array, size: int):
                          f"got shape {tuple(array.shape)} (pad it to a multiple of {size})")
 
 
+def _check_rows(owner: str, array, size: int):
+    if len(array.shape) < 1 or array.shape[0] != size:
+        raise ValueError(f"{owner}: all_to_all takes an array of shape ({size}, ...), one row per rank; got shape "
+                         f"{tuple(array.shape)} (use all_to_all_v for rows of different counts per rank)")
+
+
+def _check_counts(owner: str, send, counts, size: int) -> list:
+    """``counts`` as a list of ``size`` ints >= 0 adding up to ``send``'s rows, or a ValueError naming them."""
+    try:
+        values = [int(c) for c in counts]
+        whole = all(float(c) == int(c) for c in counts)
+    except (TypeError, ValueError):
+        values, whole = None, False
+    rows = send.shape[0] if len(send.shape) else None
+    if values is None or not whole or len(values) != size or min(values, default=0) < 0 or sum(values) != rows:
+        raise ValueError(f"{owner}: send_counts must be {size} whole counts >= 0 (rows for each rank) adding up "
+                         f"to send's {rows} rows (shape {tuple(send.shape)}); got {counts!r}")
+    return values
+
+
+def _offsets(counts) -> list:
+    """Where each rank's block starts: [0, c_0, c_0 + c_1, ...]."""
+    return [int(v) for v in np.concatenate([[0], np.cumsum(counts)])]
+
+
 def _check_buffer(owner: str, array, xp_name: str):
     if not hasattr(array, "flags") or not array.flags.c_contiguous:
         raise ValueError(f"{owner}: collectives work on contiguous arrays; got "
@@ -251,6 +310,14 @@ class LocalComm(Communicator):
         _check_scatter("LocalComm.reduce_scatter", array, 1)
         self._count("reduce_scatter", array)
         return array.copy()
+
+    def all_to_all(self, array):
+        _check_rows("LocalComm.all_to_all", array, self.size)
+        self._count("all_to_all", array)
+        return array.copy()
+
+    def _all_to_all_v(self, send, send_counts, recv_counts):
+        return send.copy()
 
     def host_allreduce_(self, array):
         return array
@@ -472,6 +539,34 @@ class MPIComm(Communicator):
         out = np.empty(array.size // self.size, array.dtype)
         self._wait(self.comm.Ireduce_scatter_block(array, out, op=self.MPI.SUM), "reduce_scatter")
         return out
+
+    def all_to_all(self, array):
+        """``MPI_Ialltoall`` of the rows' bytes (any dtype goes as it is), polled against the deadline."""
+        _check_buffer("MPIComm.all_to_all", array, "NumPy")
+        _check_rows("MPIComm.all_to_all", array, self.size)
+        self._count("all_to_all", array)
+        return self._exchange("all_to_all", array, [1] * self.size, [1] * self.size)
+
+    def _all_to_all_v(self, send, send_counts, recv_counts):
+        """``MPI_Ialltoallv`` of the rows' bytes, at the displacements the counts give, polled against the deadline."""
+        _check_buffer("MPIComm.all_to_all_v", send, "NumPy")
+        return self._exchange("all_to_all_v", send, send_counts, recv_counts)
+
+    def _exchange(self, op: str, send, send_counts, recv_counts):
+        host = np.ascontiguousarray(backend.to_numpy(send))
+        out = np.empty((sum(recv_counts),) + tuple(host.shape[1:]), host.dtype)
+        outgoing, incoming = host.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
+        if self.size == 1:
+            out[...] = host
+        elif op == "all_to_all":  # one row each way per rank: the block form
+            self._wait(self.comm.Ialltoall([outgoing, self.MPI.BYTE], [incoming, self.MPI.BYTE]), op)
+        else:
+            row = host.dtype.itemsize * int(np.prod(host.shape[1:], dtype=np.int64))  # bytes per row
+            sent = [c * row for c in send_counts]
+            got = [c * row for c in recv_counts]
+            self._wait(self.comm.Ialltoallv([outgoing, (sent, _offsets(sent)[:-1]), self.MPI.BYTE],
+                                            [incoming, (got, _offsets(got)[:-1]), self.MPI.BYTE]), op)
+        return out if isinstance(send, np.ndarray) else backend.xp_of(send).asarray(out)
 
     def host_allreduce_(self, array):
         if self.size > 1:
@@ -755,6 +850,43 @@ class NCCLComm(Communicator):
                                     self._nccl_type("reduce_scatter", array), self.nccl_module.NCCL_SUM,
                                     self._stream_ptr())
             self._watch("reduce_scatter")
+        return out
+
+    def all_to_all(self, array):
+        """Grouped ncclSend/ncclRecv, one pair per rank (NCCL's documented all-to-all; see :meth:`_exchange`)."""
+        if self._is_host(array):
+            return self.mpi.all_to_all(array) if self.mpi is not None else array.copy()
+        _check_buffer("NCCLComm.all_to_all", array, "CuPy")
+        _check_rows("NCCLComm.all_to_all", array, self.size)
+        self._count("all_to_all", array)
+        return self._exchange("all_to_all", array, [1] * self.size, [1] * self.size)
+
+    def _all_to_all_v(self, send, send_counts, recv_counts):
+        if self._is_host(send):
+            return self.mpi._all_to_all_v(send, send_counts, recv_counts) if self.mpi is not None else send.copy()
+        _check_buffer("NCCLComm.all_to_all_v", send, "CuPy")
+        return self._exchange("all_to_all_v", send, send_counts, recv_counts)
+
+    def _exchange(self, op: str, send, send_counts, recv_counts):
+        """Between ncclGroupStart and ncclGroupEnd, for every rank p: ncclSend of the rows for p and ncclRecv of
+        the rows from p (the rank itself included), as bytes (NCCL_UINT8), so that every dtype goes as it is.
+        NCCL launches the group's calls together at groupEnd, so no pair waits on another."""
+        out = self.cp.empty((sum(recv_counts),) + tuple(send.shape[1:]), send.dtype)
+        row = np.dtype(send.dtype).itemsize * int(np.prod(send.shape[1:], dtype=np.int64))
+        sent, got = _offsets(send_counts), _offsets(recv_counts)
+        byte, stream = self.nccl_module.NCCL_UINT8, self._stream_ptr()
+        self.nccl_module.groupStart()
+        self._in_group = True
+        try:
+            for peer in range(self.size):
+                if send_counts[peer] and row:
+                    self.comm.send(send.data.ptr + sent[peer] * row, send_counts[peer] * row, byte, peer, stream)
+                if recv_counts[peer] and row:
+                    self.comm.recv(out.data.ptr + got[peer] * row, recv_counts[peer] * row, byte, peer, stream)
+        finally:
+            self._in_group = False
+            self.nccl_module.groupEnd()
+        self._watch(op)
         return out
 
     def host_allreduce_(self, array):

@@ -404,3 +404,48 @@ def spatial_step_payloads(rank: int, ranks: int, batch: int, convs, gathered_map
             out["allgather"] += batch * c * (h // ranks) * w * itemsize
     out["recv"] = out["send"]
     return {op: n for op, n in out.items() if n}
+
+
+# ---------------------------------------------------------------- mixture of experts: all-to-all and expert parallelism
+# An all-to-all is a pairwise exchange, not a ring: each rank keeps the 1/N of its payload addressed to
+# itself and sends every other part straight to its rank, so it sends (N−1)/N of what it hands in
+# (exactly, for the block form all_to_all; on average over the ranks for all_to_all_v when the rows
+# spread evenly over the ranks).
+RING_FACTORS.update({"all_to_all": lambda n: (n - 1) / n, "all_to_all_v": lambda n: (n - 1) / n})
+
+
+def all_to_all_bytes(payload, ranks: int):
+    """Bytes one rank sends in an all-to-all of ``payload`` bytes (its whole buffer): (N−1)/N · payload."""
+    return ring_bytes("all_to_all", payload, ranks)
+
+
+def expert_parallel_step_payloads(rows_sent: int, rows_received: int, in_features: int, out_features: int,
+                                  experts: int, itemsize: int = 4, replicated_bytes: float = 0,
+                                  input_grad: bool = True) -> dict:
+    """What one training step of an expert-parallel MoE layer hands each collective on one rank, in bytes.
+
+    ``rows_sent``: the (token, expert) pairs of this rank's tokens that fit (k per token when none is
+    dropped); ``rows_received``: those the experts of this rank take from every rank. Per step:
+
+        all_to_all:    8 · E                                    the per-expert counts (int64), once
+        all_to_all_v:  rows_sent · in + rows_received · out     forward: tokens out, experts' outputs back
+                     + rows_sent · out + rows_received · in     backward: their gradients, the other way
+        allreduce:     the replicated parameters' gradients     (router and every other layer)
+
+    times ``itemsize``; the last term of the backward only when the layer's input needs a gradient.
+    With tokens spread evenly, rows_sent = rows_received = k · T_r (T_r tokens per rank), so a step
+    hands 2 · k · T_r · (in + out) · itemsize to the all-to-all and sends (N−1)/N of it
+    (:func:`all_to_all_bytes`).
+    """
+    exchanged = rows_sent * in_features + rows_received * out_features + rows_sent * out_features
+    if input_grad:
+        exchanged += rows_received * in_features
+    payloads = {"all_to_all": 8 * experts, "all_to_all_v": exchanged * itemsize}
+    if replicated_bytes:
+        payloads["allreduce"] = replicated_bytes
+    return payloads
+
+
+def expert_parallel_step_bytes(ranks: int, **payload_args) -> float:
+    """Bytes one rank sends per step (:func:`expert_parallel_step_payloads`, each through :func:`ring_bytes`)."""
+    return float(sum(ring_bytes(op, n, ranks) for op, n in expert_parallel_step_payloads(**payload_args).items()))

@@ -93,7 +93,7 @@ from minidl.parallel import flat as flat_layout
 from minidl.parallel.buckets import BackwardStarts, BucketsInBackward, UseCounter
 from minidl.parallel.data_parallel import BUCKET_BYTES, DataParallel, clip_spread_grad_norm_, probing_optimizer
 from minidl.parallel.whole_state import consolidate_shard_state, shard_optimizer_state
-from minidl.tensor import Tensor, mark_changed
+from minidl.tensor import Tensor, keep_version, mark_changed, version_of
 
 
 class ShardLayers(Layers):
@@ -231,11 +231,12 @@ class FlatShard:
 
     def _point_params_at(self, full, changed=True):
         offset = 0
-        for p, shape, size in zip(self.params, self.shapes, self.sizes):
+        for p_index, (p, shape, size) in enumerate(zip(self.params, self.shapes, self.sizes)):
             if changed:
                 p.array = full[offset:offset + size].reshape(shape)
-            else:  # the same values again (see unpack): not an in-place change
+            else:  # the same values again (see unpack): not an in-place change, so the version at release
                 p._data = full[offset:offset + size].reshape(shape)
+                keep_version(p, self.released_versions[p_index])
             offset += size
 
     @_on_unit_device
@@ -268,6 +269,9 @@ class FlatShard:
         after the backward: see ``ShardedDataParallel``'s notes on autocast).
         """
         empty = self.xp.empty(0, self.dtype)
+        # each weight's version, for the buffer that holds the same values again (a freed buffer's id
+        # may be reused by one stamped later, which would read as a change of these weights)
+        self.released_versions = [version_of(p) for p in self.params]
         for p in self.params:
             p._data = empty  # not .array =, which would count as an in-place change
             if not keep_grads:

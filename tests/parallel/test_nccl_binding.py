@@ -231,3 +231,20 @@ def test_iallreduce_runs_on_a_side_stream_after_the_current_one(null_world, nccl
     _fails_inside_libnccl(nccl, lambda: null_world.iallreduce_(_DeviceArray((4,), "float32")))
     assert calls == [("record", 0), ("side waits", "Event")]  # recorded on the current stream (ptr 0)
     assert null_world._side_stream.ptr == 17
+
+
+# ---------------------------------------------------------------- all-to-all (grouped ncclSend / ncclRecv)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_to_all_reaches_libnccl_inside_a_group(null_world, nccl, dtype):
+    """ncclGroupStart, then the first ncclSend (bytes: NCCL_UINT8), refused for the NULL communicator."""
+    _fails_inside_libnccl(nccl, lambda: null_world.all_to_all(_DeviceArray((2, 3), dtype)))
+
+
+def test_all_to_all_v_reaches_libnccl_with_its_counts_given(null_world, nccl):
+    _fails_inside_libnccl(nccl, lambda: null_world.all_to_all_v(_DeviceArray((5, 2), "float32"), [2, 3],
+                                                                recv_counts=[1, 4]))
+
+
+def test_all_to_all_needs_a_row_per_rank(null_world):
+    with pytest.raises(ValueError, match=r"NCCLComm.all_to_all: all_to_all takes an array of shape \(2, \.\.\.\)"):
+        null_world.all_to_all(_DeviceArray((3, 2), np.float32))
