@@ -38,19 +38,11 @@ import numpy as np
 
 import minidl.functional as F
 from minidl import backend, nn
-from minidl.nn.module import Module, Parameter, WrapsModule
+from minidl.nn.module import Module, Parameter
 from minidl.ops.distributed import copy_to_group, sum_over_group
 from minidl.ops.group_gather import gather_from_group
-from minidl.optim.wrapper import WrapsOptimizer
-from minidl.parallel.protocol import ParallelModule, ParallelOptimizer
-from minidl.parallel.tensor_parallel import unsplit_grad_squares
-from minidl.parallel.whole_state import (
-    SplitLayer,
-    consolidate_optimizer_state,
-    consolidated_state_dict,
-    local_optimizer_state,
-    local_state_dict,
-)
+from minidl.parallel.tensor_parallel import SplitModel, SplitModelOptimizer
+from minidl.parallel.whole_state import SplitLayer
 
 __all__ = ["FilterParallel", "FilterParallelConv2d", "FilterParallelOptimizer", "InputChannelParallelConv2d",
            "filter_parallel", "filter_parallel_layers"]
@@ -278,95 +270,18 @@ def _split_parameters(model: Module) -> list:
     return split
 
 
-class FilterParallel(WrapsModule, ParallelModule):
-    """A model holding filter-wise split convolutions, seen whole by checkpoints (the Trainer's protocol).
+class FilterParallel(SplitModel):
+    """A model holding filter-wise split convolutions, seen whole by checkpoints (the Trainer's protocol;
+    see :class:`~minidl.parallel.tensor_parallel.SplitModel`)."""
 
-    ``forward``, the parameters and ``state_dict()`` are the wrapped model's (this rank's parts, keyed
-    as the plain model); :meth:`consolidated_state_dict` gathers the whole weights (a collective) and
-    :meth:`load_state_dict` takes whole ones, from one process or any split, and cuts this rank's parts.
-    """
-
-    def __init__(self, module: Module):
-        super().__init__()
-        if not isinstance(module, Module):
-            raise TypeError(f"FilterParallel: expected a minidl Module, got {type(module).__name__}")
-        if not filter_parallel_layers(module):
-            raise ValueError(f"FilterParallel: {type(module).__name__} has no filter-wise split convolution; "
-                             "split it first (filter_parallel(model, comm))")
-        self.module = module
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
-    def consolidated_state_dict(self) -> dict:
-        """The whole weights, keyed as the plain model's state dict (a collective of the group)."""
-        return consolidated_state_dict(self.module)
-
-    def check_state_dict(self, state, strict: bool = True):
-        return self.module.check_state_dict(local_state_dict(self.module, state), strict)
-
-    def load_state_dict(self, state, strict: bool = True):
-        """Load whole weights (as one process saves them): this rank keeps its parts. All or nothing."""
-        return self.module.load_state_dict(local_state_dict(self.module, state), strict)
+    split_layers = staticmethod(filter_parallel_layers)
+    how_to_split = "has no filter-wise split convolution; split it first (filter_parallel(model, comm))"
 
 
-class FilterParallelOptimizer(ParallelOptimizer):
+class FilterParallelOptimizer(SplitModelOptimizer):
     """The optimizer of a :class:`FilterParallel` model: its state whole in checkpoints, its clip the
     unsplit model's global norm (the parts' squares added over the group)."""
 
-    def __init__(self, optimizer, model: Module):
-        if not filter_parallel_layers(model):
-            raise ValueError(f"FilterParallelOptimizer: the model ({type(model).__name__}) has no filter-wise "
-                             "split convolution")
-        self.optimizer, self.model = optimizer, model
-
-    def step(self, closure=None):
-        return self.optimizer.step(closure)
-
-    def zero_grad(self, set_to_none: bool = True):
-        self.optimizer.zero_grad(set_to_none)
-
-    def _group(self):
-        return filter_parallel_layers(self.model)[0][1].comm
-
-    def _params(self) -> list:
-        return [p for group in self.param_groups for p in group["params"]]
-
-    def grad_squares(self, params):
-        """Σ ‖g‖² of ``params`` as the unsplit model holds them (the parts' squares summed over the group)."""
-        return unsplit_grad_squares(params, _split_parameters(self.model), self._group())
-
-    def clip_grad_norm_(self, max_norm: float):
-        from minidl.parallel.data_parallel import scale_to_norm_
-        self.synchronize()
-        max_norm = float(max_norm)
-        if not max_norm > 0:
-            raise ValueError(f"FilterParallelOptimizer.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
-        params = self._params()
-        return scale_to_norm_(params, self.grad_squares(params), max_norm)
-
-    def reduce_found_inf(self, found_inf: bool) -> bool:
-        flags = np.array([1.0 if found_inf else 0.0])
-        self._group().host_allreduce_(flags)
-        return super().reduce_found_inf(bool(flags[0] > 0))
-
-    def state_dict(self) -> dict:
-        return self.optimizer.state_dict()
-
-    def consolidated_state_dict(self) -> dict:
-        """The state one process keeps, every array in its parameter's whole shape (a collective)."""
-        return consolidate_optimizer_state(self.model, self.optimizer.state_dict(), self._params())
-
-    def check_state_dict(self, state_dict) -> None:
-        """Raise ValueError saying what is wrong when ``load_state_dict(state_dict)`` would fail; change nothing."""
-        local = local_optimizer_state(self.model, state_dict, self._params())
-        inner = self.optimizer
-        if not isinstance(inner, WrapsOptimizer) or "check_state_dict" in vars(type(inner)):
-            inner.check_state_dict(local)  # a wrapper with a format of its own (Lookahead) checks as it loads
-
-    def load_state_dict(self, state_dict) -> None:
-        """Load a state as :meth:`consolidated_state_dict` gives it (whole shapes; any split saved it)."""
-        self.optimizer.load_state_dict(local_optimizer_state(self.model, state_dict, self._params()))
-
-    def __repr__(self):
-        return f"FilterParallelOptimizer({self.optimizer!r})"
+    split_layers = staticmethod(filter_parallel_layers)
+    split_parameters = staticmethod(_split_parameters)
+    layer_kinds = "filter-wise split convolution"

@@ -396,34 +396,38 @@ def tensor_parallel_layers(model: Module):
                                                                                RowParallelLinear))]
 
 
-class TensorParallel(WrapsModule, ParallelModule):
-    """A model holding column- and row-parallel layers (a split GPT, or a DataParallel copy of one), seen
-    whole by checkpoints.
+class SplitModel(WrapsModule, ParallelModule):
+    """A model holding layers split over a group (each rank keeps a part of their weights), seen whole by
+    checkpoints: the base of :class:`TensorParallel` and of filter-wise parallelism's wrapper.
 
-    ``forward``, the parameters and ``state_dict()`` are the wrapped model's (this rank's slices, keyed as
+    ``forward``, the parameters and ``state_dict()`` are the wrapped model's (this rank's parts, keyed as
     the plain model). What a checkpoint holds is the state of one process:
-    :meth:`consolidated_state_dict` gathers the whole weights (a collective of each tensor group), and
+    :meth:`consolidated_state_dict` gathers the whole weights (a collective of each group), and
     :meth:`load_state_dict` / :meth:`check_state_dict` take whole weights, from a run split any way or
-    from one process, and cut this rank's slices (:func:`local_state_dict`: a state of one rank's slices
+    from one process, and cut this rank's parts (:func:`local_state_dict`: a state of one rank's parts
     is refused, naming the parameter and the shapes; nothing changes). The protocol of
     :mod:`minidl.parallel.protocol`, so the Trainer and :func:`minidl.train.run_state.save_checkpoint`
-    and ``load_checkpoint`` need nothing more.
+    and ``load_checkpoint`` need nothing more. A subclass names its split layers (``split_layers``)
+    and what to do when a model has none (``how_to_split``).
     """
+
+    split_layers = None  # model -> [(name, layer)] of its split layers
+    how_to_split = ""
 
     def __init__(self, module: Module):
         super().__init__()
+        name = type(self).__name__
         if not isinstance(module, Module):
-            raise TypeError(f"TensorParallel: expected a minidl Module, got {type(module).__name__}")
-        if not tensor_parallel_layers(module):
-            raise ValueError(f"TensorParallel: {type(module).__name__} has no column- or row-parallel layer; "
-                             "split it first (minidl.models.gpt.tensor_parallel for a GPT)")
+            raise TypeError(f"{name}: expected a minidl Module, got {type(module).__name__}")
+        if not type(self).split_layers(module):
+            raise ValueError(f"{name}: {type(module).__name__} {self.how_to_split}")
         self.module = module
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
     def consolidated_state_dict(self) -> dict:
-        """The whole weights, keyed as the plain model's state dict (a collective of each tensor group)."""
+        """The whole weights, keyed as the plain model's state dict (a collective of each group)."""
         return consolidated_state_dict(self.module)
 
     def check_state_dict(self, state, strict: bool = True):
@@ -431,25 +435,29 @@ class TensorParallel(WrapsModule, ParallelModule):
         return self.module.check_state_dict(local_state_dict(self.module, state), strict)
 
     def load_state_dict(self, state, strict: bool = True):
-        """Load whole weights (as one process saves them): this rank keeps its slices. All or nothing."""
+        """Load whole weights (as one process saves them): this rank keeps its parts. All or nothing."""
         return self.module.load_state_dict(local_state_dict(self.module, state), strict)
 
 
-class TensorParallelOptimizer(ParallelOptimizer):
-    """The optimizer of a :class:`TensorParallel` model, whose checkpoint state is one process's.
+class SplitModelOptimizer(ParallelOptimizer):
+    """The optimizer of a :class:`SplitModel`, whose checkpoint state is one process's.
 
     ``step``, ``zero_grad``, the groups and the state are the wrapped optimizer's (it may itself be a
-    :class:`~minidl.parallel.DistributedOptimizer`: a data × tensor mesh). :meth:`consolidated_state_dict`
+    :class:`~minidl.parallel.DistributedOptimizer`: a data × split mesh). :meth:`consolidated_state_dict`
     holds each parameter's state in the unsplit shapes (:func:`consolidate_optimizer_state`, a
     collective); :meth:`load_state_dict` takes such a state, saved by any split or by one process.
-    :meth:`clip_grad_norm_` clips to the unsplit model's global norm (:func:`clip_grad_norm_`, a
-    collective), which the Trainer calls for its ``max_grad_norm``.
+    :meth:`clip_grad_norm_` clips to the unsplit model's global norm, which the Trainer calls for its
+    ``max_grad_norm``. A subclass names the model's split layers and split parameters.
     """
 
+    split_layers = None  # model -> [(name, layer)] of its split layers
+    split_parameters = None  # model -> the parameters that hold one rank's part
+    layer_kinds = "split"  # how the error names the layers a model must hold
+
     def __init__(self, optimizer, model: Module):
-        if not tensor_parallel_layers(model):
-            raise ValueError(f"TensorParallelOptimizer: the model ({type(model).__name__}) has no column- or "
-                             "row-parallel layer")
+        if not type(self).split_layers(model):
+            raise ValueError(f"{type(self).__name__}: the model ({type(model).__name__}) has no "
+                             f"{self.layer_kinds} layer")
         self.optimizer, self.model = optimizer, model
 
     def step(self, closure=None):
@@ -458,32 +466,37 @@ class TensorParallelOptimizer(ParallelOptimizer):
     def zero_grad(self, set_to_none: bool = True):
         self.optimizer.zero_grad(set_to_none)
 
-    def clip_grad_norm_(self, max_norm: float) -> float:
+    def clip_grad_norm_(self, max_norm: float):
         """Clip by the unsplit model's global gradient norm; returns the norm before clipping. Data-parallel
         gradients are all-reduced first (``synchronize``), so the norm is the global batch's."""
+        from minidl.parallel.data_parallel import scale_to_norm_
         self.synchronize()
-        return clip_grad_norm_(self.model, max_norm)
+        max_norm = float(max_norm)
+        if not max_norm > 0:
+            raise ValueError(f"{type(self).__name__}.clip_grad_norm_: max_norm must be > 0, got {max_norm}")
+        params = self._params()
+        return scale_to_norm_(params, self.grad_squares(params), max_norm)
 
     def grad_squares(self, params):
-        """Σ ‖g‖² of ``params`` as the unsplit model holds them: the slices' squares added over the tensor
-        group, the whole parameters' once (:func:`unsplit_grad_squares`, a collective of the group)."""
-        return unsplit_grad_squares(params, split_parameters(self.model), self._group())
+        """Σ ‖g‖² of ``params`` as the unsplit model holds them: the parts' squares added over the group,
+        the whole parameters' once (:func:`unsplit_grad_squares`, a collective of the group)."""
+        return unsplit_grad_squares(params, type(self).split_parameters(self.model), self._group())
 
     def reduce_found_inf(self, found_inf: bool) -> bool:
-        """Whether any rank of the tensor group (each unscales its own slices) or of the wrapped optimizer's
+        """Whether any rank of the group (each unscales its own parts) or of the wrapped optimizer's
         data group found an inf or NaN (a collective)."""
         flags = np.array([1.0 if found_inf else 0.0])
         self._group().host_allreduce_(flags)
         return super().reduce_found_inf(bool(flags[0] > 0))
 
     def _group(self):
-        return tensor_parallel_layers(self.model)[0][1].comm
+        return type(self).split_layers(self.model)[0][1].comm
 
     def _params(self) -> list:
         return [p for group in self.param_groups for p in group["params"]]
 
     def state_dict(self) -> dict:
-        """This rank's state (its slices); see :meth:`consolidated_state_dict`."""
+        """This rank's state (its parts); see :meth:`consolidated_state_dict`."""
         return self.optimizer.state_dict()
 
     def consolidated_state_dict(self) -> dict:
@@ -504,7 +517,31 @@ class TensorParallelOptimizer(ParallelOptimizer):
         self.optimizer.load_state_dict(local_optimizer_state(self.model, state_dict, self._params()))
 
     def __repr__(self):
-        return f"TensorParallelOptimizer({self.optimizer!r})"
+        return f"{type(self).__name__}({self.optimizer!r})"
+
+
+class TensorParallel(SplitModel):
+    """A model holding column- and row-parallel layers (a split GPT, or a DataParallel copy of one), seen
+    whole by checkpoints (see :class:`SplitModel`)."""
+
+    split_layers = staticmethod(tensor_parallel_layers)
+    how_to_split = ("has no column- or row-parallel layer; split it first (minidl.models.gpt.tensor_parallel "
+                    "for a GPT)")
+
+
+class TensorParallelOptimizer(SplitModelOptimizer):
+    """The optimizer of a :class:`TensorParallel` model (see :class:`SplitModelOptimizer`); its clip is
+    :func:`clip_grad_norm_` of this module."""
+
+    split_layers = staticmethod(tensor_parallel_layers)
+    split_parameters = staticmethod(lambda model: split_parameters(model))  # defined below
+    layer_kinds = "column- or row-parallel"
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip by the unsplit model's global gradient norm; returns the norm before clipping. Data-parallel
+        gradients are all-reduced first (``synchronize``), so the norm is the global batch's."""
+        self.synchronize()
+        return clip_grad_norm_(self.model, max_norm)
 
 
 def split_parameters(model: Module) -> list:
