@@ -21,8 +21,7 @@ import numpy as np  # noqa: E402
 import minidl as mdl  # noqa: E402
 import minidl.functional as F  # noqa: E402
 from minidl import memory, optim, parallel  # noqa: E402
-from minidl.models.gpt import GPT, GPTConfig, tensor_parallel  # noqa: E402 - imported before any tracking:
-# a first import inside memory.track would count the modules' own objects in the step's peak
+from minidl.models.gpt import GPT, GPTConfig, tensor_parallel  # noqa: E402 - before memory.track (see measure)
 
 STEPS = 3
 GPT_CONFIG = dict(vocab_size=64, block_size=32, n_layer=2, n_head=4, n_embd=64)
@@ -36,6 +35,8 @@ def gpt_batch():
 
 
 def measure(mode, comm):
+    """One mode's step peak and traffic. Everything is imported above: a first import inside memory.track
+    would count the modules' own objects in the step's peak."""
     x, y = gpt_batch() if mode == "tensor" else bench.data(comm.rank)
     with memory.track() as tracked:
         mdl.manual_seed(0)
