@@ -79,7 +79,8 @@ GREEK = {"α": r"\alpha", "β": r"\beta", "γ": r"\gamma", "δ": r"\delta", "ε"
 LATEX_FUNCTIONS = {"max", "min", "exp", "log", "ln", "tanh", "sin", "cos", "det", "arg"}
 NAMED_FUNCTIONS = {"sign", "softmax", "erf", "sigmoid", "relu", "col2im", "im2col", "argmax", "argmin", "mean",
                    "var", "diag", "tr", "clip", "gelu", "softplus", "logsumexp", "zeros", "ones", "onehot",
-                   "Bernoulli", "Rademacher", "round", "sqrt", "rms", "Var"}
+                   "Bernoulli", "Rademacher", "round", "sqrt", "rms", "Var", "DFT", "IDFT", "conj", "crop", "flip",
+                   "conv"}
 CONNECTIVES = {"for", "otherwise", "where", "else", "if", "or", "and", "with", "elsewhere", "over"}
 QUANTITIES = {"ddof", "eps", "key", "axis", "axes", "cond", "lo", "hi", "sh", "sw", "pad", "lr",  # any docstring's
               "shape", "ndim"}

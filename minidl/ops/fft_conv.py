@@ -26,7 +26,6 @@ as large as the output: the FFT does not mind). Every derivative order follows.
 """
 from __future__ import annotations
 
-from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function
 from minidl.backend import xp_of
 from minidl.ops.rearrange import flip
@@ -50,9 +49,12 @@ def _spectrum_product(xs, ws):
 
 
 class FFTConv2d(Function):
-    """y = b + crop( IDFT( Σ_c conj(DFT(w))[o, c] · DFT(x_pad)[n, c] ) )  (stride 1);
-    dx = fft_conv2d(dy, flip(w)ᵀ, padding = k − 1 − p),  dW = fft_conv2d(x_padᵀ, dyᵀ)ᵀ,  db = Σ dy
-    (ᵀ: the first two axes swapped)."""
+    """y_no = b_o + crop(IDFT(Σ_c conj(DFT(w_oc)) · DFT(x_nc)))  (the 2-D DFT of the padded grid; stride 1);
+    dx = conv(dy, flip(w)ᵀ),  dW = conv(xᵀ, dyᵀ)ᵀ,  db = Σ dy  (conv: this op; ᵀ swaps the first two axes).
+
+    The input gradient pads dy by k − 1 − p on each side; the weight gradient pads x by p and takes dy as
+    its kernel.
+    """
 
     def __init__(self, padding):
         self.padding = padding  # (rows, columns) of zeros on each side
@@ -99,14 +101,14 @@ class FFTConv2d(Function):
         return dy
 
 
-@autocast_to("lower")
 def fft_conv2d(x, weight, bias=None, padding=0) -> Tensor:
     """2-D convolution (cross-correlation, as :func:`minidl.functional.conv2d`) computed by FFTs.
 
     x (N, C, H, W), weight (O, C, KH, KW), bias (O,); ``padding`` an int or a (rows, columns)
     pair of zeros on each side, at most KH − 1 and KW − 1. Stride 1, no dilation, one group: for
     anything else use ``conv2d``. Equal to ``conv2d`` to rounding (the FFT's error grows like
-    log(H·W)·ε, not like the number of products).
+    log(H·W)·ε, not like the number of products). It computes in its inputs' dtype, under autocast
+    too (an FFT in 16 bits loses too much), so it is not in autocast's table.
     """
     x, weight = as_tensor(x), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)

@@ -105,6 +105,17 @@ class CSRStructure:
         indptr = xp.concatenate([xp.zeros(1, np.int64), xp.cumsum(xp.bincount(rows, minlength=dense.shape[0]))])
         return cls(indptr.astype(np.int64), cols.astype(np.int64), tuple(dense.shape)), dense[rows, cols]
 
+    def on(self, like) -> "CSRStructure":
+        """This structure with its index arrays on the device of the array ``like`` (a copy made once per device)."""
+        xp = xp_of(like)
+        if xp_of(self.indptr) is xp and backend.device_of(self.indptr) == backend.device_of(like):
+            return self
+        copies = self.__dict__.setdefault("_copies", {})
+        device = backend.device_of(like)
+        if device not in copies:
+            copies[device] = CSRStructure(xp.asarray(self.indptr), xp.asarray(self.indices), self.shape)
+        return copies[device]
+
     def to_dense(self, values):
         """The O × I matrix with ``values`` at the stored places and zeros elsewhere."""
         xp = xp_of(values)
@@ -138,6 +149,7 @@ class CSRMatMul(Function):
         self.structure = structure
 
     def forward(self, x, values):
+        self.structure = self.structure.on(x)  # the index arrays where x lives (once per device)
         return csr_product_array(x, values, self.structure)
 
     def backward(self, gy):

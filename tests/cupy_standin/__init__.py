@@ -625,7 +625,7 @@ class _Ufunc:
 _functions: dict = {}
 for _name in _names.MODULE_NAMES:
     _value = getattr(_np, _name, None)
-    if _value is None or _name in ("ndarray", "random", "linalg", "lib"):
+    if _value is None or _name in ("ndarray", "random", "linalg", "lib", "fft"):
         continue
     if _name in _FROM_HOST:
         _functions[_name] = _from_host(_name, _value)
@@ -669,7 +669,7 @@ def _scatter_add(a, slices, value):
 
 
 # the submodules need ndarray above; they are attributes of the module, as in cupy
-from tests.cupy_standin import cuda, cupyx, lib, linalg, random  # noqa: E402, F401
+from tests.cupy_standin import cuda, cupyx, fft, lib, linalg, random  # noqa: E402, F401
 from tests.cupy_standin.kernels import ElementwiseKernel  # noqa: E402, F401
 
 

@@ -54,6 +54,12 @@ NDARRAY_METHODS = frozenset("""
 """.split())
 
 # cupy.linalg.<name>
+# cupy.fft: NumPy's names (CuPy's own functions run cuFFT; float32 in, complex64 out, as NumPy 2 keeps it)
+FFT_NAMES = frozenset("""
+    fft ifft fft2 ifft2 fftn ifftn rfft irfft rfft2 irfft2 rfftn irfftn hfft ihfft fftfreq rfftfreq fftshift
+    ifftshift
+""".split())
+
 LINALG_NAMES = frozenset("""
     LinAlgError cholesky cond cross det eig eigh eigvals eigvalsh inv lstsq matmul matrix_power
     matrix_rank matrix_transpose norm pinv qr slogdet solve svd tensorinv tensorsolve

@@ -1,7 +1,7 @@
 """The models and batches of the filter-wise and spatial checks, built alike by split_worker.py under MPI and
 by test_split_mpi.py in one process (the plain reference, which uses nothing from minidl.parallel)."""
+import importlib.util
 import os
-import sys
 
 import numpy as np
 
@@ -9,8 +9,12 @@ import minidl as mdl
 import minidl.functional as F
 from minidl import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "schemes"))
-import common  # noqa: E402  - benchmarks/schemes/common.py: the CNN every scheme trains
+# benchmarks/schemes/common.py, the CNN every scheme trains, loaded under a name of its own: benchmarks/common.py
+# is also a module "common" in the same test process
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "schemes", "common.py")
+_SPEC = importlib.util.spec_from_file_location("schemes_common", _PATH)
+common = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(common)
 
 STEPS = 3        # Trainer steps of the training checks
 CLIP = 0.2       # the filter-wise Trainer run clips to this global norm (every step clips: ‖g‖ ≈ 0.4)
