@@ -17,8 +17,8 @@ __all__ = ["PRELOADED", "StageTimeout", "import_up_front"]
 # The optional libraries first (PyTorch is the speed reference; matplotlib and Pillow draw the results'
 # PNGs), then the minidl modules the stages import inside their functions.
 PRELOADED = (
-    "torch", "scipy.special", "matplotlib.pyplot", "matplotlib.backends.backend_agg", "PIL.Image", "safetensors",
-    "tqdm.auto", "threadpoolctl",
+    "torch", "scipy.special", "scipy.sparse", "matplotlib.pyplot", "matplotlib.backends.backend_agg", "PIL.Image",
+    "safetensors", "tqdm.auto", "threadpoolctl",
     "minidl.op_cases", "minidl.optim.kernels", "minidl.train", "minidl.parallel", "minidl.models.gpt_train",
     "minidl.memory", "minidl.profiler", "minidl.roofline.suite", "minidl.roofline.ceilings", "minidl.roofline.figures",
 )
