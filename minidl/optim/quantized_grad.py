@@ -21,11 +21,11 @@ bits against float32's 32·d: for b = 4, d = 512, 7.9 times fewer. (QSGD
 codes the levels with Elias integer coding to go further; the fixed b bits
 a value are counted here.)
 
-It lives in ``optim`` and not ``parallel`` because it changes what the
-update sees, one process at a time: a data-parallel run quantizes each
-rank's gradient with :func:`qsgd_quantize` before the exchange and
-averages the dequantized gradients; here the quantizer and the bit count
-are measured without the exchange.
+It lives in ``optim`` and not ``parallel`` because it changes only what
+one process's update sees: the quantizer, its variance and the bit count
+are measured here. Sending the codes between processes in place of the
+float gradients is not built (it would be a scheme of ``parallel``, which
+hands the optimizer the dequantized average).
 """
 from __future__ import annotations
 
