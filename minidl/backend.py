@@ -305,6 +305,28 @@ def set_num_threads(count: int) -> None:
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"set_num_threads: count must be a positive int, got {count!r}")
     _thread_limit = blas_threads(count)
+    map_blas_workspace()  # threads that start now have workspaces of their own
+
+
+def map_blas_workspace() -> None:
+    """Have the CPU's BLAS map the first pages of its packing workspace: one product of zeros,
+    (768 × 640)·(640 × 640) in float32, about 20 ms at one thread; run once when minidl is imported
+    and again by :func:`set_num_threads`.
+
+    OpenBLAS copies (packs) a product's operands into a workspace that it maps when it is first
+    needed and that the operating system backs page by page, when a product first writes there;
+    and its kernels prefetch a little past the block they packed. A prefetch into a page that
+    is not backed yet is dropped, but only after the processor has walked the page tables —
+    on every such prefetch, since a missing page is never cached — and on a virtual machine that
+    walk goes through the guest's tables and the host's. A program whose products all stopped
+    just short of such a page paid it in every product for as long as it ran. On the project's
+    2-core VM (AMD EPYC, OpenBLAS 0.3.31, one thread): (512 × 256)·(256 × 64) took 1.7 ms instead
+    of 0.47 ms, (2048 × 256)·(256 × 256) 28.8 ms instead of 8.6 ms, and the makemore transformer's
+    training step 86 ms instead of 58 ms. This product fills the first 1.4 MB of OpenBLAS's
+    workspace there (its whole block of A and 240 pages of B's panel), more than any of the real
+    programs in ``benchmarks/programs`` packs; a larger product maps its own pages.
+    """
+    np.matmul(np.zeros((768, 640), np.float32), np.zeros((640, 640), np.float32))
 
 
 def blas_threads(count: int):
@@ -622,3 +644,6 @@ def nccl():
             "NCCL is not available: this CuPy build has no NCCL; install a CuPy wheel for CUDA 12 "
             "(pip install 'minidl[gpu]') or use the MPI backend: init('mpi')")
     return module
+
+
+map_blas_workspace()  # once per process, before any product of the user's (see its docstring)

@@ -265,3 +265,43 @@ def test_the_bfloat16_lookup_says_what_to_install_in_the_callers_terms(monkeypat
         backend.bfloat16("storage_dtype='bfloat16'", ValueError, ", or use float32")
     with pytest.raises(TypeError, match="bfloat16 needs the ml_dtypes package"):
         backend.bfloat16()
+
+
+_PRODUCT_FAULTS = """
+import resource, sys
+import numpy as np
+if sys.argv[1] == "minidl":
+    import minidl  # noqa: F401
+shapes = [(512, 256, 64), (512, 64, 256), (768, 128, 512), (768, 512, 128), (64, 512, 256), (2048, 256, 256)]
+work = [(np.ones((m, k), np.float32), np.ones((k, n), np.float32), np.ones((m, n), np.float32)) for m, k, n in shapes]
+faults = 0
+for a, b, out in work:  # every array already written: a fault now is a page of the BLAS's own
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    np.matmul(a, b, out=out)
+    faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(faults)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts page faults as Linux reports them")
+def test_the_blas_workspace_is_mapped_before_the_first_product_of_the_real_programs(tmp_path):
+    """backend.map_blas_workspace, run at import: after ``import minidl`` the products the real programs
+    make (benchmarks/programs' shapes) write to no page of the BLAS's workspace that was not backed
+    already; in a process with NumPy alone the same products map new ones (so the test can fail)."""
+    import os
+    import subprocess
+    script = tmp_path / "faults.py"
+    script.write_text(_PRODUCT_FAULTS)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(Path(mdl.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+
+    def faults(mode):
+        done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split()[-1])
+
+    without = faults("numpy")
+    if without == 0:
+        pytest.skip("this BLAS maps its whole workspace itself: the products fault no page even without minidl")
+    assert faults("minidl") == 0, f"after import minidl the products still mapped pages ({without} without it)"
