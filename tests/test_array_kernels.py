@@ -72,6 +72,13 @@ RNG = np.random.default_rng(0)
 ROWS = RNG.integers(0, 7, size=(5, 9))
 
 
+@pytest.fixture(params=["one-hot product", "sort and reduceat"])
+def scatter_path(request, monkeypatch):
+    """Each scatter-add test runs both ways of summing: the one-hot product (few places) and the sort."""
+    monkeypatch.setattr(array_kernels, "ONE_HOT_ROWS", 10 ** 9 if request.param == "one-hot product" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("name, shape, key, values_shape", [
     ("embedding rows", (7, 4), ROWS, (5, 9, 4)),
     ("rows, a tuple of one array", (7, 4), (ROWS[0],), (9, 4)),
@@ -85,7 +92,7 @@ ROWS = RNG.integers(0, 7, size=(5, 9))
     ("empty index", (7, 4), np.array([], np.int64), (0, 4)),
 ])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int64, np.complex128])
-def test_scatter_add_equals_np_add_at(name, shape, key, values_shape, dtype):
+def test_scatter_add_equals_np_add_at(name, shape, key, values_shape, dtype, scatter_path):
     """Integers exactly; floats to the rounding of a sum in another order (reduceat adds a run
     in its own order): within 8 ulps of the run's sum of magnitudes."""
     values = (RNG.standard_normal(values_shape) * 10).astype(dtype)
@@ -102,20 +109,45 @@ def test_scatter_add_equals_np_add_at(name, shape, key, values_shape, dtype):
     np.testing.assert_array_equal(mine == 0, magnitudes == 0)  # nothing lands where nothing was added
 
 
-def test_scatter_add_into_values_adds_each_run_once():
+def test_scatter_add_into_values_adds_each_run_once(scatter_path):
     target = RNG.standard_normal((7, 4))
     values = RNG.standard_normal((5, 9, 4))
     mine, reference = _both(target, ROWS, values)
     np.testing.assert_allclose(mine, reference, rtol=1e-14, atol=1e-14)
 
 
-def test_scatter_add_writes_through_a_view():
+def test_scatter_add_writes_through_a_view(scatter_path):
     base = np.zeros((3, 7, 4))
     view = base[1]  # GetItemGrad scatters into such a view of its zeros
     array_kernels.scatter_add(view, ROWS[0], np.ones((9, 4)))
     counts = np.bincount(ROWS[0], minlength=7)
     np.testing.assert_array_equal(base[1], np.repeat(counts[:, None], 4, axis=1))
     assert not base[0].any() and not base[2].any()
+
+
+def test_scatter_add_of_an_infinite_value_lands_at_its_place_only():
+    """0·∞ is NaN: a one-hot product would spread an ∞ over every place, so such values are sorted."""
+    target = np.zeros((5, 3), np.float32)
+    values = np.ones((4, 3), np.float32)
+    values[1, 2] = np.inf
+    array_kernels.scatter_add(target, np.array([0, 2, 2, 4]), values)
+    expected = np.zeros((5, 3), np.float32)
+    np.add.at(expected, np.array([0, 2, 2, 4]), values)
+    np.testing.assert_array_equal(target, expected)
+    assert not np.isnan(target).any() and np.isinf(target[2, 2])
+
+
+def test_scatter_add_into_few_places_is_an_embeddings_gradient():
+    """The one-hot path at an embedding's size (28 characters, 512 lookups, width 64), float32,
+    against a float64 np.add.at: within float32's rounding of each place's sum of magnitudes."""
+    index = RNG.integers(0, 28, size=(32, 16))
+    values = RNG.standard_normal((32, 16, 64)).astype(np.float32)
+    mine = np.zeros((28, 64), np.float32)
+    array_kernels.scatter_add(mine, index, values)
+    reference, magnitudes = np.zeros((28, 64)), np.zeros((28, 64))
+    np.add.at(reference, index, values.astype(np.float64))
+    np.add.at(magnitudes, index, np.abs(values).astype(np.float64))
+    assert np.all(np.abs(mine - reference) <= 4 * np.finfo(np.float32).eps * magnitudes)
 
 
 @pytest.mark.parametrize("key", [np.array([0, 7]), np.array([-8, 1]), (np.array([0]), np.array([9]))])
