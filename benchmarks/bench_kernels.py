@@ -119,6 +119,24 @@ def case_embedding():
     return _pair(make)
 
 
+def case_embedding_characters():
+    """makemore's character embedding: vocabulary 28, width 64, batch 32 × 16 positions (one-hot sums)."""
+    idx = _rng().integers(0, 28, size=(32, 16))
+    table = _rng().standard_normal((28, 64)).astype(np.float32)
+
+    def make(lib, tensor):
+        emb = lib.nn.Embedding(28, 64)
+        with lib.no_grad():
+            emb.weight.copy_(tensor(table))
+        i = tensor(idx)
+
+        def step():
+            emb.weight.grad = None
+            emb(i).sum().backward()
+        return step
+    return _pair(make)
+
+
 def case_layer_norm():
     data = _rng().standard_normal((32 * 128, 64)).astype(np.float32)
 
