@@ -7,6 +7,7 @@ import minidl as mdl
 import minidl.functional as F
 from minidl import nn
 from minidl.ops.norm import LayerNormAffine, LayerNormWeightGrad, Normalize
+from tests.conftest import leaf
 
 # (input shape, normalized_shape): one trailing axis of a 2-D and of a 3-D input, two trailing axes
 SHAPES = [((5, 6), (6,)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 4))]
@@ -193,3 +194,21 @@ def test_layer_norm_module_variants_against_torch(torch, kwargs):
 def test_bias_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match=r"layer_norm: bias must have shape \(2, 3\), got \(3,\)"):
         F.layer_norm(mdl.randn(4, 2, 3), (2, 3), None, mdl.ones(3))
+
+
+@pytest.mark.parametrize("has_weight, has_bias", AFFINE[:3])
+def test_device_equals_cpu(device, has_weight, has_bias):
+    """On "cuda" (the GPU, or the stand-in) the values and every gradient are the CPU's."""
+    rng = np.random.default_rng(19)
+    x, w, b = rng.standard_normal((3, 2, 4)), rng.standard_normal((2, 4)), rng.standard_normal((2, 4))
+    dy = rng.standard_normal((3, 2, 4))
+    results = []
+    for where in (device, "cpu"):
+        xt = leaf(x, where)
+        wt, bt = (leaf(p, where) if present else None for p, present in ((w, has_weight), (b, has_bias)))
+        y = F.layer_norm(xt, (2, 4), wt, bt)
+        assert y.device == xt.device and type(y.creator) is LayerNormAffine
+        y.backward(mdl.tensor(dy, device=where))
+        results.append([y.numpy(), xt.grad.numpy()] + [t.grad.numpy() for t in (wt, bt) if t is not None])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
