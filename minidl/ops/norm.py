@@ -258,20 +258,17 @@ class LayerNormAffine(Function):
 
     def forward(self, x, *affine):
         self.x_hat, _, _, self.inv_std = _standardize(x, self.axes, self.eps)
-        weight = affine[0] if self.has_weight else None
-        bias = affine[-1] if self.has_bias else None
+        _, weight, bias = self._split((x,) + affine)
         if weight is None:
             return self.x_hat + bias if bias is not None else self.x_hat.copy()
         y = self.x_hat * weight
-        if bias is not None:
-            if y.dtype == xp_of(y).result_type(y, bias):
-                y += bias
-            else:  # a wider β: the sum is of its dtype, as x̂ · γ + β
-                y = y + bias
-        return y
+        if bias is None:
+            return y
+        xp = xp_of(y)  # in place unless β is of a wider dtype (then y is of its dtype, as x̂ · γ + β)
+        return xp.add(y, bias, out=y) if xp.result_type(y, bias) == y.dtype else y + bias
 
     def backward(self, gy):
-        x, weight, bias = self._inputs()
+        x, weight, bias = self._split(self.inputs)
         grads = [None if not x.requires_grad else NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(
             x, gy if weight is None else gy * weight)]
         if weight is not None:
@@ -283,9 +280,8 @@ class LayerNormAffine(Function):
 
     def jvp(self, dx, *tangents):
         """ẏ = N'(x)ẋ · γ + x̂ · γ̇ + β̇, with N'(x)ẋ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩) (Normalize's tangent)."""
-        x, weight, _ = self._inputs()
-        dweight = tangents[0] if self.has_weight else None
-        dbias = tangents[-1] if self.has_bias else None
+        x, weight, _ = self._split(self.inputs)
+        _, dweight, dbias = self._split((dx,) + tangents)
         y = None
         if dx is not None:
             y = NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dx)
@@ -296,10 +292,10 @@ class LayerNormAffine(Function):
             y = tangent_sum(y, broadcast_to(dbias, x.shape) if y is None else dbias)
         return y
 
-    def _inputs(self):
-        """(x, γ or None, β or None)."""
-        x, *affine = self.inputs
-        return x, affine[0] if self.has_weight else None, affine[-1] if self.has_bias else None
+    def _split(self, items):
+        """(x, γ or None, β or None) from (x, [γ], [β]): inputs, their arrays or their tangents."""
+        first, *affine = items
+        return first, affine[0] if self.has_weight else None, affine[-1] if self.has_bias else None
 
 
 class LayerNormWeightGrad(Function):
