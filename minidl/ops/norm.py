@@ -23,8 +23,7 @@ from minidl.autocast_mode import autocast_to
 from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.reduction import mean
-from minidl.ops.reduction import sum as reduce_sum
-from minidl.ops.shape import broadcast_to, reshape
+from minidl.ops.shape import broadcast_to, reshape, sum_to
 from minidl.tensor import Tensor, as_tensor
 
 
@@ -275,7 +274,7 @@ class LayerNormAffine(Function):
             grads.append(LayerNormWeightGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, gy)
                          if weight.requires_grad else None)
         if bias is not None:
-            grads.append(_sum_leading(gy, len(self.axes)) if bias.requires_grad else None)
+            grads.append(sum_to(gy, bias.shape) if bias.requires_grad else None)
         return tuple(grads)
 
     def jvp(self, dx, *tangents):
@@ -329,13 +328,8 @@ class LayerNormWeightGrad(Function):
         dz = None if dgy is None else LayerNormWeightGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dgy)
         if dx is not None:
             along_x = NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dx)
-            dz = tangent_sum(dz, _sum_leading(gy * along_x, len(self.axes)))
+            dz = tangent_sum(dz, sum_to(gy * along_x, x.shape[x.ndim - len(self.axes):]))
         return dz
-
-
-def _sum_leading(t, count):
-    """A Tensor summed over all but its last ``count`` axes."""
-    return reduce_sum(t, axis=tuple(range(t.ndim - count))) if t.ndim > count else t
 
 
 @autocast_to("float32")
