@@ -212,3 +212,18 @@ def test_device_equals_cpu(device, has_weight, has_bias):
         results.append([y.numpy(), xt.grad.numpy()] + [t.grad.numpy() for t in (wt, bt) if t is not None])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_autocast_runs_it_in_float32():
+    """Under autocast a float16 input is normalized in float32 (layer norm's entry in the table)."""
+    rng = np.random.default_rng(20)
+    x16 = rng.standard_normal((6, 8)).astype(np.float16)
+    w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    x = mdl.tensor(x16, requires_grad=True)
+    with mdl.amp.autocast("cpu", dtype=mdl.float16):
+        y = F.layer_norm(x, 8, mdl.tensor(w), mdl.tensor(b))
+    assert y.dtype == np.float32 and type(y.creator) is LayerNormAffine
+    want, _ = numpy_layer_norm(x16.astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    assert x.grad.dtype == np.float16
