@@ -128,6 +128,7 @@ def cases(seed: int = 0):
     out += _communication_cases(t)
     out += _group_gather_cases(t)
     out += _fft_and_sparse_cases(t)  # last: the cases above keep their random inputs
+    out += _layer_norm_affine_cases(t)
     return out
 
 
@@ -746,4 +747,23 @@ def _group_gather_cases(t):
     return [
         ("gather_from_group", lambda x: gather_from_group(x, group, axis=1) * x, [t(2, 3, 2)]),
         ("split_to_group", lambda x: split_to_group(x, group, axis=-1) * x, [t(3, 4)]),
+    ]
+
+
+# ---------------------------------------------------------------- layer norm as one op
+def _layer_norm_affine_cases(t):
+    """LayerNormAffine with γ only, β only, neither (a Normalize), over two axes; its γ gradient op."""
+    from minidl.ops.norm import LayerNormWeightGrad, Normalize
+
+    def weight_grad(x, gy, axes=(1, 2)):  # x̂ and s recomputed from x on every call, as the forward would
+        normalize = Normalize(axes, 1e-5)
+        x_hat = normalize.forward(x.array)
+        return LayerNormWeightGrad(axes, 1e-5, x_hat, normalize.inv_std)(x, gy)
+
+    return [
+        ("layer_norm_weight_only", lambda x, w: F.layer_norm(x, (4,), w), [t(3, 4), t(4)]),
+        ("layer_norm_bias_only", lambda x, b: F.layer_norm(x, 4, None, b), [t(2, 3, 4), t(4)]),
+        ("layer_norm_no_affine", lambda x: F.layer_norm(x, (4,)), [t(3, 4)]),
+        ("layer_norm_two_axes", lambda x, w, b: F.layer_norm(x, (3, 4), w, b), [t(2, 3, 4), t(3, 4), t(3, 4)]),
+        ("layer_norm_weight_grad", weight_grad, [t(2, 3, 4), t(2, 3, 4)]),
     ]

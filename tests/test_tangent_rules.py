@@ -302,7 +302,8 @@ def test_data_parallel_boundaries_pass_the_tangent_through():
 # to ẋ, whose own gradient is checked as an op): their rules must be differentiable Tensor code,
 # with respect to x and to ẋ, so that forward over reverse gives Hessians.
 NONLINEAR = ("Conv2dStride1", "ScatterReduce", "Normalize", "NormalizeGrad", "CrossEntropy", "CrossEntropyGrad",
-             "BinaryCrossEntropy", "ScaledDotProductAttention", "AttentionGrad")
+             "BinaryCrossEntropy", "ScaledDotProductAttention", "AttentionGrad", "LayerNormAffine",
+             "LayerNormWeightGrad")
 
 
 def _first_case_of_each(names):

@@ -69,8 +69,8 @@ def resolve_policy(policy):
             why = ("its draws are replayed by recomputing it, so it cannot be kept" if name == "Dropout" else
                    "not an op family or a Function class name")
             raise ValueError(f"checkpoint: the policy names {name!r}: {why}; name families "
-                             f"({', '.join(OP_FAMILIES)}) or ops such as MatMul, Linear, GELU, LayerNorm's "
-                             "Normalize, or pass a callable op -> bool")
+                             f"({', '.join(OP_FAMILIES)}) or ops such as MatMul, Linear, GELU, "
+                             "LayerNormAffine, or pass a callable op -> bool")
     return lambda fn: type(fn).__name__ in kept
 
 

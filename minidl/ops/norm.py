@@ -9,7 +9,9 @@ affine map; they differ only in the axes:
     instance norm  over the spatial axes of each channel of each sample
 
 The standardization is one op, :class:`Normalize`, with the closed-form
-gradient; the affine part is ordinary broadcasting arithmetic. RMS norm only
+gradient; the affine part is ordinary broadcasting arithmetic, except in layer
+norm, where standardization and affine map are one op, :class:`LayerNormAffine`
+(one node, two new arrays, and its backward one formula). RMS norm only
 rescales (no centering): x / √(⟨x²⟩ + ε) · γ over the trailing axes.
 """
 from __future__ import annotations
@@ -18,18 +20,22 @@ import numpy as np
 
 from minidl import array_kernels
 from minidl.autocast_mode import autocast_to
-from minidl.autograd import Function
+from minidl.autograd import Function, tangent_sum
 from minidl.backend import xp_of
 from minidl.ops.reduction import mean
-from minidl.ops.shape import reshape
+from minidl.ops.shape import broadcast_to, reshape, sum_to
 from minidl.tensor import Tensor, as_tensor
+
+
+def _check_affine(op, weight, bias, expected):
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != tuple(expected):
+            raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
 
 
 def _affine(op, y, weight, bias, shape, expected):
     """y · weight + bias, each reshaped to ``shape`` for broadcasting; checked against ``expected``."""
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and tuple(p.shape) != tuple(expected):
-            raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
+    _check_affine(op, weight, bias, expected)
     if weight is not None:
         y = y * reshape(as_tensor(weight), shape)
     if bias is not None:
@@ -79,13 +85,27 @@ def _size(x, axes) -> int:
     return size
 
 
+def _standardize(x, axes, eps):
+    """(x̂, μ, σ², s) with μ = ⟨x⟩, σ² = ⟨(x − μ)²⟩, s = 1/√(σ² + ε), x̂ = (x − μ) · s over ``axes``.
+
+    One new array: x − μ, scaled in place into x̂. Over trailing axes (layer norm) the
+    means are one einsum per row.
+    """
+    mean = _mean(x, axes)
+    centered = x - mean
+    var = _mean_of_product(centered, centered, axes)
+    inv_std = 1 / xp_of(x).sqrt(var + eps)
+    centered *= inv_std
+    return centered, mean, var, inv_std
+
+
 class Normalize(Function):
     """y = x̂ = (x − μ) · s,  μ = ⟨x⟩,  s = 1/√(⟨(x − μ)²⟩ + ε)  (⟨·⟩: mean over ``axes``);
     dx = s · (dy − ⟨dy⟩ − x̂ ⟨dy · x̂⟩)  (a NormalizeGrad).
 
     The variance is the biased one (divided by n), as every normalization
     layer uses. The backward reuses the saved x̂ and s. Forward writes one new array (x − μ,
-    scaled in place into x̂); over trailing axes (layer norm) the means are one einsum per row.
+    scaled in place into x̂: see _standardize).
     """
     saved_arrays = ("mean", "var", "inv_std")
 
@@ -93,13 +113,8 @@ class Normalize(Function):
         self.axes, self.eps = axes, eps
 
     def forward(self, x):
-        xp = xp_of(x)
-        self.mean = _mean(x, self.axes)
-        centered = x - self.mean
-        self.var = _mean_of_product(centered, centered, self.axes)
-        self.inv_std = 1 / xp.sqrt(self.var + self.eps)
-        centered *= self.inv_std
-        return centered
+        x_hat, self.mean, self.var, self.inv_std = _standardize(x, self.axes, self.eps)
+        return x_hat
 
     def backward(self, gy):
         return NormalizeGrad(self.axes, self.eps, self._x_hat(), self.inv_std)(self.inputs[0], gy)
@@ -225,21 +240,117 @@ def _update_running(stat, batch_value, momentum, correction):
     array += (batch_value.reshape(array.shape) * (momentum * correction)).astype(array.dtype, copy=False)
 
 
+class LayerNormAffine(Function):
+    """Layer norm's standardization and affine map as one op of (x, γ, β), γ and β each optional:
+    y = x̂ · γ + β,  x̂ = (x − μ) · s as in Normalize, over the trailing ``axes`` (γ and β have their shape);
+    dx = s · (g − ⟨g⟩ − x̂ ⟨g · x̂⟩) with g = dy · γ  (a NormalizeGrad of g),
+    dγ = Σ dy · x̂  (a LayerNormWeightGrad),  dβ = Σ dy  (Σ: over the leading axes).
+
+    dx is Normalize's gradient of g, since y depends on x only through x̂ and ∂y/∂x̂ = γ.
+    Forward writes two new arrays: x − μ, scaled in place into x̂ (kept for backward), and y.
+    """
+    saved_arrays = ("x_hat", "inv_std")
+
+    def __init__(self, axes, eps, weight=True, bias=True):
+        self.axes, self.eps, self.has_weight, self.has_bias = axes, eps, weight, bias
+        self.saved_inputs = (0, 1) if weight else (0,)  # x (for the second derivative) and γ; β never
+
+    def forward(self, x, *affine):
+        self.x_hat, _, _, self.inv_std = _standardize(x, self.axes, self.eps)
+        _, weight, bias = self._split((x,) + affine)
+        if weight is None:
+            return self.x_hat + bias if bias is not None else self.x_hat.copy()
+        y = self.x_hat * weight
+        if bias is None:
+            return y
+        xp = xp_of(y)  # in place unless β is of a wider dtype (then y is of its dtype, as x̂ · γ + β)
+        return xp.add(y, bias, out=y) if xp.result_type(y, bias) == y.dtype else y + bias
+
+    def backward(self, gy):
+        x, weight, bias = self._split(self.inputs)
+        grads = [None if not x.requires_grad else NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(
+            x, gy if weight is None else gy * weight)]
+        if weight is not None:
+            grads.append(LayerNormWeightGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, gy)
+                         if weight.requires_grad else None)
+        if bias is not None:
+            grads.append(sum_to(gy, bias.shape) if bias.requires_grad else None)
+        return tuple(grads)
+
+    def jvp(self, dx, *tangents):
+        """ẏ = N'(x)ẋ · γ + x̂ · γ̇ + β̇, with N'(x)ẋ = s · (ẋ − ⟨ẋ⟩ − x̂ ⟨ẋ · x̂⟩) (Normalize's tangent)."""
+        x, weight, _ = self._split(self.inputs)
+        _, dweight, dbias = self._split((dx,) + tangents)
+        y = None
+        if dx is not None:
+            y = NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dx)
+            y = y if weight is None else y * weight
+        if dweight is not None:
+            y = tangent_sum(y, Normalize(self.axes, self.eps)(x) * dweight)
+        if dbias is not None:
+            y = tangent_sum(y, broadcast_to(dbias, x.shape) if y is None else dbias)
+        return y
+
+    def _split(self, items):
+        """(x, γ or None, β or None) from (x, [γ], [β]): inputs, their arrays or their tangents."""
+        first, *affine = items
+        return first, affine[0] if self.has_weight else None, affine[-1] if self.has_bias else None
+
+
+class LayerNormWeightGrad(Function):
+    """LayerNormAffine's γ gradient as an op of (x, dy), with x̂ and s as Normalize saved them:
+    z = Σ dy · x̂  (Σ: over the leading axes, one einsum);
+    d(dy) = dz · x̂,  dx = s · (u − ⟨u⟩ − x̂ ⟨u · x̂⟩) with u = dy · dz  (a NormalizeGrad of u).
+
+    z is the gradient of the scalar Σ dz · dy · x̂(x) with respect to dz; its derivative along x
+    is Normalize's (symmetric) Jacobian applied to dy · dz. The backward rebuilds x̂ from x
+    with a Normalize, so that it can be differentiated again.
+    """
+    saved_arrays = ("x_hat", "inv_std")
+
+    def __init__(self, axes, eps, x_hat, inv_std):
+        self.axes, self.eps, self.x_hat, self.inv_std = axes, eps, x_hat, inv_std
+
+    def forward(self, x, gy):
+        features = self.x_hat.shape[self.x_hat.ndim - len(self.axes):]
+        rows = self.x_hat.reshape(-1, _size(self.x_hat, self.axes))
+        return xp_of(gy).einsum("ri,ri->i", gy.reshape(rows.shape), rows).reshape(features)
+
+    def backward(self, gz):
+        x, gy = self.inputs
+        gx = (NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, gy * gz)
+              if x.requires_grad else None)
+        return gx, (Normalize(self.axes, self.eps)(x) * gz if gy.requires_grad else None)
+
+    def jvp(self, dx, dgy):
+        """ż = Σ ḋy · x̂ + Σ dy · N'(x)ẋ."""
+        x, gy = self.inputs
+        dz = None if dgy is None else LayerNormWeightGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dgy)
+        if dx is not None:
+            along_x = NormalizeGrad(self.axes, self.eps, self.x_hat, self.inv_std)(x, dx)
+            dz = tangent_sum(dz, sum_to(gy * along_x, x.shape[x.ndim - len(self.axes):]))
+        return dz
+
+
 @autocast_to("float32")
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
     """Layer normalization over the trailing ``normalized_shape`` axes of x (PyTorch's layout).
 
     y = (x − μ)/√(σ² + ε) · γ + β, μ and σ² over those axes of each sample;
-    γ and β have shape ``normalized_shape``.
+    γ and β have shape ``normalized_shape``. One :class:`LayerNormAffine` (a :class:`Normalize`
+    when there is neither γ nor β).
     """
     x = as_tensor(x)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or x.shape[x.ndim - len(shape):] != shape or len(shape) > x.ndim:
         raise ValueError(f"layer_norm: normalized_shape {shape} must equal the trailing axes of the input, "
                          f"got input of shape {x.shape}")
+    _check_affine("layer_norm", weight, bias, shape)
     axes = tuple(range(x.ndim - len(shape), x.ndim))
-    y = Normalize(axes, eps)(x)
-    return _affine("layer_norm", y, weight, bias, shape, shape)
+    if weight is None and bias is None:
+        return Normalize(axes, eps)(x)
+    affine = [as_tensor(p) for p in (weight, bias) if p is not None]
+    return LayerNormAffine(axes, eps, weight is not None, bias is not None)(x, *affine)
 
 
 @autocast_to("float32")

@@ -58,7 +58,8 @@ MOVES_DATA = frozenset({
 VIEWS = frozenset({"Reshape", "Transpose", "BroadcastTo"})  # no bytes either: a view of the input
 # FLOPs per element for ops that do more than one operation per element (opcosts' counts)
 PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "SoftmaxGrad": 4, "LogSoftmaxGrad": 4, "Normalize": 7,
-               "NormalizeGrad": 13, "GELU": 8, "GELUGrad": 10, "CrossEntropy": 6, "CrossEntropyGrad": 3}
+               "NormalizeGrad": 13, "GELU": 8, "GELUGrad": 10, "CrossEntropy": 6, "CrossEntropyGrad": 3,
+               "LayerNormAffine": 9, "LayerNormWeightGrad": 2}  # Normalize's 7, then · γ + β; Σ dy · x̂
 
 
 @dataclass
