@@ -28,6 +28,7 @@ from minidl.tensor import Tensor, as_tensor
 
 
 def _check_affine(op, weight, bias, expected):
+    """Raise a ValueError naming ``op`` unless γ and β (each may be None) have the shape ``expected``."""
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != tuple(expected):
             raise ValueError(f"{op}: {name} must have shape {tuple(expected)}, got {tuple(p.shape)}")
