@@ -101,13 +101,13 @@ def case_erf():
     return (lambda: backend.erf(data)), (lambda: torch.erf(t))
 
 
-def case_embedding():
-    """Token embedding, vocabulary 65, width 64, batch 32 × 128 positions."""
-    idx = _rng().integers(0, 65, size=(32, 128))
-    table = _rng().standard_normal((65, 64)).astype(np.float32)
+def _embedding(vocabulary, positions):
+    """An embedding of width 64 looked up at (32, positions) tokens, forward and backward."""
+    idx = _rng().integers(0, vocabulary, size=(32, positions))
+    table = _rng().standard_normal((vocabulary, 64)).astype(np.float32)
 
     def make(lib, tensor):
-        emb = lib.nn.Embedding(65, 64)
+        emb = lib.nn.Embedding(vocabulary, 64)
         with lib.no_grad():
             emb.weight.copy_(tensor(table))
         i = tensor(idx)
@@ -117,24 +117,16 @@ def case_embedding():
             emb(i).sum().backward()
         return step
     return _pair(make)
+
+
+def case_embedding():
+    """Token embedding, vocabulary 65, width 64, batch 32 × 128 positions."""
+    return _embedding(65, 128)
 
 
 def case_embedding_characters():
     """makemore's character embedding: vocabulary 28, width 64, batch 32 × 16 positions (one-hot sums)."""
-    idx = _rng().integers(0, 28, size=(32, 16))
-    table = _rng().standard_normal((28, 64)).astype(np.float32)
-
-    def make(lib, tensor):
-        emb = lib.nn.Embedding(28, 64)
-        with lib.no_grad():
-            emb.weight.copy_(tensor(table))
-        i = tensor(idx)
-
-        def step():
-            emb.weight.grad = None
-            emb(i).sum().backward()
-        return step
-    return _pair(make)
+    return _embedding(28, 16)
 
 
 def case_layer_norm():
