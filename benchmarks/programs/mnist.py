@@ -34,12 +34,18 @@ class Net(nn.Module):
         return F.log_softmax(x, dim=1)
 
 
-def make_step(seed=0):
+def _setup(seed):
+    """The network, its Adadelta optimizer and four batches of random images, drawn from ``seed`` in this order."""
     torch.manual_seed(seed)
     model = Net()
     model.train()
     optimizer = optim.Adadelta(model.parameters(), lr=1.0)
     batches = [((torch.rand(BATCH, 1, 28, 28) - 0.1307) / 0.3081, torch.randint(0, 10, (BATCH,))) for _ in range(4)]
+    return model, optimizer, batches
+
+
+def make_step(seed=0):
+    model, optimizer, batches = _setup(seed)
     state = {"i": 0}
 
     def step():
@@ -60,11 +66,7 @@ def make_traced_step(seed=0, compile=lambda f: f):  # noqa: A002 - the tracer to
     log-probabilities: minidl's ``nll_loss`` builds its index from the targets outside an op, which
     minidl.compile refuses; log_softmax is idempotent, so this is nll_loss's value up to rounding,
     for one more log_softmax over a (64, 10) array."""
-    torch.manual_seed(seed)
-    model = Net()
-    model.train()
-    optimizer = optim.Adadelta(model.parameters(), lr=1.0)
-    batches = [((torch.rand(BATCH, 1, 28, 28) - 0.1307) / 0.3081, torch.randint(0, 10, (BATCH,))) for _ in range(4)]
+    model, optimizer, batches = _setup(seed)
     state = {"i": 0}
 
     @compile

@@ -104,7 +104,8 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
 
 
-def make_step(seed=0):
+def _setup(seed):
+    """The model, its AdamW groups and eight batches of random tokens, drawn from ``seed`` in this order."""
     torch.manual_seed(seed)
     model = GPT()
     optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
@@ -112,6 +113,11 @@ def make_step(seed=0):
     for _ in range(8):
         data = torch.randint(0, VOCAB, (BATCH, BLOCK + 1))
         batches.append((data[:, :-1].contiguous(), data[:, 1:].contiguous()))
+    return model, optimizer, batches
+
+
+def make_step(seed=0):
+    model, optimizer, batches = _setup(seed)
     state = {"i": 0}
 
     def step():
@@ -130,13 +136,7 @@ def make_traced_step(seed=0, compile=lambda f: f):  # noqa: A002 - the tracer to
     """``make_step``'s training in the form a tracer takes: the update as a function of the batch
     (drawn outside it), returning the loss. Without the gradient clipping: clip_grad_norm_ scales
     ``.grad`` in place outside any op, which a traced replay would skip (minidl.compile refuses it)."""
-    torch.manual_seed(seed)
-    model = GPT()
-    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
-    batches = []
-    for _ in range(8):
-        data = torch.randint(0, VOCAB, (BATCH, BLOCK + 1))
-        batches.append((data[:, :-1].contiguous(), data[:, 1:].contiguous()))
+    model, optimizer, batches = _setup(seed)
     state = {"i": 0}
 
     @compile
