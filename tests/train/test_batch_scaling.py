@@ -187,3 +187,38 @@ def test_the_plot_draws_every_part_and_nothing_is_clipped():
     assert set(REGIONS) <= set(labels)
     assert any("predicted" in t and "12" in t for t in labels) and any("measured" in t for t in labels)
     assert_nothing_clipped(fig, "batch scaling plot")
+
+
+@pytest.mark.parametrize("b_crit, drawn", [(8.0, True), (1.0, True), (64.0, True), (0.5, False), (65.0, False)])
+def test_the_measured_critical_batch_is_marked_only_inside_the_measured_sizes(b_crit, drawn):
+    """The vertical line at the fitted B_crit is drawn when B_crit lies within [min B, max B], ends included."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from minidl.train.batch_scaling import BatchScalingStudy, plot_batch_scaling
+    b = [1, 2, 4, 8, 16, 32, 64]
+    s = [round(10 * (1 + 8 / bi)) for bi in b]
+    study = BatchScalingStudy(b, s, [0.1] * 7, 0.5, math.nan, regions=classify_regions(b, s))
+    study.s_min, study.b_crit = 10.0, b_crit
+    fig = plot_batch_scaling(study)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    plt.close(fig)
+    assert any(t.startswith("measured $B_{crit}$") for t in labels) is drawn
+
+
+def test_the_perfect_scaling_line_runs_up_to_twice_the_critical_batch():
+    """S_min·B_crit/B is drawn where it is at least S_min/2, i.e. from the smallest batch to 2·B_crit."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from minidl.train.batch_scaling import BatchScalingStudy, plot_batch_scaling
+    b = [1, 2, 4, 8, 16, 32, 64]
+    s = [round(10 * (1 + 8 / bi)) for bi in b]
+    study = BatchScalingStudy(b, s, [0.1] * 7, 0.5, math.nan, regions=classify_regions(b, s))
+    study.s_min, study.b_crit = 10.0, 8.0
+    fig = plot_batch_scaling(study)
+    line = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("perfect scaling $"))
+    x, y = line.get_xdata(), line.get_ydata()
+    plt.close(fig)
+    assert x.min() == pytest.approx(1.0) and 14.0 < x.max() <= 16.0
+    np.testing.assert_allclose(y, 10.0 * 8.0 / x)

@@ -129,3 +129,11 @@ def test_diagnose_report_runs_every_check():
     assert [c.passed for c in report["checks"]] == [True] * 5
     text = D.format_report(report)
     assert text.count("[PASS]") == 5 and "random inputs" in text and "per-layer statistics" in text
+
+
+def test_the_overfit_samples_come_from_different_classes_first():
+    """overfit_small_batch's samples: the first sample of each new class in order, then the earliest others."""
+    from minidl.train.diagnostics import _distinct_class_indices
+    np.testing.assert_array_equal(_distinct_class_indices(np.array([0, 0, 0, 1, 1, 2]), 3), [0, 3, 5])
+    np.testing.assert_array_equal(_distinct_class_indices(np.array([4, 4, 7]), 3), [0, 2, 1])
+    np.testing.assert_array_equal(_distinct_class_indices(np.array([[0.1], [0.2], [0.3]]), 2), [0, 1])
